@@ -1,0 +1,158 @@
+"""Typed, frozen descriptions of a model and a GPU: what every budget, profile and tier calculation reads.
+
+The registry (vramctl/registry) builds these from profiles/*.yaml or a local config.json / model folder.
+Everything here is pure data plus small derived properties; sizes are int bytes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+# Per-layer attention kinds, as config.json `layer_types` names them (HF transformers convention).
+FULL_ATTENTION = "full_attention"
+SLIDING_ATTENTION = "sliding_attention"
+
+DTYPE_BYTES: dict[str, float] = {
+    "float32": 4,
+    "fp32": 4,
+    "float16": 2,
+    "fp16": 2,
+    "half": 2,
+    "bfloat16": 2,
+    "bf16": 2,
+    "float8_e4m3fn": 1,
+    "float8_e5m2": 1,
+    "fp8": 1,
+    "fp8_e4m3": 1,
+    "fp8_e5m2": 1,
+    "int8": 1,
+    "uint8": 1,
+    "int4": 0.5,
+    "fp4": 0.5,
+    "mxfp4": 0.5,
+    "nvfp4": 0.5,
+}
+
+
+def dtype_bytes(dtype: str) -> float:
+    """Bytes per element of a dtype name (`bfloat16` → 2, `fp8` → 1, `int4` → 0.5)."""
+    key = dtype.lower().removeprefix("torch.")
+    if key not in DTYPE_BYTES:
+        raise KeyError(dtype)
+    return DTYPE_BYTES[key]
+
+
+@dataclass(frozen=True)
+class MoESpec:
+    """Mixture-of-experts feed-forward layers."""
+
+    num_experts: int
+    num_experts_per_tok: int
+    moe_intermediate_size: int
+    num_shared_experts: int = 0
+    shared_expert_intermediate_size: int = 0
+    """Intermediate size of the shared expert MLP (total, not per shared expert); 0 when none."""
+    first_k_dense_replace: int = 0
+    """The first k layers use a dense MLP of `intermediate_size` (DeepSeek, Kimi)."""
+    moe_layer_freq: int = 1
+
+
+@dataclass(frozen=True)
+class MLASpec:
+    """Multi-head latent attention (DeepSeek-V2/V3, Kimi-K2): one latent vector per token and layer."""
+
+    kv_lora_rank: int
+    qk_rope_head_dim: int
+    qk_nope_head_dim: int
+    v_head_dim: int
+    q_lora_rank: int | None = None
+
+    @property
+    def latent_dim(self) -> int:
+        """What vLLM caches per token and layer: kv_lora_rank + qk_rope_head_dim (e.g. 512 + 64 = 576)."""
+        return self.kv_lora_rank + self.qk_rope_head_dim
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """The facts about a model that memory math needs, with their sources."""
+
+    name: str
+    """Canonical id, the HF repo id where there is one (`meta-llama/Meta-Llama-3-8B-Instruct`)."""
+    architecture: str
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    vocab_size: int
+    max_position_embeddings: int
+    torch_dtype: str
+    param_count: int
+    """Exact parameter count (Llama-3-8B: 8,030,261,248)."""
+    weight_bytes: int
+    """Bytes of the checkpoint's tensors as loaded (exact from safetensors headers where known)."""
+    tie_word_embeddings: bool = False
+    layer_types: tuple[str, ...] = ()
+    """Per-layer attention kind; empty means every layer is full attention."""
+    sliding_window: int | None = None
+    moe: MoESpec | None = None
+    mla: MLASpec | None = None
+    quantization: str | None = None
+    """`fp8`, `awq`, `gptq`, `mxfp4`, ... or None for an unquantised checkpoint."""
+    aliases: tuple[str, ...] = ()
+    sources: tuple[tuple[str, str], ...] = field(default=(), compare=False)
+    """(fact, source) pairs: where each number came from."""
+
+    @property
+    def is_mla(self) -> bool:
+        return self.mla is not None
+
+    @property
+    def is_moe(self) -> bool:
+        return self.moe is not None
+
+    @property
+    def dtype_bytes(self) -> float:
+        return dtype_bytes(self.torch_dtype)
+
+    def attention_kinds(self) -> tuple[str, ...]:
+        """One attention kind per layer (full or sliding)."""
+        if self.layer_types:
+            return self.layer_types
+        if self.sliding_window is not None:
+            return (SLIDING_ATTENTION,) * self.num_hidden_layers
+        return (FULL_ATTENTION,) * self.num_hidden_layers
+
+    @property
+    def num_sliding_layers(self) -> int:
+        return sum(1 for kind in self.attention_kinds() if kind == SLIDING_ATTENTION)
+
+    @property
+    def num_full_layers(self) -> int:
+        return self.num_hidden_layers - self.num_sliding_layers
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    """One GPU model: what the driver reports and the links that move KV."""
+
+    name: str
+    """Short id: `h100-sxm`, `a100-80gb`, `l4`, `mi300x`."""
+    display_name: str
+    cuda_total_bytes: int
+    """Total that cudaMemGetInfo / torch report (vLLM's total_memory): after ECC and driver reservations."""
+    nvidia_smi_total_mib: int
+    """`nvidia-smi --query-gpu=memory.total` in MiB: what SGLang's heuristic reads as gpu_mem."""
+    hbm_bandwidth_bytes_per_s: float
+    pcie_generation: int
+    pcie_lanes: int
+    host_link_bytes_per_s: float
+    """Host link bandwidth per direction (nominal)."""
+    dense_bf16_flops: float
+    """Dense (no sparsity) bf16 tensor FLOP/s, datasheet."""
+    vendor: str = "nvidia"
+    compute_capability: str | None = None
+    aliases: tuple[str, ...] = ()
+    sources: tuple[tuple[str, str], ...] = field(default=(), compare=False)
