@@ -12,7 +12,7 @@ import sys
 import typer
 
 from vramctl import __version__
-from vramctl.cli import check, explain_oom, plan, profile, read_log, tiers
+from vramctl.cli import catalog, check, explain_oom, plan, profile, read_log, tiers
 from vramctl.core.errors import VramctlError
 from vramctl.core.exit_codes import ExitCode
 
@@ -39,7 +39,7 @@ def _root(
     """vramctl: GPU memory for vLLM and SGLang, before, during and after."""
 
 
-for _module in (plan, check, explain_oom, read_log, profile, tiers):
+for _module in (plan, check, explain_oom, read_log, profile, tiers, catalog):
     _module.register(app)
 
 

@@ -1,0 +1,96 @@
+"""What the user asked the engine for: the serve flags, with None meaning "the engine's default".
+
+One frozen object carries both engines' flags (a user compares them side by side), named as the engines
+name them (DESIGN.md, "Contracts"). Engine modules resolve the None fields to their versioned defaults.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Literal
+
+Engine = Literal["vllm", "sglang", "both"]
+Entrypoint = Literal["server", "llm"]
+"""vLLM's defaults differ between `vllm serve` (OpenAI server) and the `LLM` class (arg_utils.py:2940-3039)."""
+
+LATEST_VLLM_VERSION = "0.33.0"
+LATEST_SGLANG_VERSION = "0.5.23"
+
+
+@dataclass(frozen=True)
+class ServeSettings:
+    # --- common --------------------------------------------------------------------------------------
+    engine: Engine = "vllm"
+    engine_version: str | None = None
+    """None = the latest version vramctl knows (LATEST_VLLM_VERSION / LATEST_SGLANG_VERSION)."""
+    tensor_parallel_size: int = 1
+    pipeline_parallel_size: int = 1
+    max_model_len: int | None = None
+    kv_cache_dtype: str = "auto"
+    dtype: str = "auto"
+    """Model dtype override (`--dtype`); `auto` = the checkpoint's torch_dtype."""
+    free_memory_bytes: int | None = None
+    """Free memory at start-up when other tenants hold part of the card (`--free-memory`)."""
+    gpu_memory_bytes: int | None = None
+    """A card's total, overriding the registry (`--gpu-memory 79.18GiB`)."""
+    # --- vLLM ------------------------------------------------------------------------------------------
+    gpu_memory_utilization: float | None = None
+    max_num_batched_tokens: int | None = None
+    max_num_seqs: int | None = None
+    block_size: int | None = None
+    enforce_eager: bool = False
+    kv_cache_memory_bytes: int | None = None
+    enable_chunked_prefill: bool | None = None
+    estimate_cudagraphs: bool | None = None
+    """VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS; None = the version's default (on from 0.20)."""
+    cudagraph_capture_sizes: tuple[int, ...] | None = None
+    max_cudagraph_capture_size: int | None = None
+    entrypoint: Entrypoint = "server"
+    kv_offloading_size_gib: float | None = None
+    """vLLM `--kv-offloading-size`, GiB, total across TP ranks."""
+    # --- SGLang ----------------------------------------------------------------------------------------
+    mem_fraction_static: float | None = None
+    chunked_prefill_size: int | None = None
+    max_running_requests: int | None = None
+    max_total_tokens: int | None = None
+    max_prefill_tokens: int | None = None
+    page_size: int | None = None
+    cuda_graph_max_bs: int | None = None
+    disable_cuda_graph: bool = False
+    enable_hierarchical_cache: bool = False
+    hicache_ratio: float | None = None
+    hicache_size_gb: float | None = None
+    """SGLang `--hicache-size`, decimal GB per rank; overrides the ratio when > 0."""
+    # --- host --------------------------------------------------------------------------------------------
+    host_memory_bytes: int | None = None
+    """Host RAM to check pinned tiers against (`--host-memory`; the CLI reads the machine's when unset)."""
+
+    def with_changes(self, **changes: object) -> ServeSettings:
+        return replace(self, **changes)  # type: ignore[arg-type]
+
+    @property
+    def world_size(self) -> int:
+        return self.tensor_parallel_size * self.pipeline_parallel_size
+
+
+def parse_version(text: str) -> tuple[int, ...]:
+    """`0.11.0` → (0, 11, 0); `0.6.6.post1` → (0, 6, 6); `v0.5.18` → (0, 5, 18). Raises ValueError."""
+    cleaned = text.strip().lstrip("vV")
+    parts: list[int] = []
+    for piece in cleaned.split("."):
+        digits = ""
+        for ch in piece:
+            if ch.isdigit():
+                digits += ch
+            else:
+                break
+        if not digits:
+            break
+        parts.append(int(digits))
+        if len(digits) != len(piece):
+            break
+    if not parts:
+        raise ValueError(f"not a version: {text!r}")
+    while len(parts) < 3:
+        parts.append(0)
+    return tuple(parts)
