@@ -5,6 +5,7 @@ Nothing the user has is overwritten half-way: a crash or Ctrl-C leaves the old f
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 from pathlib import Path
@@ -21,10 +22,8 @@ def write_bytes_atomic(path: str | os.PathLike[str], data: bytes) -> None:
             os.fsync(handle.fileno())
         os.replace(tmp_name, target)
     except BaseException:
-        try:
+        with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp_name)
-        except FileNotFoundError:
-            pass
         raise
 
 

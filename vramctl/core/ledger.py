@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 from typing import Any
 
 from vramctl.core.errors import LedgerError
 
 
-class TermSource(str, Enum):
+class TermSource(StrEnum):
     MEASURED = "measured"
     """Measured on a device (profile)."""
     ESTIMATED = "estimated"

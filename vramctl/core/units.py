@@ -81,7 +81,9 @@ def parse_bytes(text: str | int | float, *, default_unit: str = "B", what: str =
     else:
         match = _SIZE_RE.match(text)
         if match is None or not any(ch.isdigit() for ch in match.group("num")):
-            raise BadInputError(f"{what}: {text!r} is not a size (expected e.g. 80GiB, 79.18 GiB, 512MiB, 1e9)")
+            raise BadInputError(
+                f"{what}: {text!r} is not a size (expected e.g. 80GiB, 79.18 GiB, 512MiB, 1e9)"
+            )
         num_text = match.group("num")
         if "," in num_text and not re.fullmatch(r"[+-]?\d{1,3}(?:,\d{3})+(?:\.\d+)?", num_text):
             raise BadInputError(f"{what}: {text!r} has misplaced thousands separators")
@@ -95,7 +97,7 @@ def parse_bytes(text: str | int | float, *, default_unit: str = "B", what: str =
     result = number * scale
     if result > 2**62:
         raise BadInputError(f"{what}: {text!r} is absurdly large")
-    return int(round(result))
+    return round(result)
 
 
 def _unit_scale(unit: str, *, what: str, text: str) -> int:
@@ -103,7 +105,9 @@ def _unit_scale(unit: str, *, what: str, text: str) -> int:
         return _LETTER_BYTES[unit]
     scale = _UNIT_BYTES.get(unit.lower())
     if scale is None:
-        raise BadInputError(f"{what}: unknown unit {unit!r} in {text!r} (use B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)")
+        raise BadInputError(
+            f"{what}: unknown unit {unit!r} in {text!r} (use B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)"
+        )
     return scale
 
 
@@ -112,11 +116,11 @@ def bytes_to_gib(num_bytes: int | float) -> float:
 
 
 def gib_to_bytes(gib: float) -> int:
-    return int(round(gib * GiB))
+    return round(gib * GiB)
 
 
 def mib_to_bytes(mib: float) -> int:
-    return int(round(mib * MiB))
+    return round(mib * MiB)
 
 
 def format_gib(num_bytes: int | float, digits: int = 2) -> str:
@@ -133,11 +137,15 @@ def format_bytes(num_bytes: int | float, *, decimal: bool = False) -> str:
     """Human size with the largest fitting unit: `1.50 GiB`, `512.00 MiB`, `812 B` (or GB/MB with decimal)."""
     sign = "-" if num_bytes < 0 else ""
     value = abs(float(num_bytes))
-    units = (("TB", TB), ("GB", GB), ("MB", MB), ("KB", KB)) if decimal else (
-        ("TiB", TiB),
-        ("GiB", GiB),
-        ("MiB", MiB),
-        ("KiB", KiB),
+    units = (
+        (("TB", TB), ("GB", GB), ("MB", MB), ("KB", KB))
+        if decimal
+        else (
+            ("TiB", TiB),
+            ("GiB", GiB),
+            ("MiB", MiB),
+            ("KiB", KiB),
+        )
     )
     for name, scale in units:
         if value >= scale:
