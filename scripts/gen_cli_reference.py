@@ -1,0 +1,51 @@
+#!/usr/bin/env python3
+"""Regenerate docs/cli.md from the commands' --help (a test checks it is current).
+
+Usage: python scripts/gen_cli_reference.py [--check]
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+import typer.main
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _walk(command: click.Command, path: list[str]) -> list[tuple[list[str], click.Command]]:
+    found = [(path, command)]
+    if isinstance(command, click.Group):
+        for name in sorted(command.commands):
+            found.extend(_walk(command.commands[name], [*path, name]))
+    return found
+
+
+def render() -> str:
+    from vramctl.cli.main import app
+
+    root = typer.main.get_command(app)
+    parts = [
+        "# CLI reference\n",
+        "Generated from `--help` by `python scripts/gen_cli_reference.py`; `tests/test_cli_reference.py`\n"
+        "fails when it is out of date.\n",
+    ]
+    for path, command in _walk(root, ["vramctl"]):
+        ctx = click.Context(command, info_name=" ".join(path), terminal_width=100, max_content_width=100)
+        parts.append(f"\n## `{' '.join(path)}`\n\n```text\n{command.get_help(ctx).rstrip()}\n```\n")
+    return "".join(parts)
+
+
+def main() -> int:
+    target = ROOT / "docs" / "cli.md"
+    text = render()
+    if "--check" in sys.argv:
+        return 0 if target.exists() and target.read_text() == text else 1
+    target.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
