@@ -1,0 +1,429 @@
+"""Streaming log reader: any size, bounded memory, the mess real server logs are made of.
+
+`iter_log_lines(source)` yields every line of a log as a `LogLine`; `iter_matching_lines(source,
+pattern)` yields only the lines whose raw bytes match a pre-filter pattern (plus a few lines after each
+hit), which is how `explain-oom` stays near `grep` speed on a multi-GiB log.
+
+What it copes with:
+- a path, `"-"` (standard input) or an open binary stream; gzip detected by its magic bytes (any
+  file name), multi-member gzip included;
+- bounded memory: the input is read in chunks (`CHUNK_BYTES`); a line longer than `MAX_LINE_BYTES` is
+  cut there and marked `truncated=True`, and the rest of it is skipped without being buffered;
+- invalid UTF-8 (replaced with U+FFFD), CRLF, a file that uses bare CR as its line separator, bare CRs
+  inside a line (tqdm progress bars: the segments are joined with a space), no trailing newline;
+- ANSI colour / cursor escape codes and other C0 control characters removed;
+- the prefixes that multi-process servers put in front of each message, split off into `process`
+  and removed from `text` (stacked prefixes are peeled one after another):
+  `(EngineCore_DP0 pid=123)`, `(VllmWorker TP1 pid=…)`, `(VllmWorker rank=0 pid=…)`,
+  `(RayWorkerWrapper pid=…, ip=…)`, `(pid=…)`, `(raylet)`, `[rank0]:`, `[TP3]`, `[2025-… DP0 TP3]`
+  (SGLang), `[2025-05-19 18:08:26,176]` (LMCache, Ray), `name-1  | ` (docker compose), and the logging
+  header `INFO 01-02 03:04:05 [file.py:123]` (vLLM; also the older `file.py:123]` form, the `2024-12-19
+  21:40:35 ERROR 56542 [file.py:64]` form and a bare `[file.py:123]`) or `2023-07-26T09:55:39.447Z  INFO`
+  (TGI / tracing).
+
+Truncated gzip: every line that could be decompressed is yielded first, then `TruncatedInputError`
+(a `BadInputError`, exit 2) is raised, carrying `lines_read`. Callers that can still use a partial
+log (explain-oom) catch it and report it as a warning; callers that need the whole log let it through.
+
+A directory, a missing or unreadable path raise `BadInputError` before anything is yielded.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import BinaryIO
+
+from vramctl.core.errors import BadInputError
+
+__all__ = [
+    "CHUNK_BYTES",
+    "MAX_LINE_BYTES",
+    "LogLine",
+    "ScanStats",
+    "TruncatedInputError",
+    "clean_line",
+    "iter_log_lines",
+    "iter_matching_lines",
+    "split_prefixes",
+]
+
+CHUNK_BYTES = 8 << 20
+"""Bytes read (or decompressed) per step. Peak memory is a small multiple of this, whatever the file size."""
+
+MAX_LINE_BYTES = 64 << 10
+"""A line longer than this is cut here (`LogLine.truncated`); the rest of it is skipped, never buffered."""
+
+_GZIP_MAGIC = b"\x1f\x8b"
+
+
+class TruncatedInputError(BadInputError):
+    """The input ended early (a truncated gzip stream). Raised after every readable line was yielded."""
+
+    def __init__(self, message: str, *, lines_read: int) -> None:
+        super().__init__(message)
+        self.lines_read = lines_read
+
+
+@dataclass(frozen=True, slots=True)
+class LogLine:
+    """One line of a log, numbered as in the file (1-based, `\\n`-separated)."""
+
+    number: int
+    text: str
+    """The message: ANSI codes, control characters and the process / logging prefixes removed."""
+    raw: str
+    """The whole line with ANSI codes and control characters removed but the prefixes kept."""
+    process: str | None = None
+    """The process tag of the prefix (`EngineCore_DP0 pid=123`, `TP3`, `rank0`, `raylet`), if any."""
+    truncated: bool = False
+    """True when the line was longer than `MAX_LINE_BYTES` and was cut."""
+
+
+@dataclass(slots=True)
+class ScanStats:
+    """Filled in while a log is read: how much there was (for reports and warnings)."""
+
+    lines: int = 0
+    bytes_read: int = 0
+    truncated_lines: int = 0
+    gzip: bool = False
+    truncated_input: bool = False
+    hits: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+# --------------------------------------------------------------------------------------------------
+# Cleaning one line: ANSI codes, control characters, prefixes.
+
+_ANSI_RE = re.compile(
+    r"\x1b\[[0-?]*[ -/]*[@-~]"  # CSI: colours, cursor movement
+    r"|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?"  # OSC: titles, hyperlinks
+    r"|\x1b[@-Z\\-_]"  # two-character escapes
+    r"|\x9b[0-?]*[ -/]*[@-~]"  # 8-bit CSI
+)
+_CONTROL_RE = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+
+# Process tags in parentheses: `(EngineCore_DP0 pid=123)`, `(VllmWorker TP1 pid=5)`,
+# `(VllmWorker rank=0 pid=10672)`, `(RayWorkerWrapper pid=1, ip=10.0.0.1)`, `(pid=1234)`,
+# `(APIServer pid=1)`, and Ray's daemons `(raylet)`, `(gcs_server)`, `(autoscaler +1m2s)`.
+_PAREN_TAG_RE = re.compile(
+    r"\((?P<tag>"
+    r"(?:[A-Za-z_][\w.\-]*(?:\s+[A-Za-z_]*\d+)*[\s,]+)?[a-z_]+=[^\s,()]+(?:[\s,]+[a-z_]+=[^\s,()]+)*"
+    r"|raylet|gcs_server|dashboard|autoscaler(?:\s+\+[\w.]+)?|monitor|log_monitor"
+    r")\)\s?"
+)
+# `[rank0]:` from torch.distributed elastic, `[TP3]`, `[DP0 TP3 EP3]`, `[2025-01-01 10:00:00 TP0]`,
+# `[2025-05-19 18:08:26,176]`, `[2026-03-25 05:44:29,435 W 39 39]` (Ray: level letter, pid, tid).
+_RANK_TAG_RE = re.compile(r"\[(?P<tag>rank\d+)\]:\s?")
+_BRACKET_TAG_RE = re.compile(
+    r"\[(?P<ts>\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?)?"
+    r"(?(ts)(?:\s+[A-Z](?:\s+\d+){1,2})?)"
+    r"\s*(?P<tag>(?:(?:ATTN_DP|ATTN_TP|MOE_DP|DP|TP|PP|EP|CP|DCP)\d+\s*)+)?\]\s?"
+)
+# docker compose: `vllm-1  | `, `sglang_1 | `.
+_COMPOSE_RE = re.compile(r"(?P<tag>[A-Za-z][\w.\-]*?[-_]\d+)\s+\|\s?")
+# Logging headers. vLLM: `INFO 01-02 03:04:05 [file.py:123] `, older `INFO 02-26 09:54:02 file.py:1115] `,
+# `2024-12-19 21:40:35 ERROR 56542 [file.py:64] `, `INFO  [gpu_worker.py:642]  `, bare `[file.py:492] `.
+# TGI / Rust tracing: `2023-07-26T09:55:39.447617Z  INFO `. LMCache: `LMCache WARNING: ` / `WARNING LMCache: `.
+_LEVELS = r"(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL|TRACE)"
+_LEVEL_HEADER_RE = re.compile(
+    r"(?:\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?Z?\s+)?"
+    rf"(?P<level>{_LEVELS})\s+"
+    r"(?:\d{2}-\d{2}\s+\d{2}:\d{2}:\d{2}(?:[.,]\d+)?\s+)?"
+    r"(?:\d+\s+)?"
+    r"\[?[\w.\-/<>]+\.py:\d+\]\s*"
+)
+_TRACING_HEADER_RE = re.compile(
+    rf"\d{{4}}-\d{{2}}-\d{{2}}T\d{{2}}:\d{{2}}:\d{{2}}(?:\.\d+)?Z?\s+(?P<level>{_LEVELS})\s+"
+)
+_BARE_FILE_RE = re.compile(r"\[[\w.\-/<>]+\.py:\d+\]\s*")
+_LMCACHE_RE = re.compile(rf"(?:LMCache\s+{_LEVELS}|{_LEVELS}\s+LMCache):\s*")
+
+_PROCESS_RES = (_PAREN_TAG_RE, _RANK_TAG_RE, _COMPOSE_RE)
+
+
+def split_prefixes(line: str) -> tuple[str | None, str]:
+    """Peel the process tags and logging headers off the front of a cleaned line: (process, message)."""
+    process: str | None = None
+    rest = line
+    for _ in range(8):  # prefixes stack (tag, then logging header); a bounded number of rounds
+        stripped = rest.lstrip(" ")
+        matched = False
+        for regex in _PROCESS_RES:
+            m = regex.match(stripped)
+            if m is not None:
+                if process is None:
+                    process = m.group("tag")
+                rest = stripped[m.end() :]
+                matched = True
+                break
+        if matched:
+            continue
+        m = _BRACKET_TAG_RE.match(stripped)
+        if m is not None and (m.group("ts") or m.group("tag")):
+            if m.group("tag") and process is None:
+                process = m.group("tag").strip()
+            rest = stripped[m.end() :]
+            continue
+        for regex in (_LEVEL_HEADER_RE, _TRACING_HEADER_RE, _BARE_FILE_RE, _LMCACHE_RE):
+            m = regex.match(stripped)
+            if m is not None:
+                rest = stripped[m.end() :]
+                matched = True
+                break
+        if not matched:
+            break
+    return process, rest
+
+
+def clean_line(data: bytes) -> str:
+    """Decode one line's bytes (invalid UTF-8 replaced), drop ANSI codes, control characters, CRs."""
+    text = data.decode("utf-8", "replace")
+    if text.endswith("\r"):
+        text = text.rstrip("\r")
+    if "\x1b" in text or "\x9b" in text:
+        text = _ANSI_RE.sub("", text)
+    if "\r" in text:  # progress bars overwrite themselves with bare CRs
+        text = " ".join(seg for seg in text.split("\r") if seg.strip())
+    if _CONTROL_RE.search(text) is not None:
+        text = _CONTROL_RE.sub("", text)
+    return text
+
+
+def make_line(number: int, data: bytes, *, truncated: bool = False) -> LogLine:
+    """A `LogLine` from one line's bytes (without its newline), cut to `MAX_LINE_BYTES`."""
+    if len(data) > MAX_LINE_BYTES:
+        data = data[:MAX_LINE_BYTES]
+        truncated = True
+    raw = clean_line(data)
+    process, text = split_prefixes(raw)
+    return LogLine(number=number, text=text.strip(), raw=raw, process=process, truncated=truncated)
+
+
+# --------------------------------------------------------------------------------------------------
+# Bytes in: open the source, undo gzip, cut into blocks of whole lines.
+
+
+def _open(source: str | os.PathLike[str] | BinaryIO) -> tuple[BinaryIO, str, bool]:
+    """(stream, display name, whether we opened it and must close it)."""
+    if isinstance(source, (str, os.PathLike)):
+        if os.fspath(source) == "-":
+            return sys.stdin.buffer, "<stdin>", False
+        path = Path(source)
+        if path.is_dir():
+            raise BadInputError(f"{path}: is a directory, not a log file")
+        try:
+            stream = path.open("rb")
+        except FileNotFoundError:
+            raise BadInputError(f"{path}: no such file") from None
+        except OSError as exc:
+            raise BadInputError(f"{path}: cannot read: {exc.strerror or exc}") from None
+        return stream, str(path), True
+    name = getattr(source, "name", None)
+    return source, str(name) if isinstance(name, str) else "<stream>", False
+
+
+def _read(stream: BinaryIO, size: int, name: str) -> bytes:
+    try:
+        return stream.read(size)
+    except IsADirectoryError:
+        raise BadInputError(f"{name}: is a directory, not a log file") from None
+    except OSError as exc:
+        raise BadInputError(f"{name}: read error: {exc.strerror or exc}") from None
+
+
+def _iter_bytes(stream: BinaryIO, name: str, stats: ScanStats) -> Iterator[bytes]:
+    """Chunks of the (decompressed) content. Raises TruncatedInputError at the end of a cut gzip."""
+    first = _read(stream, CHUNK_BYTES, name)
+    if not first:
+        return
+    if not first.startswith(_GZIP_MAGIC):
+        stats.bytes_read += len(first)
+        yield first
+        while True:
+            chunk = _read(stream, CHUNK_BYTES, name)
+            if not chunk:
+                return
+            stats.bytes_read += len(chunk)
+            yield chunk
+    stats.gzip = True
+    decomp: zlib._Decompress | None = zlib.decompressobj(wbits=31)
+    data = first
+    while True:
+        while data:
+            if decomp is None:  # between gzip members: another member, zero padding, or garbage
+                if data.startswith(_GZIP_MAGIC):
+                    decomp = zlib.decompressobj(wbits=31)
+                elif not data.strip(b"\x00"):
+                    data = b""
+                    break
+                elif data == _GZIP_MAGIC[:1]:
+                    data += _read(stream, 1, name)
+                    continue
+                else:
+                    stats.notes.append(f"{name}: ignored non-gzip data after the compressed stream")
+                    return
+            try:
+                out = decomp.decompress(data, CHUNK_BYTES)
+            except zlib.error as exc:
+                stats.truncated_input = True
+                raise TruncatedInputError(
+                    f"{name}: corrupt gzip data after {stats.bytes_read:,} decompressed bytes ({exc})",
+                    lines_read=stats.lines,
+                ) from None
+            if out:
+                stats.bytes_read += len(out)
+                yield out
+            if decomp.eof:
+                data = decomp.unused_data
+                decomp = None
+            else:
+                data = decomp.unconsumed_tail
+        data = _read(stream, CHUNK_BYTES, name)
+        if not data:
+            break
+    if decomp is not None:
+        out = decomp.flush()
+        if out:
+            stats.bytes_read += len(out)
+            yield out
+        stats.truncated_input = True
+        raise TruncatedInputError(
+            f"{name}: truncated gzip stream (it ends after {stats.bytes_read:,} decompressed bytes)",
+            lines_read=stats.lines,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class _Block:
+    first_number: int
+    data: bytes
+    """Whole lines, each ending in `\\n` except possibly the file's last one."""
+    truncated: bool = False
+    """A single over-long line already cut to `MAX_LINE_BYTES`."""
+
+
+def _iter_blocks(source: str | os.PathLike[str] | BinaryIO, stats: ScanStats) -> Iterator[_Block]:
+    stream, name, owned = _open(source)
+    try:
+        number = 1
+        carry = b""
+        skipping = False  # inside the unread rest of an over-long line
+        cr_only: bool | None = None
+        for chunk in _iter_bytes(stream, name, stats):
+            if cr_only is None:
+                cr_only = b"\n" not in chunk and b"\r" in chunk
+            if cr_only:
+                chunk = chunk.replace(b"\r", b"\n")
+            if skipping:
+                nl = chunk.find(b"\n")
+                if nl < 0:
+                    continue
+                chunk = chunk[nl + 1 :]
+                skipping = False
+                number += 1
+            buf = carry + chunk if carry else chunk
+            last = buf.rfind(b"\n")
+            if last < 0:
+                carry = buf
+            else:
+                block = buf[: last + 1]
+                carry = buf[last + 1 :]
+                yield _Block(number, block)
+                count = block.count(b"\n")
+                number += count
+                stats.lines += count
+            if len(carry) > MAX_LINE_BYTES:
+                yield _Block(number, carry[:MAX_LINE_BYTES], truncated=True)
+                stats.truncated_lines += 1
+                stats.lines += 1
+                carry = b""
+                skipping = True
+        if carry:
+            yield _Block(number, carry)
+            stats.lines += 1
+    finally:
+        if owned:
+            stream.close()
+
+
+def _split_block(block: _Block) -> Iterator[LogLine]:
+    if block.truncated:
+        yield make_line(block.first_number, block.data, truncated=True)
+        return
+    lines = block.data.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()
+    for offset, data in enumerate(lines):
+        yield make_line(block.first_number + offset, data)
+
+
+def iter_log_lines(
+    source: str | os.PathLike[str] | BinaryIO, *, stats: ScanStats | None = None
+) -> Iterator[LogLine]:
+    """Every line of the log, in order, as `LogLine`s (see the module docstring for what is handled)."""
+    st = stats if stats is not None else ScanStats()
+    for block in _iter_blocks(source, st):
+        yield from _split_block(block)
+
+
+def iter_matching_lines(
+    source: str | os.PathLike[str] | BinaryIO,
+    pattern: re.Pattern[bytes],
+    *,
+    context_after: int = 0,
+    stats: ScanStats | None = None,
+) -> Iterator[LogLine]:
+    """Only the lines whose raw bytes match `pattern`, each followed by up to `context_after` lines.
+
+    The pattern runs over whole blocks (megabytes at a time); blocks without a hit cost one regex
+    search and one newline count, so the scan runs at close to the regex engine's speed. A line that
+    both matches and falls in a previous hit's context is yielded once. Lines come in file order.
+    """
+    st = stats if stats is not None else ScanStats()
+    owed = 0  # context lines still owed after the last hit (carried across blocks)
+    for block in _iter_blocks(source, st):
+        if block.truncated:
+            hit = pattern.search(block.data) is not None
+            if hit or owed:
+                yield make_line(block.first_number, block.data, truncated=True)
+                owed = context_after if hit else owed - 1
+                st.hits += hit
+            continue
+        data = block.data
+        size = len(data)
+        pos = 0  # start of the next line not yet looked at
+        line_no = block.first_number
+        while pos < size:
+            if owed:
+                end = data.find(b"\n", pos)
+                end = size if end < 0 else end
+                line = data[pos:end]
+                yield make_line(line_no, line)
+                owed -= 1
+                if pattern.search(line) is not None:
+                    st.hits += 1
+                    owed = context_after
+                pos = end + 1
+                line_no += 1
+                continue
+            m = pattern.search(data, pos)
+            if m is None:
+                break
+            st.hits += 1
+            start = data.rfind(b"\n", pos, m.start()) + 1 if m.start() > pos else pos
+            if start < pos:
+                start = pos
+            line_no += data.count(b"\n", pos, start)
+            end = data.find(b"\n", m.start())
+            end = size if end < 0 else end
+            yield make_line(line_no, data[start:end])
+            pos = end + 1
+            line_no += 1
+            owed = context_after
