@@ -55,6 +55,14 @@ class MoESpec:
     first_k_dense_replace: int = 0
     """The first k layers use a dense MLP of `intermediate_size` (DeepSeek, Kimi)."""
     moe_layer_freq: int = 1
+    router_bias: bool = False
+    """The router (gate) linear has a bias (gpt-oss)."""
+    expert_bias: bool = False
+    """Each expert's projections have biases (gpt-oss)."""
+    score_correction_bias: bool = False
+    """A per-expert routing bias tensor (DeepSeek-V3 `e_score_correction_bias`, noaux_tc)."""
+    shared_expert_gate: bool = False
+    """A sigmoid gate (hidden → 1) on the shared expert (Qwen2-MoE)."""
 
 
 @dataclass(frozen=True)
@@ -104,6 +112,20 @@ class ModelSpec:
     aliases: tuple[str, ...] = ()
     sources: tuple[tuple[str, str], ...] = field(default=(), compare=False)
     """(fact, source) pairs: where each number came from."""
+    # Tensor-layout facts that only the parameter count needs (vramctl/core/params.py); defaults = Llama.
+    attention_qkv_bias: bool = False
+    """q/k/v projections have biases (Qwen2 / Qwen2.5, gpt-oss, `attention_bias: true`)."""
+    attention_out_bias: bool = False
+    """The output projection has a bias (gpt-oss, Llama with `attention_bias: true`)."""
+    qk_norm: bool = False
+    """Per-head RMSNorm on q and k (Qwen3, Gemma-3): 2 × head_dim weights per layer."""
+    attention_sinks: bool = False
+    """A learned sink logit per attention head and layer (gpt-oss)."""
+    mlp_bias: bool = False
+    norms_per_layer: int = 2
+    """RMSNorm weight vectors of hidden_size per layer: 2 (Llama), 4 (Gemma-2/3 pre+post norms)."""
+    num_mtp_layers: int = 0
+    """Multi-token-prediction layers in the checkpoint that a plain serve does not load (DeepSeek-V3)."""
 
     @property
     def is_mla(self) -> bool:

@@ -1,0 +1,83 @@
+"""The bundled profiles: an alias index built once per process, each YAML parsed at most once."""
+
+from __future__ import annotations
+
+import difflib
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from vramctl.registry._fields import get_str, get_str_list
+from vramctl.registry._files import profiles_dir, read_yaml
+from vramctl.registry.names import normalize
+
+
+class ProfileCatalog:
+    """Profiles of one kind (`models` or `gpus`): `<dir>/<slug>.yaml`, each with `id` and `aliases`."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self._index: dict[str, Path] | None = None
+        self._names: dict[Path, tuple[str, ...]] = {}
+
+    @property
+    def directory(self) -> Path:
+        return profiles_dir() / self.kind
+
+    def paths(self) -> list[Path]:
+        return sorted(self.directory.glob("*.yaml"))
+
+    def document(self, path: Path) -> dict[str, Any]:
+        return _read_cached(path)
+
+    def names_of(self, path: Path) -> tuple[str, ...]:
+        """Every name a profile answers to: its id, the part after `org/`, its file stem, its aliases."""
+        if path not in self._names:
+            doc = self.document(path)
+            where = str(path)
+            ident = get_str(doc, "id", where)
+            names = [ident, ident.rsplit("/", 1)[-1], path.stem, *get_str_list(doc, "aliases", where)]
+            self._names[path] = tuple(dict.fromkeys(names))
+        return self._names[path]
+
+    def index(self) -> dict[str, Path]:
+        if self._index is None:
+            index: dict[str, Path] = {}
+            for path in self.paths():
+                for name in self.names_of(path):
+                    index.setdefault(normalize(name), path)
+            self._index = index
+        return self._index
+
+    def find(self, name: str) -> Path | None:
+        """The profile answering to `name` (case-insensitive); a file-stem hit avoids parsing the rest."""
+        key = normalize(name)
+        if "/" not in key and key not in (".", ".."):
+            direct = self.directory / f"{key}.yaml"
+            if direct.is_file():
+                return direct
+        return self.index().get(key)
+
+    def suggest(self, name: str, n: int = 3) -> list[str]:
+        """The n profiles closest to `name`, each shown by its own best-matching name."""
+        key = normalize(name)
+        best: list[tuple[float, str]] = []
+        for path in self.paths():
+            scored = [
+                (difflib.SequenceMatcher(None, key, normalize(c)).ratio(), c) for c in self.names_of(path)
+            ]
+            best.append(max(scored, key=lambda item: (item[0], -len(item[1]))))
+        best.sort(key=lambda item: -item[0])
+        return [candidate for _, candidate in best[:n]]
+
+    def all_names(self) -> list[str]:
+        return [name for path in self.paths() for name in self.names_of(path)]
+
+
+@cache
+def _read_cached(path: Path) -> dict[str, Any]:
+    return read_yaml(path)
+
+
+MODELS = ProfileCatalog("models")
+GPUS = ProfileCatalog("gpus")

@@ -1,0 +1,60 @@
+"""Where the bundled profiles live, and reading YAML / JSON files into plain dicts (errors as BadInputError)."""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from vramctl.core.errors import BadInputError
+
+_Loader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+@cache
+def profiles_dir() -> Path:
+    """`vramctl/profiles` inside an installed wheel, else the repository's `profiles/` (editable install)."""
+    package = Path(__file__).resolve().parent.parent
+    for candidate in (package / "profiles", package.parent / "profiles"):
+        if (candidate / "models").is_dir() and (candidate / "gpus").is_dir():
+            return candidate
+    raise BadInputError(
+        f"bundled profiles not found under {package / 'profiles'} or {package.parent / 'profiles'}"
+    )
+
+
+def read_yaml(path: Path) -> dict[str, Any]:
+    """One YAML mapping; a syntax error or a non-mapping document is a BadInputError naming the file."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise BadInputError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    try:
+        data = yaml.load(text, Loader=_Loader)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise BadInputError(f"{path}: not valid YAML{where}: {getattr(exc, 'problem', exc)}") from None
+    if not isinstance(data, dict):
+        raise BadInputError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
+    return data
+
+
+def read_json_object(path: Path) -> dict[str, Any]:
+    """One JSON object; malformed JSON or another top-level type is a BadInputError naming the file."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise BadInputError(f"{path}: cannot read: {getattr(exc, 'strerror', None) or exc}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise BadInputError(
+            f"{path}: not valid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"
+        ) from None
+    if not isinstance(data, dict):
+        raise BadInputError(f"{path}: expected a JSON object at the top level, got {type(data).__name__}")
+    return data

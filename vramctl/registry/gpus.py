@@ -1,0 +1,109 @@
+"""GPU profiles (profiles/gpus/*.yaml) → GpuSpec, and a GpuSpec for an unlisted card's total."""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from vramctl.core.errors import BadInputError, UnknownNameError
+from vramctl.core.specs import GpuSpec
+from vramctl.core.units import GB, MiB, format_gib
+from vramctl.registry._catalog import GPUS
+from vramctl.registry._fields import get_float, get_int, get_mapping, get_sources, get_str, get_str_list
+
+TB = 10**12
+
+
+def gpu_from_profile(doc: dict[str, Any], where: str) -> GpuSpec:
+    """Validate one GPU profile mapping (schema: docs/models-and-gpus.md)."""
+    if doc.get("cuda_total_bytes") is not None:
+        cuda_total = get_int(doc, "cuda_total_bytes", where)
+    else:
+        # Logs print 2 decimals; the driver hands out whole MiB, so take the nearest MiB (79.18 → 81,080 MiB).
+        cuda_total = round(get_float(doc, "cuda_total_gib", where) * 1024) * MiB
+    smi_mib = get_int(doc, "nvidia_smi_total_mib", where)
+    if cuda_total <= 0:
+        raise BadInputError(f"{where}: field 'cuda_total_gib' must be positive")
+    if cuda_total > smi_mib * MiB:
+        raise BadInputError(
+            f"{where}: cuda total {format_gib(cuda_total)} exceeds nvidia_smi_total_mib {smi_mib} MiB"
+        )
+    link = get_mapping(doc, "host_link", where)
+    if link is None:
+        raise BadInputError(f"{where}: missing required field 'host_link'")
+    link_where = f"{where}: host_link"
+    bandwidth = get_float(doc, "hbm_bandwidth_tb_s", where) * TB
+    flops = get_float(doc, "dense_bf16_tflops", where) * TB
+    if bandwidth <= 0 or flops <= 0:
+        raise BadInputError(f"{where}: hbm_bandwidth_tb_s and dense_bf16_tflops must be positive")
+    return GpuSpec(
+        name=get_str(doc, "id", where),
+        display_name=get_str(doc, "display_name", where),
+        cuda_total_bytes=cuda_total,
+        nvidia_smi_total_mib=smi_mib,
+        hbm_bandwidth_bytes_per_s=bandwidth,
+        pcie_generation=get_int(link, "pcie_generation", link_where),
+        pcie_lanes=get_int(link, "lanes", link_where),
+        host_link_bytes_per_s=get_float(link, "gb_per_s_per_direction", link_where) * GB,
+        dense_bf16_flops=flops,
+        vendor=get_str(doc, "vendor", where, default="nvidia"),
+        compute_capability=str(doc["compute_capability"]) if doc.get("compute_capability") else None,
+        aliases=get_str_list(doc, "aliases", where),
+        sources=get_sources(doc, where),
+    )
+
+
+@cache
+def _gpu_at(path: Path) -> GpuSpec:
+    return gpu_from_profile(GPUS.document(path), str(path))
+
+
+def load_gpu(name: str) -> GpuSpec:
+    """A bundled GPU by id, alias, or its torch / nvidia-smi name (`NVIDIA H100 80GB HBM3`), any case."""
+    if not isinstance(name, str) or not name.strip():
+        raise BadInputError("--gpu: empty GPU name")
+    path = GPUS.find(name)
+    if path is None:
+        raise UnknownNameError("GPU", name, GPUS.suggest(name))
+    return _gpu_at(path)
+
+
+def list_gpus() -> list[GpuSpec]:
+    return [_gpu_at(path) for path in GPUS.paths()]
+
+
+def gpu_from_capacity(total_bytes: int, *, nvidia_smi_total_mib: int | None = None) -> GpuSpec:
+    """An unlisted card of `total_bytes` (the CUDA total, e.g. `--gpu-memory 79.18GiB`).
+
+    Links, bandwidth and FLOP/s are borrowed from the listed card whose CUDA total is nearest (named in
+    `display_name` and `sources`); the nvidia-smi total, unless given, is taken as the CUDA total
+    rounded up to a MiB (the driver's reservation is unknown for an unlisted card).
+    """
+    if isinstance(total_bytes, bool) or not isinstance(total_bytes, int) or total_bytes <= 0:
+        raise BadInputError(f"--gpu-memory: must be a positive size, got {total_bytes!r}")
+    known = list_gpus()
+    nearest = min(known, key=lambda gpu: (abs(gpu.cuda_total_bytes - total_bytes), gpu.name))
+    smi = nvidia_smi_total_mib if nvidia_smi_total_mib is not None else -(-total_bytes // MiB)
+    return GpuSpec(
+        name="custom",
+        display_name=f"GPU with {format_gib(total_bytes)} (links and FLOP/s as {nearest.name})",
+        cuda_total_bytes=total_bytes,
+        nvidia_smi_total_mib=smi,
+        hbm_bandwidth_bytes_per_s=nearest.hbm_bandwidth_bytes_per_s,
+        pcie_generation=nearest.pcie_generation,
+        pcie_lanes=nearest.pcie_lanes,
+        host_link_bytes_per_s=nearest.host_link_bytes_per_s,
+        dense_bf16_flops=nearest.dense_bf16_flops,
+        vendor=nearest.vendor,
+        compute_capability=nearest.compute_capability,
+        aliases=(),
+        sources=(
+            ("cuda_total_bytes", "given: --gpu-memory"),
+            (
+                "nvidia_smi_total_mib",
+                "given" if nvidia_smi_total_mib is not None else "assumed: = CUDA total",
+            ),
+            ("links, bandwidth, flops", f"assumed: nearest listed card by CUDA total ({nearest.name})"),
+        ),
+    )

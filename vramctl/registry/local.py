@@ -1,0 +1,151 @@
+"""A local model: a config.json, a model folder, or a Hugging Face cache repo / snapshot (offline only)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from vramctl.core.errors import BadInputError
+from vramctl.core.specs import ModelSpec
+from vramctl.core.units import format_gib
+from vramctl.registry._files import read_json_object
+from vramctl.registry.models import spec_from_config
+from vramctl.registry.safetensors import CheckpointSummary, read_checkpoint
+
+INDEX_FILE = "model.safetensors.index.json"
+
+
+@dataclass(frozen=True)
+class LocalModel:
+    config_path: Path
+    folder: Path
+    name: str
+    """The HF id for a cache snapshot (`org/name`), else the path as given."""
+
+
+def looks_like_path(text: str) -> bool:
+    """A name is a path if it exists, starts like one (`/`, `./`, `~`), or names a .json file."""
+    if text.startswith(("/", "./", "../", "~", ".\\")) or text in (".", "..") or text.endswith(".json"):
+        return True
+    try:
+        return Path(text).expanduser().exists()
+    except OSError:
+        return False
+
+
+def hf_cache_dir() -> Path:
+    """The hub cache, as huggingface_hub resolves it: HF_HUB_CACHE, HUGGINGFACE_HUB_CACHE, HF_HOME/hub."""
+    for var in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
+        if os.environ.get(var):
+            return Path(os.environ[var]).expanduser()
+    home = os.environ.get("HF_HOME")
+    base = Path(home).expanduser() if home else Path.home() / ".cache" / "huggingface"
+    return base / "hub"
+
+
+def find_in_hf_cache(repo_id: str) -> Path | None:
+    """`org/name` → `<cache>/models--org--name` when it has been downloaded; never touches the network."""
+    if repo_id.count("/") != 1:
+        return None
+    folder = hf_cache_dir() / ("models--" + repo_id.replace("/", "--"))
+    return folder if folder.is_dir() else None
+
+
+def _snapshot_of(repo_folder: Path) -> Path:
+    """Resolve `models--org--name` to its snapshot: refs/main, else the only (or newest) snapshot."""
+    snapshots = repo_folder / "snapshots"
+    ref = repo_folder / "refs" / "main"
+    if ref.is_file():
+        commit = ref.read_text(encoding="utf-8").strip()
+        if commit and (snapshots / commit).is_dir():
+            return snapshots / commit
+    candidates = (
+        sorted((p for p in snapshots.iterdir() if p.is_dir()), key=lambda p: p.stat().st_mtime)
+        if snapshots.is_dir()
+        else []
+    )
+    if not candidates:
+        raise BadInputError(f"--model: {repo_folder}: a Hugging Face cache folder without snapshots/")
+    return candidates[-1]
+
+
+def _repo_id_of(folder: Path) -> str | None:
+    """`.../models--org--name/snapshots/<hash>` → `org/name`."""
+    for part in (folder, *folder.parents):
+        if part.name.startswith("models--"):
+            return part.name.removeprefix("models--").replace("--", "/", 1)
+    return None
+
+
+def resolve_local(text: str) -> LocalModel:
+    path = Path(text).expanduser()
+    if not path.exists():
+        raise BadInputError(f"--model {text}: no such file or directory")
+    if path.is_file():
+        folder = path.parent
+        config = path
+    else:
+        folder = path
+        if not (folder / "config.json").is_file() and (
+            folder.name.startswith("models--") or (folder / "snapshots").is_dir()
+        ):
+            folder = _snapshot_of(folder)
+        config = folder / "config.json"
+        if not config.is_file():
+            raise BadInputError(f"--model {text}: no config.json in {folder}")
+    repo = _repo_id_of(folder.resolve()) or _repo_id_of(folder)
+    return LocalModel(config_path=config, folder=folder, name=repo or text)
+
+
+def _safetensors_files(folder: Path) -> list[Path]:
+    """Shards named by model.safetensors.index.json, else every *.safetensors in the folder."""
+    index = folder / INDEX_FILE
+    if index.is_file():
+        data = read_json_object(index)
+        weight_map = data.get("weight_map")
+        if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+            raise BadInputError(f"{index}: field 'weight_map' must map tensor names to file names")
+        names = sorted(set(weight_map.values()))
+        present = [folder / name for name in names if (folder / name).is_file()]
+        if present and len(present) != len(names):
+            missing = next(name for name in names if not (folder / name).is_file())
+            raise BadInputError(
+                f"{index}: shard {missing!r} is missing ({len(present)} of {len(names)} present); finish the download"
+            )
+        return present
+    return sorted(folder.glob("*.safetensors"))
+
+
+def load_local_model(text: str) -> ModelSpec:
+    """ModelSpec from a local config.json, reading the safetensors headers beside it when present."""
+    local = resolve_local(text)
+    config = read_json_object(local.config_path)
+    where = str(local.config_path)
+    files = _safetensors_files(local.folder)
+    if not files:
+        return spec_from_config(
+            config,
+            where=where,
+            name=local.name,
+            sources=(("config", where), ("param_count", "formula (no safetensors files)")),
+        )
+    # A first pass validates the config and tells us how many decoder layers a serve loads.
+    probe = spec_from_config(config, where=where, name=local.name)
+    summary: CheckpointSummary = read_checkpoint(files).without_layers_from(probe.num_hidden_layers)
+    unquantised = probe.quantization is None and summary.all_float
+    param_count = summary.total_elements if unquantised else probe.param_count
+    dtypes = ", ".join(f"{dtype} {format_gib(size)}" for dtype, size in summary.bytes_by_dtype.items())
+    sources = (
+        ("config", where),
+        ("weight_bytes", f"safetensors headers of {len(files)} file(s) in {local.folder}: {dtypes}"),
+        ("param_count", "safetensors headers" if unquantised else "formula (quantised checkpoint)"),
+    )
+    return spec_from_config(
+        config,
+        where=where,
+        name=local.name,
+        param_count=param_count,
+        weight_bytes=summary.total_bytes,
+        sources=sources,
+    )

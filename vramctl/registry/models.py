@@ -1,0 +1,257 @@
+"""config.json (or a bundled profile's `config:`) → ModelSpec: ONE parser for both.
+
+Architecture facts the config does not spell out (tensor layout for the parameter count, attention
+pattern defaults) follow the Hugging Face transformers implementation of each `model_type`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+from vramctl.core.errors import BadInputError
+from vramctl.core.params import param_count_from_spec, weight_bytes_from_spec
+from vramctl.core.specs import (
+    DTYPE_BYTES,
+    FULL_ATTENTION,
+    SLIDING_ATTENTION,
+    MLASpec,
+    ModelSpec,
+    MoESpec,
+)
+from vramctl.registry._fields import (
+    get_bool,
+    get_int,
+    get_mapping,
+    get_opt_int,
+    get_str_list,
+)
+
+# model_type → defaults of its transformers config class where config.json may omit the field.
+_TIED_BY_DEFAULT = {"gemma", "gemma2", "gemma3", "gemma3_text"}
+_QKV_BIAS_ALWAYS = {"qwen2", "qwen2_moe", "qwen2_vl", "qwen2_5_vl"}
+_QK_NORM = {"qwen3", "qwen3_moe", "gemma3", "gemma3_text"}
+_FOUR_NORMS = {"gemma2", "gemma3", "gemma3_text"}
+_LAYER_TYPES = {FULL_ATTENTION, SLIDING_ATTENTION}
+_DTYPE_ALIASES = {"float": "float32", "torch.float32": "float32", "half": "float16"}
+_FP8_METHODS = {"fp8", "fbgemm_fp8"}
+
+
+def _text_config(config: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """Multimodal wrappers (Gemma-3, Llama-4, Qwen2-VL, ...) keep the language model under text_config."""
+    text = get_mapping(config, "text_config", where)
+    merged = dict(config)
+    if text is not None and "hidden_size" not in config:
+        merged = {**config, **text}
+        for key in ("torch_dtype", "dtype", "quantization_config", "tie_word_embeddings"):
+            if key in config and key not in text:
+                merged[key] = config[key]
+        merged["architectures"] = config.get("architectures", text.get("architectures"))
+        merged["_text_model_type"] = text.get("model_type")
+    return merged
+
+
+def _dtype(config: Mapping[str, Any], where: str) -> str:
+    raw = config.get("torch_dtype", config.get("dtype"))
+    if raw is None:
+        return "bfloat16"
+    if not isinstance(raw, str):
+        raise BadInputError(f"{where}: field 'torch_dtype' must be a dtype name, got {raw!r}")
+    name = _DTYPE_ALIASES.get(raw.lower(), raw.lower().removeprefix("torch."))
+    if name not in DTYPE_BYTES:
+        raise BadInputError(f"{where}: field 'torch_dtype' has unknown dtype {raw!r}")
+    return name
+
+
+def _quantization(config: Mapping[str, Any], where: str) -> str | None:
+    quant = get_mapping(config, "quantization_config", where)
+    if quant is None:
+        return None
+    method = quant.get("quant_method")
+    if method is None and (quant.get("load_in_4bit") or quant.get("load_in_8bit")):
+        method = "bitsandbytes"
+    if not isinstance(method, str) or not method:
+        raise BadInputError(
+            f"{where}: field 'quantization_config.quant_method' must be a string, got {method!r}"
+        )
+    method = method.lower()
+    return "fp8" if method in _FP8_METHODS else method
+
+
+def _moe(config: Mapping[str, Any], model_type: str, where: str) -> MoESpec | None:
+    experts = None
+    for key in ("n_routed_experts", "num_local_experts", "num_experts"):
+        if config.get(key) is not None:
+            experts = get_int(config, key, where, minimum=0)
+            break
+    if not experts:
+        return None
+    per_tok_key = "num_experts_per_tok" if "num_experts_per_tok" in config else "experts_per_token"
+    per_tok = get_int(config, per_tok_key, where)
+    if per_tok > experts:
+        raise BadInputError(
+            f"{where}: field {per_tok_key!r} ({per_tok}) exceeds the number of experts ({experts})"
+        )
+    if config.get("moe_intermediate_size") is not None:
+        expert_size = get_int(config, "moe_intermediate_size", where)
+    else:  # Mixtral, gpt-oss: every layer is MoE and intermediate_size is the expert's
+        expert_size = get_int(config, "intermediate_size", where)
+    shared = get_int(config, "n_shared_experts", where, default=0, minimum=0)
+    shared_size = shared * expert_size
+    shared_gate = False
+    if config.get("shared_expert_intermediate_size"):  # Qwen2-MoE: one shared expert with a sigmoid gate
+        shared = 1
+        shared_size = get_int(config, "shared_expert_intermediate_size", where)
+        shared_gate = True
+    mlp_only = config.get("mlp_only_layers") or []
+    if mlp_only:
+        raise BadInputError(f"{where}: field 'mlp_only_layers' is not supported (got {len(mlp_only)} layers)")
+    freq = get_int(
+        config, "moe_layer_freq", where, default=get_int(config, "decoder_sparse_step", where, default=1)
+    )
+    is_gpt_oss = model_type == "gpt_oss"
+    return MoESpec(
+        num_experts=experts,
+        num_experts_per_tok=per_tok,
+        moe_intermediate_size=expert_size,
+        num_shared_experts=shared,
+        shared_expert_intermediate_size=shared_size,
+        first_k_dense_replace=get_int(config, "first_k_dense_replace", where, default=0, minimum=0),
+        moe_layer_freq=freq,
+        router_bias=is_gpt_oss,
+        expert_bias=is_gpt_oss,
+        score_correction_bias=config.get("topk_method") == "noaux_tc",
+        shared_expert_gate=shared_gate,
+    )
+
+
+def _mla(config: Mapping[str, Any], where: str) -> MLASpec | None:
+    if config.get("kv_lora_rank") is None:
+        return None
+    return MLASpec(
+        kv_lora_rank=get_int(config, "kv_lora_rank", where),
+        qk_rope_head_dim=get_int(config, "qk_rope_head_dim", where),
+        qk_nope_head_dim=get_int(config, "qk_nope_head_dim", where),
+        v_head_dim=get_int(config, "v_head_dim", where),
+        q_lora_rank=get_opt_int(config, "q_lora_rank", where),
+    )
+
+
+def _attention_pattern(
+    config: Mapping[str, Any], model_type: str, layers: int, max_pos: int, where: str
+) -> tuple[tuple[str, ...], int | None]:
+    """(layer_types, sliding_window) as the engines see them."""
+    window = get_opt_int(config, "sliding_window", where)
+    if config.get("use_sliding_window") is False:  # Qwen2/Qwen3: the field is present but off
+        window = None
+    declared = get_str_list(config, "layer_types", where)
+    if declared:
+        if len(declared) != layers:
+            raise BadInputError(
+                f"{where}: field 'layer_types' has {len(declared)} entries for {layers} num_hidden_layers"
+            )
+        unknown = sorted(set(declared) - _LAYER_TYPES)
+        if unknown:
+            raise BadInputError(f"{where}: field 'layer_types' has unsupported kind {unknown[0]!r}")
+        if SLIDING_ATTENTION not in declared:
+            return (), None
+        if window is None:
+            raise BadInputError(
+                f"{where}: field 'layer_types' has sliding layers but 'sliding_window' is not set"
+            )
+        return declared, window
+    if window is None:
+        return (), None
+    if model_type == "gemma2":  # transformers Gemma2: layer i slides when i is even
+        return tuple(SLIDING_ATTENTION if i % 2 == 0 else FULL_ATTENTION for i in range(layers)), window
+    if model_type in ("gemma3", "gemma3_text"):  # every sliding_window_pattern-th layer is global
+        pattern = get_int(config, "sliding_window_pattern", where, default=6)
+        kinds = (SLIDING_ATTENTION if (i + 1) % pattern else FULL_ATTENTION for i in range(layers))
+        return tuple(kinds), window
+    if window >= max_pos:  # a window as long as the context is full attention (Phi-3-128k: 262144)
+        return (), None
+    return (), window
+
+
+def spec_from_config(
+    config: Mapping[str, Any],
+    *,
+    where: str,
+    name: str,
+    param_count: int | None = None,
+    weight_bytes: int | None = None,
+    aliases: Sequence[str] = (),
+    sources: Sequence[tuple[str, str]] = (),
+) -> ModelSpec:
+    """Build a ModelSpec from config.json fields; `where` names the file in every error.
+
+    param_count / weight_bytes default to the formula of vramctl/core/params.py.
+    """
+    cfg = _text_config(config, where)
+    model_type = str(cfg.get("_text_model_type") or cfg.get("model_type") or "")
+    architectures = get_str_list(cfg, "architectures", where)
+    architecture = architectures[0] if architectures else (model_type or "unknown")
+    hidden = get_int(cfg, "hidden_size", where)
+    layers = get_int(cfg, "num_hidden_layers", where)
+    heads = get_int(cfg, "num_attention_heads", where)
+    kv_heads = get_int(cfg, "num_key_value_heads", where, default=heads)
+    if kv_heads > heads or heads % kv_heads:
+        raise BadInputError(
+            f"{where}: field 'num_key_value_heads' ({kv_heads}) must divide num_attention_heads ({heads})"
+        )
+    mla = _mla(cfg, where)
+    if mla is not None:
+        head_dim = mla.qk_nope_head_dim + mla.qk_rope_head_dim
+    elif cfg.get("head_dim") is not None:
+        head_dim = get_int(cfg, "head_dim", where)
+    else:
+        if hidden % heads:
+            raise BadInputError(
+                f"{where}: field 'hidden_size' ({hidden}) is not a multiple of num_attention_heads ({heads})"
+                " and 'head_dim' is missing"
+            )
+        head_dim = hidden // heads
+    max_pos = get_int(cfg, "max_position_embeddings", where)
+    layer_types, window = _attention_pattern(cfg, model_type, layers, max_pos, where)
+    attention_bias = get_bool(cfg, "attention_bias", where)
+    spec = ModelSpec(
+        name=name,
+        architecture=architecture,
+        hidden_size=hidden,
+        intermediate_size=get_int(cfg, "intermediate_size", where),
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        head_dim=head_dim,
+        vocab_size=get_int(cfg, "vocab_size", where),
+        max_position_embeddings=max_pos,
+        torch_dtype=_dtype(cfg, where),
+        param_count=0,
+        weight_bytes=0,
+        tie_word_embeddings=get_bool(
+            cfg, "tie_word_embeddings", where, default=model_type in _TIED_BY_DEFAULT
+        ),
+        layer_types=layer_types,
+        sliding_window=window,
+        moe=_moe(cfg, model_type, where),
+        mla=mla,
+        quantization=_quantization(cfg, where),
+        aliases=tuple(aliases),
+        sources=tuple(sources),
+        attention_qkv_bias=attention_bias or model_type in _QKV_BIAS_ALWAYS,
+        attention_out_bias=attention_bias,
+        qk_norm=model_type in _QK_NORM,
+        attention_sinks=model_type == "gpt_oss",
+        mlp_bias=get_bool(cfg, "mlp_bias", where),
+        norms_per_layer=4 if model_type in _FOUR_NORMS else 2,
+        num_mtp_layers=get_int(cfg, "num_nextn_predict_layers", where, default=0, minimum=0),
+    )
+    count = param_count if param_count is not None else param_count_from_spec(spec)
+    spec = _replace(spec, param_count=count)
+    size = weight_bytes if weight_bytes is not None else weight_bytes_from_spec(spec)
+    return _replace(spec, weight_bytes=size)
+
+
+def _replace(spec: ModelSpec, **changes: Any) -> ModelSpec:
+    return replace(spec, **changes)
