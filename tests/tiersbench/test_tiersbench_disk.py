@@ -232,7 +232,7 @@ def test_directory_checks(tmp_path: Path) -> None:
     afile.write_text("x")
     with pytest.raises(BadInputError, match="not a directory"):
         disk_bench.check_directory(afile, 1)
-    with pytest.raises(DiskFullError, match="only .* free"):
+    with pytest.raises(DiskFullError, match=r"only .* free"):
         disk_bench.check_directory(tmp_path, 2**62)
 
 
