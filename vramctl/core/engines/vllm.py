@@ -1,0 +1,312 @@
+"""vLLM's memory semantics by version: defaults, the subtraction, the graph estimate, capture sizes.
+
+Every fact cites ../shared/reference/vllm.md (§ and the vLLM file:line it quotes; unlabelled lines are
+vLLM 0.33.0 at commit 4ba787ec9, `[0.11.0]`-style labels are older wheels). This is the one place vramctl
+keeps vLLM's versioned rules; `vramctl.core.plan` applies them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from vramctl.core.errors import BadInputError
+from vramctl.core.settings import LATEST_VLLM_VERSION, parse_version
+from vramctl.core.specs import GpuSpec
+from vramctl.core.units import GiB
+
+Version = tuple[int, ...]
+
+Subtraction = Literal["v0", "profile-sum", "consumed"]
+"""How non-KV memory is computed (vllm.md §1.3, §9):
+
+- `v0` (≤0.6.x / V0 engine): non_kv = weights + torch peak increase + non-torch growth, with the baseline read
+  before NCCL init, so NCCL buffers are charged (`[0.6.6.post1] worker/worker.py:143-258`);
+- `profile-sum` (V1 up to 0.26): non_kv = non_torch_increase + torch_peak_increase + weights
+  (`[0.26.0] vllm/utils/mem_utils.py:309-313`), snapshot after NCCL init;
+- `consumed` (0.28 →): non_kv = total_consumed (free-memory drop since the init snapshot) + transient peak
+  headroom (`vllm/utils/mem_utils.py:312-321`).
+"""
+
+
+def resolve_version(version: str | None) -> str:
+    """The version string to plan for (None = the latest vLLM vramctl knows)."""
+    text = LATEST_VLLM_VERSION if version is None else version.strip()
+    try:
+        parse_version(text)
+    except ValueError:
+        raise BadInputError(
+            f"--engine-version {version!r}: not a vLLM version (expected e.g. 0.11.0)"
+        ) from None
+    return text
+
+
+def _v(version: str | Version) -> Version:
+    return parse_version(version) if isinstance(version, str) else version
+
+
+def default_gpu_memory_utilization(version: str) -> float:
+    """0.90 before 0.20.0, 0.92 from 0.20.0 (PR #38284; `vllm/config/cache.py:215`; vllm.md §6)."""
+    return 0.92 if _v(version) >= (0, 20, 0) else 0.90
+
+
+def estimate_cudagraphs_default(version: str) -> bool:
+    """VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS: absent ≤0.17, default "0" in 0.19, "1" from 0.20.0
+    (`envs.py:329`; PR #30515, PR #38284; vllm.md §6)."""
+    return _v(version) >= (0, 20, 0)
+
+
+def supports_cudagraph_estimate(version: str) -> bool:
+    """Whether the version can estimate graph memory at all (the env var exists from 0.19.0)."""
+    return _v(version) >= (0, 19, 0)
+
+
+def is_v0(version: str) -> bool:
+    """The V0 engine: vLLM < 0.8 (V1 became the default in 0.8; vllm.md §9)."""
+    return _v(version) < (0, 8, 0)
+
+
+def subtraction_kind(version: str) -> Subtraction:
+    """Which non-KV formula the version uses (vllm.md §1.3, §9). 0.27 is taken as the ≤0.26 rule: the
+    switch is between the 0.26.0 and 0.28.0 wheels."""
+    v = _v(version)
+    if v < (0, 8, 0):
+        return "v0"
+    if v < (0, 28, 0):
+        return "profile-sum"
+    return "consumed"
+
+
+def charges_nccl_to_budget(version: str) -> bool:
+    """V0 read its baseline before NCCL init, so NCCL buffers were charged (`[0.6.6.post1] worker.py:143`
+    vs `:148`); V1 snapshots after `init_worker_distributed_environment` (`gpu_worker.py:504`, vllm.md §2.1)."""
+    return is_v0(version)
+
+
+def has_large_gpu_tier(version: str) -> bool:
+    """The ≥160 GiB (B200/B300) row of the scheduler defaults: absent in 0.11.0 (`[0.11.0]
+    arg_utils.py:1605-1651`), present in 0.33.0 (`arg_utils.py:2940-3039`). The release that added it is
+    not pinned in the reference; vramctl assumes it from 0.12.0."""
+    return _v(version) >= (0, 12, 0)
+
+
+def _is_a100(gpu: GpuSpec) -> bool:
+    text = f"{gpu.name} {gpu.display_name}".lower()
+    return "a100" in text
+
+
+def _is_gb10(gpu: GpuSpec) -> bool:
+    text = f"{gpu.name} {gpu.display_name}".lower()
+    return "gb10" in text and "gb100" not in text
+
+
+def default_scheduler_limits(
+    gpu: GpuSpec | None,
+    version: str,
+    entrypoint: str = "server",
+    world_size: int = 1,
+    *,
+    max_model_len: int | None = None,
+    enable_chunked_prefill: bool | None = None,
+) -> tuple[int, int]:
+    """Default (max_num_batched_tokens, max_num_seqs) before the user's flags (vllm.md §6).
+
+    V1 (0.8 →), `vllm/engine/arg_utils.py:2940-3039`:
+      ≥160 GiB (from 0.12, see `has_large_gpu_tier`): 16384 / 1024 for both entry points;
+      ≥70 GiB, not A100, not GB10: LLM class 16384 / 1024, OpenAI server 8192 / 1024;
+      otherwise (or the device unknown): LLM class 8192 / 256, server 2048 / 256.
+    V0 (< 0.8): max_num_seqs 256; batched tokens max(max_model_len, 2048) without chunked prefill, 2048 with
+      it (`[0.6.6.post1] vllm/config.py:1427-1442`); V0 turned chunked prefill on by itself for contexts
+      ≥ 32K, where the server default was 512 (datapoints 117, 128 of ../shared/samples/startup).
+    `world_size` matters only for the CPU backend (not planned here); it is accepted for the signature.
+    """
+    del world_size
+    if entrypoint not in ("server", "llm"):
+        raise BadInputError(f"entrypoint {entrypoint!r}: expected 'server' or 'llm'")
+    if is_v0(version):
+        seqs = 256
+        long_context = max_model_len is not None and max_model_len >= 32768
+        chunked = enable_chunked_prefill if enable_chunked_prefill is not None else long_context
+        if chunked:
+            tokens = 512 if long_context and enable_chunked_prefill is None else 2048
+        else:
+            tokens = max(max_model_len or 2048, 2048)
+        return tokens, seqs
+    server = entrypoint == "server"
+    total = gpu.cuda_total_bytes if gpu is not None else 0
+    if gpu is not None and total >= 160 * GiB and has_large_gpu_tier(version):
+        return 16384, 1024
+    if gpu is not None and total >= 70 * GiB and not _is_a100(gpu) and not _is_gb10(gpu):
+        return (8192 if server else 16384), 1024
+    return (2048 if server else 8192), 256
+
+
+def apply_scheduler_caps(
+    max_num_batched_tokens: int,
+    max_num_seqs: int,
+    max_model_len: int,
+    *,
+    user_batched_tokens: bool,
+    chunked_prefill: bool = True,
+) -> tuple[int, int]:
+    """vLLM's adjustments after the table (vllm.md §6): without chunked prefill the batch must hold a whole
+    prompt (max(max_model_len, default)); batched tokens are capped at max_num_seqs × max_model_len; then
+    max_num_seqs = min(max_num_seqs, max_num_batched_tokens)."""
+    tokens = max_num_batched_tokens
+    if not chunked_prefill and not user_batched_tokens:
+        tokens = max(tokens, max_model_len)
+    if not user_batched_tokens:
+        tokens = min(tokens, max_num_seqs * max_model_len)
+    seqs = min(max_num_seqs, tokens)
+    return tokens, seqs
+
+
+def _is_blackwell_datacenter(gpu: GpuSpec | None) -> bool:
+    if gpu is None or not gpu.compute_capability:
+        return False
+    return gpu.compute_capability.split(".")[0] == "10"
+
+
+def default_max_capture_size(max_num_seqs: int, max_num_batched_tokens: int, gpu: GpuSpec | None) -> int:
+    """`max_cudagraph_capture_size` = min(max_num_seqs × 2, 512) (1024 on SM100), capped at
+    max_num_batched_tokens (`vllm/config/vllm.py:2398-2620`, 0.33.0; uniform_decode_query_len = 1)."""
+    limit = 1024 if _is_blackwell_datacenter(gpu) else 512
+    return max(1, min(max_num_seqs * 2, limit, max_num_batched_tokens))
+
+
+def default_capture_sizes(
+    max_num_seqs: int,
+    max_num_batched_tokens: int,
+    gpu: GpuSpec | None,
+    version: str,
+    *,
+    max_capture_size: int | None = None,
+) -> tuple[int, ...]:
+    """The batch sizes vLLM captures CUDA graphs for, ascending (vllm.md §6, "CUDA-graph capture sizes").
+
+    0.12 → 0.33: [1, 2, 4] + range(8, min(max + 1, 256), 8) + range(256, max + 1, 16), plus
+      max_num_batched_tokens when ≤ max and max_num_seqs (the uniform-decode size);
+    0.10 – 0.11: [1, 2, 4] + multiples of 8 up to min(max_num_seqs × 2, 512);
+    0.8 – 0.9 (V1): [1, 2, 4] + range(8, 513, 8) whatever max_num_seqs, filtered to ≤ max_num_batched_tokens
+      (`[0.8.x] vllm/config.py _set_cudagraph_sizes`; datapoint 131 captures 0.41 GiB with max_num_seqs 1);
+    V0 (< 0.8): [1, 2, 4] + multiples of 8 up to the first one ≥ max_num_seqs (capped at 512).
+    The 0.10 and 0.12 boundaries are vramctl's reading of the history; the reference pins 0.11.0 and 0.33.0.
+    """
+    v = _v(version)
+    if v < (0, 8, 0):
+        top = (
+            1
+            if max_num_seqs <= 1
+            else 2
+            if max_num_seqs <= 2
+            else 4
+            if max_num_seqs <= 4
+            else -(-max_num_seqs // 8) * 8
+        )
+        top = min(512, top)
+        return tuple(s for s in (1, 2, 4, *range(8, 513, 8)) if s <= top)
+    if v < (0, 10, 0):
+        top = min(512, max_num_batched_tokens)
+        return tuple(s for s in (1, 2, 4, *range(8, 513, 8)) if s <= top)
+    if v < (0, 12, 0):
+        top = max_capture_size or min(max_num_seqs * 2, 512)
+        return tuple(sorted({s for s in (1, 2, 4, *range(8, top + 1, 8)) if s <= top}))
+    top = max_capture_size or default_max_capture_size(max_num_seqs, max_num_batched_tokens, gpu)
+    top = min(top, max_num_batched_tokens)
+    sizes: set[int] = {s for s in (1, 2, 4) if s <= top}
+    sizes.update(range(8, min(top + 1, 256), 8))
+    sizes.update(range(256, top + 1, 16))
+    if max_num_batched_tokens <= top:
+        sizes.add(max_num_batched_tokens)
+    if max_num_seqs <= top:
+        sizes.add(max_num_seqs)
+    return tuple(sorted(sizes))
+
+
+def default_block_size(version: str) -> int:
+    """`CacheConfig.DEFAULT_BLOCK_SIZE = 16` (`vllm/config/cache.py:185`); backends may raise it (§3.5)."""
+    del version
+    return 16
+
+
+@dataclass(frozen=True)
+class VllmSemantics:
+    """All version-dependent switches for one vLLM version, resolved once."""
+
+    version: str
+    subtraction: Subtraction
+    default_utilization: float
+    estimate_cudagraphs_default: bool
+    supports_cudagraph_estimate: bool
+    charges_nccl: bool
+    v0: bool
+    enforce_eager_disables_compile: bool
+    """0.33: eager = no torch.compile and no graphs; ≤0.11 it only disabled graphs (vllm.md §6)."""
+
+    @property
+    def version_tuple(self) -> Version:
+        return parse_version(self.version)
+
+
+def semantics(version: str | None) -> VllmSemantics:
+    text = resolve_version(version)
+    return VllmSemantics(
+        version=text,
+        subtraction=subtraction_kind(text),
+        default_utilization=default_gpu_memory_utilization(text),
+        estimate_cudagraphs_default=estimate_cudagraphs_default(text),
+        supports_cudagraph_estimate=supports_cudagraph_estimate(text),
+        charges_nccl=charges_nccl_to_budget(text),
+        v0=is_v0(text),
+        enforce_eager_disables_compile=parse_version(text) > (0, 11, 99),
+    )
+
+
+# --- messages, verbatim (vllm.md §2.1, §5) ---------------------------------------------------------------
+
+
+def free_memory_error(
+    *, device: str, free: str, total: str, util: float, requested: str, version: str
+) -> str:
+    """`request_memory` ValueError (`vllm/v1/worker/utils.py:716-772`; 0.11.0 had no device token)."""
+    where = f"Free memory on device {device} " if _v(version) > (0, 11, 99) else "Free memory on device "
+    return (
+        f"{where}({free}/{total} GiB) on startup is less than desired GPU memory utilization "
+        f"({util}, {requested} GiB). Decrease GPU memory utilization or reduce GPU memory used by other processes."
+    )
+
+
+def no_cache_memory_error(version: str) -> str:
+    """`kv_cache_planning.py:56-64`; ≤0.11.0 stopped after "…initializing the engine."."""
+    base = "No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when initializing the engine"
+    if _v(version) <= (0, 11, 99):
+        return base + "."
+    return (
+        base + " (this flag also controls CPU memory reservation on the CPU backend, despite its name). "
+        "See https://docs.vllm.ai/en/latest/configuration/conserving_memory/ for more details."
+    )
+
+
+def one_request_error(
+    *, max_model_len: int, needed: str, available: str, estimated: int, version: str
+) -> str:
+    """`kv_cache_planning.py:66-87` ("To serve at least one request…"); ≤0.11.0 wording in
+    `[0.11.0] kv_cache_utils.py:716-723`."""
+    estimated_msg = (
+        f"Based on the available memory, the estimated maximum model length is {estimated}. "
+        if estimated > 0
+        else ""
+    )
+    if _v(version) <= (0, 11, 99):
+        return (
+            f"To serve at least one request with the models's max seq len ({max_model_len}), ({needed} GiB KV cache "
+            f"is needed, which is larger than the available KV cache memory ({available} GiB). {estimated_msg}"
+            "Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine."
+        )
+    return (
+        f"To serve at least one request with the model's max seq len ({max_model_len}), ({needed} GiB KV cache is "
+        f"needed, which is larger than the available KV cache memory ({available} GiB). {estimated_msg}"
+        "Try increasing `gpu_memory_utilization` (which also controls CPU memory on the CPU backend) or decreasing "
+        "`max_model_len` when initializing the engine. See "
+        "https://docs.vllm.ai/en/latest/configuration/conserving_memory/ for more details."
+    )

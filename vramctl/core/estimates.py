@@ -1,0 +1,221 @@
+"""Estimates of what vLLM measures at start-up and a planner cannot: activation peak, sampler warm-up,
+non-torch memory, the CUDA-graph pool. Each comes with its formula and an uncertainty band.
+
+What vLLM actually runs at profile time (../shared/reference/vllm.md §2.2 step 3, §2.3):
+- `_dummy_run(max_num_batched_tokens, is_profile=True)`: one forward over max_num_batched_tokens tokens split
+  over min(max_num_seqs, tokens) requests; logits only for the sampled (last) token of each request;
+- a dummy sampler run over num_reqs × vocab logits in fp32 with top-k/top-p set, i.e. a full sort, a softmax,
+  a cumsum and a scatter: several fp32 copies of [num_reqs, vocab] alive at once — on H100 with the server
+  defaults (1024 seqs) this dominates the activation peak;
+- non-torch growth after the init snapshot (attention workspaces, lazily created NCCL buffers under TP); the
+  CUDA context, cuBLAS handles and NCCL communicators exist before the snapshot (V1) and are outside the budget;
+- the graph pool: one graph per capture size per piecewise split (≈ layers + 1 pieces), captured largest first
+  into one shared pool.
+
+The coefficients below are fitted by `scripts/calibrate.py` on ../shared/samples/startup (see docs/accuracy.md
+for the per-datapoint errors, in-sample and leave-one-out). They are the only tuned numbers in the planner.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from vramctl.core.specs import ModelSpec
+from vramctl.core.units import GiB, MiB
+
+# --- fitted constants (scripts/calibrate.py on ../shared/samples/startup; docs/accuracy.md) -------------------
+
+
+@dataclass(frozen=True)
+class Calibration:
+    forward_factor: float
+    """Multiplier on the layer working set of one max_num_batched_tokens forward (see `forward_working_set`)."""
+    sampler_copies_v1: float
+    """fp32 [num_reqs, vocab] copies alive at the V1 sampler warm-up peak (sort values + int64 indices, softmax,
+    cumsum, scatter, probs, exponential noise)."""
+    sampler_copies_v0: float
+    activation_fixed_bytes: int
+    """Small allocations of every profile run (position/slot buffers, rotary caches)."""
+    activation_rel_band: float
+    """Relative half-width of the activation band (leave-one-out error of the fit, rounded up)."""
+    non_torch_v1_bytes: int
+    """Non-torch growth after the init snapshot on one GPU, V1 ≤0.26 (attention workspace)."""
+    consumed_extra_v1_bytes: int
+    """≥0.28: total_consumed − weights on one GPU (non-torch growth + buffers torch keeps after the profile)."""
+    non_torch_v0_bytes: int
+    nccl_lazy_bytes: int
+    """Per rank, NCCL / all-reduce buffers first touched in the profile run (TP > 1), charged in V1."""
+    nccl_v0_bytes_per_rank: int
+    """V0 charged NCCL to the budget (baseline before NCCL init): per TP rank in the group."""
+    cuda_context_bytes: int
+    """CUDA context + cuBLAS handles before the init snapshot (free at start-up minus total, one GPU)."""
+    graph_per_piece_v0: int
+    graph_per_piece_v1_piecewise: int
+    graph_per_piece_v1_full_and_piecewise: int
+    graph_tp_multiplier: float
+    """Graphs captured with TP > 1 also hold all-reduce buffers registered per graph."""
+    graph_fixed_bytes: int
+    graph_rel_band: float
+
+
+CALIBRATION = Calibration(
+    forward_factor=0.5,
+    sampler_copies_v1=9.0,
+    sampler_copies_v0=8.0,
+    activation_fixed_bytes=64 * MiB,
+    activation_rel_band=0.30,
+    non_torch_v1_bytes=int(0.13 * GiB),
+    consumed_extra_v1_bytes=int(0.26 * GiB),
+    non_torch_v0_bytes=int(0.06 * GiB),
+    nccl_lazy_bytes=int(0.40 * GiB),
+    nccl_v0_bytes_per_rank=int(0.70 * GiB),
+    cuda_context_bytes=int(0.50 * GiB),
+    graph_per_piece_v0=int(0.35 * MiB),
+    graph_per_piece_v1_piecewise=int(0.28 * MiB),
+    graph_per_piece_v1_full_and_piecewise=int(0.14 * MiB),
+    graph_tp_multiplier=2.0,
+    graph_fixed_bytes=int(0.02 * GiB),
+    graph_rel_band=0.50,
+)
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """One estimated term: bytes, the half-width of its band, the formula with its numbers, its parts."""
+
+    bytes: int
+    uncertainty_bytes: int
+    formula: str
+    parts: tuple[tuple[str, int], ...] = ()
+
+
+def _per_rank(value: int, tp: int) -> int:
+    return max(1, value // max(1, tp))
+
+
+def forward_working_set(model: ModelSpec, tokens: int, *, tp: int = 1, act_bytes: float = 2) -> int:
+    """Bytes of the largest layer working set of a `tokens`-token forward on one rank (before the factor).
+
+    max(attention, MLP): attention = tokens × (2·hidden + qkv_per_rank + heads_per_rank·head_dim) (MLA adds the
+    decompressed k/v of the prefill path), MLP = tokens × (2·hidden + 3·intermediate_per_rank) (gate+up, then
+    the activation), MoE = tokens × top_k × (3·moe_intermediate_per_rank + hidden) (the fused-experts caches).
+    """
+    h = model.hidden_size
+    heads_r = _per_rank(model.num_attention_heads, tp)
+    kv_r = max(1, model.num_key_value_heads // max(1, tp))
+    if model.mla is not None:
+        mla = model.mla
+        qk = mla.qk_nope_head_dim + mla.qk_rope_head_dim
+        attn = (
+            2 * h + heads_r * (qk + mla.qk_nope_head_dim + mla.v_head_dim + mla.v_head_dim) + mla.latent_dim
+        )
+    else:
+        attn = 2 * h + (heads_r + 2 * kv_r) * model.head_dim + heads_r * model.head_dim
+    dense = 2 * h + 3 * _per_rank(model.intermediate_size, tp)
+    mlp = dense
+    if model.moe is not None:
+        moe = model.moe
+        experts = moe.num_experts_per_tok * (3 * _per_rank(moe.moe_intermediate_size, tp) + h)
+        shared = (
+            3 * _per_rank(moe.shared_expert_intermediate_size, tp)
+            if moe.shared_expert_intermediate_size
+            else 0
+        )
+        mlp = max(dense if moe.first_k_dense_replace else 0, 2 * h + experts + shared)
+    return int(tokens * max(attn, mlp) * act_bytes)
+
+
+def activation_peak(
+    model: ModelSpec,
+    *,
+    max_num_batched_tokens: int,
+    max_num_seqs: int,
+    tp: int = 1,
+    v0: bool = False,
+    last_pp_rank: bool = True,
+    act_bytes: float = 2,
+    cal: Calibration = CALIBRATION,
+) -> Estimate:
+    """The torch peak of vLLM's profile run above the weights: the forward + the sampler warm-up."""
+    num_reqs = min(max_num_seqs, max_num_batched_tokens)
+    fwd_raw = forward_working_set(model, max_num_batched_tokens, tp=tp, act_bytes=act_bytes)
+    fwd = int(cal.forward_factor * fwd_raw)
+    vocab = model.vocab_size
+    copies = cal.sampler_copies_v0 if v0 else cal.sampler_copies_v1
+    logits = int(num_reqs * vocab * 4)
+    sampler = int(copies * logits) if last_pp_rank else 0
+    fixed = cal.activation_fixed_bytes
+    total = fwd + sampler + fixed
+    band = int(cal.activation_rel_band * total)
+    formula = (
+        f"{cal.forward_factor} × forward working set of {max_num_batched_tokens} tokens "
+        f"({fwd_raw / GiB:.2f} GiB) + sampler warm-up {copies:g} × {num_reqs} reqs × {vocab} vocab × 4 B "
+        f"({sampler / GiB:.2f} GiB) + {fixed / MiB:.0f} MiB"
+    )
+    return Estimate(total, band, formula, (("forward", fwd), ("sampler", sampler), ("fixed", fixed)))
+
+
+def non_torch_charged(*, version_kind: str, tp: int, cal: Calibration = CALIBRATION) -> Estimate:
+    """Non-torch memory charged to the budget (grown after the init snapshot), per rank.
+
+    `version_kind` is vLLM's subtraction kind (`vramctl.core.engines.vllm.subtraction_kind`).
+    """
+    if version_kind == "v0":
+        base = cal.non_torch_v0_bytes
+        nccl = cal.nccl_v0_bytes_per_rank * tp if tp > 1 else 0
+        formula = f"{base / GiB:.2f} GiB workspaces" + (
+            f" + NCCL charged in V0: {cal.nccl_v0_bytes_per_rank / GiB:.2f} GiB × tp {tp}" if nccl else ""
+        )
+    else:
+        base = cal.consumed_extra_v1_bytes if version_kind == "consumed" else cal.non_torch_v1_bytes
+        nccl = cal.nccl_lazy_bytes if tp > 1 else 0
+        what = "consumed beyond the weights" if version_kind == "consumed" else "non-torch growth"
+        formula = f"{base / GiB:.2f} GiB {what} (attention workspaces, runner buffers)" + (
+            f" + {nccl / GiB:.2f} GiB NCCL buffers first used in the profile run (TP {tp})" if nccl else ""
+        )
+    total = base + nccl
+    return Estimate(total, int(0.5 * total), formula, (("workspaces", base), ("nccl", nccl)))
+
+
+def pre_snapshot_overhead(*, tp: int, v0: bool, cal: Calibration = CALIBRATION) -> Estimate:
+    """CUDA context, cuBLAS handles and (V1) NCCL communicators: allocated before vLLM's init snapshot, so
+    outside `gpu_memory_utilization` (vllm.md §2.1) — they only have to fit in free memory."""
+    ctx = cal.cuda_context_bytes
+    nccl = 0 if v0 or tp <= 1 else cal.nccl_lazy_bytes // 2
+    total = ctx + nccl
+    formula = f"CUDA context + cuBLAS {ctx / GiB:.2f} GiB" + (
+        f" + NCCL communicators {nccl / GiB:.2f} GiB" if nccl else ""
+    )
+    return Estimate(total, int(0.3 * total), formula, (("cuda_context", ctx), ("nccl", nccl)))
+
+
+def graph_pool(
+    model: ModelSpec,
+    *,
+    capture_sizes: tuple[int, ...],
+    layers_on_rank: int,
+    regime: str,
+    tp: int = 1,
+    cal: Calibration = CALIBRATION,
+) -> Estimate:
+    """The CUDA-graph pool: fixed + per piece × pieces, pieces = capture sizes × (layers + 1).
+
+    `regime`: `v0` (full graphs), `piecewise` (V1 0.8 – 0.11), `full-and-piecewise` (0.12 →).
+    """
+    del model
+    if not capture_sizes:
+        return Estimate(0, 0, "no CUDA graphs (enforce eager)")
+    per = {
+        "v0": cal.graph_per_piece_v0,
+        "piecewise": cal.graph_per_piece_v1_piecewise,
+        "full-and-piecewise": cal.graph_per_piece_v1_full_and_piecewise,
+    }[regime]
+    if tp > 1:
+        per = int(per * cal.graph_tp_multiplier)
+    pieces = len(capture_sizes) * (layers_on_rank + 1)
+    total = cal.graph_fixed_bytes + per * pieces
+    formula = (
+        f"{cal.graph_fixed_bytes / MiB:.0f} MiB + {per / MiB:.2f} MiB × {len(capture_sizes)} capture sizes × "
+        f"({layers_on_rank} layers + 1) ({regime}{', TP' if tp > 1 else ''})"
+    )
+    return Estimate(total, int(cal.graph_rel_band * total), formula, (("pieces", pieces),))

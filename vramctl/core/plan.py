@@ -1,0 +1,923 @@
+"""`plan`: the budget of `vllm serve MODEL --flags` (and SGLang's) on a card, before touching it.
+
+vLLM's subtraction by version (../shared/reference/vllm.md §2, §9, §10), per rank of the binding pipeline stage:
+
+    requested = ceil(total × u)                                   (`vllm/v1/worker/utils.py:716-772`)
+    kv        = requested − weights − activation peak − non-torch growth − [graph estimate, ≥0.20]
+    blocks    = kv // bytes_per_block, minimum over ranks          (`kv_cache_planning.py:681`, `:1580-1594`)
+    concurrency = blocks / blocks_per_request; tokens = int(concurrency × max_model_len)
+
+The activation peak, non-torch and graph terms are estimates (vramctl.core.estimates); the weights are the
+checkpoint's bytes; the KV cache is the residual, or `--kv-cache-memory-bytes` exactly (which skips profiling and
+ignores the utilisation, as vLLM does). The ledger is physical: it also shows what lives outside the budget (the
+CUDA context, NCCL communicators, graphs before 0.20), so `slack` is the headroom left on the card.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Any
+
+from vramctl.core import estimates as est
+from vramctl.core import kv as kvmath
+from vramctl.core.engines import vllm as V
+from vramctl.core.errors import BadInputError
+from vramctl.core.ledger import (
+    ACTIVATION_PEAK,
+    CUDA_GRAPH,
+    KV_CACHE,
+    NON_TORCH,
+    OTHER_PROCESSES,
+    SLACK,
+    WEIGHTS,
+    Ledger,
+    Term,
+    TermSource,
+)
+from vramctl.core.settings import ServeSettings, parse_version
+from vramctl.core.specs import FULL_ATTENTION, GpuSpec, ModelSpec, dtype_bytes
+from vramctl.core.units import GiB, cdiv, vllm_format_gib
+
+# Verdict labels (../shared/taxonomy.md); `fits` when the engine would start.
+FITS = "fits"
+NO_KV_CACHE_MEMORY = "no-kv-cache-memory"
+KV_TOO_SMALL = "kv-cache-too-small-for-max-model-len"
+GPU_UTIL_EXCEEDS_FREE = "gpu-util-exceeds-free-memory"
+WEIGHTS_DO_NOT_FIT = "weights-do-not-fit"
+
+UTILIZATION_GRID = (0.85, 0.88, 0.90, 0.92, 0.94, 0.95, 0.96, 0.98)
+VALID_BLOCK_SIZES = (1, 8, 16, 32, 64, 128, 256)
+"""`CacheConfig.block_size` accepts these (vllm/config/cache.py, BlockSize)."""
+_ABSURD_TOKENS = 1 << 26
+_THIN_MARGIN_BYTES = 1 * GiB
+
+
+# --- resolved settings ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class VllmSettings:
+    """ServeSettings with every vLLM default filled in for one version and card."""
+
+    version: str
+    gpu_memory_utilization: float
+    max_model_len: int
+    max_num_batched_tokens: int
+    max_num_seqs: int
+    block_size: int
+    kv_cache_dtype: str
+    dtype: str
+    tensor_parallel_size: int
+    pipeline_parallel_size: int
+    enforce_eager: bool
+    estimate_cudagraphs: bool
+    cudagraph_capture_sizes: tuple[int, ...]
+    kv_cache_memory_bytes: int | None
+    free_memory_bytes: int | None
+    entrypoint: str
+    defaults_used: tuple[str, ...]
+    """Names of the fields that took the engine's default."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "engine_version": self.version,
+            "gpu_memory_utilization": self.gpu_memory_utilization,
+            "max_model_len": self.max_model_len,
+            "max_num_batched_tokens": self.max_num_batched_tokens,
+            "max_num_seqs": self.max_num_seqs,
+            "block_size": self.block_size,
+            "kv_cache_dtype": self.kv_cache_dtype,
+            "dtype": self.dtype,
+            "tensor_parallel_size": self.tensor_parallel_size,
+            "pipeline_parallel_size": self.pipeline_parallel_size,
+            "enforce_eager": self.enforce_eager,
+            "estimate_cudagraphs": self.estimate_cudagraphs,
+            "cudagraph_capture_sizes": list(self.cudagraph_capture_sizes),
+            "kv_cache_memory_bytes": self.kv_cache_memory_bytes,
+            "free_memory_bytes": self.free_memory_bytes,
+            "entrypoint": self.entrypoint,
+            "defaults_used": list(self.defaults_used),
+        }
+
+
+@dataclass(frozen=True)
+class UtilizationRow:
+    """One row of the utilisation trade: what a different `--gpu-memory-utilization` buys and costs."""
+
+    gpu_memory_utilization: float
+    requested_bytes: int
+    held_back_bytes: int
+    kv_cache_bytes: int
+    num_blocks: int
+    max_concurrency: float
+    margin_bytes: int
+    """Headroom left on the card after everything, including what lives outside the budget."""
+    risk: str
+    """`ok`, `thin` (under 1 GiB or 2 % of the card), `over` (the footprint exceeds the card)."""
+    verdict: str
+    is_user_value: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "gpu_memory_utilization": self.gpu_memory_utilization,
+            "requested_bytes": self.requested_bytes,
+            "held_back_bytes": self.held_back_bytes,
+            "kv_cache_bytes": self.kv_cache_bytes,
+            "num_blocks": self.num_blocks,
+            "max_concurrency": round(self.max_concurrency, 4),
+            "margin_bytes": self.margin_bytes,
+            "risk": self.risk,
+            "verdict": self.verdict,
+            "is_user_value": self.is_user_value,
+        }
+
+
+@dataclass(frozen=True)
+class PlanResult:
+    engine: str
+    engine_version: str
+    model: ModelSpec
+    gpu: GpuSpec
+    settings: VllmSettings
+    ledger: Ledger
+    capacity_bytes: int
+    requested_bytes: int
+    kv_cache_bytes: int
+    kv_bytes_per_token: int
+    bytes_per_block: int
+    block_size: int
+    num_blocks: int
+    blocks_per_request: int
+    kv_tokens: int
+    max_concurrency: float
+    max_model_len: int
+    max_model_len_fit: int
+    verdict: str
+    verdict_message: str
+    outside_budget_bytes: int
+    """Memory the process holds that vLLM does not charge to `requested` (CUDA context, NCCL, graphs < 0.20)."""
+    binding_stage: int
+    utilization_table: tuple[UtilizationRow, ...] = ()
+    sglang: Any = None
+    """The SGLang engineer's SglangPlan for `--engine sglang|both` (None otherwise)."""
+    gap: tuple[Any, ...] = ()
+    host_tier: Any = None
+    warnings: tuple[str, ...] = ()
+    explanations: tuple[str, ...] = ()
+
+    @property
+    def fits(self) -> bool:
+        return self.verdict == FITS
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "engine": self.engine,
+            "engine_version": self.engine_version,
+            "model": {
+                "name": self.model.name,
+                "architecture": self.model.architecture,
+                "param_count": self.model.param_count,
+                "weight_bytes": self.model.weight_bytes,
+                "dtype": self.model.torch_dtype,
+                "quantization": self.model.quantization,
+                "max_position_embeddings": self.model.max_position_embeddings,
+            },
+            "gpu": {
+                "name": self.gpu.name,
+                "display_name": self.gpu.display_name,
+                "total_bytes": self.capacity_bytes,
+            },
+            "settings": self.settings.to_json(),
+            "terms": self.ledger.to_json(),
+            "capacity_bytes": self.capacity_bytes,
+            "requested_bytes": self.requested_bytes,
+            "kv_cache_bytes": self.kv_cache_bytes,
+            "kv_bytes_per_token": self.kv_bytes_per_token,
+            "bytes_per_block": self.bytes_per_block,
+            "block_size": self.block_size,
+            "num_blocks": self.num_blocks,
+            "blocks_per_request": self.blocks_per_request,
+            "kv_tokens": self.kv_tokens,
+            "max_concurrency": round(self.max_concurrency, 4),
+            "max_model_len": self.max_model_len,
+            "max_model_len_fit": self.max_model_len_fit,
+            "verdict": self.verdict,
+            "verdict_message": self.verdict_message,
+            "outside_budget_bytes": self.outside_budget_bytes,
+            "binding_stage": self.binding_stage,
+            "utilization_table": [row.to_json() for row in self.utilization_table],
+            "sglang": _to_json_or_none(self.sglang),
+            "gap": [_to_json_or_none(item) for item in self.gap],
+            "host_tier": _to_json_or_none(self.host_tier),
+            "warnings": list(self.warnings),
+            "explanations": list(self.explanations),
+        }
+        return out
+
+
+def _to_json_or_none(obj: Any) -> Any:
+    if obj is None:
+        return None
+    to_json = getattr(obj, "to_json", None)
+    return to_json() if callable(to_json) else obj
+
+
+# --- validation and defaults ------------------------------------------------------------------------------------
+
+
+def _check_positive(value: int | float | None, flag: str, *, upper: float | None = None) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise BadInputError(f"{flag} {value!r}: not a number")
+    if value <= 0:
+        raise BadInputError(f"{flag} {value}: must be positive")
+    if upper is not None and value > upper:
+        raise BadInputError(f"{flag} {value}: absurdly large (at most {upper:,.0f})")
+
+
+def validate(model: ModelSpec, gpu: GpuSpec, settings: ServeSettings) -> None:
+    """Reject what vLLM itself would reject, and nonsense, naming the flag (exit 2)."""
+    u = settings.gpu_memory_utilization
+    if u is not None and (not math.isfinite(u) or u <= 0 or u > 1):
+        raise BadInputError(
+            f"--gpu-memory-utilization {u}: must be in (0, 1] (vllm/config/cache.py: gt=0, le=1)"
+        )
+    _check_positive(settings.tensor_parallel_size, "--tensor-parallel-size", upper=4096)
+    _check_positive(settings.pipeline_parallel_size, "--pipeline-parallel-size", upper=1024)
+    _check_positive(settings.max_model_len, "--max-model-len", upper=_ABSURD_TOKENS)
+    _check_positive(settings.max_num_batched_tokens, "--max-num-batched-tokens", upper=_ABSURD_TOKENS)
+    _check_positive(settings.max_num_seqs, "--max-num-seqs", upper=1 << 20)
+    _check_positive(settings.kv_cache_memory_bytes, "--kv-cache-memory-bytes", upper=float(1 << 50))
+    _check_positive(settings.gpu_memory_bytes, "--gpu-memory", upper=float(1 << 44))
+    if settings.free_memory_bytes is not None and settings.free_memory_bytes < 0:
+        raise BadInputError(f"--free-memory {settings.free_memory_bytes}: must not be negative")
+    capacity = settings.gpu_memory_bytes or gpu.cuda_total_bytes
+    if settings.free_memory_bytes is not None and settings.free_memory_bytes > capacity:
+        raise BadInputError(
+            f"--free-memory {settings.free_memory_bytes / GiB:.2f} GiB: more than the card's total "
+            f"{capacity / GiB:.2f} GiB"
+        )
+    if settings.block_size is not None and settings.block_size not in VALID_BLOCK_SIZES:
+        raise BadInputError(
+            f"--block-size {settings.block_size}: vLLM accepts {', '.join(str(b) for b in VALID_BLOCK_SIZES)}"
+        )
+    tp = settings.tensor_parallel_size
+    if model.num_attention_heads % tp != 0:
+        raise BadInputError(
+            f"--tensor-parallel-size {tp}: Total number of attention heads ({model.num_attention_heads}) must be "
+            f"divisible by tensor parallel size ({tp})."
+        )
+    if settings.pipeline_parallel_size > model.num_hidden_layers:
+        raise BadInputError(
+            f"--pipeline-parallel-size {settings.pipeline_parallel_size}: more stages than the model's "
+            f"{model.num_hidden_layers} layers"
+        )
+    mml = settings.max_model_len
+    if mml is not None and mml > model.max_position_embeddings:
+        raise BadInputError(
+            f"--max-model-len {mml}: User-specified max_model_len ({mml}) is greater than the derived max_model_len "
+            f"(max_position_embeddings={model.max_position_embeddings} in model's config.json); vLLM refuses it"
+        )
+    if settings.kv_cache_dtype:
+        kvmath.kv_dtype_bytes(model, settings.kv_cache_dtype, model_dtype=settings.dtype)
+    if settings.dtype not in ("auto", ""):
+        try:
+            dtype_bytes(settings.dtype)
+        except KeyError:
+            raise BadInputError(
+                f"--dtype {settings.dtype!r}: unknown dtype (use auto, bfloat16, float16, float32)"
+            ) from None
+
+
+def _compute_dtype(model: ModelSpec, dtype: str) -> str:
+    """vLLM `--dtype auto`: the checkpoint's dtype, but fp16 for a float32 checkpoint (vllm/config/model.py)."""
+    if dtype not in ("auto", ""):
+        return dtype
+    try:
+        size = dtype_bytes(model.torch_dtype)
+    except KeyError:
+        return "bfloat16"
+    return "float16" if size > 2 else model.torch_dtype
+
+
+def default_block_size_for(model: ModelSpec, gpu: GpuSpec, version: str) -> int:
+    """16, except MLA on FlashMLA (Hopper, 64) and CUTLASS MLA (data-center Blackwell, 128) (vllm.md §3.5)."""
+    if model.is_mla and not V.is_v0(version) and gpu.compute_capability:
+        major = gpu.compute_capability.split(".")[0]
+        if major == "9":
+            return 64
+        if major == "10":
+            return 128
+    return V.default_block_size(version)
+
+
+def resolve_settings(model: ModelSpec, gpu: GpuSpec, settings: ServeSettings, version: str) -> VllmSettings:
+    defaults: list[str] = []
+    u = settings.gpu_memory_utilization
+    if u is None:
+        u = V.default_gpu_memory_utilization(version)
+        defaults.append("gpu_memory_utilization")
+    mml = settings.max_model_len
+    if mml is None:
+        mml = model.max_position_embeddings
+        defaults.append("max_model_len")
+    table_tokens, table_seqs = V.default_scheduler_limits(
+        gpu,
+        version,
+        settings.entrypoint,
+        settings.world_size,
+        max_model_len=mml,
+        enable_chunked_prefill=settings.enable_chunked_prefill,
+    )
+    tokens = settings.max_num_batched_tokens
+    seqs = settings.max_num_seqs
+    if tokens is None:
+        defaults.append("max_num_batched_tokens")
+    if seqs is None:
+        defaults.append("max_num_seqs")
+    chunked = settings.enable_chunked_prefill if settings.enable_chunked_prefill is not None else True
+    if V.is_v0(version):
+        chunked = (
+            settings.enable_chunked_prefill if settings.enable_chunked_prefill is not None else mml >= 32768
+        )
+    tokens, seqs = V.apply_scheduler_caps(
+        tokens if tokens is not None else table_tokens,
+        seqs if seqs is not None else table_seqs,
+        mml,
+        user_batched_tokens=settings.max_num_batched_tokens is not None,
+        chunked_prefill=chunked,
+    )
+    block = settings.block_size
+    if block is None:
+        block = default_block_size_for(model, gpu, version)
+        defaults.append("block_size")
+    estimate_cg = settings.estimate_cudagraphs
+    if estimate_cg is None:
+        estimate_cg = V.estimate_cudagraphs_default(version)
+        defaults.append("estimate_cudagraphs")
+    elif estimate_cg and not V.supports_cudagraph_estimate(version):
+        estimate_cg = False
+    if settings.enforce_eager:
+        sizes: tuple[int, ...] = ()
+    elif settings.cudagraph_capture_sizes is not None:
+        sizes = tuple(sorted({s for s in settings.cudagraph_capture_sizes if 0 < s <= tokens}))
+    else:
+        sizes = V.default_capture_sizes(
+            seqs, tokens, gpu, version, max_capture_size=settings.max_cudagraph_capture_size
+        )
+    return VllmSettings(
+        version=version,
+        gpu_memory_utilization=float(u),
+        max_model_len=mml,
+        max_num_batched_tokens=tokens,
+        max_num_seqs=seqs,
+        block_size=block,
+        kv_cache_dtype=settings.kv_cache_dtype or "auto",
+        dtype=_compute_dtype(model, settings.dtype),
+        tensor_parallel_size=settings.tensor_parallel_size,
+        pipeline_parallel_size=settings.pipeline_parallel_size,
+        enforce_eager=settings.enforce_eager,
+        estimate_cudagraphs=bool(estimate_cg),
+        cudagraph_capture_sizes=sizes,
+        kv_cache_memory_bytes=settings.kv_cache_memory_bytes,
+        free_memory_bytes=settings.free_memory_bytes,
+        entrypoint=settings.entrypoint,
+        defaults_used=tuple(defaults),
+    )
+
+
+# --- the vLLM budget ---------------------------------------------------------------------------------------------
+
+
+def kv_view_of_model(model: ModelSpec, version: str) -> ModelSpec:
+    """The model as the version's KV manager sees it: V0, and V1 before the hybrid allocator (0.10), size
+    sliding-window layers of a hybrid model as full attention (datapoint 119: "V0 sizes KV as if every layer were
+    full attention"; `unify_hybrid_kv_cache_specs`)."""
+    hybrid = model.num_sliding_layers and model.num_full_layers
+    if model.num_sliding_layers and (V.is_v0(version) or (hybrid and parse_version(version) < (0, 10, 0))):
+        return replace(model, layer_types=(FULL_ATTENTION,) * model.num_hidden_layers, sliding_window=None)
+    return model
+
+
+def stage_weight_bytes(model: ModelSpec, *, tp: int, pp: int, dtype: str) -> tuple[int, ...]:
+    """Weight bytes on one rank of each pipeline stage.
+
+    The decoder layers split as `get_pp_indices` splits them; the embedding sits on the first stage and the
+    lm_head on the last (a tied head is loaded on the last stage too when pp > 1); everything is sharded by TP.
+    A `--dtype` other than the checkpoint's rescales an unquantised checkpoint.
+    """
+    weights = model.weight_bytes
+    if model.quantization is None:
+        try:
+            ratio = dtype_bytes(dtype) / dtype_bytes(model.torch_dtype)
+        except KeyError:
+            ratio = 1.0
+        weights = int(weights * ratio)
+    try:
+        elem = dtype_bytes(dtype)
+    except KeyError:
+        elem = 2
+    embed = int(model.vocab_size * model.hidden_size * elem)
+    head = 0 if model.tie_word_embeddings else embed
+    body = max(0, weights - embed - head)
+    parts = kvmath.pp_partition(model.num_hidden_layers, pp)
+    out: list[int] = []
+    for stage, layers in enumerate(parts):
+        stage_bytes = body * layers // model.num_hidden_layers
+        if stage == 0:
+            stage_bytes += embed
+        if stage == pp - 1:
+            stage_bytes += head if (head or pp == 1) else embed
+        out.append(cdiv(stage_bytes, tp))
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class _Stage:
+    index: int
+    weights: int
+    activation: est.Estimate
+    non_torch: est.Estimate
+    outside: est.Estimate
+    graph: est.Estimate
+    graph_charged: int
+    kv_bytes: int
+    bytes_per_block: int
+    num_blocks: int
+
+
+def _graph_regime(version: str) -> str:
+    v = parse_version(version)
+    if v < (0, 8, 0):
+        return "v0"
+    if v < (0, 12, 0):
+        return "piecewise"
+    return "full-and-piecewise"
+
+
+def _stage_budget(
+    model: ModelSpec,
+    kv_model: ModelSpec,
+    s: VllmSettings,
+    requested: int,
+    *,
+    stage: int,
+    weights: int,
+    layers: int,
+) -> _Stage:
+    sem_kind = V.subtraction_kind(s.version)
+    v0 = V.is_v0(s.version)
+    tp, pp = s.tensor_parallel_size, s.pipeline_parallel_size
+    act_bytes = dtype_bytes(s.dtype) if s.dtype else 2
+    activation = est.activation_peak(
+        model,
+        max_num_batched_tokens=s.max_num_batched_tokens,
+        max_num_seqs=s.max_num_seqs,
+        tp=tp,
+        v0=v0,
+        last_pp_rank=stage == pp - 1,
+        act_bytes=min(act_bytes, 2),
+    )
+    non_torch = est.non_torch_charged(version_kind=sem_kind, tp=tp * pp if pp > 1 else tp)
+    outside = est.pre_snapshot_overhead(tp=tp * pp, v0=v0)
+    graph = est.graph_pool(
+        model,
+        capture_sizes=s.cudagraph_capture_sizes,
+        layers_on_rank=layers,
+        regime=_graph_regime(s.version),
+        tp=tp,
+    )
+    graph_charged = graph.bytes if (s.estimate_cudagraphs and s.cudagraph_capture_sizes) else 0
+    if s.kv_cache_memory_bytes is not None:
+        kv_bytes = s.kv_cache_memory_bytes
+    else:
+        kv_bytes = requested - weights - activation.bytes - non_torch.bytes - graph_charged
+    bpb = _stage_bytes_per_block(kv_model, s, stage)
+    blocks = max(0, kv_bytes // bpb) if kv_bytes > 0 else 0
+    return _Stage(stage, weights, activation, non_torch, outside, graph, graph_charged, kv_bytes, bpb, blocks)
+
+
+def _stage_bytes_per_block(kv_model: ModelSpec, s: VllmSettings, stage: int) -> int:
+    kinds = kvmath.stage_layer_kinds(kv_model, s.pipeline_parallel_size)[stage]
+    page = kvmath.page_size_bytes(
+        kv_model,
+        block_size=s.block_size,
+        kv_cache_dtype=s.kv_cache_dtype,
+        tp=s.tensor_parallel_size,
+        model_dtype=s.dtype,
+    )
+    return kvmath.stage_layout(kinds).group_size * page
+
+
+def _largest_fitting_len(
+    kv_model: ModelSpec, s: VllmSettings, available: int, upper: int, version: tuple[int, ...]
+) -> int:
+    """vLLM's `estimate_max_model_len`: binary search in [1, upper] for the largest length whose per-request
+    KV fits `available` (`kv_cache_planning.py:97-148`); 0 when one token does not fit."""
+
+    def needed(length: int) -> int:
+        return kvmath.per_request_kv_bytes(
+            kv_model,
+            max_model_len=length,
+            block_size=s.block_size,
+            max_num_batched_tokens=s.max_num_batched_tokens,
+            version=version,
+            kv_cache_dtype=s.kv_cache_dtype,
+            tp=s.tensor_parallel_size,
+            pp=s.pipeline_parallel_size,
+            model_dtype=s.dtype,
+        )
+
+    if available <= 0 or needed(1) > available:
+        return 0
+    lo, hi = 1, upper
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if needed(mid) <= available:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+@dataclass(frozen=True)
+class _Core:
+    s: VllmSettings
+    capacity: int
+    requested: int
+    binding: _Stage
+    stages: tuple[_Stage, ...]
+    num_blocks: int
+    blocks_per_request: int
+    kv_tokens: int
+    concurrency: float
+    verdict: str
+    verdict_message: str
+    max_model_len_fit: int
+    other_processes: int
+
+
+def _core(model: ModelSpec, gpu: GpuSpec, s: VllmSettings, capacity: int) -> _Core:
+    version = parse_version(s.version)
+    requested = math.ceil(capacity * s.gpu_memory_utilization)
+    kv_model = kv_view_of_model(model, s.version)
+    tp, pp = s.tensor_parallel_size, s.pipeline_parallel_size
+    weights = stage_weight_bytes(model, tp=tp, pp=pp, dtype=s.dtype)
+    parts = kvmath.pp_partition(model.num_hidden_layers, pp)
+    stages = tuple(
+        _stage_budget(model, kv_model, s, requested, stage=i, weights=weights[i], layers=parts[i])
+        for i in range(pp)
+    )
+    binding = min(stages, key=lambda st: (st.num_blocks, st.kv_bytes - st.bytes_per_block))
+    num_blocks = binding.num_blocks
+    bpr = kvmath.blocks_per_request(
+        kv_model,
+        max_model_len=s.max_model_len,
+        block_size=s.block_size,
+        max_num_batched_tokens=s.max_num_batched_tokens,
+        version=version,
+        pp=pp,
+    )
+    groups = max(1, len(kvmath.stage_layout(kvmath.stage_layer_kinds(kv_model, pp)[binding.index]).groups))
+    concurrency = num_blocks / bpr if bpr else 0.0
+    if version >= (0, 28, 0):
+        kv_tokens = int(concurrency * s.max_model_len)
+    else:
+        kv_tokens = num_blocks // groups * s.block_size
+    other = capacity - s.free_memory_bytes if s.free_memory_bytes is not None else 0
+
+    # The checks, in the order vLLM meets them.
+    verdict, message = FITS, ""
+    null_block = binding.bytes_per_block if version > (0, 11, 99) else 0
+    available = binding.kv_bytes - null_block
+    needed = kvmath.per_request_kv_bytes(
+        kv_model,
+        max_model_len=s.max_model_len,
+        block_size=s.block_size,
+        max_num_batched_tokens=s.max_num_batched_tokens,
+        version=version,
+        kv_cache_dtype=s.kv_cache_dtype,
+        tp=tp,
+        pp=pp,
+        model_dtype=s.dtype,
+    )
+    fit_len = _largest_fitting_len(kv_model, s, available, model.max_position_embeddings, version)
+    snapshot_free = None
+    if s.free_memory_bytes is not None:
+        snapshot_free = s.free_memory_bytes - binding.outside.bytes
+    if snapshot_free is not None and s.kv_cache_memory_bytes is None and snapshot_free < requested:
+        verdict = GPU_UTIL_EXCEEDS_FREE
+        message = V.free_memory_error(
+            device="cuda:0",
+            free=vllm_format_gib(max(0, snapshot_free)),
+            total=vllm_format_gib(capacity),
+            util=s.gpu_memory_utilization,
+            requested=vllm_format_gib(requested),
+            version=s.version,
+        )
+    elif max(weights) > (requested if s.kv_cache_memory_bytes is None else capacity - other):
+        verdict = WEIGHTS_DO_NOT_FIT
+        limit = requested if s.kv_cache_memory_bytes is None else capacity - other
+        message = (
+            f"The weights alone ({max(weights) / GiB:.2f} GiB per rank) exceed the "
+            f"{'requested budget' if s.kv_cache_memory_bytes is None else 'free memory'} ({limit / GiB:.2f} GiB): "
+            "Failed to load model - not enough GPU memory."
+        )
+    elif available <= 0 or num_blocks <= 0:
+        verdict = NO_KV_CACHE_MEMORY
+        message = V.no_cache_memory_error(s.version)
+    elif V.is_v0(s.version) and num_blocks * s.block_size < s.max_model_len:
+        verdict = KV_TOO_SMALL
+        message = (
+            f"The model's max seq len ({s.max_model_len}) is larger than the maximum number of tokens that can be "
+            f"stored in KV cache ({num_blocks * s.block_size}). Try increasing `gpu_memory_utilization` or "
+            "decreasing `max_model_len` when initializing the engine."
+        )
+    elif not V.is_v0(s.version) and needed > available:
+        verdict = KV_TOO_SMALL
+        message = V.one_request_error(
+            max_model_len=s.max_model_len,
+            needed=vllm_format_gib(needed) if version > (0, 11, 99) else f"{needed / GiB:.2f}",
+            available=vllm_format_gib(available) if version > (0, 11, 99) else f"{available / GiB:.2f}",
+            estimated=fit_len,
+            version=s.version,
+        )
+    return _Core(
+        s=s,
+        capacity=capacity,
+        requested=requested,
+        binding=binding,
+        stages=stages,
+        num_blocks=num_blocks,
+        blocks_per_request=bpr,
+        kv_tokens=kv_tokens,
+        concurrency=concurrency,
+        verdict=verdict,
+        verdict_message=message,
+        max_model_len_fit=fit_len,
+        other_processes=other,
+    )
+
+
+def _ledger(core: _Core) -> Ledger:
+    st = core.binding
+    s = core.s
+    terms: list[Term] = []
+    if core.other_processes:
+        terms.append(
+            Term(
+                OTHER_PROCESSES,
+                core.other_processes,
+                TermSource.GIVEN,
+                "total − --free-memory",
+                note="held by other tenants before the engine starts",
+            )
+        )
+    terms.append(
+        Term(
+            WEIGHTS,
+            st.weights,
+            TermSource.DERIVED,
+            f"checkpoint bytes on this rank (tp {s.tensor_parallel_size}, pp stage {st.index + 1}/"
+            f"{s.pipeline_parallel_size})",
+        )
+    )
+    terms.append(
+        Term(
+            ACTIVATION_PEAK,
+            st.activation.bytes,
+            TermSource.ESTIMATED,
+            st.activation.formula,
+            st.activation.uncertainty_bytes,
+            "the profile run's torch peak above the weights (vLLM measures it; vramctl estimates)",
+        )
+    )
+    non_torch = st.non_torch.bytes + st.outside.bytes
+    terms.append(
+        Term(
+            NON_TORCH,
+            non_torch,
+            TermSource.ESTIMATED,
+            f"{st.non_torch.formula}; outside the budget: {st.outside.formula}",
+            st.non_torch.uncertainty_bytes + st.outside.uncertainty_bytes,
+            f"{st.outside.bytes / GiB:.2f} GiB of it exists before vLLM's init snapshot and is not charged to "
+            "gpu_memory_utilization"
+            if not V.is_v0(s.version)
+            else "V0 charges NCCL buffers to the budget",
+        )
+    )
+    if s.cudagraph_capture_sizes:
+        charged = st.graph_charged > 0
+        terms.append(
+            Term(
+                CUDA_GRAPH,
+                st.graph.bytes,
+                TermSource.ESTIMATED,
+                st.graph.formula,
+                st.graph.uncertainty_bytes,
+                "charged to the budget (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1)"
+                if charged
+                else "not charged to the budget in this version/setting: taken from the headroom above u",
+            )
+        )
+    kv_given = s.kv_cache_memory_bytes is not None
+    terms.append(
+        Term(
+            KV_CACHE,
+            st.kv_bytes,
+            TermSource.GIVEN if kv_given else TermSource.DERIVED,
+            "--kv-cache-memory-bytes (profiling skipped; ignores gpu_memory_utilization)"
+            if kv_given
+            else "requested − weights − activation peak − non-torch growth"
+            + (" − graph estimate" if st.graph_charged else ""),
+        )
+    )
+    return Ledger.with_residual(
+        core.capacity,
+        terms,
+        residual=SLACK,
+        residual_formula=(
+            f"total − every other term: (1 − u) × total = {(core.capacity - core.requested) / GiB:.2f} GiB held back, "
+            "less what lives outside the budget"
+        ),
+    )
+
+
+def _utilization_rows(
+    model: ModelSpec, gpu: GpuSpec, s: VllmSettings, capacity: int
+) -> tuple[UtilizationRow, ...]:
+    grid = sorted({*UTILIZATION_GRID, round(s.gpu_memory_utilization, 4)})
+    rows: list[UtilizationRow] = []
+    for u in grid:
+        core = _core(model, gpu, replace(s, gpu_memory_utilization=u, kv_cache_memory_bytes=None), capacity)
+        ledger = _ledger(core)
+        margin = ledger.bytes_of(SLACK)
+        thin = max(_THIN_MARGIN_BYTES, int(0.02 * capacity))
+        risk = "over" if margin < 0 else "thin" if margin < thin else "ok"
+        rows.append(
+            UtilizationRow(
+                gpu_memory_utilization=u,
+                requested_bytes=core.requested,
+                held_back_bytes=capacity - core.requested,
+                kv_cache_bytes=core.binding.kv_bytes,
+                num_blocks=core.num_blocks,
+                max_concurrency=core.concurrency,
+                margin_bytes=margin,
+                risk=risk,
+                verdict=core.verdict,
+                is_user_value=abs(u - s.gpu_memory_utilization) < 1e-9,
+            )
+        )
+    return tuple(rows)
+
+
+def _explanations(model: ModelSpec, gpu: GpuSpec, core: _Core, ledger: Ledger) -> tuple[list[str], list[str]]:
+    s = core.s
+    st = core.binding
+    notes: list[str] = []
+    warnings: list[str] = []
+    u_default = "gpu_memory_utilization" in s.defaults_used
+    notes.append(
+        f"requested = ceil({core.capacity / GiB:.2f} GiB × {s.gpu_memory_utilization}) = {core.requested / GiB:.2f} GiB"
+        + (f" (vLLM {s.version}'s default utilisation)" if u_default else "")
+        + f"; the card's total is what CUDA reports for {gpu.display_name}, not its marketing size."
+    )
+    if s.kv_cache_memory_bytes is not None:
+        notes.append(
+            "--kv-cache-memory-bytes skips vLLM's memory profiling and ignores --gpu-memory-utilization: the KV pool "
+            "is exactly the given size; nothing checks that it fits (vllm.md §2.2, open PR #56698)."
+        )
+        footprint = core.capacity - core.other_processes - ledger.bytes_of(SLACK)
+        if ledger.bytes_of(SLACK) < 0:
+            warnings.append(
+                f"--kv-cache-memory-bytes {s.kv_cache_memory_bytes / GiB:.2f} GiB plus the estimated other terms "
+                f"({(footprint - st.kv_bytes) / GiB:.2f} GiB) exceed the card's {core.capacity / GiB:.2f} GiB: expect "
+                "an out-of-memory error at KV allocation or graph capture."
+            )
+    sub = V.subtraction_kind(s.version)
+    notes.append(
+        {
+            "consumed": "vLLM ≥0.28 subtracts the free-memory drop since its init snapshot plus the transient peak "
+            "headroom; the CUDA context, cuBLAS handles and NCCL communicators predate the snapshot and are not "
+            "charged.",
+            "profile-sum": "vLLM 0.8–0.26 subtracts weights + torch peak increase + non-torch increase since the init "
+            "snapshot (taken after NCCL init).",
+            "v0": "vLLM V0 subtracts weights + torch peak + non-torch growth from a baseline read before NCCL init, "
+            "so NCCL buffers are charged to the budget.",
+        }[sub]
+    )
+    if s.cudagraph_capture_sizes:
+        if st.graph_charged:
+            notes.append(
+                f"CUDA-graph memory is estimated and subtracted (default since 0.20): {st.graph.bytes / GiB:.2f} GiB "
+                f"over {len(s.cudagraph_capture_sizes)} capture sizes."
+            )
+        else:
+            notes.append(
+                f"CUDA graphs ({st.graph.bytes / GiB:.2f} GiB estimated) are captured after the KV pool and are not "
+                "subtracted in this version/setting: they come out of the (1 − u) headroom."
+            )
+    else:
+        notes.append("--enforce-eager: no CUDA graphs, no graph pool.")
+    if model.num_sliding_layers and model.num_full_layers and kv_view_of_model(model, s.version) is not model:
+        notes.append(
+            f"vLLM {s.version} sizes every layer of this hybrid model as full attention (no hybrid KV manager)."
+        )
+    if s.pipeline_parallel_size > 1:
+        notes.append(
+            f"Pipeline stages hold {list(kvmath.pp_partition(model.num_hidden_layers, s.pipeline_parallel_size))} "
+            f"layers; blocks are the minimum over ranks, so stage {st.index + 1} binds."
+        )
+    sampler = dict(st.activation.parts).get("sampler", 0)
+    if sampler > st.activation.bytes // 2:
+        notes.append(
+            f"The sampler warm-up over {min(s.max_num_seqs, s.max_num_batched_tokens)} requests × {model.vocab_size} "
+            f"vocab in fp32 dominates the activation peak ({sampler / GiB:.2f} GiB); --max-num-seqs lowers it."
+        )
+    slack = ledger.bytes_of(SLACK)
+    if s.kv_cache_memory_bytes is None and 0 <= slack < max(_THIN_MARGIN_BYTES, int(0.02 * core.capacity)):
+        warnings.append(
+            f"Only {slack / GiB:.2f} GiB is left on the card after everything: graph-capture, fragmentation and "
+            "logprob spikes live in that margin; lower --gpu-memory-utilization on shared or variable workloads."
+        )
+    if slack < 0 and s.kv_cache_memory_bytes is None:
+        warnings.append(
+            f"The estimated footprint exceeds the card by {-slack / GiB:.2f} GiB (memory outside the budget does not "
+            "fit in the 1 − u headroom): expect an OOM during CUDA-graph capture or serving."
+        )
+    return notes, warnings
+
+
+def plan_vllm(model: ModelSpec, gpu: GpuSpec, settings: ServeSettings) -> PlanResult:
+    """The vLLM plan for one model, card and set of flags."""
+    validate(model, gpu, settings)
+    version = V.resolve_version(settings.engine_version if settings.engine != "sglang" else None)
+    capacity = settings.gpu_memory_bytes or gpu.cuda_total_bytes
+    s = resolve_settings(model, gpu, settings, version)
+    core = _core(model, gpu, s, capacity)
+    ledger = _ledger(core)
+    notes, warnings = _explanations(model, gpu, core, ledger)
+    kv_model = kv_view_of_model(model, version)
+    return PlanResult(
+        engine="vllm",
+        engine_version=version,
+        model=model,
+        gpu=gpu,
+        settings=s,
+        ledger=ledger,
+        capacity_bytes=capacity,
+        requested_bytes=core.requested,
+        kv_cache_bytes=core.binding.kv_bytes,
+        kv_bytes_per_token=kvmath.kv_bytes_per_token(
+            kv_model,
+            kv_cache_dtype=s.kv_cache_dtype,
+            tp=s.tensor_parallel_size,
+            pp=s.pipeline_parallel_size,
+            model_dtype=s.dtype,
+        ),
+        bytes_per_block=core.binding.bytes_per_block,
+        block_size=s.block_size,
+        num_blocks=core.num_blocks,
+        blocks_per_request=core.blocks_per_request,
+        kv_tokens=core.kv_tokens,
+        max_concurrency=core.concurrency,
+        max_model_len=s.max_model_len,
+        max_model_len_fit=core.max_model_len_fit,
+        verdict=core.verdict,
+        verdict_message=core.verdict_message,
+        outside_budget_bytes=core.binding.outside.bytes
+        + (0 if core.binding.graph_charged else core.binding.graph.bytes),
+        binding_stage=core.binding.index,
+        utilization_table=_utilization_rows(model, gpu, s, capacity),
+        warnings=tuple(warnings),
+        explanations=tuple(notes),
+    )
+
+
+def plan(model: ModelSpec, gpu: GpuSpec, settings: ServeSettings) -> PlanResult:
+    """Plan one deployment for `settings.engine` (`vllm`, `sglang` or `both`)."""
+    result = plan_vllm(model, gpu, settings)
+    # TODO(sglang engineer's vramctl.core.engines.sglang / host_tier): integrated in _attach_others once they land.
+    return _attach_others(result, model, gpu, settings)
+
+
+def _attach_others(result: PlanResult, model: ModelSpec, gpu: GpuSpec, settings: ServeSettings) -> PlanResult:
+    return result
+
+
+__all__ = [
+    "FITS",
+    "GPU_UTIL_EXCEEDS_FREE",
+    "KV_TOO_SMALL",
+    "NO_KV_CACHE_MEMORY",
+    "WEIGHTS_DO_NOT_FIT",
+    "PlanResult",
+    "UtilizationRow",
+    "VllmSettings",
+    "plan",
+    "plan_vllm",
+    "resolve_settings",
+    "validate",
+]
