@@ -38,6 +38,7 @@ from vramctl.core.ledger import (
 from vramctl.core.settings import ServeSettings, parse_version
 from vramctl.core.specs import FULL_ATTENTION, GpuSpec, ModelSpec, dtype_bytes
 from vramctl.core.units import GiB, cdiv, vllm_format_gib
+from vramctl.core.utilization import UtilizationRow, utilization_trade
 
 # Verdict labels (../shared/taxonomy.md); `fits` when the engine would start.
 FITS = "fits"
@@ -46,7 +47,6 @@ KV_TOO_SMALL = "kv-cache-too-small-for-max-model-len"
 GPU_UTIL_EXCEEDS_FREE = "gpu-util-exceeds-free-memory"
 WEIGHTS_DO_NOT_FIT = "weights-do-not-fit"
 
-UTILIZATION_GRID = (0.85, 0.88, 0.90, 0.92, 0.94, 0.95, 0.96, 0.98)
 VALID_BLOCK_SIZES = (1, 8, 16, 32, 64, 128, 256)
 """`CacheConfig.block_size` accepts these (vllm/config/cache.py, BlockSize)."""
 _ABSURD_TOKENS = 1 << 26
@@ -98,38 +98,6 @@ class VllmSettings:
             "free_memory_bytes": self.free_memory_bytes,
             "entrypoint": self.entrypoint,
             "defaults_used": list(self.defaults_used),
-        }
-
-
-@dataclass(frozen=True)
-class UtilizationRow:
-    """One row of the utilisation trade: what a different `--gpu-memory-utilization` buys and costs."""
-
-    gpu_memory_utilization: float
-    requested_bytes: int
-    held_back_bytes: int
-    kv_cache_bytes: int
-    num_blocks: int
-    max_concurrency: float
-    margin_bytes: int
-    """Headroom left on the card after everything, including what lives outside the budget."""
-    risk: str
-    """`ok`, `thin` (under 1 GiB or 2 % of the card), `over` (the footprint exceeds the card)."""
-    verdict: str
-    is_user_value: bool = False
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "gpu_memory_utilization": self.gpu_memory_utilization,
-            "requested_bytes": self.requested_bytes,
-            "held_back_bytes": self.held_back_bytes,
-            "kv_cache_bytes": self.kv_cache_bytes,
-            "num_blocks": self.num_blocks,
-            "max_concurrency": round(self.max_concurrency, 4),
-            "margin_bytes": self.margin_bytes,
-            "risk": self.risk,
-            "verdict": self.verdict,
-            "is_user_value": self.is_user_value,
         }
 
 
@@ -557,6 +525,8 @@ class _Core:
     verdict_message: str
     max_model_len_fit: int
     other_processes: int
+    non_kv_bytes: int
+    """What vLLM subtracts from `requested` (weights + activation + non-torch growth + applied graph estimate)."""
 
 
 def _core(model: ModelSpec, gpu: GpuSpec, s: VllmSettings, capacity: int) -> _Core:
@@ -658,6 +628,10 @@ def _core(model: ModelSpec, gpu: GpuSpec, s: VllmSettings, capacity: int) -> _Co
         verdict_message=message,
         max_model_len_fit=fit_len,
         other_processes=other,
+        non_kv_bytes=binding.weights
+        + binding.activation.bytes
+        + binding.non_torch.bytes
+        + binding.graph_charged,
     )
 
 
@@ -745,32 +719,21 @@ def _ledger(core: _Core) -> Ledger:
     )
 
 
-def _utilization_rows(
-    model: ModelSpec, gpu: GpuSpec, s: VllmSettings, capacity: int
-) -> tuple[UtilizationRow, ...]:
-    grid = sorted({*UTILIZATION_GRID, round(s.gpu_memory_utilization, 4)})
-    rows: list[UtilizationRow] = []
-    for u in grid:
-        core = _core(model, gpu, replace(s, gpu_memory_utilization=u, kv_cache_memory_bytes=None), capacity)
-        ledger = _ledger(core)
-        margin = ledger.bytes_of(SLACK)
-        thin = max(_THIN_MARGIN_BYTES, int(0.02 * capacity))
-        risk = "over" if margin < 0 else "thin" if margin < thin else "ok"
-        rows.append(
-            UtilizationRow(
-                gpu_memory_utilization=u,
-                requested_bytes=core.requested,
-                held_back_bytes=capacity - core.requested,
-                kv_cache_bytes=core.binding.kv_bytes,
-                num_blocks=core.num_blocks,
-                max_concurrency=core.concurrency,
-                margin_bytes=margin,
-                risk=risk,
-                verdict=core.verdict,
-                is_user_value=abs(u - s.gpu_memory_utilization) < 1e-9,
-            )
-        )
-    return tuple(rows)
+def _utilization_rows(core: _Core) -> tuple[UtilizationRow, ...]:
+    """The utilisation trade (vramctl.core.utilization) with this plan's non-KV estimate (it does not depend
+    on u)."""
+    s = core.s
+    bpr = max(1, core.blocks_per_request)
+    return utilization_trade(
+        core.capacity,
+        core.non_kv_bytes,
+        core.binding.bytes_per_block,
+        bpr,
+        s.max_model_len,
+        (s.gpu_memory_utilization,),
+        block_size=s.block_size,
+        current=s.gpu_memory_utilization,
+    )
 
 
 def _explanations(model: ModelSpec, gpu: GpuSpec, core: _Core, ledger: Ledger) -> tuple[list[str], list[str]]:
@@ -890,21 +853,98 @@ def plan_vllm(model: ModelSpec, gpu: GpuSpec, settings: ServeSettings) -> PlanRe
         outside_budget_bytes=core.binding.outside.bytes
         + (0 if core.binding.graph_charged else core.binding.graph.bytes),
         binding_stage=core.binding.index,
-        utilization_table=_utilization_rows(model, gpu, s, capacity),
+        utilization_table=_utilization_rows(core),
         warnings=tuple(warnings),
         explanations=tuple(notes),
     )
 
 
 def plan(model: ModelSpec, gpu: GpuSpec, settings: ServeSettings) -> PlanResult:
-    """Plan one deployment for `settings.engine` (`vllm`, `sglang` or `both`)."""
+    """Plan one deployment for `settings.engine` (`vllm`, `sglang` or `both`).
+
+    `vllm`: the vLLM plan. `sglang`: the top-level terms, KV and verdict come from SGLang's sizing
+    (`vramctl.core.engines.sglang.plan_sglang`), with the vLLM plan of the same flags kept for reference under
+    nothing else. `both`: the vLLM plan at the top, SGLang's under `sglang`, and the gap explained term by term.
+    A host tier (`--kv-offloading-size`, `--enable-hierarchical-cache`, `--hicache-*`) is sized when asked for.
+    """
+    from vramctl.core.engines import sglang as sg
+    from vramctl.core.host_tier import plan_host_tier
+
     result = plan_vllm(model, gpu, settings)
-    # TODO(sglang engineer's vramctl.core.engines.sglang / host_tier): integrated in _attach_others once they land.
-    return _attach_others(result, model, gpu, settings)
+    sglang_plan = None
+    gap: tuple[Any, ...] = ()
+    if settings.engine in ("sglang", "both"):
+        sglang_plan = sg.plan_sglang(model, gpu, settings)
+    if settings.engine == "both" and sglang_plan is not None:
+        gap = sg.explain_gap(result, sglang_plan)
+    host = None
+    use_hicache = settings.engine == "sglang" or (settings.engine == "both" and _wants_hicache(settings))
+    if sglang_plan is not None and use_hicache:
+        host = plan_host_tier(
+            model,
+            gpu,
+            settings,
+            device_kv_tokens=sglang_plan.max_total_num_tokens,
+            kv_bytes_per_token=sglang_plan.bytes_per_token,
+            engine="sglang",
+            page_size=sglang_plan.page_size,
+        )
+    elif settings.kv_offloading_size_gib is not None:
+        host = plan_host_tier(
+            model,
+            gpu,
+            settings,
+            device_kv_tokens=result.kv_tokens,
+            kv_bytes_per_token=result.kv_bytes_per_token,
+            engine="vllm",
+        )
+    result = replace(result, sglang=sglang_plan, gap=gap, host_tier=host)
+    if settings.engine == "sglang" and sglang_plan is not None:
+        result = _sglang_top_level(result, sglang_plan)
+    warnings = list(result.warnings)
+    status = getattr(host, "status", None)
+    if status in ("warning", "fail"):
+        warnings.append(str(getattr(host, "message", "")))
+    return replace(result, warnings=tuple(warnings))
 
 
-def _attach_others(result: PlanResult, model: ModelSpec, gpu: GpuSpec, settings: ServeSettings) -> PlanResult:
-    return result
+def _wants_hicache(settings: ServeSettings) -> bool:
+    return (
+        settings.enable_hierarchical_cache
+        or bool(settings.hicache_size_gb)
+        or settings.hicache_ratio is not None
+    )
+
+
+def _sglang_top_level(result: PlanResult, sgp: Any) -> PlanResult:
+    """`--engine sglang`: the headline numbers in SGLang's semantics (its ledger, pool, verdict)."""
+    page = max(1, int(sgp.page_size))
+    tokens = int(sgp.max_total_num_tokens)
+    context = int(sgp.context_len) or result.max_model_len
+    fit = min(tokens, result.model.max_position_embeddings)
+    return replace(
+        result,
+        engine="sglang",
+        engine_version=str(sgp.version),
+        ledger=sgp.ledger,
+        capacity_bytes=int(sgp.capacity_bytes),
+        requested_bytes=int(sgp.capacity_bytes) - int(sgp.held_back_bytes),
+        kv_cache_bytes=int(sgp.kv_cache_bytes),
+        kv_bytes_per_token=int(sgp.bytes_per_token),
+        bytes_per_block=int(sgp.bytes_per_token) * page,
+        block_size=page,
+        num_blocks=tokens // page,
+        blocks_per_request=cdiv(context, page),
+        kv_tokens=tokens,
+        max_concurrency=float(sgp.concurrency_at_context),
+        max_model_len=context,
+        max_model_len_fit=fit,
+        verdict=str(sgp.verdict),
+        verdict_message=str(sgp.message),
+        utilization_table=(),
+        explanations=tuple(sgp.notes),
+        warnings=(),
+    )
 
 
 __all__ = [
@@ -914,7 +954,6 @@ __all__ = [
     "NO_KV_CACHE_MEMORY",
     "WEIGHTS_DO_NOT_FIT",
     "PlanResult",
-    "UtilizationRow",
     "VllmSettings",
     "plan",
     "plan_vllm",
