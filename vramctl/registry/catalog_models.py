@@ -12,9 +12,19 @@ from vramctl.registry._catalog import MODELS
 from vramctl.registry._fields import get_int, get_mapping, get_sources, get_str, get_str_list
 from vramctl.registry.models import spec_from_config
 
+PROFILE_KEYS = frozenset(
+    {"id", "aliases", "param_count", "weight_bytes", "extra_params", "sources", "config"}
+)
+"""`extra_params`: tensors outside the decoder formula (a vision tower), {part: count}; param_count includes them."""
+
 
 def model_from_profile(doc: dict[str, Any], where: str) -> ModelSpec:
     """Validate one model profile: `id`, `aliases`, `param_count`, optional `weight_bytes`, `sources`, `config`."""
+    unknown = sorted(set(doc) - PROFILE_KEYS)
+    if unknown:
+        raise BadInputError(
+            f"{where}: unknown field {unknown[0]!r} (expected one of {', '.join(sorted(PROFILE_KEYS))})"
+        )
     config = get_mapping(doc, "config", where)
     if config is None:
         raise BadInputError(f"{where}: missing required field 'config'")

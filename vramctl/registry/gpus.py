@@ -15,8 +15,29 @@ from vramctl.registry._fields import get_float, get_int, get_mapping, get_source
 TB = 10**12
 
 
+PROFILE_KEYS = frozenset(
+    {
+        "id",
+        "display_name",
+        "vendor",
+        "aliases",
+        "compute_capability",
+        "cuda_total_gib",
+        "cuda_total_bytes",
+        "nvidia_smi_total_mib",
+        "hbm_bandwidth_tb_s",
+        "dense_bf16_tflops",
+        "host_link",
+        "sources",
+    }
+)
+
+
 def gpu_from_profile(doc: dict[str, Any], where: str) -> GpuSpec:
     """Validate one GPU profile mapping (schema: docs/models-and-gpus.md)."""
+    unknown = sorted(set(doc) - PROFILE_KEYS)
+    if unknown:
+        raise BadInputError(f"{where}: unknown field {unknown[0]!r}")
     if doc.get("cuda_total_bytes") is not None:
         cuda_total = get_int(doc, "cuda_total_bytes", where)
     else:
