@@ -133,6 +133,8 @@ def load_local_model(text: str) -> ModelSpec:
     # A first pass validates the config and tells us how many decoder layers a serve loads.
     probe = spec_from_config(config, where=where, name=local.name)
     summary: CheckpointSummary = read_checkpoint(files).without_layers_from(probe.num_hidden_layers)
+    if probe.tie_word_embeddings:  # a stored copy of the tied lm_head is skipped by the engines' loaders
+        summary = summary.without_names({"lm_head.weight"})
     unquantised = probe.quantization is None and summary.all_float
     param_count = summary.total_elements if unquantised else probe.param_count
     dtypes = ", ".join(f"{dtype} {format_gib(size)}" for dtype, size in summary.bytes_by_dtype.items())

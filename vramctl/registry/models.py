@@ -247,6 +247,15 @@ def spec_from_config(
         norms_per_layer=4 if model_type in _FOUR_NORMS else 2,
         num_mtp_layers=get_int(cfg, "num_nextn_predict_layers", where, default=0, minimum=0),
     )
+    if _dtype(cfg, where) == "float32":  # vLLM/SGLang --dtype auto serve a float32 checkpoint in 16 bits
+        spec = _replace(
+            spec,
+            torch_dtype="bfloat16",
+            sources=(
+                *spec.sources,
+                ("torch_dtype", "config.json float32; --dtype auto serves it as bfloat16"),
+            ),
+        )
     count = param_count if param_count is not None else param_count_from_spec(spec)
     spec = _replace(spec, param_count=count)
     size = weight_bytes if weight_bytes is not None else weight_bytes_from_spec(spec)

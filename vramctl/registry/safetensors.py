@@ -86,6 +86,9 @@ class CheckpointSummary:
         kept = tuple(t for t in self.tensors if t.layer is None or t.layer < first_extra_layer)
         return summarize(self.files, kept)
 
+    def without_names(self, names: set[str]) -> CheckpointSummary:
+        return summarize(self.files, (t for t in self.tensors if t.name not in names))
+
 
 def summarize(files: Iterable[Path], tensors: Iterable[TensorInfo]) -> CheckpointSummary:
     kept = tuple(tensors)

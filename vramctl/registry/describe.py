@@ -1,0 +1,84 @@
+"""JSON-ready descriptions of a ModelSpec / GpuSpec for `vramctl models` / `vramctl gpus` (keys documented in
+docs/models-and-gpus.md, never renamed)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from vramctl.core.params import active_param_count, num_moe_layers
+from vramctl.core.specs import GpuSpec, ModelSpec
+
+
+def attention_kind(spec: ModelSpec) -> str:
+    """`mla`, `hybrid` (full + sliding layers), `sliding`, or `mha` / `gqa` / `mqa` for full attention."""
+    if spec.mla is not None:
+        return "mla"
+    if spec.num_sliding_layers and spec.num_full_layers:
+        return "hybrid"
+    if spec.num_sliding_layers:
+        return "sliding"
+    if spec.num_key_value_heads == spec.num_attention_heads:
+        return "mha"
+    return "mqa" if spec.num_key_value_heads == 1 else "gqa"
+
+
+def model_to_json(spec: ModelSpec) -> dict[str, Any]:
+    moe: dict[str, Any] | None = None
+    if spec.moe is not None:
+        moe = {
+            "num_experts": spec.moe.num_experts,
+            "num_experts_per_tok": spec.moe.num_experts_per_tok,
+            "moe_intermediate_size": spec.moe.moe_intermediate_size,
+            "num_shared_experts": spec.moe.num_shared_experts,
+            "num_moe_layers": num_moe_layers(spec),
+        }
+    mla: dict[str, Any] | None = None
+    if spec.mla is not None:
+        mla = {
+            "kv_lora_rank": spec.mla.kv_lora_rank,
+            "qk_rope_head_dim": spec.mla.qk_rope_head_dim,
+            "latent_dim": spec.mla.latent_dim,
+            "q_lora_rank": spec.mla.q_lora_rank,
+        }
+    return {
+        "id": spec.name,
+        "aliases": list(spec.aliases),
+        "architecture": spec.architecture,
+        "attention": attention_kind(spec),
+        "param_count": spec.param_count,
+        "active_param_count": active_param_count(spec),
+        "weight_bytes": spec.weight_bytes,
+        "torch_dtype": spec.torch_dtype,
+        "quantization": spec.quantization,
+        "hidden_size": spec.hidden_size,
+        "num_hidden_layers": spec.num_hidden_layers,
+        "num_attention_heads": spec.num_attention_heads,
+        "num_key_value_heads": spec.num_key_value_heads,
+        "head_dim": spec.head_dim,
+        "vocab_size": spec.vocab_size,
+        "max_position_embeddings": spec.max_position_embeddings,
+        "sliding_window": spec.sliding_window,
+        "num_sliding_layers": spec.num_sliding_layers,
+        "tie_word_embeddings": spec.tie_word_embeddings,
+        "moe": moe,
+        "mla": mla,
+        "sources": dict(spec.sources),
+    }
+
+
+def gpu_to_json(spec: GpuSpec) -> dict[str, Any]:
+    return {
+        "id": spec.name,
+        "display_name": spec.display_name,
+        "vendor": spec.vendor,
+        "aliases": list(spec.aliases),
+        "compute_capability": spec.compute_capability,
+        "cuda_total_bytes": spec.cuda_total_bytes,
+        "nvidia_smi_total_mib": spec.nvidia_smi_total_mib,
+        "hbm_bandwidth_bytes_per_s": spec.hbm_bandwidth_bytes_per_s,
+        "pcie_generation": spec.pcie_generation,
+        "pcie_lanes": spec.pcie_lanes,
+        "host_link_bytes_per_s": spec.host_link_bytes_per_s,
+        "dense_bf16_flops": spec.dense_bf16_flops,
+        "sources": dict(spec.sources),
+    }
