@@ -1,0 +1,907 @@
+"""The start-up log lines vLLM and SGLang print about memory, as data: one entry per line format.
+
+Each entry names a literal `needle` (a cheap pre-filter: the line must contain it), a regular expression
+whose named groups are fact keys (see `FACTS`), the engine, the vLLM variant (V0 / V1 worker) and the
+range of versions that print that wording. `read-log` infers the engine version from the formats it
+sees when the log prints no version line. Adding a format is one entry here and one test line.
+
+Sources (file:line of the engine source, by version):
+- /work/shared/reference/vllm.md §1.1-§1.2 (MemorySnapshot / MemoryProfilingResult reprs), §2.1-§2.4
+  (`determine_available_memory`, the DEBUG lines, the `--kv-cache-memory` suggestion and its ≤0.26 /
+  ≥0.28 wordings), §3.5-§3.6 (block size, "GPU KV cache size"), §4 (every INFO/DEBUG line of 0.33.0 in
+  order, plus the V0-era `worker.py` lines of 0.6.x-0.8.x), §9 (what changed when).
+- /work/shared/reference/sglang.md §2-§3 (the verbatim format strings of 0.4.6, 0.5.9, 0.5.18, 0.5.23
+  and the older 0.2/0.3 forms seen in real logs).
+
+Units: vLLM prints GiB everywhere (its old "... took X GB" is bytes / 2**30 too); SGLang's "GB" in the
+weight / KV / pool / graph lines is also bytes / 2**30 (sglang.md §3; samples/startup/index.yaml
+`conventions`). Only SGLang's HiCache host-pool line uses decimal GB.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from enum import StrEnum
+
+Version = tuple[int, int, int]
+
+NUM = r"-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?"
+"""A number as the engines print it: `14.96`, `-2.28`, `410,128`, `15.0`, `0.0`."""
+
+
+class Kind(StrEnum):
+    SIZE = "size"
+    """Bytes (stored as int); printed in GiB unless the format says otherwise."""
+    COUNT = "count"
+    RATIO = "ratio"
+    SECONDS = "seconds"
+
+
+@dataclass(frozen=True)
+class FactInfo:
+    kind: Kind
+    description: str
+    load_phase: bool = False
+    """A fact printed while the weights load: seeing it again after the KV cache was sized starts a new run."""
+    kv_phase: bool = False
+    """A fact printed once the KV cache is sized."""
+
+
+FACTS: dict[str, FactInfo] = {
+    # ---- vLLM -----------------------------------------------------------------------------------------
+    "total_memory": FactInfo(Kind.SIZE, "device total memory (cudaMemGetInfo total)"),
+    "free_memory_at_start": FactInfo(Kind.SIZE, "free device memory at the init snapshot"),
+    "gpu_memory_utilization": FactInfo(Kind.RATIO, "gpu_memory_utilization"),
+    "requested_memory": FactInfo(Kind.SIZE, "requested memory: total × gpu_memory_utilization"),
+    "weights": FactInfo(Kind.SIZE, "model weights (profiling result)"),
+    "weights_loaded": FactInfo(Kind.SIZE, "memory taken while loading the model", load_phase=True),
+    "load_seconds": FactInfo(Kind.SECONDS, "model loading time"),
+    "non_torch": FactInfo(Kind.SIZE, "non-torch memory increase"),
+    "activation_peak": FactInfo(Kind.SIZE, "activation peak during the profile run"),
+    "peak_activation_incl_graph": FactInfo(
+        Kind.SIZE,
+        "'peak activation' of the ≥0.28 suggestion line (transient peak + applied CUDA-graph estimate)",
+    ),
+    "torch_peak_increase": FactInfo(Kind.SIZE, "torch peak memory increase during the profile run"),
+    "consumed_memory": FactInfo(Kind.SIZE, "free-memory drop since the init snapshot (weights + non-torch)"),
+    "non_kv_memory": FactInfo(Kind.SIZE, "total non-KV-cache memory"),
+    "initial_memory_usage": FactInfo(Kind.SIZE, "memory in use before profiling (0.6.4)"),
+    "peak_torch_memory": FactInfo(Kind.SIZE, "torch peak including weights (0.6.4)"),
+    "memory_usage_post_profile": FactInfo(Kind.SIZE, "memory in use after profiling (0.6.4)"),
+    "free_after_profile": FactInfo(Kind.SIZE, "free memory after profiling"),
+    "free_after_profile_within_requested": FactInfo(
+        Kind.SIZE, "free memory after profiling, within requested"
+    ),
+    "kv_cache": FactInfo(Kind.SIZE, "memory for the KV cache", kv_phase=True),
+    "kv_cache_in_use": FactInfo(Kind.SIZE, "KV cache memory in use (suggestion line)"),
+    "kv_cache_memory_to_requested": FactInfo(Kind.SIZE, "--kv-cache-memory that fits the requested memory"),
+    "kv_cache_memory_to_gpu": FactInfo(Kind.SIZE, "--kv-cache-memory that fills the GPU"),
+    "cuda_graph_estimate": FactInfo(Kind.SIZE, "profiled CUDA-graph memory estimate"),
+    "cuda_graph_actual": FactInfo(Kind.SIZE, "CUDA-graph memory of the real capture"),
+    "graph_seconds": FactInfo(Kind.SECONDS, "CUDA-graph capture time"),
+    "num_gpu_blocks": FactInfo(Kind.COUNT, "GPU KV blocks", kv_phase=True),
+    "num_cpu_blocks": FactInfo(Kind.COUNT, "CPU (swap) KV blocks"),
+    "kv_tokens": FactInfo(Kind.COUNT, "KV cache size in tokens", kv_phase=True),
+    "max_concurrency": FactInfo(Kind.RATIO, "maximum concurrency for a max-length request"),
+    "concurrency_max_model_len": FactInfo(Kind.COUNT, "tokens per request of the concurrency line"),
+    "kv_tokens_capacity": FactInfo(Kind.COUNT, "tokens the KV cache can store (max_model_len error)"),
+    "block_size": FactInfo(Kind.COUNT, "KV block size set for the attention backend"),
+    "snapshot_torch_peak": FactInfo(Kind.SIZE, "init snapshot torch_peak"),
+    "snapshot_torch_memory": FactInfo(Kind.SIZE, "init snapshot torch_memory (reserved)"),
+    "snapshot_non_torch_memory": FactInfo(Kind.SIZE, "init snapshot non_torch_memory"),
+    "snapshot_cuda_memory": FactInfo(Kind.SIZE, "init snapshot cuda_memory (total − free)"),
+    # ---- SGLang ---------------------------------------------------------------------------------------
+    "init_dist_mem_usage": FactInfo(Kind.SIZE, "memory used by torch.distributed init"),
+    "baseline_mem_usage": FactInfo(Kind.SIZE, "memory baseline (0.5.23)"),
+    "load_begin_avail": FactInfo(Kind.SIZE, "free memory before loading weights", load_phase=True),
+    "load_end_avail": FactInfo(Kind.SIZE, "free memory after loading weights"),
+    "load_mem_usage": FactInfo(Kind.SIZE, "memory the weight loading took"),
+    "k_size": FactInfo(Kind.SIZE, "K cache size", kv_phase=True),
+    "v_size": FactInfo(Kind.SIZE, "V cache size", kv_phase=True),
+    "kv_size": FactInfo(Kind.SIZE, "single-buffer (MLA) KV cache size", kv_phase=True),
+    "pool_end_avail": FactInfo(Kind.SIZE, "free memory after the memory pools", kv_phase=True),
+    "graph_begin_avail": FactInfo(Kind.SIZE, "free memory before CUDA-graph capture"),
+    "graph_end_avail": FactInfo(Kind.SIZE, "free memory after CUDA-graph capture"),
+    "graph_mem_usage": FactInfo(Kind.SIZE, "memory the CUDA-graph capture took"),
+    "max_total_num_tokens": FactInfo(
+        Kind.COUNT, "max_total_num_tokens (KV pool size in tokens)", kv_phase=True
+    ),
+    "max_running_requests": FactInfo(Kind.COUNT, "max_running_requests"),
+    "context_len": FactInfo(Kind.COUNT, "context_len"),
+    "chunked_prefill_size": FactInfo(Kind.COUNT, "chunked_prefill_size"),
+    "max_prefill_tokens": FactInfo(Kind.COUNT, "max_prefill_tokens"),
+    "available_gpu_mem": FactInfo(Kind.SIZE, "free memory when the scheduler starts"),
+    "host_pool_bytes": FactInfo(Kind.SIZE, "HiCache host pool (decimal GB)"),
+    "host_pool_tokens": FactInfo(Kind.COUNT, "HiCache host pool tokens"),
+}
+
+
+@dataclass(frozen=True)
+class LineFormat:
+    name: str
+    engine: str
+    """`vllm`, `sglang` or `any` (a summary written by a person, not an engine line)."""
+    needle: str
+    pattern: re.Pattern[str]
+    since: str
+    """Where the wording comes from, e.g. `vLLM 0.6.5-0.8.x V0 worker.py`."""
+    min_version: Version | None = None
+    max_version: Version | None = None
+    variant: str | None = None
+    """`V0` or `V1` (vLLM's worker), when the wording is unique to one."""
+    semantics: str | None = None
+    """Which subtraction the numbers follow: `v0`, `v1` (≤0.26: W + A + O), `v1-consumed` (≥0.28)."""
+    size_unit: str = "GiB"
+    """Unit of the SIZE groups: `GiB` (binary), `B` (bytes), `GB` (decimal)."""
+    summary: bool = False
+    """A person's restatement of logged numbers (a table or a list), not a raw engine line."""
+    search_all: bool = False
+    """Apply the pattern with finditer (several occurrences per line, e.g. key=value pairs)."""
+
+
+def _f(
+    name: str,
+    engine: str,
+    needle: str,
+    regex: str,
+    since: str,
+    *,
+    min_version: Version | None = None,
+    max_version: Version | None = None,
+    variant: str | None = None,
+    semantics: str | None = None,
+    size_unit: str = "GiB",
+    summary: bool = False,
+    search_all: bool = False,
+    flags: int = 0,
+) -> LineFormat:
+    return LineFormat(
+        name=name,
+        engine=engine,
+        needle=needle,
+        pattern=re.compile(regex.replace("{NUM}", NUM), flags),
+        since=since,
+        min_version=min_version,
+        max_version=max_version,
+        variant=variant,
+        semantics=semantics,
+        size_unit=size_unit,
+        summary=summary,
+        search_all=search_all,
+    )
+
+
+_GIB = r"\s*GiB"
+
+VLLM_FORMATS: tuple[LineFormat, ...] = (
+    # ---- V0 worker (0.6.5 → 0.8.x): three lines after "Memory profiling takes %.2f seconds" (vllm.md §4)
+    _f(
+        "v0-can-use",
+        "vllm",
+        "the current vLLM instance can use total_gpu_memory",
+        r"the current vLLM instance can use total_gpu_memory \((?P<total_memory>{NUM})"
+        + _GIB
+        + r"\) x gpu_memory_utilization \((?P<gpu_memory_utilization>{NUM})\) = (?P<requested_memory>{NUM})"
+        + _GIB,
+        "vLLM 0.6.5-0.8.x V0 worker/worker.py:225-239 [0.6.6.post1]",
+        min_version=(0, 6, 5),
+        max_version=(0, 10, 0),
+        variant="V0",
+        semantics="v0",
+    ),
+    _f(
+        "v0-weights",
+        "vllm",
+        "model weights take",
+        r"model weights take (?P<weights>{NUM})" + _GIB,
+        "vLLM 0.6.5-0.8.x V0 worker.py",
+        min_version=(0, 6, 5),
+        max_version=(0, 10, 0),
+        variant="V0",
+        semantics="v0",
+    ),
+    _f(
+        "v0-non-torch",
+        "vllm",
+        "non_torch_memory takes",
+        r"non_torch_memory takes (?P<non_torch>{NUM})" + _GIB,
+        "vLLM 0.6.5-0.8.x V0 worker.py",
+        min_version=(0, 6, 5),
+        max_version=(0, 10, 0),
+        variant="V0",
+        semantics="v0",
+    ),
+    _f(
+        "v0-activation",
+        "vllm",
+        "PyTorch activation peak memory takes",
+        r"PyTorch activation peak memory takes\s+(?P<activation_peak>{NUM})" + _GIB,
+        "vLLM 0.6.5-0.8.x V0 worker.py",
+        min_version=(0, 6, 5),
+        max_version=(0, 10, 0),
+        variant="V0",
+        semantics="v0",
+    ),
+    _f(
+        "v0-kv",
+        "vllm",
+        "the rest of the memory reserved for KV Cache is",
+        r"the rest of the memory reserved for KV Cache is (?P<kv_cache>{NUM})" + _GIB,
+        "vLLM 0.6.5-0.8.x V0 worker.py",
+        min_version=(0, 6, 5),
+        max_version=(0, 10, 0),
+        variant="V0",
+        semantics="v0",
+    ),
+    # ---- the multi-line table of the PR #10511 branch (Dec 2024): "Memory profiling results:" then one
+    # "label   value" line each (samples/startup/001.log). Anchored at the start of the message.
+    _f(
+        "v0-table-total",
+        "vllm",
+        "total_gpu_memory",
+        r"^total_gpu_memory\s+(?P<total_memory>{NUM})" + _GIB,
+        "vLLM PR #10511 branch (0.6.5.dev) worker.py:243",
+        min_version=(0, 6, 4),
+        max_version=(0, 6, 6),
+        variant="V0",
+        semantics="v0",
+    ),
+    _f(
+        "v0-table-util",
+        "vllm",
+        "gpu_memory_utilization",
+        r"^gpu_memory_utilization\s+(?P<gpu_memory_utilization>{NUM})\s*$",
+        "vLLM PR #10511 branch (0.6.5.dev) worker.py:243",
+        min_version=(0, 6, 4),
+        max_version=(0, 6, 6),
+        variant="V0",
+        semantics="v0",
+    ),
+    _f(
+        "v0-table-can-use",
+        "vllm",
+        "the current vLLM instance can use",
+        r"^the current vLLM instance can use\s+(?P<requested_memory>{NUM})" + _GIB,
+        "vLLM PR #10511 branch (0.6.5.dev) worker.py:243",
+        min_version=(0, 6, 4),
+        max_version=(0, 6, 6),
+        variant="V0",
+        semantics="v0",
+    ),
+    _f(
+        "v0-table-weights",
+        "vllm",
+        "model weights take",
+        r"^model weights take\s+(?P<weights>{NUM})" + _GIB,
+        "vLLM PR #10511 branch (0.6.5.dev) worker.py:243",
+        min_version=(0, 6, 4),
+        max_version=(0, 6, 6),
+        variant="V0",
+        semantics="v0",
+    ),
+    _f(
+        "v0-table-non-torch",
+        "vllm",
+        "non_torch_memory",
+        r"^non_torch_memory\s+(?P<non_torch>{NUM})" + _GIB,
+        "vLLM PR #10511 branch (0.6.5.dev) worker.py:243",
+        min_version=(0, 6, 4),
+        max_version=(0, 6, 6),
+        variant="V0",
+        semantics="v0",
+    ),
+    _f(
+        "v0-table-activation",
+        "vllm",
+        "PyTorch activation peak memory",
+        r"^PyTorch activation peak memory\s+(?P<activation_peak>{NUM})" + _GIB,
+        "vLLM PR #10511 branch (0.6.5.dev) worker.py:243",
+        min_version=(0, 6, 4),
+        max_version=(0, 6, 6),
+        variant="V0",
+        semantics="v0",
+    ),
+    _f(
+        "v0-table-kv",
+        "vllm",
+        "available_kv_cache_memory",
+        r"^available_kv_cache_memory\s+(?P<kv_cache>{NUM})" + _GIB,
+        "vLLM PR #10511 branch (0.6.5.dev) worker.py:243",
+        min_version=(0, 6, 4),
+        max_version=(0, 6, 6),
+        variant="V0",
+        semantics="v0",
+    ),
+    # ---- 0.6.4: one line "Memory profiling results: total_gpu_memory=… kv_cache_size=… gpu_memory_utilization=…"
+    _f(
+        "v064-results",
+        "vllm",
+        "Memory profiling results: total_gpu_memory=",
+        r"total_gpu_memory=(?P<total_memory>{NUM})GiB initial_memory_usage=(?P<initial_memory_usage>{NUM})GiB "
+        r"peak_torch_memory=(?P<peak_torch_memory>{NUM})GiB "
+        r"memory_usage_post_profile=(?P<memory_usage_post_profile>{NUM})GiB "
+        r"non_torch_memory=(?P<non_torch>{NUM})GiB kv_cache_size=(?P<kv_cache>{NUM})GiB "
+        r"gpu_memory_utilization=(?P<gpu_memory_utilization>{NUM})",
+        "vLLM 0.6.4 worker/worker.py:232 [0.6.4.post1]",
+        min_version=(0, 6, 4),
+        max_version=(0, 6, 4),
+        variant="V0",
+        semantics="v064",
+    ),
+    # ---- V0 block counts: "# GPU blocks: %d, # CPU blocks: %d" (0.2-0.7), "# cuda blocks:" (0.8 V0)
+    _f(
+        "v0-blocks",
+        "vllm",
+        "blocks: ",
+        r"(?:#\s*)?(?:GPU|cuda|CUDA) blocks: (?P<num_gpu_blocks>{NUM}), # CPU blocks: (?P<num_cpu_blocks>{NUM})",
+        "vLLM ≤0.8.x V0 executor/distributed_gpu_executor.py:57-62 [0.6.6.post1]; executor_base.py:111 [0.8.x]",
+        max_version=(0, 10, 0),
+        variant="V0",
+        search_all=True,
+    ),
+    _f(
+        "concurrency",
+        "vllm",
+        "Maximum concurrency for",
+        r"Maximum concurrency for (?P<concurrency_max_model_len>{NUM}) tokens per request: "
+        r"(?P<max_concurrency>{NUM})\s*x",
+        "vLLM 0.6.x V0 executor; V1 kv_cache_utils.py (one line with the token count since 0.28)",
+        min_version=(0, 6, 0),
+    ),
+    _f(
+        "kv-tokens",
+        "vllm",
+        "KV cache size: ",
+        r"\b(?:GPU|[A-Z]{2,5})(?: \+ host)? KV cache size: (?P<kv_tokens>{NUM}) tokens",
+        "vLLM ≥0.8 V1 kv_cache_utils.py:1147-1154 (0.33.0)",
+        min_version=(0, 8, 0),
+        variant="V1",
+    ),
+    _f(
+        "kv-tokens-one-line",
+        "vllm",
+        "KV cache size: ",
+        r"KV cache size: {NUM} tokens, Maximum concurrency for",
+        "vLLM ≥0.28 kv_cache_utils.py:1147-1154: tokens and concurrency on one line",
+        min_version=(0, 28, 0),
+        variant="V1",
+    ),
+    _f(
+        "kv-tokens-two-lines",
+        "vllm",
+        "KV cache size: ",
+        r"KV cache size: {NUM} tokens\s*$",
+        "vLLM 0.8-0.26 kv_cache_utils.py: tokens alone, concurrency on the next line",
+        min_version=(0, 8, 0),
+        max_version=(0, 26, 99),
+        variant="V1",
+    ),
+    _f(
+        "available-kv",
+        "vllm",
+        "Available KV cache memory",
+        r"Available KV cache memory[:*\s]+(?P<kv_cache>{NUM})" + _GIB,
+        "vLLM ≥0.8.5 V1 gpu_worker.py:772-775 (0.33.0)",
+        min_version=(0, 8, 5),
+        variant="V1",
+    ),
+    _f(
+        "kv-cache-memory-bytes",
+        "vllm",
+        "as specified by kv_cache_memory_bytes",
+        r"Initial free memory (?P<free_memory_at_start>{NUM}) GiB, reserved (?P<kv_cache>{NUM}) GiB memory for "
+        r"KV Cache as specified by kv_cache_memory_bytes",
+        "vLLM ≥0.11 gpu_worker.py:656-681 (0.33.0): --kv-cache-memory-bytes skips profiling",
+        min_version=(0, 11, 0),
+        variant="V1",
+        semantics="kv-bytes",
+    ),
+    # ---- weights
+    _f(
+        "model-loading-gib-memory",
+        "vllm",
+        "Model loading took",
+        r"Model loading took[:*\s]+(?P<weights_loaded>{NUM}) GiB memory and (?P<load_seconds>{NUM}) seconds",
+        "vLLM ≥0.12 gpu_model_runner.py:5088-5092 (0.33.0)",
+        min_version=(0, 12, 0),
+    ),
+    _f(
+        "model-loading-gib",
+        "vllm",
+        "Model loading took",
+        r"Model loading took (?P<weights_loaded>{NUM}) GiB and (?P<load_seconds>{NUM}) seconds",
+        "vLLM 0.8.3-0.11 (`Model loading took %.4f GiB and %.6f seconds`)",
+        min_version=(0, 8, 3),
+        max_version=(0, 11, 99),
+    ),
+    _f(
+        "model-loading-gb",
+        "vllm",
+        "Model loading took",
+        r"Model loading took (?P<weights_loaded>{NUM}) GB and (?P<load_seconds>{NUM}) seconds",
+        "vLLM 0.7-0.8.2 model_runner.py:1146 (`GB` is bytes / 2**30)",
+        min_version=(0, 7, 0),
+        max_version=(0, 8, 2),
+    ),
+    _f(
+        "loading-model-weights",
+        "vllm",
+        "Loading model weights took",
+        r"Loading model weights took (?P<weights_loaded>{NUM}) GB",
+        "vLLM ≤0.6.x model_runner.py (`Loading model weights took %.4f GB`, bytes / 2**30)",
+        max_version=(0, 6, 99),
+    ),
+    # ---- CUDA graphs
+    _f(
+        "cg-estimate",
+        "vllm",
+        "Estimated CUDA graph memory:",
+        r"Estimated CUDA graph memory: (?P<cuda_graph_estimate>{NUM}) GiB total",
+        "vLLM ≥0.19 gpu_model_runner.py:6410 (0.33.0)",
+        min_version=(0, 19, 0),
+        variant="V1",
+    ),
+    _f(
+        "graph-capturing",
+        "vllm",
+        "Graph capturing finished in",
+        r"Graph capturing finished in (?P<graph_seconds>{NUM}) secs?(?:, took (?P<cuda_graph_actual>{NUM})"
+        + _GIB
+        + ")?",
+        "vLLM model_runner.py / gpu_model_runner.py:6516-6520 (`took` since 0.6.2)",
+    ),
+    _f(
+        "cg-pool",
+        "vllm",
+        "CUDA graph pool memory:",
+        r"CUDA graph pool memory: (?P<cuda_graph_actual>{NUM}) GiB \(actual\), "
+        r"(?P<cuda_graph_estimate>{NUM}) GiB \(estimated\)",
+        "vLLM ≥0.19 gpu_worker.py:1004 (0.33.0)",
+        min_version=(0, 19, 0),
+        variant="V1",
+    ),
+    _f(
+        "cg-hint",
+        "vllm",
+        "is equivalent to --gpu-memory-utilization",
+        r"The current --gpu-memory-utilization=(?P<gpu_memory_utilization>{NUM}) is equivalent to",
+        "vLLM ≥0.20 gpu_worker.py:777-814 (0.33.0): CUDA graph memory profiling enabled hint",
+        min_version=(0, 20, 0),
+        variant="V1",
+    ),
+    # ---- the --kv-cache-memory suggestion (§2.4): "Free memory on device (…/… GiB) on startup. Desired …"
+    _f(
+        "free-on-device",
+        "vllm",
+        "Free memory on device",
+        r"Free memory on device(?: [\w:]+)?[:*\s]*\(?(?P<free_memory_at_start>{NUM})/(?P<total_memory>{NUM})"
+        r"\s*GiB\)? on startup",
+        "vLLM ≥0.10 gpu_worker.py:1066 (0.33.0) and the request_memory() error",
+        min_version=(0, 10, 0),
+        variant="V1",
+    ),
+    _f(
+        "desired-util",
+        "vllm",
+        "Desired GPU memory utilization is",
+        r"Desired GPU memory utilization is \((?P<gpu_memory_utilization>{NUM}), (?P<requested_memory>{NUM})"
+        + _GIB
+        + r"\)",
+        "vLLM ≥0.10 gpu_worker.py:1066 (0.33.0)",
+        min_version=(0, 10, 0),
+        variant="V1",
+    ),
+    _f(
+        "startup-error-util",
+        "vllm",
+        "on startup is less than desired GPU memory utilization",
+        r"less than desired GPU memory utilization \((?P<gpu_memory_utilization>{NUM}), "
+        r"(?P<requested_memory>{NUM})" + _GIB + r"\)",
+        "vLLM ≥0.10 v1/worker/utils.py:716-772 request_memory() ValueError",
+        min_version=(0, 10, 0),
+        variant="V1",
+    ),
+    _f(
+        "usage-pre028",
+        "vllm",
+        "GiB for weight,",
+        r"Actual usage is (?P<weights>{NUM}) GiB for weight, (?P<activation_peak>{NUM}) GiB for peak activation, "
+        r"(?P<non_torch>{NUM}) GiB for non-torch memory, and (?P<cuda_graph_actual>{NUM}) GiB for CUDAGraph memory",
+        "vLLM 0.10-0.26 gpu_worker.py:355-392 [0.11.0]",
+        min_version=(0, 10, 0),
+        max_version=(0, 26, 99),
+        variant="V1",
+        semantics="v1",
+    ),
+    _f(
+        "usage-consumed",
+        "vllm",
+        "for consumed memory (weights + non-torch)",
+        r"Actual usage is (?P<consumed_memory>{NUM}) GiB for consumed memory \(weights \+ non-torch\), "
+        r"(?P<peak_activation_incl_graph>{NUM}) GiB for peak activation, and (?P<cuda_graph_actual>{NUM}) GiB "
+        r"for CUDAGraph memory",
+        "vLLM ≥0.28 gpu_worker.py:1066 (0.33.0)",
+        min_version=(0, 28, 0),
+        variant="V1",
+        semantics="v1-consumed",
+    ),
+    _f(
+        "suggest-requested",
+        "vllm",
+        "to fit into requested memory",
+        r"--kv-cache-memory=(?P<kv_cache_memory_to_requested>\d+)`?\s*(?:\({NUM} GiB\)\s*)?to fit into requested",
+        "vLLM ≥0.10 gpu_worker.py:1066 (0.33.0)",
+        min_version=(0, 10, 0),
+        variant="V1",
+        size_unit="B",
+    ),
+    _f(
+        "suggest-gpu",
+        "vllm",
+        "to fully utilize gpu memory",
+        r"--kv-cache-memory=(?P<kv_cache_memory_to_gpu>\d+)`?\s*(?:\({NUM} GiB\)\s*)?to fully utilize",
+        "vLLM ≥0.10 gpu_worker.py:1066 (0.33.0)",
+        min_version=(0, 10, 0),
+        variant="V1",
+        size_unit="B",
+    ),
+    _f(
+        "kv-in-use-bytes",
+        "vllm",
+        "Current kv cache memory in use is",
+        r"Current kv cache memory in use is (?P<kv_cache_in_use>\d+) bytes",
+        "vLLM 0.10-0.26 gpu_worker.py [0.11.0] (bytes)",
+        min_version=(0, 10, 0),
+        max_version=(0, 26, 99),
+        variant="V1",
+        size_unit="B",
+    ),
+    _f(
+        "kv-in-use-gib",
+        "vllm",
+        "Current kv cache memory in use is",
+        r"Current kv cache memory in use is (?P<kv_cache_in_use>{NUM})" + _GIB,
+        "vLLM ≥0.28 gpu_worker.py:1066 (0.33.0) (format_gib)",
+        min_version=(0, 28, 0),
+        variant="V1",
+    ),
+    # ---- DEBUG lines (§1.1, §1.2, §2.1, §2.2)
+    _f(
+        "debug-snapshot",
+        "vllm",
+        "worker init memory snapshot:",
+        r"\b(?P<key>torch_peak|free_memory|total_memory|cuda_memory|rocm_memory|torch_memory|non_torch_memory)"
+        r"=(?P<value>{NUM})(?P<unit>GiB)?",
+        "vLLM gpu_worker.py:545 (0.33.0) DEBUG; MemorySnapshot repr mem_utils.py:183-194 (GiB), ≤0.26 dataclass repr (bytes)",
+        min_version=(0, 9, 0),
+        variant="V1",
+        search_all=True,
+    ),
+    _f(
+        "debug-requested",
+        "vllm",
+        "worker requested memory:",
+        r"worker requested memory: (?P<requested_memory>{NUM})" + _GIB,
+        "vLLM gpu_worker.py:546-548 (0.33.0) DEBUG",
+        min_version=(0, 9, 0),
+        variant="V1",
+    ),
+    _f(
+        "debug-initial-free",
+        "vllm",
+        "Initial free memory:",
+        r"Initial free memory: (?P<free_memory_at_start>{NUM}) GiB; Requested memory: "
+        r"(?P<gpu_memory_utilization>{NUM}) \(util\), (?P<requested_memory>{NUM})" + _GIB,
+        "vLLM gpu_worker.py:760-770 (0.33.0) DEBUG",
+        min_version=(0, 10, 0),
+        variant="V1",
+    ),
+    _f(
+        "debug-free-after",
+        "vllm",
+        "Free memory after profiling:",
+        r"Free memory after profiling: (?P<free_after_profile>{NUM}) GiB \(total\), "
+        r"(?P<free_after_profile_within_requested>{NUM}) GiB \(within requested\)",
+        "vLLM gpu_worker.py:760-770 (0.33.0) DEBUG",
+        min_version=(0, 10, 0),
+        variant="V1",
+    ),
+    _f(
+        "debug-profile-consumed",
+        "vllm",
+        "total consumed (from mem_get_info)",
+        r"Total non KV cache memory: (?P<non_kv_memory>{NUM})"
+        + _GIB
+        + r"; torch peak memory increase: (?P<torch_peak_increase>{NUM})"
+        + _GIB
+        + r"; total consumed \(from mem_get_info\): (?P<consumed_memory>{NUM})"
+        + _GIB
+        + r"; weights memory: (?P<weights>{NUM})"
+        + _GIB,
+        "vLLM ≥0.28 MemoryProfilingResult repr mem_utils.py:216-226 (0.33.0) DEBUG",
+        min_version=(0, 28, 0),
+        variant="V1",
+        semantics="v1-consumed",
+    ),
+    _f(
+        "debug-profile-pre028",
+        "vllm",
+        "non-torch forward increase memory",
+        r"Total non KV cache memory: (?P<non_kv_memory>{NUM})"
+        + _GIB
+        + r"; torch peak memory increase: (?P<activation_peak>{NUM})"
+        + _GIB
+        + r"; non-torch forward increase memory: (?P<non_torch>{NUM})"
+        + _GIB
+        + r"; weights memory: (?P<weights>{NUM})"
+        + _GIB,
+        "vLLM 0.11-0.26 utils/__init__.py:2771-2779 [0.11.0] DEBUG",
+        min_version=(0, 11, 0),
+        max_version=(0, 26, 99),
+        variant="V1",
+        semantics="v1",
+    ),
+    _f(
+        "block-size",
+        "vllm",
+        "Setting kv cache block size to",
+        r"Setting kv cache block size to (?P<block_size>\d+)",
+        "vLLM interface.py:777 (0.33.0)",
+    ),
+    _f(
+        "capacity-error",
+        "vllm",
+        "maximum number of tokens that can be stored in KV cache",
+        r"maximum number of tokens that can be stored in KV cache \((?P<kv_tokens_capacity>{NUM})\)",
+        "vLLM ≤0.8 V0 max_model_len check",
+        max_version=(0, 10, 0),
+    ),
+)
+
+SGLANG_FORMATS: tuple[LineFormat, ...] = (
+    _f(
+        "sgl-init-dist",
+        "sglang",
+        "Init torch distributed ends. mem usage=",
+        r"Init torch distributed ends\. mem usage=(?P<init_dist_mem_usage>{NUM}) GB",
+        "SGLang ≥0.4.3 model_runner.py",
+        min_version=(0, 4, 3),
+    ),
+    _f(
+        "sgl-baseline",
+        "sglang",
+        "Memory baseline taken. mem usage=",
+        r"Memory baseline taken\. mem usage=(?P<baseline_mem_usage>{NUM}) GB",
+        "SGLang 0.5.23 bootstrap.py",
+        min_version=(0, 5, 23),
+    ),
+    _f(
+        "sgl-load-begin",
+        "sglang",
+        "Load weight begin. avail mem=",
+        r"Load weight begin\. avail mem=(?P<load_begin_avail>{NUM}) GB",
+        "SGLang model_runner.py (0.5.18 L1053; 0.5.23 L1274)",
+    ),
+    _f(
+        "sgl-load-end",
+        "sglang",
+        "Load weight end.",
+        r"Load weight end\..*?avail mem=(?P<load_end_avail>{NUM}) GB(?:, mem usage=(?P<load_mem_usage>{NUM}) GB)?",
+        "SGLang model_runner.py (0.5.18 L1156; 0.5.23 L1373); `mem usage` since 0.4.3.post4",
+    ),
+    _f(
+        "sgl-kv-kv",
+        "sglang",
+        "KV Cache ",
+        r"KV Cache (?:is allocated|VA upper bound)\.(?: dtype: [\w.]+,)?(?: #tokens: (?P<kv_tokens>{NUM}),)? "
+        r"K size: (?P<k_size>{NUM}) GB, V size: (?P<v_size>{NUM}) GB",
+        "SGLang memory_pool.py (0.5.18 L1684-L1688); `#tokens` since 0.4.3.post4, `dtype` since 0.5",
+    ),
+    _f(
+        "sgl-kv-mla",
+        "sglang",
+        "KV Cache ",
+        r"KV Cache (?:is allocated|VA upper bound)\.(?: dtype: [\w.]+,)?(?: #tokens: (?P<kv_tokens>{NUM}),)? "
+        r"KV size: (?P<kv_size>{NUM}) GB",
+        "SGLang memory_pool.py MLA single buffer",
+    ),
+    _f(
+        "sgl-post-capture",
+        "sglang",
+        "Post-capture KV sizing: KV cache allocated.",
+        r"Post-capture KV sizing: KV cache allocated\. dtype: [\w.]+, #tokens: (?P<kv_tokens>{NUM}), "
+        r"KV size: (?P<kv_size>{NUM}) GB, avail mem=(?P<pool_end_avail>{NUM}) GB",
+        "SGLang 0.5.18+ kv_pool_runtime.py (SGLANG_ENABLE_POST_CAPTURE_KV_SIZING)",
+        min_version=(0, 5, 18),
+    ),
+    _f(
+        "sgl-pool-end",
+        "sglang",
+        "Memory pool end. avail mem=",
+        r"Memory pool end\. avail mem=(?P<pool_end_avail>{NUM}) GB",
+        "SGLang kv_cache_configurator.py (0.5.18 L294; 0.5.23 L499)",
+    ),
+    _f(
+        "sgl-graph-begin",
+        "sglang",
+        "CUDA graph begin.",
+        r"Capture (?:\w+ )?decode CUDA graph begin\..*?avail mem=(?P<graph_begin_avail>{NUM}) GB",
+        "SGLang ≥0.5 cuda_graph_setup.py (0.5.18 L458)",
+        min_version=(0, 5, 0),
+    ),
+    _f(
+        "sgl-graph-begin-old",
+        "sglang",
+        "Capture cuda graph begin.",
+        r"Capture cuda graph begin\..*?avail mem=(?P<graph_begin_avail>{NUM}) GB",
+        "SGLang 0.4.3-0.5.9 model_runner.py (`avail mem` since 0.4.3.post4)",
+    ),
+    _f(
+        "sgl-graph-end-usage",
+        "sglang",
+        "graph end.",
+        r"Capture (?:cuda graph|(?:\w+ )?decode CUDA graph) end\..*?mem usage=(?P<graph_mem_usage>{NUM}) GB",
+        "SGLang model_runner.py / cuda_graph_setup.py (0.5.18 L481)",
+    ),
+    _f(
+        "sgl-graph-end-avail",
+        "sglang",
+        "graph end.",
+        r"Capture (?:cuda graph|(?:\w+ )?decode CUDA graph) end\..*?avail mem=(?P<graph_end_avail>{NUM}) GB",
+        "SGLang model_runner.py / cuda_graph_setup.py (0.5.18 L481)",
+    ),
+    _f(
+        "sgl-graph-end-time",
+        "sglang",
+        "graph end.",
+        r"Capture (?:cuda graph|(?:\w+ )?decode CUDA graph) end\.(?: Time)? elapsed[:=] ?(?P<graph_seconds>{NUM}) s",
+        "SGLang model_runner.py / cuda_graph_setup.py (0.5.18 L481)",
+    ),
+    _f(
+        "sgl-summary",
+        "sglang",
+        "max_total_num_tokens=",
+        r"\b(?P<key>max_total_num_tokens|chunked_prefill_size|max_prefill_tokens|max_running_requests|context_len"
+        r"|available_gpu_mem)=(?P<value>{NUM})(?P<unit> GB)?",
+        "SGLang scheduler.py (0.5.18 L1093-L1099; 0.5.23 L1269); 0.4.6 ends at context_len",
+        search_all=True,
+    ),
+    _f(
+        "sgl-hicache",
+        "sglang",
+        "hierarchical KV host pool:",
+        r"hierarchical KV host pool: (?P<host_pool_tokens>{NUM}) tokens, (?P<host_pool_bytes>{NUM}) GB host memory",
+        "SGLang 0.5.18 pool_host/base.py L156 (decimal GB)",
+        min_version=(0, 5, 18),
+        size_unit="GB",
+    ),
+    _f(
+        "sgl-hicache-old",
+        "sglang",
+        "GB host memory for hierarchical KV cache",
+        r"Allocating (?P<host_pool_bytes>{NUM}) GB host memory for hierarchical KV cache",
+        "SGLang 0.4.6-0.5.9 memory_pool_host.py (decimal GB)",
+        max_version=(0, 5, 9),
+        size_unit="GB",
+    ),
+)
+
+# Restatements of logged numbers by people (an issue's summary list or table of DEBUG-log values, as in
+# llm-d's empirical-vllm-memory-results.md): the same quantities as the ≤0.26 suggestion line.
+SUMMARY_FORMATS: tuple[LineFormat, ...] = (
+    _f(
+        "sum-weights",
+        "any",
+        "Weight memory",
+        r"\bWeight memory:?\**:?\s*(?P<weights>{NUM})" + _GIB,
+        "summary list",
+        summary=True,
+    ),
+    _f(
+        "sum-activation",
+        "any",
+        "Peak activation memory",
+        r"\bPeak activation memory:?\**:?\s*(?P<activation_peak>{NUM})" + _GIB,
+        "summary list",
+        summary=True,
+    ),
+    _f(
+        "sum-non-torch",
+        "any",
+        "Non-torch memory",
+        r"\bNon-torch memory:?\**:?\s*(?P<non_torch>{NUM})" + _GIB,
+        "summary list",
+        summary=True,
+    ),
+    _f(
+        "sum-cuda-graph",
+        "any",
+        "CUDAGraph memory",
+        r"\bCUDAGraph memory:?\**:?\s*(?P<cuda_graph_actual>{NUM})" + _GIB,
+        "summary list",
+        summary=True,
+    ),
+    _f(
+        "sum-kv",
+        "any",
+        "KV cache memory:",
+        r"\bKV cache memory:?\**:?\s*(?P<kv_cache>{NUM})" + _GIB,
+        "summary list",
+        summary=True,
+    ),
+    _f(
+        "sum-desired",
+        "any",
+        "Desired GPU utilization",
+        r"Desired GPU utilization:?\**:?\s*(?P<gpu_memory_utilization>{NUM})\s*\((?P<requested_memory>{NUM})"
+        + _GIB
+        + r"\)",
+        "summary list",
+        summary=True,
+    ),
+    _f(
+        "sum-suggest-requested",
+        "any",
+        "For requested memory",
+        r"For requested memory:?\s*`?--kv-cache-memory=(?P<kv_cache_memory_to_requested>\d+)",
+        "summary list",
+        summary=True,
+        size_unit="B",
+    ),
+    _f(
+        "sum-suggest-gpu",
+        "any",
+        "For full GPU utilization",
+        r"For full GPU utilization:?\s*`?--kv-cache-memory=(?P<kv_cache_memory_to_gpu>\d+)",
+        "summary list",
+        summary=True,
+        size_unit="B",
+    ),
+)
+
+ALL_FORMATS: tuple[LineFormat, ...] = VLLM_FORMATS + SGLANG_FORMATS + SUMMARY_FORMATS
+
+# Columns of a Markdown summary table (header cell, lower-cased, without the unit) → fact key.
+SUMMARY_TABLE_COLUMNS: dict[str, str] = {
+    "model weight": "weights",
+    "weights": "weights",
+    "peak activation": "activation_peak",
+    "non-torch memory": "non_torch",
+    "cudagraph memory": "cuda_graph_actual",
+    "available kv cache": "kv_cache",
+}
+
+# Keys of the DEBUG snapshot repr → fact keys.
+SNAPSHOT_KEYS: dict[str, str] = {
+    "torch_peak": "snapshot_torch_peak",
+    "free_memory": "free_memory_at_start",
+    "total_memory": "total_memory",
+    "cuda_memory": "snapshot_cuda_memory",
+    "rocm_memory": "snapshot_cuda_memory",
+    "torch_memory": "snapshot_torch_memory",
+    "non_torch_memory": "snapshot_non_torch_memory",
+}
+
+# ---- version lines and run boundaries ---------------------------------------------------------------------
+
+VERSION_PATTERNS: tuple[tuple[str, str, re.Pattern[str]], ...] = (
+    ("vllm", "vLLM API server version", re.compile(r"vLLM API server version (?P<v>v?\d[\w.+\-]*)")),
+    (
+        "vllm",
+        "LLM engine (v",
+        re.compile(r"Initializing an? (?:(?P<variant>V[01]) )?LLM engine \(v(?P<v>\d[\w.+\-]*)\)"),
+    ),
+    ("vllm", "vLLM Version:", re.compile(r"vLLM Version: (?P<v>v?\d[\w.+\-]*)")),
+    ("vllm", "vllm==", re.compile(r"\bvllm==(?P<v>\d[\w.+\-]*)")),
+    ("vllm", "vllm-openai:v", re.compile(r"vllm-openai:v(?P<v>\d+\.\d+\.\d+[\w.]*?)(?:-[a-z]|\b)")),
+    ("sglang", "sglang: ", re.compile(r"^sglang: (?P<v>\d[\w.+\-]*)")),
+    ("sglang", "sglang==", re.compile(r"\bsglang==(?P<v>\d[\w.+\-]*)")),
+)
+
+RUN_START_NEEDLES: tuple[str, ...] = (
+    "vLLM API server version",
+    "LLM engine (v",
+    "server_args=ServerArgs(",
+)
+"""Lines that start an engine: a second one after memory facts starts a new run in the report."""
