@@ -1,9 +1,238 @@
-"""Placeholder: the owner of this command replaces this module."""
+"""`vramctl plan`: will `vllm serve MODEL --flags` (or SGLang's launch) start on this card, and with how much KV?
+
+    vramctl plan                                   # the embedded default: Llama-3-8B-Instruct on one H100 SXM
+    vramctl plan qwen3-8b --gpu l40s --max-model-len 32768
+    vramctl plan -- vllm serve meta-llama/Meta-Llama-3-8B-Instruct --gpu-memory-utilization 0.95
+    vramctl plan --engine both -- python -m sglang.launch_server --model-path Qwen/Qwen3-8B --tp 2
+
+Parse → one library call (`vramctl.core.plan.plan`) → render. Exit 0 fits, 1 does not fit, 2 bad input.
+No torch import anywhere on this path.
+"""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import typer
+
+from vramctl.core.errors import BadInputError
+from vramctl.core.exit_codes import ExitCode
+from vramctl.core.settings import ServeSettings
+from vramctl.core.units import parse_bytes, parse_number
+
+DEFAULT_MODEL = "meta-llama/Meta-Llama-3-8B-Instruct"
+DEFAULT_GPU = "h100-sxm"
+DEFAULT_MAX_MODEL_LEN = 8192
+DEFAULT_MAX_NUM_BATCHED_TOKENS = 8192
+_LAUNCHERS = ("vllm", "python", "python3", "sglang", "env")
+
+
+def _int(text: str | None, flag: str) -> int | None:
+    if text is None:
+        return None
+    raw = text.strip()
+    if raw and raw[-1] in "kKmMgG" and raw[:-1].replace("_", "").replace(".", "", 1).isdigit():
+        return parse_bytes(raw, what=flag)  # vLLM's human-readable ints: 32k = 32,000, 32K = 32,768
+    value = parse_number(raw, what=flag)
+    if value != int(value):
+        raise BadInputError(f"{flag} {text!r}: not an integer")
+    return int(value)
+
+
+def _float(text: str | None, flag: str) -> float | None:
+    return None if text is None else parse_number(text, what=flag)
+
+
+def _size(text: str | None, flag: str, default_unit: str = "B") -> int | None:
+    return None if text is None else parse_bytes(text, what=flag, default_unit=default_unit)
+
+
+def _host_memory_bytes() -> int | None:
+    """MemTotal from /proc/meminfo (Linux); None elsewhere."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def run_plan(
+    words: list[str],
+    options: dict[str, Any],
+) -> tuple[Any, str | None, tuple[str, ...]]:
+    """Build the settings from the positional words / serve command and the options; plan. Returns
+    (PlanResult, model name used, notes about the command)."""
+    from vramctl import registry
+    from vramctl.core.plan import plan
+    from vramctl.core.serve_command import parse_serve_command
+
+    settings = ServeSettings()
+    model_name: str | None = None
+    notes: tuple[str, ...] = ()
+    if words:
+        first = words[0].rsplit("/", 1)[-1]
+        is_command = (
+            len(words) > 1 or first in _LAUNCHERS or ("=" in words[0] and not words[0].startswith("-"))
+        )
+        if is_command:
+            command = parse_serve_command(words)
+            settings = command.apply(settings)
+            model_name = command.model
+            notes = command.notes
+        else:
+            model_name = words[0]
+    if options.get("model"):
+        model_name = options["model"]
+    embedded = model_name is None
+    if model_name is None:
+        model_name = DEFAULT_MODEL
+
+    changes: dict[str, Any] = {}
+    engine = options.get("engine")
+    if engine is not None:
+        if engine not in ("vllm", "sglang", "both"):
+            raise BadInputError(f"--engine {engine!r}: use vllm, sglang or both")
+        changes["engine"] = engine
+    if options.get("engine_version") is not None:
+        changes["engine_version"] = options["engine_version"]
+    numeric: dict[str, Any] = {
+        "gpu_memory_utilization": _float(options.get("gpu_memory_utilization"), "--gpu-memory-utilization"),
+        "max_model_len": _int(options.get("max_model_len"), "--max-model-len"),
+        "max_num_batched_tokens": _int(options.get("max_num_batched_tokens"), "--max-num-batched-tokens"),
+        "max_num_seqs": _int(options.get("max_num_seqs"), "--max-num-seqs"),
+        "block_size": _int(options.get("block_size"), "--block-size"),
+        "tensor_parallel_size": _int(options.get("tensor_parallel_size"), "--tensor-parallel-size"),
+        "pipeline_parallel_size": _int(options.get("pipeline_parallel_size"), "--pipeline-parallel-size"),
+        "kv_cache_memory_bytes": _size(options.get("kv_cache_memory_bytes"), "--kv-cache-memory-bytes"),
+        "free_memory_bytes": _size(options.get("free_memory"), "--free-memory"),
+        "gpu_memory_bytes": _size(options.get("gpu_memory"), "--gpu-memory"),
+        "mem_fraction_static": _float(options.get("mem_fraction_static"), "--mem-fraction-static"),
+        "chunked_prefill_size": _int(options.get("chunked_prefill_size"), "--chunked-prefill-size"),
+        "max_running_requests": _int(options.get("max_running_requests"), "--max-running-requests"),
+        "max_total_tokens": _int(options.get("max_total_tokens"), "--max-total-tokens"),
+        "page_size": _int(options.get("page_size"), "--page-size"),
+        "cuda_graph_max_bs": _int(options.get("cuda_graph_max_bs"), "--cuda-graph-max-bs"),
+        "hicache_ratio": _float(options.get("hicache_ratio"), "--hicache-ratio"),
+        "hicache_size_gb": _float(options.get("hicache_size"), "--hicache-size"),
+        "kv_offloading_size_gib": _float(options.get("kv_offloading_size"), "--kv-offloading-size"),
+        "host_memory_bytes": _size(options.get("host_memory"), "--host-memory"),
+    }
+    changes.update({k: v for k, v in numeric.items() if v is not None})
+    for flag in ("kv_cache_dtype", "dtype"):
+        if options.get(flag) is not None:
+            changes[flag] = options[flag]
+    for flag in ("enforce_eager", "disable_cuda_graph", "enable_hierarchical_cache"):
+        if options.get(flag):
+            changes[flag] = True
+    if changes.get("tensor_parallel_size", 1) < 1 or changes.get("pipeline_parallel_size", 1) < 1:
+        bad = (
+            "--tensor-parallel-size"
+            if changes.get("tensor_parallel_size", 1) < 1
+            else "--pipeline-parallel-size"
+        )
+        raise BadInputError(f"{bad}: must be at least 1")
+    settings = settings.with_changes(**changes)
+    if embedded:
+        # The embedded default (issue 2): max_model_len 8192, max_num_batched_tokens 8192 unless given.
+        if settings.max_model_len is None:
+            settings = settings.with_changes(max_model_len=DEFAULT_MAX_MODEL_LEN)
+        if settings.max_num_batched_tokens is None:
+            settings = settings.with_changes(max_num_batched_tokens=DEFAULT_MAX_NUM_BATCHED_TOKENS)
+    wants_host = (
+        settings.kv_offloading_size_gib is not None
+        or settings.enable_hierarchical_cache
+        or settings.hicache_ratio is not None
+        or bool(settings.hicache_size_gb)
+    )
+    if wants_host and settings.host_memory_bytes is None:
+        settings = settings.with_changes(host_memory_bytes=_host_memory_bytes())
+
+    model = registry.load_model(model_name)
+    gpu_name = options.get("gpu")
+    if gpu_name is None and settings.gpu_memory_bytes is not None:
+        gpu = registry.gpu_from_capacity(settings.gpu_memory_bytes)
+    else:
+        gpu = registry.load_gpu(gpu_name or DEFAULT_GPU)
+    return plan(model, gpu, settings), model_name, notes
 
 
 def register(app: typer.Typer) -> None:
-    """Add this module's command(s) to the app."""
+    @app.command(
+        "plan",
+        context_settings={"allow_interspersed_args": True},
+        help=(
+            "Plan the GPU memory of a vLLM / SGLang server before starting it: every term of the budget, KV blocks, "
+            "tokens and concurrency, the verdict, and the utilisation trade. MODEL (default "
+            f"{DEFAULT_MODEL}) or a whole serve command after `--`. Exit 0 fits, 1 does not fit, 2 bad input."
+        ),
+    )
+    def plan_command(
+        words: list[str] = typer.Argument(None, metavar="[MODEL | -- SERVE COMMAND…]", show_default=False),
+        model: str = typer.Option(None, "--model", help="HF id, alias or local config.json / model folder."),
+        gpu: str = typer.Option(None, "--gpu", help=f"GPU name (default {DEFAULT_GPU}); see `vramctl gpus`."),
+        gpu_memory: str = typer.Option(None, "--gpu-memory", help="A card's CUDA total, e.g. 79.18GiB."),
+        engine: str = typer.Option(None, "--engine", help="vllm (default), sglang or both."),
+        engine_version: str = typer.Option(
+            None, "--engine-version", help="e.g. 0.11.0 (default: latest known)."
+        ),
+        gpu_memory_utilization: str = typer.Option(
+            None, "--gpu-memory-utilization", help="vLLM u in (0, 1]."
+        ),
+        max_model_len: str = typer.Option(None, "--max-model-len"),
+        max_num_batched_tokens: str = typer.Option(None, "--max-num-batched-tokens"),
+        max_num_seqs: str = typer.Option(None, "--max-num-seqs"),
+        kv_cache_dtype: str = typer.Option(
+            None, "--kv-cache-dtype", help="auto, fp8, fp8_e5m2, fp8_ds_mla, …"
+        ),
+        block_size: str = typer.Option(None, "--block-size"),
+        tensor_parallel_size: str = typer.Option(None, "--tensor-parallel-size", "-tp"),
+        pipeline_parallel_size: str = typer.Option(None, "--pipeline-parallel-size", "-pp"),
+        enforce_eager: bool = typer.Option(False, "--enforce-eager", help="No CUDA graphs."),
+        kv_cache_memory_bytes: str = typer.Option(
+            None, "--kv-cache-memory-bytes", help="Explicit KV size (bytes, 8G, 54.4GiB); skips the estimate."
+        ),
+        free_memory: str = typer.Option(None, "--free-memory", help="Free memory before start, e.g. 60GiB."),
+        dtype: str = typer.Option(None, "--dtype"),
+        mem_fraction_static: str = typer.Option(None, "--mem-fraction-static", help="SGLang."),
+        chunked_prefill_size: str = typer.Option(None, "--chunked-prefill-size", help="SGLang."),
+        max_running_requests: str = typer.Option(None, "--max-running-requests", help="SGLang."),
+        max_total_tokens: str = typer.Option(None, "--max-total-tokens", help="SGLang."),
+        page_size: str = typer.Option(None, "--page-size", help="SGLang."),
+        cuda_graph_max_bs: str = typer.Option(None, "--cuda-graph-max-bs", help="SGLang."),
+        disable_cuda_graph: bool = typer.Option(False, "--disable-cuda-graph", help="SGLang."),
+        enable_hierarchical_cache: bool = typer.Option(
+            False, "--enable-hierarchical-cache", help="SGLang HiCache."
+        ),
+        hicache_ratio: str = typer.Option(None, "--hicache-ratio", help="SGLang, default 2.0."),
+        hicache_size: str = typer.Option(None, "--hicache-size", help="SGLang, decimal GB per rank."),
+        kv_offloading_size: str = typer.Option(None, "--kv-offloading-size", help="vLLM, GiB across TP."),
+        host_memory: str = typer.Option(None, "--host-memory", help="Host RAM (default: this machine's)."),
+        json_out: bool = typer.Option(False, "--json", help="One JSON object (docs/json.md)."),
+        markdown: bool = typer.Option(False, "--markdown", help="GitHub Markdown."),
+    ) -> None:
+        options = {k: v for k, v in locals().items() if k not in ("words", "json_out", "markdown")}
+        result, _, notes = run_plan(list(words or []), options)
+        if notes:
+            result = _with_notes(result, notes)
+        if json_out:
+            from vramctl.render.jsonout import dumps
+
+            typer.echo(dumps(result.to_json()))
+        elif markdown:
+            from vramctl.render.plan import plan_markdown
+
+            typer.echo(plan_markdown(result), nl=False)
+        else:
+            from vramctl.render.plan import print_plan
+
+            print_plan(result)
+        raise typer.Exit(int(ExitCode.OK if result.fits else ExitCode.CHECK_FAILED))
+
+
+def _with_notes(result: Any, notes: tuple[str, ...]) -> Any:
+    from dataclasses import replace
+
+    return replace(result, explanations=(*result.explanations, *(f"serve command: {n}" for n in notes)))

@@ -1,0 +1,276 @@
+"""Read a whole serve command into ServeSettings: `vllm serve MODEL --flags…`,
+`python -m vllm.entrypoints.openai.api_server --model MODEL …`, `python -m sglang.launch_server --model-path MODEL …`,
+`sglang serve --model-path MODEL …`, with `VAR=value` environment prefixes.
+
+Flags are read as the engines name them (`--flag value` and `--flag=value`); flags that do not change the memory
+plan are ignored with a note, never an error. Values use the engines' own parsers' rules: vLLM's human-readable
+integers (`32k` = 32,000, `32K` = 32,768; `vllm/utils/argparse_utils.py:30-70`), SGLang's plain numbers.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from vramctl.core.errors import BadInputError
+from vramctl.core.settings import ServeSettings
+from vramctl.core.units import parse_bytes, parse_number
+
+
+@dataclass(frozen=True)
+class ServeCommand:
+    engine: str
+    """`vllm` or `sglang`."""
+    model: str | None
+    changes: tuple[tuple[str, Any], ...]
+    """ServeSettings field → value, in the order given."""
+    notes: tuple[str, ...]
+
+    def apply(self, settings: ServeSettings) -> ServeSettings:
+        values = dict(self.changes)
+        values.setdefault("engine", self.engine)
+        return settings.with_changes(**values)
+
+
+def _int(flag: str) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        value = _human_int(text, flag)
+        return value
+
+    return parse
+
+
+def _human_int(text: str, flag: str) -> int:
+    """vLLM's human-readable int: `8192`, `32k` (10^3), `32K` (2^10), `1_000`."""
+    raw = text.strip()
+    if raw and raw[-1] in "kKmMgGtT" and raw[:-1].replace("_", "").replace(".", "", 1).isdigit():
+        return parse_bytes(raw, what=flag)
+    value = parse_number(raw, what=flag)
+    if value != int(value):
+        raise BadInputError(f"{flag} {text!r}: not an integer")
+    return int(value)
+
+
+def _float(flag: str) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        return parse_number(text, what=flag)
+
+    return parse
+
+
+def _str(_flag: str) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        return text
+
+    return parse
+
+
+def _bytes(flag: str) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        return parse_bytes(text, what=flag)
+
+    return parse
+
+
+def _sizes(flag: str) -> Callable[[str], tuple[int, ...]]:
+    def parse(text: str) -> tuple[int, ...]:
+        cleaned = text.strip().strip("[]")
+        parts = [p for p in cleaned.replace(",", " ").split() if p]
+        if not parts:
+            raise BadInputError(f"{flag} {text!r}: expected a list of batch sizes")
+        return tuple(_human_int(p, flag) for p in parts)
+
+    return parse
+
+
+def _max_model_len(flag: str) -> Callable[[str], int | None]:
+    def parse(text: str) -> int | None:
+        if text.strip().lower() in ("auto", "-1"):
+            return None
+        return _human_int(text, flag)
+
+    return parse
+
+
+# flag → (ServeSettings field, parser)
+_VLLM_VALUE_FLAGS: dict[str, tuple[str, Callable[[str], Any]]] = {
+    "--model": ("model", _str("--model")),
+    "--gpu-memory-utilization": ("gpu_memory_utilization", _float("--gpu-memory-utilization")),
+    "--device-memory-utilization": ("gpu_memory_utilization", _float("--device-memory-utilization")),
+    "--max-model-len": ("max_model_len", _max_model_len("--max-model-len")),
+    "--max-num-batched-tokens": ("max_num_batched_tokens", _int("--max-num-batched-tokens")),
+    "--max-num-seqs": ("max_num_seqs", _int("--max-num-seqs")),
+    "--kv-cache-dtype": ("kv_cache_dtype", _str("--kv-cache-dtype")),
+    "--block-size": ("block_size", _int("--block-size")),
+    "--tensor-parallel-size": ("tensor_parallel_size", _int("--tensor-parallel-size")),
+    "-tp": ("tensor_parallel_size", _int("-tp")),
+    "--pipeline-parallel-size": ("pipeline_parallel_size", _int("--pipeline-parallel-size")),
+    "-pp": ("pipeline_parallel_size", _int("-pp")),
+    "--kv-cache-memory-bytes": ("kv_cache_memory_bytes", _bytes("--kv-cache-memory-bytes")),
+    "--kv-cache-memory": ("kv_cache_memory_bytes", _bytes("--kv-cache-memory")),
+    "--dtype": ("dtype", _str("--dtype")),
+    "--kv-offloading-size": ("kv_offloading_size_gib", _float("--kv-offloading-size")),
+    "--max-cudagraph-capture-size": ("max_cudagraph_capture_size", _int("--max-cudagraph-capture-size")),
+    "--cuda-graph-sizes": ("cudagraph_capture_sizes", _sizes("--cuda-graph-sizes")),
+    "--cudagraph-capture-sizes": ("cudagraph_capture_sizes", _sizes("--cudagraph-capture-sizes")),
+}
+_VLLM_BOOL_FLAGS: dict[str, tuple[str, bool]] = {
+    "--enforce-eager": ("enforce_eager", True),
+    "--no-enforce-eager": ("enforce_eager", False),
+    "--enable-chunked-prefill": ("enable_chunked_prefill", True),
+    "--no-enable-chunked-prefill": ("enable_chunked_prefill", False),
+}
+
+_SGLANG_VALUE_FLAGS: dict[str, tuple[str, Callable[[str], Any]]] = {
+    "--model-path": ("model", _str("--model-path")),
+    "--model": ("model", _str("--model")),
+    "--tp-size": ("tensor_parallel_size", _int("--tp-size")),
+    "--tp": ("tensor_parallel_size", _int("--tp")),
+    "--tensor-parallel-size": ("tensor_parallel_size", _int("--tensor-parallel-size")),
+    "--pp-size": ("pipeline_parallel_size", _int("--pp-size")),
+    "--pipeline-parallel-size": ("pipeline_parallel_size", _int("--pipeline-parallel-size")),
+    "--mem-fraction-static": ("mem_fraction_static", _float("--mem-fraction-static")),
+    "--chunked-prefill-size": ("chunked_prefill_size", _int("--chunked-prefill-size")),
+    "--max-running-requests": ("max_running_requests", _int("--max-running-requests")),
+    "--max-total-tokens": ("max_total_tokens", _int("--max-total-tokens")),
+    "--max-prefill-tokens": ("max_prefill_tokens", _int("--max-prefill-tokens")),
+    "--page-size": ("page_size", _int("--page-size")),
+    "--cuda-graph-max-bs": ("cuda_graph_max_bs", _int("--cuda-graph-max-bs")),
+    "--context-length": ("max_model_len", _int("--context-length")),
+    "--kv-cache-dtype": ("kv_cache_dtype", _str("--kv-cache-dtype")),
+    "--dtype": ("dtype", _str("--dtype")),
+    "--hicache-ratio": ("hicache_ratio", _float("--hicache-ratio")),
+    "--hicache-size": ("hicache_size_gb", _float("--hicache-size")),
+}
+_SGLANG_BOOL_FLAGS: dict[str, tuple[str, bool]] = {
+    "--disable-cuda-graph": ("disable_cuda_graph", True),
+    "--enable-hierarchical-cache": ("enable_hierarchical_cache", True),
+}
+
+_IGNORED_WITH_REASON = {
+    "-O": "compilation level: does not change the memory plan",
+    "--compilation-config": "compilation config: graph capture sizes inside it are not read; use --cudagraph-capture-sizes",
+    "-cc": "compilation config: not read",
+    "--quantization": "the quantisation comes from the checkpoint (the registry's model)",
+    "-q": "the quantisation comes from the checkpoint (the registry's model)",
+}
+
+_VLLM_ENTRY = ("vllm.entrypoints.openai.api_server", "vllm.entrypoints.api_server")
+_SGLANG_ENTRY = ("sglang.launch_server",)
+
+
+def parse_serve_command(command: str | Sequence[str]) -> ServeCommand:
+    """Parse a vLLM or SGLang serve command (a string or its words)."""
+    words = shlex.split(command) if isinstance(command, str) else [str(w) for w in command]
+    notes: list[str] = []
+    env: dict[str, str] = {}
+    while (
+        words
+        and "=" in words[0]
+        and not words[0].startswith("-")
+        and words[0].split("=", 1)[0].isidentifier()
+    ):
+        key, value = words.pop(0).split("=", 1)
+        env[key] = value
+    if words and words[0] == "env":
+        words.pop(0)
+        while words and "=" in words[0] and not words[0].startswith("-"):
+            key, value = words.pop(0).split("=", 1)
+            env[key] = value
+    if not words:
+        raise BadInputError("serve command: empty (expected e.g. `vllm serve MODEL --flags` after `--`)")
+    engine, rest = _engine_and_args(words)
+    changes: list[tuple[str, Any]] = []
+    model: str | None = None
+    if engine == "vllm" and rest and not rest[0].startswith("-"):
+        model = rest.pop(0)
+    value_flags = _VLLM_VALUE_FLAGS if engine == "vllm" else _SGLANG_VALUE_FLAGS
+    bool_flags = _VLLM_BOOL_FLAGS if engine == "vllm" else _SGLANG_BOOL_FLAGS
+    i = 0
+    while i < len(rest):
+        word = rest[i]
+        i += 1
+        if not word.startswith("-"):
+            notes.append(f"ignored the stray argument {word!r}")
+            continue
+        flag, eq, inline = word.partition("=")
+        if flag.startswith("-O") and flag != "-O" and len(flag) > 2:
+            notes.append(f"ignored {word}: {_IGNORED_WITH_REASON['-O']}")
+            continue
+        if flag in bool_flags:
+            bool_field, bool_value = bool_flags[flag]
+            if eq:
+                bool_value = inline.strip().lower() in ("1", "true", "yes", "on")
+            changes.append((bool_field, bool_value))
+            continue
+        if flag in value_flags:
+            field, parser = value_flags[flag]
+            if eq:
+                text = inline
+            elif i < len(rest):
+                text = rest[i]
+                i += 1
+            else:
+                raise BadInputError(f"{flag}: expects a value in the serve command")
+            parsed = parser(text)
+            if field == "model":
+                model = str(parsed)
+            else:
+                changes.append((field, parsed))
+            continue
+        # Unknown or irrelevant flag: skip its value if it has one.
+        takes_value = not eq and i < len(rest) and not rest[i].startswith("--") and not _is_flag(rest[i])
+        if takes_value:
+            i += 1
+        reason = _IGNORED_WITH_REASON.get(flag, "does not change the memory plan (or is not modelled)")
+        notes.append(f"ignored {flag}: {reason}")
+    if env.get("VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS") is not None and engine == "vllm":
+        changes.append(
+            ("estimate_cudagraphs", env["VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS"].strip() == "1")
+        )
+    for key in env:
+        if key != "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS":
+            notes.append(f"ignored the environment variable {key}")
+    return ServeCommand(engine=engine, model=model, changes=tuple(changes), notes=tuple(notes))
+
+
+def _is_flag(word: str) -> bool:
+    return word.startswith("-") and not _looks_numeric(word)
+
+
+def _looks_numeric(word: str) -> bool:
+    try:
+        float(word)
+    except ValueError:
+        return False
+    return True
+
+
+def _engine_and_args(words: list[str]) -> tuple[str, list[str]]:
+    head = words[0].rsplit("/", 1)[-1]
+    if head == "vllm":
+        if len(words) > 1 and words[1] == "serve":
+            return "vllm", words[2:]
+        raise BadInputError(f"serve command: `vllm {' '.join(words[1:2])}` is not `vllm serve`")
+    if head == "sglang":
+        if len(words) > 1 and words[1] in ("serve", "launch_server"):
+            return "sglang", words[2:]
+        return "sglang", words[1:]
+    if head.startswith("python"):
+        if len(words) > 2 and words[1] == "-m":
+            module = words[2]
+            if module in _VLLM_ENTRY or module.startswith("vllm."):
+                return "vllm", words[3:]
+            if module in _SGLANG_ENTRY or module.startswith("sglang."):
+                return "sglang", words[3:]
+            raise BadInputError(f"serve command: python -m {module} is neither vLLM nor SGLang")
+        raise BadInputError(
+            "serve command: expected `python -m vllm.entrypoints.openai.api_server …` or "
+            "`python -m sglang.launch_server …`"
+        )
+    raise BadInputError(
+        f"serve command: {words[0]!r} is not a vLLM or SGLang launcher (expected `vllm serve MODEL …`, "
+        "`python -m sglang.launch_server --model-path MODEL …` or `sglang serve …`)"
+    )

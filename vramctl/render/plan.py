@@ -1,0 +1,253 @@
+"""`vramctl plan` output: rich (ledger table, stacked bar, KV summary, verdict, utilisation trade, SGLang side,
+host tier, notes) and Markdown."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console, Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from vramctl.core.plan import FITS, PlanResult
+from vramctl.core.units import GiB, format_count
+from vramctl.render.ledger import ledger_markdown, render_ledger
+
+
+def _gib(num: int | float) -> str:
+    return f"{num / GiB:,.2f} GiB"
+
+
+def _header(r: PlanResult) -> str:
+    s = r.settings
+    engine = "SGLang" if r.engine == "sglang" else "vLLM"
+    return (
+        f"{engine} {r.engine_version} · {r.model.name} · {r.gpu.display_name} ({_gib(r.capacity_bytes)}) · "
+        f"tp {s.tensor_parallel_size} pp {s.pipeline_parallel_size}"
+    )
+
+
+def _settings_line(r: PlanResult) -> str:
+    s = r.settings
+    mark = set(s.defaults_used)
+
+    def m(name: str, value: object) -> str:
+        return f"{name}={value}{'*' if name in mark else ''}"
+
+    parts = [
+        m("gpu_memory_utilization", s.gpu_memory_utilization),
+        m("max_model_len", s.max_model_len),
+        m("max_num_batched_tokens", s.max_num_batched_tokens),
+        m("max_num_seqs", s.max_num_seqs),
+        m("block_size", s.block_size),
+        f"kv_cache_dtype={s.kv_cache_dtype}",
+        f"dtype={s.dtype}",
+        "enforce_eager" if s.enforce_eager else f"{len(s.cudagraph_capture_sizes)} capture sizes",
+    ]
+    if s.kv_cache_memory_bytes is not None:
+        parts.append(f"kv_cache_memory_bytes={s.kv_cache_memory_bytes}")
+    return "  ".join(parts) + "   (* = engine default)"
+
+
+def kv_summary_rows(r: PlanResult) -> list[tuple[str, str]]:
+    return [
+        ("requested (ceil(total × u))", _gib(r.requested_bytes)),
+        ("KV cache", f"{_gib(r.kv_cache_bytes)} ({format_count(r.kv_cache_bytes)} bytes)"),
+        ("KV bytes per token (per rank)", format_count(r.kv_bytes_per_token)),
+        ("bytes per block", f"{format_count(r.bytes_per_block)} (block of {r.block_size} tokens)"),
+        ("blocks", format_count(r.num_blocks)),
+        ("blocks per request", format_count(r.blocks_per_request)),
+        ("KV token slots", format_count(r.kv_tokens)),
+        (f"max concurrency at {format_count(r.max_model_len)} tokens", f"{r.max_concurrency:.2f}x"),
+        ("largest max_model_len that fits", format_count(r.max_model_len_fit)),
+    ]
+
+
+def _verdict_text(r: PlanResult) -> Text:
+    if r.verdict == FITS:
+        return Text(
+            f"verdict: fits — {format_count(r.kv_tokens)} KV tokens, {r.max_concurrency:.2f}x",
+            style="bold green",
+        )
+    text = Text(f"verdict: {r.verdict}", style="bold red")
+    if r.verdict_message:
+        text.append(f"\n{r.verdict_message}", style="red")
+    return text
+
+
+def utilization_table(r: PlanResult) -> Table | None:
+    if not r.utilization_table:
+        return None
+    table = Table(
+        title="The utilisation trade (same estimates, different --gpu-memory-utilization)",
+        title_justify="left",
+        show_edge=False,
+        pad_edge=False,
+    )
+    for name, justify in (
+        ("u", "right"),
+        ("held back", "right"),
+        ("KV", "right"),
+        ("blocks", "right"),
+        (f"conc. @ {r.max_model_len}", "right"),
+        ("Δ KV", "right"),
+        ("risk", "left"),
+    ):
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    for row in r.utilization_table:
+        style = {"thin": "red", "tight": "yellow", "no-kv": "red"}.get(row.risk, "")
+        u = f"{row.utilization:.2f}" + (" (yours)" if row.current else "")
+        table.add_row(
+            Text(u, style="bold" if row.current else ""),
+            _gib(row.held_back_bytes),
+            _gib(max(0, row.kv_bytes)),
+            format_count(row.num_blocks),
+            f"{row.max_concurrency:.2f}x",
+            f"{row.delta_kv_bytes / GiB:+.2f}",
+            Text(row.risk, style=style),
+        )
+    return table
+
+
+def _risk_sentence(r: PlanResult) -> str | None:
+    thin = [row for row in r.utilization_table if row.risk == "thin"]
+    if not thin:
+        return None
+    return f"From u = {thin[0].utilization:.2f} the margin is thin: {thin[0].note.rstrip('.')}."
+
+
+def _sglang_table(r: PlanResult) -> Table | None:
+    sg: Any = r.sglang
+    if sg is None or r.engine == "sglang":
+        return None
+    table = Table(
+        title=f"SGLang {sg.version} on the same card", title_justify="left", show_edge=False, pad_edge=False
+    )
+    table.add_column("")
+    table.add_column("vLLM", justify="right")
+    table.add_column("SGLang", justify="right")
+    table.add_row("KV cache", _gib(r.kv_cache_bytes), _gib(sg.kv_cache_bytes))
+    table.add_row("KV tokens", format_count(r.kv_tokens), format_count(sg.max_total_num_tokens))
+    table.add_row(
+        "fraction / utilisation", f"{r.settings.gpu_memory_utilization}", f"{sg.mem_fraction_static:.3f}"
+    )
+    table.add_row(
+        "max running requests / seqs",
+        format_count(r.settings.max_num_seqs),
+        format_count(sg.max_running_requests),
+    )
+    table.add_row("verdict", r.verdict, str(sg.verdict))
+    return table
+
+
+def _gap_lines(r: PlanResult) -> list[str]:
+    lines = []
+    for item in r.gap:
+        lines.append(
+            f"{getattr(item, 'name', '?')}: {getattr(item, 'bytes', 0) / GiB:+.2f} GiB — {getattr(item, 'sentence', '')}"
+        )
+    return lines
+
+
+def _host_line(r: PlanResult) -> str | None:
+    h: Any = r.host_tier
+    if h is None:
+        return None
+    return (
+        f"host tier ({h.mechanism}, {h.flag}): {format_count(h.host_tokens)} host tokens, "
+        f"{_gib(h.pinned_bytes_total)} pinned host RAM — {h.status}: {h.message}"
+    )
+
+
+def render_plan(r: PlanResult) -> Group:
+    parts: list[RenderableType] = [
+        Text(_header(r), style="bold"),
+        Text(_settings_line(r), style="dim"),
+        Text(""),
+    ]
+    parts.append(render_ledger(r.ledger, "Where the memory goes (one rank of the binding stage)"))
+    parts.append(Text(""))
+    summary = Table(show_header=False, show_edge=False, pad_edge=False, box=None)
+    summary.add_column(style="bold")
+    summary.add_column(justify="right")
+    for key, value in kv_summary_rows(r):
+        summary.add_row(key, value)
+    parts.append(summary)
+    parts.append(Text(""))
+    parts.append(_verdict_text(r))
+    util = utilization_table(r)
+    if util is not None:
+        parts.extend([Text(""), util])
+        sentence = _risk_sentence(r)
+        if sentence:
+            parts.append(Text(sentence, style="yellow"))
+    sg = _sglang_table(r)
+    if sg is not None:
+        parts.extend([Text(""), sg])
+        gap = _gap_lines(r)
+        if gap:
+            parts.append(Text("Why the KV pools differ (vLLM − SGLang):", style="bold"))
+            parts.extend(Text(f"  {line}") for line in gap)
+    host = _host_line(r)
+    if host:
+        parts.extend([Text(""), Text(host)])
+    if r.warnings:
+        parts.append(Text(""))
+        parts.extend(Text(f"warning: {w}", style="yellow") for w in r.warnings)
+    if r.explanations:
+        parts.append(Text(""))
+        parts.extend(Text(f"· {n}", style="dim") for n in r.explanations)
+    return Group(*parts)
+
+
+def print_plan(r: PlanResult, console: Console | None = None) -> None:
+    (console or Console(soft_wrap=False)).print(render_plan(r))
+
+
+def plan_markdown(r: PlanResult) -> str:
+    """The plan as GitHub Markdown (for a pull-request comment)."""
+    out = [f"### {_header(r)}", "", f"`{_settings_line(r)}`", "", ledger_markdown(r.ledger)]
+    out.append("| | |\n| --- | ---: |")
+    out.extend(f"| {k} | {v} |" for k, v in kv_summary_rows(r))
+    out.append("")
+    if r.verdict == FITS:
+        out.append(f"**verdict: fits** — {format_count(r.kv_tokens)} KV tokens, {r.max_concurrency:.2f}x")
+    else:
+        out.append(f"**verdict: {r.verdict}**\n\n> {r.verdict_message}")
+    if r.utilization_table:
+        out.extend(
+            [
+                "",
+                "| u | held back GiB | KV GiB | blocks | concurrency | Δ KV GiB | risk |",
+                "| ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+            ]
+        )
+        for row in r.utilization_table:
+            u = f"**{row.utilization:.2f}**" if row.current else f"{row.utilization:.2f}"
+            out.append(
+                f"| {u} | {row.held_back_bytes / GiB:.2f} | {max(0, row.kv_bytes) / GiB:.2f} | {row.num_blocks:,} | "
+                f"{row.max_concurrency:.2f}x | {row.delta_kv_bytes / GiB:+.2f} | {row.risk} |"
+            )
+        sentence = _risk_sentence(r)
+        if sentence:
+            out.extend(["", sentence])
+    sg: Any = r.sglang
+    if sg is not None and r.engine != "sglang":
+        out.extend(
+            [
+                "",
+                f"**SGLang {sg.version}**: {sg.kv_cache_bytes / GiB:.2f} GiB KV, {sg.max_total_num_tokens:,} tokens, "
+                f"mem_fraction_static {sg.mem_fraction_static:.3f}, max_running_requests {sg.max_running_requests}",
+            ]
+        )
+        out.extend(f"- {line}" for line in _gap_lines(r))
+    host = _host_line(r)
+    if host:
+        out.extend(["", host])
+    if r.warnings:
+        out.append("")
+        out.extend(f"- ⚠ {w}" for w in r.warnings)
+    if r.explanations:
+        out.append("")
+        out.extend(f"- {n}" for n in r.explanations)
+    return "\n".join(out) + "\n"
