@@ -1,9 +1,158 @@
-"""Placeholder: the owner of this command replaces this module."""
+"""`vramctl read-log LOG`: where the memory went, from the engine's own start-up lines.
+
+Thin glue: read the log with the streaming reader, call `parse_startup_log` (pure), optionally plan the
+same settings and `compare_with_plan`, then render. Never imports torch.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import Any, Optional
+
 import typer
+
+from vramctl.core.errors import BadInputError, VramctlError
+from vramctl.core.exit_codes import ExitCode
+from vramctl.core.units import parse_bytes
+from vramctl.diagnose.reader import LogLine, TruncatedInputError, iter_log_lines
+from vramctl.diagnose.startup import (
+    Comparison,
+    StartupReport,
+    compare_with_plan,
+    parse_startup_log,
+    settings_from_report,
+)
+from vramctl.render.jsonout import dumps
+
+
+def _lines(source: str, warnings: list[str]) -> Iterator[LogLine]:
+    """Every readable line; a truncated gzip ends the stream with a warning instead of an error."""
+    try:
+        yield from iter_log_lines(source)
+    except TruncatedInputError as exc:
+        warnings.append(f"{exc} (read-log used the {exc.lines_read:,} lines before it)")
+
+
+def _compare(report: StartupReport, model_name: str | None, gpu_name: str | None) -> Comparison:
+    from vramctl.core.plan import plan
+    from vramctl.registry import gpu_from_capacity, load_gpu, load_model
+
+    name = model_name
+    if name is None:
+        logged = report.settings.get("model")
+        if logged is None:
+            raise BadInputError("--compare-plan: the log does not name the model; pass --model NAME")
+        name = str(logged.value)
+    try:
+        model = load_model(name)
+    except VramctlError as exc:
+        hint = "" if model_name else " (the model the log names); pass --model NAME"
+        raise BadInputError(f"--compare-plan: {exc}{hint}") from None
+    if gpu_name is not None:
+        gpu = load_gpu(gpu_name)
+    elif report.capacity_bytes is not None:
+        gpu = gpu_from_capacity(report.capacity_bytes)
+    else:
+        raise BadInputError(
+            "--compare-plan: the log does not print the device total; pass --gpu NAME or --gpu-memory SIZE"
+        )
+    settings = settings_from_report(report)
+    result = plan(model, gpu, settings)
+    return compare_with_plan(report, result, settings)
+
+
+def _json(
+    report: StartupReport, comparison: Comparison | None, warnings: list[str], source: str
+) -> dict[str, Any]:
+    out = report.to_json()
+    out["log"] = source
+    out["warnings"] = warnings
+    if comparison is not None:
+        out["comparison"] = comparison.to_json()
+    return out
 
 
 def register(app: typer.Typer) -> None:
-    """Add this module's command(s) to the app."""
+    """Add `read-log` to the app."""
+
+    @app.command("read-log")
+    def read_log(
+        log: str = typer.Argument(
+            ..., help="The start-up log: a file (plain or .gz) or - for standard input."
+        ),
+        json_out: bool = typer.Option(False, "--json", help="Print one JSON object (docs/read-log.md)."),
+        markdown: bool = typer.Option(False, "--markdown", help="Print Markdown (for an issue comment)."),
+        gpu: Optional[str] = typer.Option(
+            None, "--gpu", help="The GPU (e.g. h100-sxm): its capacity when the log does not print it."
+        ),
+        gpu_memory: Optional[str] = typer.Option(
+            None,
+            "--gpu-memory",
+            help="The device total (e.g. 79.18GiB; a bare number is GiB) when the log omits it.",
+        ),
+        compare_plan: bool = typer.Option(
+            False, "--compare-plan", help="Plan the same settings and put the plan beside the logged numbers."
+        ),
+        model: Optional[str] = typer.Option(
+            None, "--model", help="The model for --compare-plan (default: the one the log names)."
+        ),
+        run: Optional[int] = typer.Option(
+            None,
+            "--run",
+            help="Which engine start of a log with several (0-based; default: the most complete).",
+        ),
+    ) -> None:
+        """Decompose the GPU memory budget from a vLLM / SGLang start-up log into the ledger `plan` prints."""
+        if json_out and markdown:
+            raise BadInputError("--json and --markdown: pick one output format")
+        if gpu is not None and gpu_memory is not None:
+            raise BadInputError(f"--gpu {gpu} and --gpu-memory {gpu_memory}: give one capacity, not both")
+        if model is not None and not compare_plan:
+            raise BadInputError(f"--model {model}: only used with --compare-plan")
+        capacity: int | None = None
+        capacity_source = "--gpu-memory"
+        if gpu_memory is not None:
+            capacity = parse_bytes(gpu_memory, default_unit="GiB", what="--gpu-memory")
+            if capacity <= 0:
+                raise BadInputError(f"--gpu-memory {gpu_memory}: must be more than 0")
+        elif gpu is not None:
+            from vramctl.registry import load_gpu
+
+            capacity = load_gpu(gpu).cuda_total_bytes
+            capacity_source = f"--gpu {gpu}"
+        warnings: list[str] = []
+        report = parse_startup_log(
+            _lines(log, warnings), gpu_memory_bytes=capacity, gpu_memory_source=capacity_source, run=run
+        )
+        source = "<stdin>" if log == "-" else log
+        if not report.found or not report.budget_read:
+            if json_out:
+                typer.echo(dumps(_json(report, None, warnings, source)))
+            else:
+                for warning in warnings:
+                    typer.echo(f"vramctl: warning: {warning}", err=True)
+                typer.echo(
+                    f"vramctl: {source}: no start-up memory lines (vLLM profiling / KV cache lines, SGLang "
+                    "'Load weight' / 'KV Cache' / 'Memory pool' lines)",
+                    err=True,
+                )
+            raise typer.Exit(int(ExitCode.NOTHING_FOUND))
+        comparison = _compare(report, model, gpu) if compare_plan else None
+        if json_out:
+            typer.echo(dumps(_json(report, comparison, warnings, source)))
+            return
+        for warning in warnings:
+            typer.echo(f"vramctl: warning: {warning}", err=True)
+        if markdown:
+            from vramctl.render.startup import startup_markdown
+
+            typer.echo(startup_markdown(report, comparison), nl=False)
+            return
+        from rich.console import Console
+
+        from vramctl.render.startup import render_startup
+
+        console = Console(soft_wrap=False)
+        if not console.is_terminal:
+            console = Console(width=160, soft_wrap=False)
+        console.print(render_startup(report, comparison))

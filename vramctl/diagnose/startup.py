@@ -275,6 +275,7 @@ _SETTINGS_NEEDLES = (
     "api_server",
     "vllm-openai",
 )
+_COMMAND_NEEDLES = ("vllm serve", "sglang.launch_server", "api_server", "vllm-openai", "docker run", "python")
 _KV_RE = re.compile(r"\b([a-z_][a-z0-9_]*)=('[^']*'|\"[^\"]*\"|[^,\s)]+)")
 _DICT_RE = re.compile(r"'([a-z_][a-z0-9_]*)':\s*('[^']*'|\"[^\"]*\"|[^,}]+)")
 _FLAG_RE = re.compile(r"(?<![\w-])--([a-z][a-z0-9_\-.]*)(?:[= ]+(?!-)([^\s\\`'\"]+|'[^']*'|\"[^\"]*\"))?")
@@ -486,6 +487,7 @@ class _Parser:
         self.global_versions: list[tuple[str, str, int]] = []
         self.pending: _Line | None = None
         self.table_columns: dict[int, str] | None = None
+        self.in_command = False
 
     @property
     def run(self) -> _Run:
@@ -508,8 +510,12 @@ class _Parser:
             self.new_run(line.number)
             run = self.run
         self._versions(line)
-        if any(needle in line.raw for needle in _SETTINGS_NEEDLES):
+        if self.in_command or any(needle in line.raw for needle in _SETTINGS_NEEDLES):
             self._settings(line)
+        # A shell command continued with backslashes: its flags are on the following lines.
+        self.in_command = line.raw.rstrip().endswith("\\") and (
+            self.in_command or any(n in line.raw for n in _COMMAND_NEEDLES)
+        )
         if text.startswith("|"):
             self._table(line)
             return
@@ -776,7 +782,7 @@ class _Builder:
         return self.facts.get(key)
 
     def given(self, name: str, obs: Observation, note: str = "") -> Term:
-        proc = f" ({obs.process})" if obs.process else ""
+        proc = f", {obs.process}" if obs.process else ""
         return Term(
             name,
             obs.bytes,
