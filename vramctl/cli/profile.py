@@ -1,9 +1,509 @@
-"""Placeholder: the owner of this command replaces this module."""
+"""`vramctl profile`, `vramctl suggest`, `vramctl validate`: measure on a real device, size, prove.
+
+Parsing and rendering only; the measurement lives in vramctl/measure (torch is imported inside the command
+bodies, never at import time), the arithmetic in vramctl/core/suggest.py, the file format in
+vramctl/core/profile_file.py. Exit codes: 0 ok / fits / pass; 1 does not fit, validate failed, or free
+memory below the requested utilisation at start-up; 2 bad input; 4 no usable device; 5 out of memory
+during a measurement (explained); 130 interrupted.
+"""
 
 from __future__ import annotations
 
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Optional
+
 import typer
+
+from vramctl.core.errors import BadInputError
+from vramctl.core.exit_codes import ExitCode
+from vramctl.core.settings import ServeSettings
+from vramctl.core.units import parse_bytes
+
+if TYPE_CHECKING:
+    from vramctl.core.profile_file import ProfileFile
+    from vramctl.core.specs import ModelSpec
+    from vramctl.core.suggest import SuggestInput
+    from vramctl.measure.profiler import ProfileRequest, ProfileResult
+
+_DEVICE_HELP = "cuda, cuda:N or cpu (the host: process RSS, for CI and laptops)."
+_DEVICE_MEMORY_HELP = "Treat the device as having only this much memory (e.g. 4GiB): the cpu device's capacity, or a share of a GPU."
+
+
+def _stderr_console() -> Any:
+    from rich.console import Console
+
+    return Console(stderr=True, highlight=False)
+
+
+def _stdout_console() -> Any:
+    from rich.console import Console
+
+    return Console(highlight=False, soft_wrap=False, width=max(100, _terminal_width()))
+
+
+def _terminal_width() -> int:
+    import shutil
+
+    return shutil.get_terminal_size((140, 24)).columns
+
+
+def _progress(enabled: bool) -> Any:
+    if not enabled:
+        return None
+    console = _stderr_console()
+
+    def on_phase(name: str, message: str) -> None:
+        console.print(f"[bold cyan]{name:>14}[/] {message}")
+
+    return on_phase
+
+
+def _settings(
+    *,
+    engine_version: str | None,
+    gpu_memory_utilization: float | None,
+    max_model_len: int | None,
+    max_num_batched_tokens: int | None,
+    max_num_seqs: int | None,
+    kv_cache_dtype: str,
+    block_size: int | None,
+    enforce_eager: bool,
+    tensor_parallel_size: int,
+    dtype: str,
+    mem_fraction_static: float | None,
+) -> ServeSettings:
+    for flag, value in (
+        ("--max-model-len", max_model_len),
+        ("--max-num-batched-tokens", max_num_batched_tokens),
+        ("--max-num-seqs", max_num_seqs),
+        ("--block-size", block_size),
+        ("--tensor-parallel-size", tensor_parallel_size),
+    ):
+        if value is not None and value <= 0:
+            raise BadInputError(f"{flag} {value}: must be positive")
+    if tensor_parallel_size > 64:
+        raise BadInputError(f"--tensor-parallel-size {tensor_parallel_size}: at most 64 ranks")
+    return ServeSettings(
+        engine="vllm",
+        engine_version=engine_version,
+        gpu_memory_utilization=gpu_memory_utilization,
+        max_model_len=max_model_len,
+        max_num_batched_tokens=max_num_batched_tokens,
+        max_num_seqs=max_num_seqs,
+        kv_cache_dtype=kv_cache_dtype,
+        block_size=block_size,
+        enforce_eager=enforce_eager,
+        tensor_parallel_size=tensor_parallel_size,
+        dtype=dtype,
+        mem_fraction_static=mem_fraction_static,
+    )
+
+
+def _device_memory(text: str | None) -> int | None:
+    if text is None:
+        return None
+    size = parse_bytes(text, default_unit="GiB", what="--device-memory")
+    if size <= 0:
+        raise BadInputError(f"--device-memory {text}: must be positive")
+    return size
+
+
+def _request(
+    model: str, settings: ServeSettings, device: str, device_memory: str | None, num_layers: int | None
+) -> ProfileRequest:
+    from vramctl.measure.profiler import ProfileRequest
+    from vramctl.registry import load_model
+
+    if num_layers is not None and num_layers <= 0:
+        raise BadInputError(f"--num-layers {num_layers}: must be positive")
+    spec = load_model(model)
+    if num_layers is not None and num_layers > spec.num_hidden_layers:
+        raise BadInputError(
+            f"--num-layers {num_layers}: {spec.name} has only {spec.num_hidden_layers} layers"
+        )
+    return ProfileRequest(
+        spec=spec,
+        settings=settings,
+        device=device,
+        device_memory_bytes=_device_memory(device_memory),
+        num_layers=num_layers,
+    )
+
+
+def _model_source(model: str) -> str:
+    path = Path(model)
+    return str(path.resolve()) if path.exists() else model
+
+
+def _document(result: ProfileResult, spec: ModelSpec, model_arg: str) -> dict[str, Any]:
+    from vramctl.core.profile_file import build_document
+
+    created = result.environment.get("time_utc") or datetime.now(UTC).isoformat(timespec="seconds")
+    return build_document(
+        result.to_json(), spec=spec, created_utc=str(created), model_source=_model_source(model_arg)
+    )
+
+
+def _suggest_input(result: ProfileResult, spec: ModelSpec, model_arg: str) -> SuggestInput:
+    from vramctl.core.profile_file import parse_document
+
+    return parse_document(_document(result, spec, model_arg), Path("<this run>")).suggest_input
+
+
+def _check_save(save: str | None) -> None:
+    if save is None:
+        return
+    from vramctl.core.profile_file import dump_document
+
+    target = Path(save)
+    if target.is_dir():
+        raise BadInputError(f"--save {save}: is a folder, expected a file name")
+    parent = target.parent if str(target.parent) else Path(".")
+    if not parent.is_dir():
+        raise BadInputError(f"--save {save}: the folder {parent} does not exist")
+    dump_document({}, target)  # checks the extension before anything is measured
+
+
+def _interrupted() -> typer.Exit:
+    from vramctl.measure.oom import release
+
+    release()
+    print("vramctl: interrupted; device memory released, nothing saved", file=sys.stderr)
+    return typer.Exit(130)
+
+
+def _settings_from_profile(pf: ProfileFile) -> ServeSettings:
+    s = pf.settings
+    try:
+        return ServeSettings(
+            engine="vllm",
+            engine_version=str(s["engine_version"]),
+            gpu_memory_utilization=float(s["gpu_memory_utilization"]),
+            max_model_len=int(s["max_model_len"]),
+            max_num_batched_tokens=int(s["max_num_batched_tokens"]),
+            max_num_seqs=int(s["max_num_seqs"]),
+            block_size=int(s["block_size"]),
+            kv_cache_dtype=str(s["kv_cache_dtype"]),
+            enforce_eager=bool(s["enforce_eager"]),
+            tensor_parallel_size=int(s["tensor_parallel_size"]),
+            dtype=str(s["dtype"]),
+            cudagraph_capture_sizes=tuple(int(x) for x in s["cudagraph_capture_sizes"]) or None,
+            mem_fraction_static=None
+            if s.get("mem_fraction_static") is None
+            else float(s["mem_fraction_static"]),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise BadInputError(f"--from-profile {pf.path}: result.settings is incomplete ({exc})") from None
+
+
+def _load_profile_for(path: str, model: str | None) -> tuple[ProfileFile, ModelSpec]:
+    from vramctl.core.profile_file import check_model, load_profile
+    from vramctl.registry import load_model
+
+    pf = load_profile(path)
+    source = model or pf.model_source
+    try:
+        spec = load_model(source)
+    except BadInputError as exc:
+        if model is None:
+            raise BadInputError(
+                f"--from-profile {path}: its model {source!r} cannot be loaded here ({exc}); pass MODEL"
+            ) from None
+        raise
+    check_model(pf, spec)
+    return pf, spec
 
 
 def register(app: typer.Typer) -> None:
-    """Add this module's command(s) to the app."""
+    """Add `profile`, `suggest` and `validate`."""
+
+    @app.command("profile")
+    def profile(
+        model: str = typer.Argument(..., help="Model: HF id, alias, or a local config.json / model folder."),
+        device: str = typer.Option("cuda", "--device", help=_DEVICE_HELP),
+        device_memory: Optional[str] = typer.Option(None, "--device-memory", help=_DEVICE_MEMORY_HELP),
+        engine_version: Optional[str] = typer.Option(
+            None, "--engine-version", help="vLLM version whose semantics to use [default: latest]."
+        ),
+        gpu_memory_utilization: Optional[float] = typer.Option(
+            None, "--gpu-memory-utilization", help="vLLM's u [default: 0.92 from 0.20]."
+        ),
+        max_model_len: Optional[int] = typer.Option(
+            None, "--max-model-len", help="[default: the model's context]"
+        ),
+        max_num_batched_tokens: Optional[int] = typer.Option(
+            None,
+            "--max-num-batched-tokens",
+            help="Tokens of the max-shape forward [default: vLLM's for the device].",
+        ),
+        max_num_seqs: Optional[int] = typer.Option(
+            None, "--max-num-seqs", help="[default: vLLM's for the device]"
+        ),
+        kv_cache_dtype: str = typer.Option(
+            "auto", "--kv-cache-dtype", help="auto, fp8, fp8_e4m3, fp8_e5m2, bfloat16, ..."
+        ),
+        block_size: Optional[int] = typer.Option(
+            None, "--block-size", help="KV block size in tokens [default: 16]."
+        ),
+        enforce_eager: bool = typer.Option(False, "--enforce-eager", help="No CUDA graphs (no graph term)."),
+        tensor_parallel_size: int = typer.Option(
+            1, "--tensor-parallel-size", "-tp", help="One process per rank (gloo on cpu, NCCL on cuda)."
+        ),
+        dtype: str = typer.Option("auto", "--dtype", help="Model dtype: auto, bfloat16, float16, float32."),
+        num_layers: Optional[int] = typer.Option(
+            None, "--num-layers", help="Build only N layers; weights scaled to the full depth."
+        ),
+        mem_fraction_static: Optional[float] = typer.Option(
+            None,
+            "--mem-fraction-static",
+            help="SGLang's fraction for its numbers [default: SGLang's heuristic].",
+        ),
+        compare: list[str] = typer.Option(
+            [],
+            "--compare",
+            help="Re-run with one flag flipped, e.g. max-num-seqs=64 or enforce-eager (repeatable).",
+        ),
+        save: Optional[str] = typer.Option(
+            None, "--save", help="Write the profile (.json / .yaml) atomically."
+        ),
+        as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    ) -> None:
+        """Measure every memory term on the device, the way vLLM ≥0.28 profiles at start-up."""
+        from vramctl.measure.run import compare as compare_results
+        from vramctl.measure.run import noise_threshold, parse_compare, run_profile, with_flag
+
+        settings = _settings(
+            engine_version=engine_version,
+            gpu_memory_utilization=gpu_memory_utilization,
+            max_model_len=max_model_len,
+            max_num_batched_tokens=max_num_batched_tokens,
+            max_num_seqs=max_num_seqs,
+            kv_cache_dtype=kv_cache_dtype,
+            block_size=block_size,
+            enforce_eager=enforce_eager,
+            tensor_parallel_size=tensor_parallel_size,
+            dtype=dtype,
+            mem_fraction_static=mem_fraction_static,
+        )
+        flips = [parse_compare(text) for text in compare]
+        _check_save(save)
+        request = _request(model, settings, device, device_memory, num_layers)
+        on_phase = _progress(not as_json)
+        try:
+            result = run_profile(request, on_phase=on_phase)
+            comparisons = []
+            for name, value in flips:
+                if on_phase is not None:
+                    on_phase("compare", f"re-running with {name}={value}")
+                other = run_profile(with_flag(request, name, value), on_phase=on_phase)
+                comparisons.append(
+                    compare_results(result, other, name, value, noise_bytes=noise_threshold(result.device))
+                )
+            if save is not None:
+                from vramctl.core.profile_file import save_profile
+
+                save_profile(_document(result, request.spec, model), save)
+        except KeyboardInterrupt:
+            raise _interrupted() from None
+        if as_json:
+            from vramctl.render.jsonout import dumps
+
+            out = result.to_json()
+            if comparisons:
+                out["comparisons"] = [c.to_json() for c in comparisons]
+            if save is not None:
+                out["saved_to"] = save
+            typer.echo(dumps(out))
+        else:
+            from vramctl.render.profile import render_comparisons, render_profile
+
+            console = _stdout_console()
+            console.print(render_profile(result))
+            if comparisons:
+                console.print(render_comparisons(result, comparisons))
+            if save is not None:
+                console.print(f"saved {save}")
+        if result.verdict != "fits":
+            raise typer.Exit(ExitCode.CHECK_FAILED)
+
+    @app.command("suggest")
+    def suggest(
+        model: Optional[str] = typer.Argument(
+            None, help="Model to profile (not needed with --from-profile)."
+        ),
+        kv_cache_memory: bool = typer.Option(
+            True,
+            "--kv-cache-memory/--no-kv-cache-memory",
+            help="Suggest an explicit KV cache size (the default and only suggestion).",
+        ),
+        from_profile: Optional[str] = typer.Option(
+            None, "--from-profile", help="A profile saved by `vramctl profile --save`."
+        ),
+        device: str = typer.Option("cuda", "--device", help=_DEVICE_HELP),
+        device_memory: Optional[str] = typer.Option(None, "--device-memory", help=_DEVICE_MEMORY_HELP),
+        engine_version: Optional[str] = typer.Option(None, "--engine-version"),
+        gpu_memory_utilization: Optional[float] = typer.Option(None, "--gpu-memory-utilization"),
+        max_model_len: Optional[int] = typer.Option(None, "--max-model-len"),
+        max_num_batched_tokens: Optional[int] = typer.Option(None, "--max-num-batched-tokens"),
+        max_num_seqs: Optional[int] = typer.Option(None, "--max-num-seqs"),
+        kv_cache_dtype: str = typer.Option("auto", "--kv-cache-dtype"),
+        block_size: Optional[int] = typer.Option(None, "--block-size"),
+        enforce_eager: bool = typer.Option(False, "--enforce-eager"),
+        tensor_parallel_size: int = typer.Option(1, "--tensor-parallel-size", "-tp"),
+        dtype: str = typer.Option("auto", "--dtype"),
+        num_layers: Optional[int] = typer.Option(None, "--num-layers"),
+        mem_fraction_static: Optional[float] = typer.Option(None, "--mem-fraction-static"),
+        as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    ) -> None:
+        """The --kv-cache-memory-bytes that fits the requested memory and the one that fills the card."""
+        from vramctl.core.suggest import suggest_kv_cache_memory
+
+        if not kv_cache_memory:
+            raise BadInputError(
+                "suggest: --kv-cache-memory is the only suggestion there is; drop --no-kv-cache-memory"
+            )
+        if from_profile is not None:
+            pf, spec = _load_profile_for(from_profile, model)
+            inp, device_name, source = pf.suggest_input, pf.device_name, from_profile
+        else:
+            if model is None:
+                raise BadInputError("suggest: give MODEL (it is profiled first) or --from-profile FILE")
+            settings = _settings(
+                engine_version=engine_version,
+                gpu_memory_utilization=gpu_memory_utilization,
+                max_model_len=max_model_len,
+                max_num_batched_tokens=max_num_batched_tokens,
+                max_num_seqs=max_num_seqs,
+                kv_cache_dtype=kv_cache_dtype,
+                block_size=block_size,
+                enforce_eager=enforce_eager,
+                tensor_parallel_size=tensor_parallel_size,
+                dtype=dtype,
+                mem_fraction_static=mem_fraction_static,
+            )
+            request = _request(model, settings, device, device_memory, num_layers)
+            from vramctl.measure.run import run_profile
+
+            try:
+                result = run_profile(request, on_phase=_progress(not as_json))
+            except KeyboardInterrupt:
+                raise _interrupted() from None
+            spec = request.spec
+            inp, device_name, source = _suggest_input(result, spec, model), result.device.name, "this run"
+        suggestion = suggest_kv_cache_memory(inp)
+        if as_json:
+            from vramctl.render.jsonout import dumps
+
+            out = {"model": spec.name, "gpu": device_name, "from": source, **suggestion.to_json()}
+            typer.echo(dumps(out))
+        else:
+            from vramctl.render.profile import render_suggest
+
+            _stdout_console().print(render_suggest(suggestion, model=spec.name, device=device_name))
+        if suggestion.fit_requested.num_blocks < 1 and suggestion.fill_gpu.num_blocks < 1:
+            raise typer.Exit(ExitCode.CHECK_FAILED)
+
+    @app.command("validate")
+    def validate(
+        model: Optional[str] = typer.Argument(None, help="Model (not needed with --from-profile)."),
+        from_profile: Optional[str] = typer.Option(
+            None, "--from-profile", help="A profile saved by `vramctl profile --save`."
+        ),
+        kv_cache_memory_bytes: Optional[str] = typer.Option(
+            None,
+            "--kv-cache-memory-bytes",
+            help="The KV pool to prove [default: the suggestion for --target].",
+        ),
+        target: str = typer.Option(
+            "requested", "--target", help="Which suggestion to prove: requested or gpu."
+        ),
+        min_free: str = typer.Option(
+            "0", "--min-free", help="Fail unless at least this much stays free (e.g. 512MiB)."
+        ),
+        device: str = typer.Option("cuda", "--device", help=_DEVICE_HELP),
+        device_memory: Optional[str] = typer.Option(None, "--device-memory", help=_DEVICE_MEMORY_HELP),
+        engine_version: Optional[str] = typer.Option(None, "--engine-version"),
+        gpu_memory_utilization: Optional[float] = typer.Option(None, "--gpu-memory-utilization"),
+        max_model_len: Optional[int] = typer.Option(None, "--max-model-len"),
+        max_num_batched_tokens: Optional[int] = typer.Option(None, "--max-num-batched-tokens"),
+        max_num_seqs: Optional[int] = typer.Option(None, "--max-num-seqs"),
+        kv_cache_dtype: str = typer.Option("auto", "--kv-cache-dtype"),
+        block_size: Optional[int] = typer.Option(None, "--block-size"),
+        enforce_eager: bool = typer.Option(False, "--enforce-eager"),
+        dtype: str = typer.Option("auto", "--dtype"),
+        mem_fraction_static: Optional[float] = typer.Option(None, "--mem-fraction-static"),
+        as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    ) -> None:
+        """Allocate the real KV pool, run the max-shape forward (and graphs) under it: pass or fail."""
+        from vramctl.core.suggest import suggest_kv_cache_memory
+        from vramctl.measure.profiler import ProfileRequest
+        from vramctl.measure.run import run_profile, run_validate
+
+        if target not in ("requested", "gpu"):
+            raise BadInputError(f"--target {target!r}: expected requested or gpu")
+        min_free_bytes = parse_bytes(min_free, what="--min-free")
+        explicit = (
+            None
+            if kv_cache_memory_bytes is None
+            else parse_bytes(kv_cache_memory_bytes, what="--kv-cache-memory-bytes")
+        )
+        on_phase = _progress(not as_json)
+        try:
+            if from_profile is not None:
+                pf, spec = _load_profile_for(from_profile, model)
+                request = ProfileRequest(
+                    spec=spec,
+                    settings=_settings_from_profile(pf),
+                    device=device,
+                    device_memory_bytes=_device_memory(device_memory),
+                )
+                inp = pf.suggest_input
+            else:
+                if model is None:
+                    raise BadInputError("validate: give MODEL (it is profiled first) or --from-profile FILE")
+                settings = _settings(
+                    engine_version=engine_version,
+                    gpu_memory_utilization=gpu_memory_utilization,
+                    max_model_len=max_model_len,
+                    max_num_batched_tokens=max_num_batched_tokens,
+                    max_num_seqs=max_num_seqs,
+                    kv_cache_dtype=kv_cache_dtype,
+                    block_size=block_size,
+                    enforce_eager=enforce_eager,
+                    tensor_parallel_size=1,
+                    dtype=dtype,
+                    mem_fraction_static=mem_fraction_static,
+                )
+                request = _request(model, settings, device, device_memory, None)
+                inp = None
+                if explicit is None:
+                    result = run_profile(request, on_phase=on_phase)
+                    inp = _suggest_input(result, request.spec, model)
+            if explicit is not None:
+                kv_bytes = explicit
+            else:
+                assert inp is not None
+                suggestion = suggest_kv_cache_memory(inp)
+                chosen = suggestion.fit_requested if target == "requested" else suggestion.fill_gpu
+                kv_bytes = chosen.kv_cache_memory_bytes
+                if kv_bytes <= 0:
+                    raise BadInputError(
+                        f"validate: the {target} suggestion leaves no KV memory ({kv_bytes} bytes); nothing to prove"
+                    )
+            outcome = run_validate(
+                request, kv_cache_memory_bytes=kv_bytes, min_free_bytes=min_free_bytes, on_phase=on_phase
+            )
+        except KeyboardInterrupt:
+            raise _interrupted() from None
+        if as_json:
+            from vramctl.render.jsonout import dumps
+
+            typer.echo(dumps(outcome.to_json()))
+        else:
+            from vramctl.render.profile import render_validate
+
+            _stdout_console().print(render_validate(outcome))
+        if not outcome.passed:
+            raise typer.Exit(ExitCode.CHECK_FAILED)

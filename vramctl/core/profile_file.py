@@ -1,0 +1,280 @@
+"""The saved profile: schema `vramctl.profile/1`, loading with clear errors, atomic saving.
+
+A profile file is one JSON or YAML object (chosen by the file extension: `.json`, `.yaml` / `.yml`):
+
+    schema:       "vramctl.profile/1"
+    created_utc:  ISO 8601 time of the measurement
+    environment:  device name, driver, CUDA, torch, vramctl, Python versions, hostname, time
+    model:        {name, fingerprint: {architecture, hidden_size, num_hidden_layers, ... }}
+    result:       the `vramctl profile --json` object (plan's schema: engine, settings, terms, kv_cache_bytes,
+                  ..., plus device, measurements.ranks[...], sglang, notes)
+
+`load_profile` checks every field `suggest` and `validate` read and names the first bad one; a file from
+another model is refused by `check_model`. Every failure is a BadInputError (exit 2), one line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from vramctl.core.atomic import write_text_atomic
+from vramctl.core.errors import BadInputError
+from vramctl.core.specs import ModelSpec
+from vramctl.core.suggest import SuggestInput
+
+SCHEMA = "vramctl.profile/1"
+_SUFFIXES_YAML = (".yaml", ".yml")
+_MAX_FILE_BYTES = 32 * 1024 * 1024
+
+
+def model_fingerprint(spec: ModelSpec) -> dict[str, Any]:
+    """The architecture numbers a profile depends on (not the name: a local copy of a model matches)."""
+    return {
+        "architecture": spec.architecture,
+        "hidden_size": spec.hidden_size,
+        "intermediate_size": spec.intermediate_size,
+        "num_hidden_layers": spec.num_hidden_layers,
+        "num_attention_heads": spec.num_attention_heads,
+        "num_key_value_heads": spec.num_key_value_heads,
+        "head_dim": spec.head_dim,
+        "vocab_size": spec.vocab_size,
+        "torch_dtype": spec.torch_dtype,
+        "num_experts": spec.moe.num_experts if spec.moe else 0,
+        "kv_lora_rank": spec.mla.kv_lora_rank if spec.mla else 0,
+    }
+
+
+@dataclass(frozen=True)
+class ProfileFile:
+    """A loaded, checked profile."""
+
+    path: str
+    model_name: str
+    model_source: str
+    fingerprint: dict[str, Any]
+    device_kind: str
+    device_name: str
+    settings: dict[str, Any]
+    suggest_input: SuggestInput
+    kv_cache_bytes: int
+    document: dict[str, Any]
+
+    @property
+    def result(self) -> dict[str, Any]:
+        return dict(self.document["result"])
+
+
+def build_document(
+    result_json: dict[str, Any], *, spec: ModelSpec, created_utc: str, model_source: str | None = None
+) -> dict[str, Any]:
+    """The object to save for a `profile --json` result. `model_source` is what reloads the model
+    (the name or path the user gave); it defaults to the model's name."""
+    return {
+        "schema": SCHEMA,
+        "created_utc": created_utc,
+        "environment": result_json.get("environment", {}),
+        "model": {
+            "name": spec.name,
+            "source": model_source or spec.name,
+            "fingerprint": model_fingerprint(spec),
+        },
+        "result": result_json,
+    }
+
+
+def dump_document(document: dict[str, Any], path: str | os.PathLike[str]) -> str:
+    """The text of the file, JSON or YAML by extension."""
+    suffix = Path(path).suffix.lower()
+    if suffix in _SUFFIXES_YAML:
+        return yaml.safe_dump(document, sort_keys=False, allow_unicode=True)
+    if suffix == ".json":
+        return json.dumps(document, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+    raise BadInputError(f"--save {path}: use a .json, .yaml or .yml file name")
+
+
+def save_profile(document: dict[str, Any], path: str | os.PathLike[str]) -> None:
+    """Write atomically (a temporary file renamed over the target: never a half-written profile)."""
+    text = dump_document(document, path)
+    target = Path(path)
+    if target.parent and not target.parent.exists():
+        raise BadInputError(f"--save {path}: the folder {target.parent} does not exist")
+    write_text_atomic(target, text)
+
+
+def _parse(path: Path) -> Any:
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        raise BadInputError(f"--from-profile {path}: no such file") from None
+    except OSError as exc:
+        raise BadInputError(f"--from-profile {path}: cannot read it ({exc.strerror})") from None
+    if path.is_dir():
+        raise BadInputError(f"--from-profile {path}: is a folder, not a profile file")
+    if size > _MAX_FILE_BYTES:
+        raise BadInputError(f"--from-profile {path}: {size} bytes is too large for a profile file")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise BadInputError(f"--from-profile {path}: not a text file (not UTF-8)") from None
+    except OSError as exc:
+        raise BadInputError(f"--from-profile {path}: cannot read it ({exc.strerror})") from None
+    if not text.strip():
+        raise BadInputError(f"--from-profile {path}: the file is empty")
+    if path.suffix.lower() == ".json" or text.lstrip().startswith("{"):
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise BadInputError(
+                f"--from-profile {path}: not valid JSON (line {exc.lineno}: {exc.msg})"
+            ) from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" (line {mark.line + 1})" if mark is not None else ""
+        raise BadInputError(f"--from-profile {path}: not valid YAML{where}") from None
+
+
+class _Reader:
+    def __init__(self, path: Path, root: Any) -> None:
+        self.path = path
+        self.root = root
+
+    def fail(self, key: str, problem: str) -> BadInputError:
+        return BadInputError(f"--from-profile {self.path}: {key} {problem} (not a vramctl profile file?)")
+
+    def get(self, key: str) -> Any:
+        node = self.root
+        for part in key.split("."):
+            if not isinstance(node, dict) or part not in node:
+                raise self.fail(key, "is missing")
+            node = node[part]
+        return node
+
+    def int_(self, key: str, *, minimum: int | None = None) -> int:
+        value = self.get(key)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self.fail(key, f"must be an integer number of bytes, not {value!r}")
+        if minimum is not None and value < minimum:
+            raise self.fail(key, f"must be at least {minimum}, not {value}")
+        return value
+
+    def float_(self, key: str) -> float:
+        value = self.get(key)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise self.fail(key, f"must be a number, not {value!r}")
+        return float(value)
+
+    def str_(self, key: str) -> str:
+        value = self.get(key)
+        if not isinstance(value, str) or not value:
+            raise self.fail(key, f"must be a non-empty string, not {value!r}")
+        return value
+
+    def dict_(self, key: str) -> dict[str, Any]:
+        value = self.get(key)
+        if not isinstance(value, dict):
+            raise self.fail(key, "must be a mapping")
+        return value
+
+
+def load_profile(path: str | os.PathLike[str]) -> ProfileFile:
+    """Load and check a profile file; BadInputError (exit 2) with one clear line on any problem."""
+    p = Path(path)
+    return parse_document(_parse(p), p)
+
+
+def parse_document(root: Any, p: Path) -> ProfileFile:
+    """Check a profile object (loaded from `p`) and pull out what suggest and validate read."""
+    if not isinstance(root, dict):
+        raise BadInputError(f"--from-profile {p}: expected a mapping at the top, found {type(root).__name__}")
+    r = _Reader(p, root)
+    schema = root.get("schema")
+    if schema != SCHEMA:
+        raise BadInputError(
+            f"--from-profile {p}: schema {schema!r} is not {SCHEMA!r} (write it with `vramctl profile --save`)"
+        )
+    model_name = r.str_("model.name")
+    fingerprint = r.dict_("model.fingerprint")
+    settings = r.dict_("result.settings")
+    binding = r.int_("result.measurements.binding_rank", minimum=0)
+    ranks = r.get("result.measurements.ranks")
+    if not isinstance(ranks, list) or not ranks:
+        raise r.fail("result.measurements.ranks", "must be a non-empty list")
+    if binding >= len(ranks):
+        raise r.fail("result.measurements.binding_rank", f"is {binding} but there are {len(ranks)} ranks")
+    rank = _Reader(p, {"rank": ranks[binding]})
+    total = rank.int_("rank.snapshots.init.total_bytes", minimum=1)
+    init_free = rank.int_("rank.snapshots.init.free_bytes", minimum=0)
+    if init_free > total:
+        raise rank.fail("rank.snapshots.init.free_bytes", f"({init_free}) exceeds total_bytes ({total})")
+    util = r.float_("result.settings.gpu_memory_utilization")
+    if not 0 < util <= 1:
+        raise r.fail("result.settings.gpu_memory_utilization", f"must be in (0, 1], not {util}")
+    estimate_applied = r.get("result.settings.estimate_cudagraphs")
+    if not isinstance(estimate_applied, bool):
+        raise r.fail("result.settings.estimate_cudagraphs", "must be true or false")
+    inp = SuggestInput(
+        total_bytes=total,
+        init_free_bytes=init_free,
+        requested_bytes=rank.int_("rank.requested_bytes", minimum=0),
+        gpu_memory_utilization=util,
+        total_consumed_bytes=rank.int_("rank.total_consumed_bytes"),
+        transient_peak_bytes=rank.int_("rank.transient_peak_bytes", minimum=0),
+        cuda_graph_estimate_bytes=rank.int_("rank.cuda_graph_estimate_bytes", minimum=0),
+        cuda_graph_actual_bytes=rank.int_("rank.cuda_graph_actual_bytes"),
+        estimate_applied=estimate_applied,
+        bytes_per_block=r.int_("result.bytes_per_block", minimum=1),
+        block_size=r.int_("result.block_size", minimum=1),
+        blocks_per_request=_blocks_per_request(r),
+        max_model_len=r.int_("result.settings.max_model_len", minimum=1),
+        sglang_pre_load_free_bytes=rank.int_("rank.sglang_pre_load_free_bytes", minimum=0),
+        sglang_post_load_free_bytes=rank.int_("rank.sglang_post_load_free_bytes"),
+        sglang_cell_bytes=r.int_("result.sglang.cell_size_bytes", minimum=1),
+    )
+    return ProfileFile(
+        path=str(p),
+        model_name=model_name,
+        model_source=root["model"].get("source")
+        if isinstance(root["model"].get("source"), str)
+        else model_name,
+        fingerprint=fingerprint,
+        device_kind=r.str_("result.device.kind"),
+        device_name=r.str_("result.device.name"),
+        settings=settings,
+        suggest_input=inp,
+        kv_cache_bytes=r.int_("result.kv_cache_bytes"),
+        document=root,
+    )
+
+
+def _blocks_per_request(r: _Reader) -> int:
+    blocks = r.int_("result.num_blocks", minimum=0)
+    concurrency = r.float_("result.max_concurrency")
+    root = r.root["result"]
+    explicit = root.get("blocks_per_request")
+    if isinstance(explicit, int) and not isinstance(explicit, bool) and explicit > 0:
+        return explicit
+    if concurrency > 0:
+        return max(1, round(blocks / concurrency))
+    raise r.fail("result.blocks_per_request", "is missing and cannot be derived (no blocks)")
+
+
+def check_model(profile: ProfileFile, spec: ModelSpec) -> None:
+    """Refuse a profile measured for another model (its architecture numbers differ)."""
+    mine = model_fingerprint(spec)
+    diffs = [
+        f"{key} {profile.fingerprint.get(key)!r} vs {value!r}"
+        for key, value in mine.items()
+        if profile.fingerprint.get(key) != value
+    ]
+    if diffs:
+        raise BadInputError(
+            f"--from-profile {profile.path}: measured for {profile.model_name}, not {spec.name} ({'; '.join(diffs[:3])})"
+        )

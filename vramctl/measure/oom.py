@@ -1,0 +1,171 @@
+"""Out-of-memory during a measurement: recognise it, release memory, explain it with the phase and numbers.
+
+Phases use the labels of ../shared/taxonomy.md (`startup-check`, `weights-load`, `profiling`,
+`graph-capture`, `kv-alloc`, `serving`), so a caught OOM reads the same as `vramctl explain-oom` on an
+engine log. When the explain-oom library (`vramctl.diagnose`) is present, its classifier names the cause
+from the real torch message plus the phase; otherwise the cause is the taxonomy label of the phase.
+"""
+
+from __future__ import annotations
+
+import gc
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from vramctl.core.errors import DeviceOutOfMemoryError, VramctlError
+from vramctl.core.exit_codes import ExitCode
+from vramctl.core.units import format_gib
+
+# Phase → the taxonomy cause when nothing more specific is known, and the direction of the fix.
+PHASE_CAUSES: dict[str, tuple[str, str]] = {
+    "weights-load": (
+        "weights-do-not-fit",
+        "the weights alone do not fit: use more GPUs (--tensor-parallel-size), a quantised checkpoint or a "
+        "smaller model",
+    ),
+    "profiling": (
+        "batch-budget-too-large",
+        "the max-shape forward does not fit: lower --max-num-batched-tokens or --max-num-seqs",
+    ),
+    "sampler": (
+        "sampler-warmup-oom",
+        "the sampler's fp32 logits (max_num_seqs × vocab × 4 B) do not fit: lower --max-num-seqs",
+    ),
+    "graph-capture": (
+        "cuda-graph-capture-oom",
+        "CUDA-graph capture does not fit: lower --gpu-memory-utilization / the KV size, or --enforce-eager",
+    ),
+    "kv-alloc": (
+        "kv-pool-overcommit",
+        "the KV pool does not fit: use a smaller --kv-cache-memory-bytes (or lower --gpu-memory-utilization)",
+    ),
+    "serving": (
+        "activation-spike",
+        "the forward does not fit beside the KV pool: a smaller KV pool or fewer batched tokens",
+    ),
+}
+
+_OOM_PATTERNS = (
+    re.compile(r"out of memory", re.IGNORECASE),
+    re.compile(r"can't allocate memory", re.IGNORECASE),
+    re.compile(r"DefaultCPUAllocator", re.IGNORECASE),
+    re.compile(r"CUBLAS_STATUS_ALLOC_FAILED"),
+)
+
+
+class StartupMemoryError(VramctlError):
+    """vLLM's start-up check failed: free memory below utilisation × total. Exit 1 (does not fit)."""
+
+    exit_code = ExitCode.CHECK_FAILED
+
+
+def is_oom(exc: BaseException) -> bool:
+    """torch.OutOfMemoryError, a RuntimeError that says out of memory / can't allocate, or MemoryError."""
+    if isinstance(exc, MemoryError):
+        return True
+    try:
+        import torch
+
+        if isinstance(exc, torch.OutOfMemoryError):
+            return True
+    except ImportError:  # pragma: no cover
+        pass
+    if isinstance(exc, RuntimeError):
+        text = str(exc)
+        return any(p.search(text) for p in _OOM_PATTERNS)
+    return False
+
+
+def release(*objects: Any) -> None:
+    """Drop references, collect, and give cached device memory back (best effort)."""
+    del objects
+    gc.collect()
+    try:
+        import torch
+
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            torch.cuda.empty_cache()
+    except Exception:  # pragma: no cover - cleanup must never raise
+        pass
+
+
+@dataclass(frozen=True)
+class OomContext:
+    phase: str
+    device: str
+    message: str
+    """The first line of the real torch / Python error."""
+    free_bytes: int | None = None
+    total_bytes: int | None = None
+    detail: str = ""
+    """What the phase was doing, with sizes (e.g. `allocating a 12.00 GiB KV pool`)."""
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return text.splitlines()[0].strip()
+
+
+def oom_context(
+    exc: BaseException, *, phase: str, device: str, detail: str = "", snapshot: Any = None
+) -> OomContext:
+    free = getattr(snapshot, "free_bytes", None)
+    total = getattr(snapshot, "total_bytes", None)
+    return OomContext(phase, device, f"{type(exc).__name__}: {_first_line(exc)}", free, total, detail)
+
+
+def explain(ctx: OomContext) -> tuple[str, str]:
+    """(cause label, one-line explanation) for an OOM caught in `ctx.phase`."""
+    cause, fix = PHASE_CAUSES.get(
+        ctx.phase, ("unknown", "free memory on the device or shrink the configuration")
+    )
+    classified = _classify_with_diagnose(ctx)
+    if classified is not None:
+        cause = classified
+    where = f"out of memory on {ctx.device} during {ctx.phase}"
+    if ctx.detail:
+        where += f" ({ctx.detail})"
+    numbers = ""
+    if ctx.free_bytes is not None and ctx.total_bytes is not None:
+        numbers = f"; {format_gib(ctx.free_bytes)} of {format_gib(ctx.total_bytes)} was free before it"
+    return cause, f"{where}: {ctx.message}{numbers}; cause {cause}: {fix}"
+
+
+def _classify_with_diagnose(ctx: OomContext) -> str | None:
+    """Ask the explain-oom classifier, when it exists, for the cause of this message in this phase."""
+    try:
+        from vramctl.diagnose import classify as classify_module  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    func = getattr(classify_module, "diagnose_text", None)
+    if func is None:
+        return None
+    text = f"{_PHASE_LOG_LINES.get(ctx.phase, '')}\n{ctx.message}\n"
+    try:
+        result = func(text)
+    except Exception:
+        return None
+    cause = getattr(result, "cause", None)
+    if isinstance(cause, str) and cause and cause != "unknown":
+        return cause
+    return None
+
+
+# A line the engine would have printed just before the failure, so the classifier sees the phase.
+_PHASE_LOG_LINES = {
+    "weights-load": "Loading weights",
+    "profiling": "Memory profiling: _dummy_run profile_run",
+    "sampler": "CUDA out of memory occurred when warming up sampler with dummy requests",
+    "graph-capture": "Capturing CUDA graphs (decode) capture_model",
+    "kv-alloc": "Allocating KV cache: initialize_kv_cache",
+    "serving": "execute_model",
+}
+
+
+def to_error(ctx: OomContext) -> DeviceOutOfMemoryError:
+    """The exit-5 error the CLI prints as one line."""
+    _, line = explain(ctx)
+    error = DeviceOutOfMemoryError(line)
+    error.oom = ctx  # type: ignore[attr-defined]
+    return error
