@@ -165,4 +165,8 @@ def utilization_trade(
 def utilization_for_kv(total_bytes: int, non_kv_bytes: int, kv_bytes_needed: int) -> float:
     """The smallest u (3 decimals, rounded up) whose request leaves `kv_bytes_needed` of KV; may exceed 1."""
     needed = (non_kv_bytes + kv_bytes_needed) / total_bytes
-    return math.ceil(needed * 1000 - 1e-9) / 1000
+    milli = math.ceil(needed * 1000)
+    # Float noise can push an exact value (0.92) up one step: take the lower one when it really suffices.
+    if math.ceil(total_bytes * (milli - 1) / 1000) - non_kv_bytes >= kv_bytes_needed:
+        milli -= 1
+    return milli / 1000

@@ -1302,7 +1302,10 @@ def explain_gap(vllm_result: VllmResultLike, sglang_plan: SglangPlan) -> tuple[G
         )
         if diff == 0:
             continue
+        v_bytes = v_terms[name].bytes if name in v_terms else 0
+        s_bytes = s_terms[name].bytes if name in s_terms else 0
         sentence = sentences.get(name, f"vLLM term {name!r} has no SGLang counterpart")
+        sentence = f"{name}: vLLM {format_bytes(v_bytes)}, SGLang {format_bytes(s_bytes)}. {sentence}"
         items.append(GapItem(name, diff, sentence))
     rest = v_kv - v_kv_term
     if rest:
