@@ -125,7 +125,7 @@ def register(app: typer.Typer) -> None:
             _lines(log, warnings), gpu_memory_bytes=capacity, gpu_memory_source=capacity_source, run=run
         )
         source = "<stdin>" if log == "-" else log
-        if not report.found or not report.budget_read:
+        if not report.found:
             if json_out:
                 typer.echo(dumps(_json(report, None, warnings, source)))
             else:

@@ -205,8 +205,8 @@ class StartupReport:
 
     @property
     def found(self) -> bool:
-        """True when the log printed start-up memory lines."""
-        return bool(self.facts)
+        """True when the log printed start-up memory lines (a size, count or ratio; not only timings)."""
+        return any(FACTS[key].kind is not Kind.SECONDS for key in self.facts)
 
     @property
     def budget_read(self) -> bool:

@@ -1,0 +1,167 @@
+"""`vramctl read-log` as a user runs it: output, JSON keys, exit codes, bad input."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from vramctl.cli.main import main
+
+SAMPLES = Path(__file__).resolve().parents[2].parent / "shared" / "samples" / "startup"
+JSON_KEYS = {
+    "engine",
+    "engine_version",
+    "settings",
+    "terms",
+    "capacity_bytes",
+    "requested_bytes",
+    "kv_cache_bytes",
+    "num_blocks",
+    "kv_tokens",
+    "max_concurrency",
+    "kv_cache_memory_bytes_suggestion",
+    "lines",
+    "missing",
+}
+
+
+def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = main(["read-log", *args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_rich_output_v0(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, str(SAMPLES / "026.log"))
+    assert code == 0
+    assert "vLLM" in out and "V0 worker" in out
+    assert "39.50 GiB" in out  # capacity from the log
+    assert "weights" in out and "14.96" in out and "kv_cache" in out and "11.12" in out
+    assert "5,691" in out and "11.12x @ 8,192 tokens" in out
+
+
+def test_json_keys_and_values(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, str(SAMPLES / "051.log"), "--json")
+    assert code == 0
+    data = json.loads(out)
+    assert set(data) >= JSON_KEYS
+    assert data["engine"] == "vllm" and data["engine_version"] == "0.10.2"
+    assert data["kv_cache_bytes"] == 59212694937  # the exact bytes the suggestion line prints
+    assert data["kv_cache_memory_bytes_suggestion"] == 58333988249
+    assert data["kv_tokens"] == 451744 and data["max_concurrency"] == 110.29
+    assert data["lines"]["kv_cache_in_use"] == 13 and data["lines"]["settings.model"] == 5
+    terms = data["terms"]
+    assert sum(t["bytes"] for t in terms.values()) == data["capacity_bytes"]
+    assert terms["weights"]["source"] == "given" and terms["slack"]["source"] == "derived"
+    assert data["settings"]["max_model_len"] == 4096
+
+
+def test_markdown(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, str(SAMPLES / "121.log"), "--markdown")
+    assert code == 0
+    assert out.startswith("### vramctl read-log: vLLM 0.6.5")
+    assert "| kv_cache | 10.02 |" in out and "| **total** | 21.95 |" in out
+
+
+def test_sglang_needs_capacity_then_gpu_gives_a_ledger(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, str(SAMPLES / "111.log"), "--json")
+    data = json.loads(out)
+    assert code == 0 and data["capacity_bytes"] is None
+    assert any(m.startswith("capacity") for m in data["missing"])
+    code, out, _ = run(capsys, str(SAMPLES / "111.log"), "--json", "--gpu", "h100-sxm")
+    data = json.loads(out)
+    assert code == 0 and data["capacity_source"] == "--gpu h100-sxm"
+    assert sum(t["bytes"] for t in data["terms"].values()) == data["capacity_bytes"]
+    code, out, _ = run(capsys, str(SAMPLES / "111.log"), "--json", "--gpu-memory", "79.19")
+    assert json.loads(out)["capacity_bytes"] == round(79.19 * 2**30)
+
+
+def test_compare_plan(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, str(SAMPLES / "049.log"), "--compare-plan", "--json")
+    assert code == 0
+    rows = {r["name"]: r for r in json.loads(out)["comparison"]["rows"]}
+    assert rows["kv_cache"]["logged"] == round(56.21 * 2**30)
+    assert rows["kv_cache"]["planned"] > 0
+    assert rows["kv_cache"]["difference"] == rows["kv_cache"]["planned"] - rows["kv_cache"]["logged"]
+    assert abs(rows["kv_cache"]["percent"]) < 10
+    code, out, _ = run(capsys, str(SAMPLES / "049.log"), "--compare-plan")
+    assert code == 0 and "planned" in out
+
+
+def test_compare_plan_unknown_model_is_bad_input(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, str(SAMPLES / "117.log"), "--compare-plan")
+    assert code == 2 and "--model" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--gpu", "h100-sxm", "--gpu-memory", "80GiB"], "give one capacity"),
+        (["--gpu-memory", "lots"], "--gpu-memory"),
+        (["--gpu", "no-such-gpu"], "no-such-gpu"),
+        (["--model", "llama-3-8b"], "--compare-plan"),
+        (["--json", "--markdown"], "pick one"),
+        (["--run", "7"], "--run 7"),
+    ],
+)
+def test_bad_flags_exit_2(capsys: pytest.CaptureFixture[str], args: list[str], needle: str) -> None:
+    code, _, err = run(capsys, str(SAMPLES / "049.log"), *args)
+    assert code == 2 and needle in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_missing_file_and_directory_exit_2(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    code, _, err = run(capsys, str(tmp_path / "nope.log"))
+    assert code == 2 and "no such file" in err
+    code, _, err = run(capsys, str(tmp_path))
+    assert code == 2 and "directory" in err
+
+
+@pytest.mark.parametrize(
+    "content",
+    [b"", b"\x00\xff\xfe garbage \x89PNG\r\n\x1a\n" * 100, b"INFO just a server\nnothing about memory\n"],
+    ids=["empty", "binary", "no-memory-lines"],
+)
+def test_nothing_found_exit_3(capsys: pytest.CaptureFixture[str], tmp_path: Path, content: bytes) -> None:
+    path = tmp_path / "x.log"
+    path.write_bytes(content)
+    code, out, err = run(capsys, str(path))
+    assert code == 3 and "no start-up memory lines" in err and out == ""
+    code, out, _ = run(capsys, str(path), "--json")
+    assert code == 3 and json.loads(out)["engine"] is None
+
+
+def test_huge_line_and_gzip_and_stdin(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    text = (SAMPLES / "026.log").read_bytes()
+    big = tmp_path / "big.log.gz"
+    with gzip.open(big, "wb") as fh:
+        fh.write(b"x" * (5 << 20) + b"\n" + text)
+    code, out, _ = run(capsys, str(big), "--json")
+    assert code == 0 and json.loads(out)["num_blocks"] == 5691
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(text)))
+    code, out, _ = run(capsys, "-", "--json")
+    assert code == 0 and json.loads(out)["log"] == "<stdin>"
+
+
+def test_truncated_gzip_uses_what_was_read(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    data = gzip.compress((SAMPLES / "026.log").read_bytes() * 50)
+    path = tmp_path / "cut.log.gz"
+    path.write_bytes(data[: len(data) - 20])
+    code, _out, err = run(capsys, str(path))
+    assert code == 0 and "truncated" in err
+
+
+def test_every_sample_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    for path in sorted(SAMPLES.glob("*.log")):
+        code, out, err = run(capsys, str(path), "--json")
+        assert code == 0, (path.name, err)
+        data = json.loads(out)
+        if data["capacity_bytes"] is not None and "kv_cache" in data["terms"]:
+            assert sum(t["bytes"] for t in data["terms"].values()) == data["capacity_bytes"]
