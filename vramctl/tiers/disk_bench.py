@@ -40,8 +40,10 @@ import statistics
 import struct
 import subprocess
 import tempfile
+import threading
 import time
 import zlib
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager, suppress
@@ -58,6 +60,8 @@ ALIGN = 4096
 HEADER_BYTES = 64
 MIN_BLOCK_BYTES = 2 * HEADER_BYTES + 64
 DEFAULT_IO_BYTES = 8 * MiB
+READ_RING = 4
+"""Read buffers in flight: one being read, the others being verified."""
 MAGIC = b"VRAMKV01"
 CHECKSUMS: tuple[str, ...] = ("crc32", "blake2b")
 _CHECKSUM_ID = {"crc32": 1, "blake2b": 2}
@@ -422,8 +426,16 @@ def drop_file_pages(fd: int) -> bool:
 
 
 def _aligned_buffer(size: int) -> mmap.mmap:
-    """A page-aligned anonymous buffer (what O_DIRECT needs; posix_memalign in C)."""
-    return mmap.mmap(-1, round_up(size, ALIGN))
+    """A page-aligned anonymous buffer (what O_DIRECT needs; posix_memalign in C), already faulted in.
+
+    Touching every page here keeps the page faults of a fresh mapping out of the timed I/O.
+    """
+    buf = mmap.mmap(-1, round_up(size, ALIGN))
+    zeros = bytes(min(len(buf), MiB))
+    for at in range(0, len(buf), len(zeros)):
+        end = min(len(buf), at + len(zeros))
+        buf[at:end] = zeros[: end - at]
+    return buf
 
 
 def _space_error(directory: Path, path: Path, written: int, total: int, exc: OSError | None) -> DiskFullError:
@@ -551,10 +563,20 @@ def _fill_block(
         view[at + layout.block_bytes : at + layout.slot_bytes] = bytes(layout.slot_bytes - layout.block_bytes)
 
 
+def default_workers() -> int:
+    """Checksum threads: one core is left to the I/O path (on a 2-vCPU VM, two hashing threads slowed the
+    O_DIRECT reads themselves by a quarter: docs/perf/tiers-bench.md), at most 4 (4 × 2 GB/s of CRC-32)."""
+    return max(1, min(4, (os.cpu_count() or 2) - 1))
+
+
 @contextmanager
 def _pool(workers: int | None) -> Iterator[ThreadPoolExecutor]:
-    count = workers if workers is not None else max(1, min(8, os.cpu_count() or 1))
+    """A thread pool with its threads already started (thread start-up stays out of the timed region)."""
+    count = workers if workers is not None else default_workers()
     with ThreadPoolExecutor(max_workers=count) as pool:
+        barrier = threading.Barrier(count)
+        for future in [pool.submit(barrier.wait, 5.0) for _ in range(count)]:
+            future.result()
         yield pool
 
 
@@ -600,28 +622,27 @@ def read_blocks(
 ) -> ReadStats:
     """Read every block back (O_DIRECT or buffered), verifying each; only intact blocks reach `on_block`.
 
-    Double-buffered: request k+1 is read while the pool verifies request k. Time runs from the first
-    read to the last block verified.
+    A ring of `READ_RING` buffers: request k+1 is read while the pool still verifies earlier requests, so
+    verification jitter never stalls the disk. Time runs from the first read to the last block verified.
     """
     flags = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)
     if method == DIRECT:
         flags |= os.O_DIRECT
     fd = os.open(path, flags)
     stats = ReadStats()
-    buffers = [_aligned_buffer(layout.chunk_bytes) for _ in range(2)]
+    buffers = [_aligned_buffer(layout.chunk_bytes) for _ in range(READ_RING)]
     try:
         with _pool(workers) as verifier:
-            pending: tuple[memoryview, list[Future[list[tuple[int, BadBlock | None]]]]] | None = None
+            pending: deque[tuple[memoryview, list[Future[list[tuple[int, BadBlock | None]]]]]] = deque()
             start = time.perf_counter()
             for k, (first, count, offset) in enumerate(layout.chunks()):
-                view = memoryview(buffers[k % 2])
+                if len(pending) == READ_RING:
+                    _collect(pending.popleft(), stats, layout, on_block)  # frees buffer k % READ_RING
+                view = memoryview(buffers[k % READ_RING])
                 got = _full_pread(fd, view[: count * layout.slot_bytes], offset)
-                if pending is not None:
-                    _collect(pending, stats, layout, on_block)
-                futures = _submit_verify(verifier, view, first, count, got, layout, seq, method)
-                pending = (view, futures)
-            if pending is not None:
-                _collect(pending, stats, layout, on_block)
+                pending.append((view, _submit_verify(verifier, view, first, count, got, layout, seq, method)))
+            while pending:
+                _collect(pending.popleft(), stats, layout, on_block)
             stats.seconds = time.perf_counter() - start
     finally:
         os.close(fd)
@@ -811,24 +832,29 @@ def _bench_method(
     resident: float | None = None
     latency: float | None = None
     try:
-        for _ in range(repeat):
-            if not direct:
-                _drop(path)
-                resident = _max_opt(resident, page_cache_resident_fraction(path))
-            stats = read_blocks(path, layout, method=method, seq=seq, workers=workers)
-            read_times.append(stats.seconds)
-            verified += stats.verified
-            for b in stats.bad:
-                bad.setdefault((b.index, b.reason), b)
-            if use_dd and not dd_note:
-                if not direct:
-                    _drop(path)
-                run = run_dd(path, io_bytes=layout.chunk_bytes, direct=direct, expect_bytes=layout.file_bytes)
-                dd_command = run.command
-                if run.seconds is None:
-                    dd_note = run.error
-                else:
-                    dd_times.append(run.seconds)
+        for rep in range(repeat):
+            # vramctl's pass and dd's alternate which goes first, so neither always reads a warmer device.
+            for turn in ("ours", "dd") if rep % 2 == 0 else ("dd", "ours"):
+                if turn == "ours":
+                    if not direct:
+                        _drop(path)
+                        resident = _max_opt(resident, page_cache_resident_fraction(path))
+                    stats = read_blocks(path, layout, method=method, seq=seq, workers=workers)
+                    read_times.append(stats.seconds)
+                    verified += stats.verified
+                    for b in stats.bad:
+                        bad.setdefault((b.index, b.reason), b)
+                elif use_dd and not dd_note:
+                    if not direct:
+                        _drop(path)
+                    run = run_dd(
+                        path, io_bytes=layout.chunk_bytes, direct=direct, expect_bytes=layout.file_bytes
+                    )
+                    dd_command = run.command
+                    if run.seconds is None:
+                        dd_note = run.error
+                    else:
+                        dd_times.append(run.seconds)
         if direct:
             latency = read_latency_s(path, layout)
     finally:
