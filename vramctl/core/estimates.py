@@ -45,37 +45,44 @@ class Calibration:
     non_torch_v0_bytes: int
     nccl_lazy_bytes: int
     """Per rank, NCCL / all-reduce buffers first touched in the profile run (TP > 1), charged in V1."""
-    nccl_v0_bytes_per_rank: int
-    """V0 charged NCCL to the budget (baseline before NCCL init): per TP rank in the group."""
+    nccl_v0_bytes_per_peer: int
+    """V0 before 0.7 charged NCCL to the budget (baseline before NCCL init): per peer rank in the group."""
     cuda_context_bytes: int
     """CUDA context + cuBLAS handles before the init snapshot (free at start-up minus total, one GPU)."""
     graph_per_piece_v0: int
     graph_per_piece_v1_piecewise: int
     graph_per_piece_v1_full_and_piecewise: int
     graph_tp_multiplier: float
-    """Graphs captured with TP > 1 also hold all-reduce buffers registered per graph."""
+    """V1 graphs captured with TP > 1 also hold all-reduce buffers registered per graph (V0: no factor)."""
     graph_fixed_bytes: int
     graph_rel_band: float
 
 
 CALIBRATION = Calibration(
-    forward_factor=0.5,
-    sampler_copies_v1=9.0,
-    sampler_copies_v0=8.0,
+    # Fitted by `python scripts/calibrate.py` on ../shared/samples/startup (index.yaml): least squares over the
+    # activation of points 001 003 011 013 015 017 019 117 118 (LOO median error 15 %, docs/accuracy.md).
+    forward_factor=0.44,
+    sampler_copies_v1=9.11,
+    sampler_copies_v0=8.16,
     activation_fixed_bytes=64 * MiB,
     activation_rel_band=0.30,
+    # Medians of the logged non-torch terms (in-sample only): 013/015/017 (V1 ≤0.26, TP 1), 049 (0.31 consumed −
+    # weights), 019 (TP 2: +0.41), 011/026/118 (V0), 117 (0.6.4, TP 8: 7.71 GiB on rank 0 ≈ 1.08 GiB per peer).
     non_torch_v1_bytes=int(0.13 * GiB),
     consumed_extra_v1_bytes=int(0.26 * GiB),
     non_torch_v0_bytes=int(0.06 * GiB),
-    nccl_lazy_bytes=int(0.40 * GiB),
-    nccl_v0_bytes_per_rank=int(0.70 * GiB),
+    nccl_lazy_bytes=int(0.41 * GiB),
+    nccl_v0_bytes_per_peer=int(1.08 * GiB),
+    # Free memory at start-up vs total: 78.57/79.18 (H100, 013) and 78.84/79.25 (A100, 049).
     cuda_context_bytes=int(0.50 * GiB),
-    graph_per_piece_v0=int(0.35 * MiB),
-    graph_per_piece_v1_piecewise=int(0.28 * MiB),
-    graph_per_piece_v1_full_and_piecewise=int(0.14 * MiB),
-    graph_tp_multiplier=2.0,
+    # Graph pools: median cost per piece per regime at TP 1 (V0: 011 118; piecewise: 035a 035b; full-and-
+    # piecewise: 049 only), and the median TP > 1 ratio of the V1 points (125, 129). LOO median error 72 %.
+    graph_per_piece_v0=int(0.471 * MiB),
+    graph_per_piece_v1_piecewise=int(0.262 * MiB),
+    graph_per_piece_v1_full_and_piecewise=int(0.128 * MiB),
+    graph_tp_multiplier=2.59,
     graph_fixed_bytes=int(0.02 * GiB),
-    graph_rel_band=0.50,
+    graph_rel_band=0.70,
 )
 
 
@@ -155,16 +162,22 @@ def activation_peak(
     return Estimate(total, band, formula, (("forward", fwd), ("sampler", sampler), ("fixed", fixed)))
 
 
-def non_torch_charged(*, version_kind: str, tp: int, cal: Calibration = CALIBRATION) -> Estimate:
+def non_torch_charged(
+    *, version_kind: str, tp: int, charges_nccl: bool = False, cal: Calibration = CALIBRATION
+) -> Estimate:
     """Non-torch memory charged to the budget (grown after the init snapshot), per rank.
 
-    `version_kind` is vLLM's subtraction kind (`vramctl.core.engines.vllm.subtraction_kind`).
+    `version_kind` is vLLM's subtraction kind (`vramctl.core.engines.vllm.subtraction_kind`); `charges_nccl`:
+    the baseline was read before NCCL init (V0 before 0.7), so the communicators are charged, per peer rank.
     """
     if version_kind == "v0":
         base = cal.non_torch_v0_bytes
-        nccl = cal.nccl_v0_bytes_per_rank * tp if tp > 1 else 0
+        nccl = cal.nccl_v0_bytes_per_peer * (tp - 1) if (tp > 1 and charges_nccl) else 0
         formula = f"{base / GiB:.2f} GiB workspaces" + (
-            f" + NCCL charged in V0: {cal.nccl_v0_bytes_per_rank / GiB:.2f} GiB × tp {tp}" if nccl else ""
+            f" + NCCL charged (baseline before NCCL init): {cal.nccl_v0_bytes_per_peer / GiB:.2f} GiB × "
+            f"{tp - 1} peers"
+            if nccl
+            else ""
         )
     else:
         base = cal.consumed_extra_v1_bytes if version_kind == "consumed" else cal.non_torch_v1_bytes
@@ -210,7 +223,7 @@ def graph_pool(
         "piecewise": cal.graph_per_piece_v1_piecewise,
         "full-and-piecewise": cal.graph_per_piece_v1_full_and_piecewise,
     }[regime]
-    if tp > 1:
+    if tp > 1 and regime != "v0":
         per = int(per * cal.graph_tp_multiplier)
     pieces = len(capture_sizes) * (layers_on_rank + 1)
     total = cal.graph_fixed_bytes + per * pieces

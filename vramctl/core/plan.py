@@ -434,6 +434,7 @@ def _stage_budget(
     stage: int,
     weights: int,
     layers: int,
+    cal: est.Calibration,
 ) -> _Stage:
     sem_kind = V.subtraction_kind(s.version)
     v0 = V.is_v0(s.version)
@@ -447,15 +448,18 @@ def _stage_budget(
         v0=v0,
         last_pp_rank=stage == pp - 1,
         act_bytes=min(act_bytes, 2),
+        cal=cal,
     )
-    non_torch = est.non_torch_charged(version_kind=sem_kind, tp=tp * pp if pp > 1 else tp)
-    outside = est.pre_snapshot_overhead(tp=tp * pp, v0=v0)
+    charges_nccl = V.charges_nccl_to_budget(s.version)
+    non_torch = est.non_torch_charged(version_kind=sem_kind, tp=tp * pp, charges_nccl=charges_nccl, cal=cal)
+    outside = est.pre_snapshot_overhead(tp=tp * pp, v0=charges_nccl, cal=cal)
     graph = est.graph_pool(
         model,
         capture_sizes=s.cudagraph_capture_sizes,
         layers_on_rank=layers,
         regime=_graph_regime(s.version),
         tp=tp,
+        cal=cal,
     )
     graph_charged = graph.bytes if (s.estimate_cudagraphs and s.cudagraph_capture_sizes) else 0
     if s.kv_cache_memory_bytes is not None:
@@ -529,7 +533,9 @@ class _Core:
     """What vLLM subtracts from `requested` (weights + activation + non-torch growth + applied graph estimate)."""
 
 
-def _core(model: ModelSpec, gpu: GpuSpec, s: VllmSettings, capacity: int) -> _Core:
+def _core(
+    model: ModelSpec, gpu: GpuSpec, s: VllmSettings, capacity: int, cal: est.Calibration = est.CALIBRATION
+) -> _Core:
     version = parse_version(s.version)
     requested = math.ceil(capacity * s.gpu_memory_utilization)
     kv_model = kv_view_of_model(model, s.version)
@@ -537,7 +543,7 @@ def _core(model: ModelSpec, gpu: GpuSpec, s: VllmSettings, capacity: int) -> _Co
     weights = stage_weight_bytes(model, tp=tp, pp=pp, dtype=s.dtype)
     parts = kvmath.pp_partition(model.num_hidden_layers, pp)
     stages = tuple(
-        _stage_budget(model, kv_model, s, requested, stage=i, weights=weights[i], layers=parts[i])
+        _stage_budget(model, kv_model, s, requested, stage=i, weights=weights[i], layers=parts[i], cal=cal)
         for i in range(pp)
     )
     binding = min(stages, key=lambda st: (st.num_blocks, st.kv_bytes - st.bytes_per_block))
@@ -813,13 +819,16 @@ def _explanations(model: ModelSpec, gpu: GpuSpec, core: _Core, ledger: Ledger) -
     return notes, warnings
 
 
-def plan_vllm(model: ModelSpec, gpu: GpuSpec, settings: ServeSettings) -> PlanResult:
-    """The vLLM plan for one model, card and set of flags."""
+def plan_vllm(
+    model: ModelSpec, gpu: GpuSpec, settings: ServeSettings, *, calibration: est.Calibration = est.CALIBRATION
+) -> PlanResult:
+    """The vLLM plan for one model, card and set of flags (`calibration`: the estimate coefficients; the
+    default is the fitted set, scripts/calibrate.py passes others for leave-one-out)."""
     validate(model, gpu, settings)
     version = V.resolve_version(settings.engine_version if settings.engine != "sglang" else None)
     capacity = settings.gpu_memory_bytes or gpu.cuda_total_bytes
     s = resolve_settings(model, gpu, settings, version)
-    core = _core(model, gpu, s, capacity)
+    core = _core(model, gpu, s, capacity, calibration)
     ledger = _ledger(core)
     notes, warnings = _explanations(model, gpu, core, ledger)
     kv_model = kv_view_of_model(model, version)

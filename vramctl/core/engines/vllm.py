@@ -78,9 +78,11 @@ def subtraction_kind(version: str) -> Subtraction:
 
 
 def charges_nccl_to_budget(version: str) -> bool:
-    """V0 read its baseline before NCCL init, so NCCL buffers were charged (`[0.6.6.post1] worker.py:143`
-    vs `:148`); V1 snapshots after `init_worker_distributed_environment` (`gpu_worker.py:504`, vllm.md §2.1)."""
-    return is_v0(version)
+    """V0 0.6.x read its baseline before NCCL init, so NCCL buffers were charged (`[0.6.6.post1] worker.py:143`
+    vs `:148`); from 0.7 the baseline is a MemorySnapshot (PR #11809 / #12126) and V1 snapshots after
+    `init_worker_distributed_environment` (`gpu_worker.py:504`, vllm.md §2.1). The 0.8 V0 datapoints with TP 4
+    and 8 of ../shared/samples/startup (119, 120) log 0.1-0.5 GiB of non-torch memory: NCCL not charged."""
+    return _v(version) < (0, 7, 0)
 
 
 def has_large_gpu_tier(version: str) -> bool:
