@@ -14,11 +14,9 @@ uses it). The fitted numbers go by hand into vramctl/core/estimates.py (CALIBRAT
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import re
 import statistics
 import sys
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
