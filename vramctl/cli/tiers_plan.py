@@ -1,9 +1,222 @@
-"""Placeholder: the owner of this command replaces this module."""
+"""`vramctl tiers plan`: does a host / disk / network KV tier beat recomputing, for this model on this card?
+
+    vramctl tiers plan                                        # Llama-3-8B-Instruct on an H100 SXM
+    vramctl tiers plan llama-3-8b --gpu h100-sxm --achieved-flops 400e12
+    vramctl tiers plan qwen3-8b --gpu l40s --tier cxl=64 --bandwidths bench.json
+    vramctl tiers plan --gpu-tokens 445632 --arrival-rate 2000 --host-memory 128GiB
+
+Parse → `vramctl.tiers.crossover` → render. No GPU, no torch. Exit 0, or 2 on bad input; a host tier that
+does not fit the machine's RAM is exit 1.
+"""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Optional
+
 import typer
+
+from vramctl.core.errors import BadInputError
+from vramctl.core.exit_codes import ExitCode
+from vramctl.core.units import parse_bytes, parse_number
+
+DEFAULT_MODEL = "meta-llama/Meta-Llama-3-8B-Instruct"
+DEFAULT_GPU = "h100-sxm"
+
+
+def machine_memory_bytes() -> int | None:
+    """MemTotal from /proc/meminfo (Linux); None where there is none."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def _count(text: str | None, flag: str) -> int | None:
+    if text is None:
+        return None
+    value = parse_number(text, what=flag)
+    if value != int(value):
+        raise BadInputError(f"{flag} {text!r}: not a whole number of tokens")
+    if value <= 0:
+        raise BadInputError(f"{flag} {text}: must be positive")
+    return int(value)
+
+
+def _positive(text: str | None, flag: str) -> float | None:
+    if text is None:
+        return None
+    value = parse_number(text, what=flag)
+    if value <= 0:
+        raise BadInputError(f"{flag} {text}: must be positive")
+    return value
+
+
+def _ranks(value: int, flag: str) -> int:
+    if value < 1:
+        raise BadInputError(f"{flag} {value}: must be at least 1")
+    return value
 
 
 def register(app: typer.Typer) -> None:
-    """Add this module's command(s) to the app."""
+    """Add `plan` to the `tiers` group."""
+
+    @app.command("plan")
+    def tiers_plan(
+        model: Optional[str] = typer.Argument(
+            None, help=f"HF id, alias or config.json path [default: {DEFAULT_MODEL}]."
+        ),
+        gpu: str = typer.Option(
+            DEFAULT_GPU, "--gpu", help="GPU profile: its HBM and host-link bandwidth and FLOP/s."
+        ),
+        tensor_parallel_size: int = typer.Option(
+            1, "--tensor-parallel-size", "-tp", help="TP ranks (KV per rank)."
+        ),
+        pipeline_parallel_size: int = typer.Option(1, "--pipeline-parallel-size", "-pp", help="PP stages."),
+        kv_cache_dtype: str = typer.Option("auto", "--kv-cache-dtype", help="auto, fp8, fp8_e5m2, ..."),
+        prefill_rate: Optional[str] = typer.Option(
+            None, "--prefill-rate", help="The engine's achieved prefill rate in tokens/s (instead of FLOPs)."
+        ),
+        achieved_flops: Optional[str] = typer.Option(
+            None,
+            "--achieved-flops",
+            help="Achieved FLOP/s per GPU, e.g. 400e12 [default: 40% of the card's dense bf16].",
+        ),
+        context: int = typer.Option(
+            8192, "--context", help="Prefill length the FLOPs per token are averaged over."
+        ),
+        tier: Optional[list[str]] = typer.Option(
+            None, "--tier", help="Another tier, NAME=GB/s (repeatable)."
+        ),
+        bandwidths: Optional[str] = typer.Option(
+            None, "--bandwidths", help="Measured bandwidths from `vramctl tiers bench --save FILE`."
+        ),
+        tokens: str = typer.Option("8192", "--tokens", help="Prefix length to fetch or recompute."),
+        gpu_tokens: Optional[str] = typer.Option(
+            None, "--gpu-tokens", help="GPU KV pool, tokens (residency)."
+        ),
+        host_tokens: Optional[str] = typer.Option(
+            None,
+            "--host-tokens",
+            help="Host tier, tokens per rank [default: 2 × --gpu-tokens, SGLang's ratio].",
+        ),
+        arrival_rate: Optional[str] = typer.Option(
+            None, "--arrival-rate", help="New (unique) tokens entering the cache per second (residency)."
+        ),
+        host_memory: Optional[str] = typer.Option(
+            None, "--host-memory", help="The machine's RAM, e.g. 128GiB [default: MemTotal of this machine]."
+        ),
+        json_out: bool = typer.Option(False, "--json", help="One JSON object (docs/tiers.md)."),
+        plot: Optional[str] = typer.Option(
+            None, "--plot", help="Write the crossover chart to FILE.png or FILE.svg."
+        ),
+    ) -> None:
+        """When fetching KV from host, disk or network beats recomputing it; residency windows; host RAM."""
+        from vramctl.core.kv import kv_bytes_per_token
+        from vramctl.registry import load_gpu, load_model
+        from vramctl.tiers.bandwidths import load_bandwidths
+        from vramctl.tiers.crossover import (
+            HostMemoryCheck,
+            measured_tiers,
+            nominal_tiers,
+            parse_tier_option,
+            plan_tiers,
+            residency_model,
+        )
+        from vramctl.tiers.crossover import (
+            prefill_rate as derive_rate,
+        )
+
+        tp = _ranks(tensor_parallel_size, "--tensor-parallel-size")
+        pp = _ranks(pipeline_parallel_size, "--pipeline-parallel-size")
+        if prefill_rate is not None and achieved_flops is not None:
+            raise BadInputError(
+                f"--prefill-rate {prefill_rate} and --achieved-flops {achieved_flops}: give one or the other"
+            )
+        if context <= 0:
+            raise BadInputError(f"--context {context}: must be a positive number of tokens")
+        n_tokens = _count(tokens, "--tokens")
+        assert n_tokens is not None
+        c_gpu = _count(gpu_tokens, "--gpu-tokens")
+        c_host = _count(host_tokens, "--host-tokens")
+        arrival = _positive(arrival_rate, "--arrival-rate")
+        if (c_gpu is None) != (arrival is None):
+            raise BadInputError("--gpu-tokens and --arrival-rate go together (the residency window is C / λ)")
+        if c_host is not None and c_gpu is None and host_memory is None:
+            raise BadInputError(
+                "--host-tokens needs --gpu-tokens and --arrival-rate (residency) or --host-memory"
+            )
+        if plot is not None:
+            from vramctl.render.plots import check_plot_target
+
+            check_plot_target(plot)
+
+        spec = load_model(model or DEFAULT_MODEL)
+        card = load_gpu(gpu)
+        bpt = kv_bytes_per_token(spec, kv_cache_dtype=kv_cache_dtype, tp=tp, pp=pp)
+        rate = derive_rate(
+            spec,
+            card,
+            tp=tp,
+            prefill_rate_tokens_per_s=_positive(prefill_rate, "--prefill-rate"),
+            achieved_flops=_positive(achieved_flops, "--achieved-flops"),
+            context=context,
+        )
+        links = nominal_tiers(card)
+        if bandwidths is not None:
+            links.extend(measured_tiers(load_bandwidths(bandwidths)))
+        links.extend(parse_tier_option(text) for text in tier or [])
+
+        residency = None
+        if c_gpu is not None and arrival is not None:
+            residency = residency_model(gpu_tokens=c_gpu, host_tokens=c_host, arrival_tokens_per_s=arrival)
+        if host_memory is not None:
+            machine = parse_bytes(host_memory, what="--host-memory", default_unit="GiB")
+            if machine <= 0:
+                raise BadInputError(f"--host-memory {host_memory}: must be positive")
+            machine_source = f"--host-memory {host_memory}"
+        else:
+            found = machine_memory_bytes()
+            machine = found or 0
+            machine_source = "MemTotal, /proc/meminfo of this machine"
+        memory = None
+        if machine > 0:
+            host_for_check = c_host if c_host is not None else (residency.host_tokens if residency else None)
+            memory = HostMemoryCheck(
+                host_tokens=host_for_check,
+                bytes_per_token=bpt,
+                ranks=tp * pp,
+                machine_bytes=machine,
+                machine_source=machine_source,
+            )
+        plan = plan_tiers(
+            model=spec,
+            gpu=card,
+            bytes_per_token=bpt,
+            rate=rate,
+            links=links,
+            tokens=n_tokens,
+            tp=tp,
+            kv_cache_dtype=kv_cache_dtype,
+            residency=residency,
+            host_memory=memory,
+        )
+        if plot is not None:
+            from vramctl.render.plots import plot_crossover
+
+            plot_crossover(plan, plot)
+        if json_out:
+            from vramctl.render.jsonout import dumps
+
+            typer.echo(dumps(plan.to_json()))
+        else:
+            from vramctl.render.tiers import print_tiers_plan
+
+            print_tiers_plan(plan)
+            if plot is not None:
+                typer.echo(f"wrote {plot}")
+        if memory is not None and memory.fits is False:
+            raise typer.Exit(int(ExitCode.CHECK_FAILED))

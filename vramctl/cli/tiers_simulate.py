@@ -1,9 +1,322 @@
-"""Placeholder: the owner of this command replaces this module."""
+"""`vramctl tiers simulate`: replay a request trace through a GPU prefix cache, a host tier and a disk tier.
+
+    vramctl tiers simulate --trace ../shared/data/mooncake/conversation_trace.jsonl --gpu-capacity 1e6 \\
+        --host-capacity 3e6
+    vramctl tiers simulate --trace T.jsonl --sweep 1e5,1e6,3e6,1e7,unlimited --json
+    vramctl tiers simulate --synthetic sessions=200,turns=6,think=exp:240 --model llama-3-8b \\
+        --gpu-capacity 20GiB --host-capacity 60GiB --write-policy write_through_selective
+
+Parse → `vramctl.tiers.simulate` → render. Pure Python, no torch. Exit 0, or 2 on bad input.
+"""
 
 from __future__ import annotations
 
+import re
+from typing import Any, Optional
+
 import typer
+
+from vramctl.core.errors import BadInputError
+from vramctl.core.units import parse_bytes, parse_number
+
+DEFAULT_GPU = "h100-sxm"
+_UNLIMITED = ("unlimited", "inf", "infinite", "none")
+_PURE_NUMBER = re.compile(r"^\s*[+-]?[\d,_]*\.?\d*(?:[eE][+-]?\d+)?\s*$")
+
+
+def parse_capacity(text: str, *, flag: str, bytes_per_token: int | None) -> int | None:
+    """Tokens (`3e6`, `445,632`), bytes with a unit (`40GiB`, converted with the model's bytes per token),
+    or `unlimited`. Zero or negative is an error."""
+    raw = text.strip()
+    if raw.lower() in _UNLIMITED:
+        return None
+    if _PURE_NUMBER.match(raw) and any(ch.isdigit() for ch in raw):
+        value = parse_number(raw, what=flag)
+        if value <= 0:
+            raise BadInputError(f"{flag} {text}: a capacity must be positive (tokens, or bytes with a unit)")
+        if value != int(value):
+            raise BadInputError(f"{flag} {text}: not a whole number of tokens")
+        return int(value)
+    if raw.startswith("-"):
+        raise BadInputError(f"{flag} {text}: a capacity must be positive (tokens, or bytes with a unit)")
+    size = parse_bytes(raw, what=flag)
+    if size <= 0:
+        raise BadInputError(f"{flag} {text}: a capacity must be positive")
+    if bytes_per_token is None:
+        raise BadInputError(
+            f"{flag} {text}: a size in bytes needs the model's KV bytes per token (give --model or --kv-bytes-per-token)"
+        )
+    tokens = size // bytes_per_token
+    if tokens <= 0:
+        raise BadInputError(f"{flag} {text}: smaller than one token of KV ({bytes_per_token:,} B)")
+    return tokens
 
 
 def register(app: typer.Typer) -> None:
-    """Add this module's command(s) to the app."""
+    """Add `simulate` to the `tiers` group."""
+
+    @app.command("simulate")
+    def tiers_simulate(
+        trace: Optional[str] = typer.Option(None, "--trace", help="Mooncake-format JSONL trace."),
+        synthetic: Optional[str] = typer.Option(
+            None,
+            "--synthetic",
+            help="Generate a multi-turn chat trace: sessions=N,turns=N,think=exp:240,prompt=512,answer=256,"
+            "system=0,rate=1,decode=50,seed=0.",
+        ),
+        block_size: int = typer.Option(
+            512, "--block-size", help="Tokens per hash id (512 for the Mooncake traces)."
+        ),
+        sort_trace: bool = typer.Option(
+            False, "--sort-trace", help="Replay an unsorted trace in timestamp order."
+        ),
+        gpu_capacity: str = typer.Option(
+            "unlimited",
+            "--gpu-capacity",
+            help="GPU tier: tokens, bytes with a unit (needs --model), or unlimited.",
+        ),
+        host_capacity: Optional[str] = typer.Option(
+            None, "--host-capacity", help="Host tier (none without it)."
+        ),
+        disk_capacity: Optional[str] = typer.Option(
+            None, "--disk-capacity", help="Disk tier (none without it)."
+        ),
+        write_policy: Optional[str] = typer.Option(
+            None,
+            "--write-policy",
+            help="write_through (SGLang default), write_through_selective, write_back, lazy (vLLM) "
+            "[default: write_through; write_back with --hierarchy exclusive].",
+        ),
+        eviction: str = typer.Option("lru", "--eviction", help="lru, lfu or arc (every tier)."),
+        hierarchy: str = typer.Option("inclusive", "--hierarchy", help="inclusive or exclusive."),
+        prefetch_threshold: int = typer.Option(
+            256, "--prefetch-threshold", help="Tokens; SGLang's L3 prefetch floor."
+        ),
+        load_back_threshold: int = typer.Option(
+            10, "--load-back-threshold", help="Tokens; SGLang's host load-back floor."
+        ),
+        lazy_window: int = typer.Option(
+            16384, "--lazy-window", help="Tokens; vLLM lazy offload target (2 × batch)."
+        ),
+        sweep: Optional[str] = typer.Option(
+            None, "--sweep", help="GPU capacities C1,C2,... (one pass for LRU)."
+        ),
+        model: Optional[str] = typer.Option(
+            None, "--model", help="Model for KV bytes per token (bytes, economics)."
+        ),
+        kv_bytes_per_token: Optional[int] = typer.Option(
+            None, "--kv-bytes-per-token", help="Instead of --model."
+        ),
+        kv_cache_dtype: str = typer.Option("auto", "--kv-cache-dtype", help="With --model."),
+        tensor_parallel_size: int = typer.Option(
+            1, "--tensor-parallel-size", "-tp", help="With --model (per rank)."
+        ),
+        gpu: str = typer.Option(
+            DEFAULT_GPU, "--gpu", help="GPU profile for the host link and FLOP/s (economics)."
+        ),
+        prefill_rate: Optional[str] = typer.Option(
+            None, "--prefill-rate", help="Prefill tokens/s (economics)."
+        ),
+        achieved_flops: Optional[str] = typer.Option(
+            None, "--achieved-flops", help="FLOP/s per GPU (economics)."
+        ),
+        bandwidths: Optional[str] = typer.Option(
+            None, "--bandwidths", help="`tiers bench` results for the links."
+        ),
+        json_out: bool = typer.Option(False, "--json", help="One JSON object (docs/tiers.md)."),
+        plot: Optional[str] = typer.Option(
+            None, "--plot", help="With --sweep: hit rate vs capacity, FILE.png/.svg."
+        ),
+    ) -> None:
+        """Hit rates per tier (token-weighted and per-request), bytes written, recompute avoided vs transfer."""
+        from vramctl.tiers.simulate import (
+            DISK,
+            EXCLUSIVE,
+            GPU,
+            HOST,
+            LAZY,
+            WRITE_BACK,
+            WRITE_THROUGH,
+            SimConfig,
+            TierConfig,
+            TierLinkRate,
+            economics,
+            lru_sweep,
+            simulate,
+            validate_config,
+        )
+        from vramctl.tiers.trace import load_mooncake, parse_synthetic, synthetic_trace
+
+        if (trace is None) == (synthetic is None):
+            raise BadInputError("give exactly one of --trace FILE and --synthetic SPEC")
+        if block_size <= 0:
+            raise BadInputError(f"--block-size {block_size}: must be a positive number of tokens")
+        if prefill_rate is not None and achieved_flops is not None:
+            raise BadInputError(
+                f"--prefill-rate {prefill_rate} and --achieved-flops {achieved_flops}: give one"
+            )
+        if model is not None and kv_bytes_per_token is not None:
+            raise BadInputError("--model and --kv-bytes-per-token: give one or the other")
+        if kv_bytes_per_token is not None and kv_bytes_per_token <= 0:
+            raise BadInputError(f"--kv-bytes-per-token {kv_bytes_per_token}: must be positive")
+        if tensor_parallel_size < 1:
+            raise BadInputError(f"--tensor-parallel-size {tensor_parallel_size}: must be at least 1")
+        if plot is not None:
+            if sweep is None:
+                raise BadInputError(f"--plot {plot}: the hit-rate chart needs --sweep C1,C2,...")
+            from vramctl.render.plots import check_plot_target
+
+            check_plot_target(plot)
+
+        spec = None
+        bpt: int | None = kv_bytes_per_token
+        if model is not None:
+            from vramctl.core.kv import kv_bytes_per_token as kv_bpt
+            from vramctl.registry import load_model
+
+            spec = load_model(model)
+            bpt = kv_bpt(spec, kv_cache_dtype=kv_cache_dtype, tp=tensor_parallel_size)
+
+        policy = write_policy or (WRITE_BACK if hierarchy == EXCLUSIVE else WRITE_THROUGH)
+        tiers = [TierConfig(GPU, parse_capacity(gpu_capacity, flag="--gpu-capacity", bytes_per_token=bpt))]
+        if host_capacity is not None:
+            tiers.append(
+                TierConfig(HOST, parse_capacity(host_capacity, flag="--host-capacity", bytes_per_token=bpt))
+            )
+        if disk_capacity is not None:
+            tiers.append(
+                TierConfig(DISK, parse_capacity(disk_capacity, flag="--disk-capacity", bytes_per_token=bpt))
+            )
+        config = SimConfig(
+            tiers=tuple(tiers),
+            eviction=eviction,
+            write_policy=policy,
+            hierarchy=hierarchy,
+            prefetch_threshold=prefetch_threshold,
+            load_back_threshold=load_back_threshold,
+            lazy_window_tokens=lazy_window,
+            bytes_per_token=bpt,
+        )
+        if policy == LAZY and host_capacity is None:
+            raise BadInputError("--write-policy lazy offloads to a host tier: give --host-capacity")
+        validate_config(config, block_size=block_size)
+        capacities: list[int | None] = []
+        if sweep is not None:
+            items = [item for item in sweep.split(",") if item.strip()]
+            if not items:
+                raise BadInputError(f"--sweep {sweep!r}: no capacities")
+            capacities = [parse_capacity(item, flag="--sweep", bytes_per_token=bpt) for item in items]
+            for cap in capacities:
+                validate_config(
+                    SimConfig(tiers=(TierConfig(GPU, cap),), bytes_per_token=bpt), block_size=block_size
+                )
+
+        if trace is not None:
+            data = load_mooncake(trace, block_size=block_size, sort_by_time=sort_trace)
+            source = trace
+        else:
+            assert synthetic is not None
+            data = synthetic_trace(parse_synthetic(synthetic), block_size=block_size)
+            source = data.source
+        warnings = list(data.warnings)
+
+        from dataclasses import replace
+
+        if sweep is not None:
+            single_lru = len(config.tiers) == 1 and config.eviction == "lru"
+            if single_lru:
+                results = lru_sweep(data, capacities, bytes_per_token=bpt)
+            else:
+                results = [
+                    simulate(data, replace(config, tiers=(TierConfig(GPU, cap), *config.tiers[1:])))
+                    for cap in capacities
+                ]
+            if plot is not None:
+                from vramctl.render.plots import plot_hit_curve
+
+                plot_hit_curve(results, plot, title=f"{source}: prefix hit rate vs GPU capacity")
+            if json_out:
+                from vramctl.render.jsonout import dumps
+
+                out: dict[str, Any] = {
+                    "trace": source,
+                    "requests": data.num_requests,
+                    "input_tokens": data.input_tokens,
+                    "block_size": data.block_size,
+                    "unique_blocks": data.num_unique_blocks,
+                    "method": results[0].method,
+                    "sweep": [r.to_json() for r in results],
+                    "warnings": warnings,
+                }
+                typer.echo(dumps(out))
+            else:
+                from vramctl.render.tiers import print_renderable, render_sweep
+
+                print_renderable(render_sweep(results, source=source, warnings=warnings))
+                if plot is not None:
+                    typer.echo(f"wrote {plot}")
+            return
+
+        result = simulate(data, config)
+        money = None
+        if bpt is not None:
+            from vramctl.registry import load_gpu
+            from vramctl.tiers.crossover import (
+                HOST_LATENCY_S,
+                HOST_LATENCY_SOURCE,
+                NVME_LATENCY_S,
+            )
+            from vramctl.tiers.crossover import (
+                prefill_rate as derive_rate,
+            )
+
+            card = load_gpu(gpu)
+            links: dict[str, TierLinkRate] = {
+                HOST: TierLinkRate(
+                    card.host_link_bytes_per_s,
+                    card.host_link_bytes_per_s,
+                    HOST_LATENCY_S,
+                    f"{card.name} host link (nominal); latency {HOST_LATENCY_SOURCE}",
+                ),
+                DISK: TierLinkRate(14e9, None, NVME_LATENCY_S, "NVMe Gen5 x4 vendor spec 14 GB/s (nominal)"),
+            }
+            if bandwidths is not None:
+                from vramctl.tiers.bandwidths import load_bandwidths
+
+                measured = load_bandwidths(bandwidths)
+                for tier_name, bench_name in ((HOST, "host-pinned"), (DISK, "disk-direct")):
+                    m = measured.get(bench_name)
+                    if m is not None:
+                        links[tier_name] = TierLinkRate(
+                            m.read_bytes_per_s,
+                            m.write_bytes_per_s,
+                            m.latency_s if m.latency_s is not None else links[tier_name].latency_s,
+                            f"measured {bench_name}: {m.method}",
+                        )
+            rate_tokens = None
+            rate_source = ""
+            if prefill_rate is not None:
+                rate_tokens = parse_number(prefill_rate, what="--prefill-rate")
+                rate_source = "--prefill-rate"
+            elif spec is not None:
+                flops = parse_number(achieved_flops, what="--achieved-flops") if achieved_flops else None
+                rate = derive_rate(spec, card, tp=tensor_parallel_size, achieved_flops=flops)
+                rate_tokens, rate_source = rate.tokens_per_s, rate.formula
+            if rate_tokens is not None:
+                if rate_tokens <= 0:
+                    raise BadInputError(f"--prefill-rate {prefill_rate}: must be positive")
+                money = economics(
+                    result, prefill_tokens_per_s=rate_tokens, prefill_source=rate_source, links=links
+                )
+        if json_out:
+            from vramctl.render.jsonout import dumps
+
+            out = {"trace": source, **result.to_json()}
+            out["unique_blocks"] = data.num_unique_blocks
+            out["economics"] = money.to_json() if money is not None else None
+            out["warnings"] = warnings
+            typer.echo(dumps(out))
+        else:
+            from vramctl.render.tiers import print_renderable, render_simulation
+
+            print_renderable(render_simulation(result, money, source=source, warnings=warnings))

@@ -170,6 +170,8 @@ class TierResult:
     """None where the method does not count them (the stack-distance sweep)."""
     peak_used_blocks: int
     bytes_per_token: int | None = None
+    fetches: int = 0
+    """Requests that loaded at least one block from this tier (each pays the tier's fixed latency once)."""
 
     def _bytes(self, tokens: int) -> int | None:
         return None if self.bytes_per_token is None else tokens * self.bytes_per_token
@@ -200,6 +202,7 @@ class TierResult:
             "written_bytes": self.written_bytes,
             "write_amplification": (self.written_tokens / self.read_tokens) if self.read_tokens else None,
             "evicted_blocks": self.evicted_blocks,
+            "fetches": self.fetches,
             "peak_used_tokens": self.peak_used_tokens(block_size),
             "peak_used_bytes": self._bytes(self.peak_used_tokens(block_size)),
         }
@@ -276,6 +279,7 @@ def simulate(trace: Trace, config: SimConfig) -> SimResult:
     written = [0, 0, 0]
     evictions = [0, 0, 0]
     peak = [0, 0, 0]
+    fetches = [0, 0, 0]
 
     def to_disk(block: int) -> None:
         if d is None or in_d(block):
@@ -371,6 +375,7 @@ def simulate(trace: Trace, config: SimConfig) -> SimResult:
                 if per[t]:
                     tier_hit[t] += per[t]
                     tier_req_rate[t] += per[t] / length
+                    fetches[t] += 1
             written[0] += length - per[0]
         else:
             hit = min(k * bs, length)
@@ -452,6 +457,7 @@ def simulate(trace: Trace, config: SimConfig) -> SimResult:
                 evicted_blocks=evictions[t],
                 peak_used_blocks=peak[t],
                 bytes_per_token=bpt,
+                fetches=fetches[t] if t else 0,
             )
         )
     hit_total = sum(tier_hit)
@@ -466,6 +472,91 @@ def simulate(trace: Trace, config: SimConfig) -> SimResult:
         tiers=tuple(tiers),
         method="replay",
     )
+
+
+# --------------------------------------------------------------------------------------------------
+# What the hits are worth
+
+
+@dataclass(frozen=True)
+class TierLinkRate:
+    """Bandwidths and fixed latency of a tier, for the economics (from `tiers plan`'s table)."""
+
+    read_bytes_per_s: float
+    write_bytes_per_s: float | None
+    latency_s: float
+    source: str
+
+
+@dataclass(frozen=True)
+class TierEconomics:
+    name: str
+    read_bytes_per_s: float
+    write_bytes_per_s: float | None
+    source: str
+    recompute_avoided_s: float
+    """Hit tokens of this tier / R: the prefill the tier saved."""
+    transfer_s: float
+    """Bytes read / read bandwidth + fetches × latency: the load-back time on the critical path."""
+    write_s: float
+    """Bytes written / write bandwidth: background copies (off the critical path, still link time)."""
+
+    @property
+    def net_saved_s(self) -> float:
+        return self.recompute_avoided_s - self.transfer_s
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "read_bytes_per_s": self.read_bytes_per_s,
+            "write_bytes_per_s": self.write_bytes_per_s,
+            "source": self.source,
+            "recompute_avoided_s": self.recompute_avoided_s,
+            "transfer_s": self.transfer_s,
+            "write_s": self.write_s,
+            "net_saved_s": self.net_saved_s,
+        }
+
+
+@dataclass(frozen=True)
+class Economics:
+    prefill_tokens_per_s: float
+    prefill_source: str
+    tiers: tuple[TierEconomics, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "prefill_tokens_per_s": self.prefill_tokens_per_s,
+            "prefill_source": self.prefill_source,
+            "tiers": [t.to_json() for t in self.tiers],
+        }
+
+
+def economics(
+    result: SimResult, *, prefill_tokens_per_s: float, prefill_source: str, links: dict[str, TierLinkRate]
+) -> Economics | None:
+    """Recompute time avoided vs transfer time spent, per non-GPU tier. None without bytes per token."""
+    bpt = result.config.bytes_per_token
+    if bpt is None:
+        return None
+    out = []
+    for tier in result.tiers:
+        link = links.get(tier.name)
+        if tier.name == GPU or link is None:
+            continue
+        write_bw = link.write_bytes_per_s or link.read_bytes_per_s
+        out.append(
+            TierEconomics(
+                name=tier.name,
+                read_bytes_per_s=link.read_bytes_per_s,
+                write_bytes_per_s=link.write_bytes_per_s,
+                source=link.source,
+                recompute_avoided_s=tier.hit_tokens / prefill_tokens_per_s,
+                transfer_s=tier.read_tokens * bpt / link.read_bytes_per_s + tier.fetches * link.latency_s,
+                write_s=tier.written_tokens * bpt / write_bw,
+            )
+        )
+    return Economics(prefill_tokens_per_s, prefill_source, tuple(out))
 
 
 # --------------------------------------------------------------------------------------------------

@@ -1,0 +1,120 @@
+"""Charts as PNG / SVG files (matplotlib, the optional `plot` extra: `pip install vramctl[plot]`).
+
+matplotlib is imported only when a chart is drawn; without it the command fails with one line and exit 2.
+Files are written atomically (a temporary file renamed over the target), so an interrupted run never leaves
+half a picture.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from vramctl.core.atomic import write_bytes_atomic
+from vramctl.core.errors import BadInputError
+
+FORMATS = ("png", "svg")
+
+
+def _matplotlib() -> Any:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg", force=True)
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise BadInputError(
+            "--plot needs matplotlib, which is not installed (pip install 'vramctl[plot]')"
+        ) from None
+    return plt
+
+
+def check_plot_target(path: str) -> str:
+    """Validate `--plot FILE` before any work: a .png or .svg in an existing folder, matplotlib present."""
+    target = Path(path)
+    fmt = target.suffix.lower().lstrip(".")
+    if fmt not in FORMATS:
+        raise BadInputError(f"--plot {path}: the file must end in .png or .svg")
+    parent = target.parent if str(target.parent) else Path(".")
+    if not parent.is_dir():
+        raise BadInputError(f"--plot {path}: no such directory {str(parent)!r}")
+    if target.is_dir():
+        raise BadInputError(f"--plot {path}: is a directory")
+    _matplotlib()
+    return fmt
+
+
+def _save(fig: Any, path: str) -> None:
+    fmt = check_plot_target(path)
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format=fmt, dpi=120, bbox_inches="tight")
+    try:
+        write_bytes_atomic(path, buffer.getvalue())
+    except OSError as exc:
+        raise BadInputError(f"--plot {path}: cannot write ({exc.strerror})") from None
+
+
+def plot_crossover(plan: Any, path: str) -> None:
+    """Fetch time of each tier vs recompute time, over prefix lengths 16 … 128 k tokens (log-log)."""
+    plt = _matplotlib()
+    lengths = [2**i for i in range(4, 18)]
+    rate = plan.rate.tokens_per_s
+    bpt = plan.bytes_per_token
+    fig, ax = plt.subplots(figsize=(8, 5))
+    ax.plot(
+        lengths,
+        [n / rate for n in lengths],
+        color="black",
+        linewidth=2.5,
+        label=f"recompute at R = {rate:,.0f} tok/s",
+    )
+    for verdict in plan.tiers:
+        link = verdict.link
+        times = [link.latency_s + n * bpt / link.read_bytes_per_s for n in lengths]
+        style = "-" if verdict.fetch_wins else "--"
+        ax.plot(
+            lengths,
+            times,
+            style,
+            label=f"{link.name} {link.read_bytes_per_s / 1e9:,.2f} GB/s ({verdict.advantage:.1f}x)",
+        )
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("prefix length (tokens)")
+    ax.set_ylabel("time to have the KV on the GPU (s)")
+    ax.set_title(f"{plan.model} on {plan.gpu}: fetch vs recompute ({bpt:,} B/token per rank)")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    try:
+        _save(fig, path)
+    finally:
+        plt.close(fig)
+
+
+def plot_hit_curve(results: Sequence[Any], path: str, *, title: str) -> None:
+    """Hit rate (token-weighted and per-request mean) against GPU capacity."""
+    plt = _matplotlib()
+    finite = [r for r in results if r.tiers[0].capacity_tokens is not None]
+    unlimited = [r for r in results if r.tiers[0].capacity_tokens is None]
+    fig, ax = plt.subplots(figsize=(8, 5))
+    xs = [r.tiers[0].capacity_tokens for r in finite]
+    ax.plot(xs, [r.token_hit_rate for r in finite], "o-", label="hit rate, token-weighted")
+    ax.plot(xs, [r.request_hit_rate for r in finite], "s--", label="hit rate, per-request mean")
+    if any(r.tier("host") is not None for r in finite):
+        ax.plot(xs, [r.tiers[0].token_hit_rate for r in finite], "^:", label="GPU tier alone, token-weighted")
+    for r in unlimited:
+        ax.axhline(r.token_hit_rate, color="grey", linestyle=":", label=f"unlimited: {r.token_hit_rate:.1%}")
+    if xs and min(xs) > 0 and max(xs) / min(xs) >= 10:
+        ax.set_xscale("log")
+    ax.set_ylim(0, 1)
+    ax.set_xlabel("GPU tier capacity (tokens)")
+    ax.set_ylabel("prefix hit rate")
+    ax.set_title(title)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    try:
+        _save(fig, path)
+    finally:
+        plt.close(fig)
