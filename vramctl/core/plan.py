@@ -684,8 +684,8 @@ def _ledger(core: _Core) -> Ledger:
             st.non_torch.uncertainty_bytes + st.outside.uncertainty_bytes,
             f"{st.outside.bytes / GiB:.2f} GiB of it exists before vLLM's init snapshot and is not charged to "
             "gpu_memory_utilization"
-            if not V.is_v0(s.version)
-            else "V0 charges NCCL buffers to the budget",
+            if not V.charges_nccl_to_budget(s.version)
+            else "V0 before 0.7 read its baseline before NCCL init: NCCL buffers are charged to the budget",
         )
     )
     if s.cudagraph_capture_sizes:
@@ -799,6 +799,9 @@ def _explanations(model: ModelSpec, gpu: GpuSpec, core: _Core, ledger: Ledger) -
             f"Pipeline stages hold {list(kvmath.pp_partition(model.num_hidden_layers, s.pipeline_parallel_size))} "
             f"layers; blocks are the minimum over ranks, so stage {st.index + 1} binds."
         )
+    seed_note = _seed_comparison(model, gpu, core)
+    if seed_note:
+        notes.append(seed_note)
     sampler = dict(st.activation.parts).get("sampler", 0)
     if sampler > st.activation.bytes // 2:
         notes.append(
@@ -817,6 +820,41 @@ def _explanations(model: ModelSpec, gpu: GpuSpec, core: _Core, ledger: Ledger) -
             "fit in the 1 − u headroom): expect an OOM during CUDA-graph capture or serving."
         )
     return notes, warnings
+
+
+SEED_MODEL = "meta-llama/Meta-Llama-3-8B-Instruct"
+SEED_GPU = "h100-sxm"
+SEED_TOTAL_GIB = 79.6
+"""The seed chapter's worked example (../shared/seed): 79.6 GiB total, u 0.92, 14.96 GiB of weights, and the
+logged `Available KV cache memory: 54.4 GiB` → 27,852 blocks of 16."""
+SEED_KV_GIB = 54.4
+
+
+def _seed_comparison(model: ModelSpec, gpu: GpuSpec, core: _Core) -> str | None:
+    """Why this plan's KV differs from the seed chapter's 54.4 GiB (the embedded default's model and card)."""
+    s = core.s
+    if model.name != SEED_MODEL or gpu.name != SEED_GPU or s.kv_cache_memory_bytes is not None:
+        return None
+    if s.tensor_parallel_size != 1 or s.pipeline_parallel_size != 1:
+        return None
+    st = core.binding
+    u = s.gpu_memory_utilization
+    seed_requested = SEED_TOTAL_GIB * u
+    seed_other = seed_requested - model.weight_bytes / GiB - SEED_KV_GIB
+    ours = (st.activation.bytes + st.non_torch.bytes + st.graph_charged) / GiB
+    band = (
+        st.activation.uncertainty_bytes + st.non_torch.uncertainty_bytes + st.graph.uncertainty_bytes
+    ) / GiB
+    sampler = dict(st.activation.parts).get("sampler", 0) / GiB
+    return (
+        f"Compared with the seed chapter's worked example (54.4 GiB of KV, 27,852 blocks): this plan has "
+        f"{st.kv_bytes / GiB:.2f} GiB. The chapter takes {SEED_TOTAL_GIB} GiB as the total (nvidia-smi's MiB "
+        f"total), CUDA reports {core.capacity / GiB:.2f} GiB here: {(SEED_TOTAL_GIB - core.capacity / GiB) * u:.2f} "
+        f"GiB less budget at u = {u}. The chapter's numbers leave {seed_other:.2f} GiB for activation + non-torch "
+        f"+ graphs; vramctl estimates {ours:.2f} ± {band:.2f} GiB (the sampler warm-up over "
+        f"{min(s.max_num_seqs, s.max_num_batched_tokens)} × {model.vocab_size} fp32 logits alone is "
+        f"{sampler:.2f} GiB). `--kv-cache-memory-bytes 54.4GiB` reproduces the chapter's blocks exactly."
+    )
 
 
 def plan_vllm(

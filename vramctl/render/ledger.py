@@ -52,26 +52,34 @@ def ledger_table(ledger: Ledger, title: str) -> Table:
     table.add_column("±", justify="right")
     table.add_column("share", justify="right")
     table.add_column("source")
-    table.add_column("how", overflow="fold", max_width=72)
     cap = ledger.capacity_bytes or 1
     for term in ledger.terms:
         style, _ = TERM_STYLE.get(term.name, _FALLBACK_STYLE)
-        how = term.formula + (f" ({term.note})" if term.note else "")
         table.add_row(
             Text(term.name, style=style),
             _gib(term.bytes),
             _band(term),
             f"{term.bytes / cap:.1%}",
             term.source.value,
-            how,
         )
-    table.add_row(
-        Text("total", style="bold"), _gib(ledger.capacity_bytes), "", "100.0%", "", "the card's capacity"
-    )
+    table.add_row(Text("total", style="bold"), _gib(ledger.capacity_bytes), "", "100.0%", "capacity")
     return table
 
 
-def stacked_bar(ledger: Ledger, width: int = 60) -> Text:
+def term_formulas(ledger: Ledger) -> Text:
+    """How each term was obtained, one line per term (formula, then the note)."""
+    text = Text()
+    for term in ledger.terms:
+        if not term.formula and not term.note:
+            continue
+        style, _ = TERM_STYLE.get(term.name, _FALLBACK_STYLE)
+        text.append(f"  {term.name}", style=style)
+        text.append(f": {term.formula}" + (f" — {term.note}" if term.note else "") + "\n")
+    text.rstrip()
+    return text
+
+
+def stacked_bar(ledger: Ledger, width: int = 50) -> Text:
     """One bar of `width` cells; each term gets cells in proportion to its bytes (negative terms get none)."""
     cap = ledger.capacity_bytes
     text = Text()
@@ -88,7 +96,7 @@ def stacked_bar(ledger: Ledger, width: int = 60) -> Text:
     for (term, _), n in zip(positive, cells, strict=True):
         style, char = TERM_STYLE.get(term.name, _FALLBACK_STYLE)
         text.append(char * n, style=f"bold {style}")
-    text.append("  ")
+    text.append("\n")
     for term, _ in positive:
         style, char = TERM_STYLE.get(term.name, _FALLBACK_STYLE)
         text.append(f"{char}", style=f"bold {style}")
@@ -98,7 +106,7 @@ def stacked_bar(ledger: Ledger, width: int = 60) -> Text:
 
 def render_ledger(ledger: Ledger, title: str) -> Group:
     """The ledger table with its stacked bar underneath (a rich renderable)."""
-    return Group(ledger_table(ledger, title), stacked_bar(ledger))
+    return Group(ledger_table(ledger, title), stacked_bar(ledger), term_formulas(ledger))
 
 
 def ledger_markdown(ledger: Ledger) -> str:
