@@ -1,9 +1,100 @@
-"""Placeholder: the owner of this command replaces this module."""
+"""`vramctl check deploy.yaml`: exit 0 when the deployment meets every memory requirement, 1 when one fails
+(with the numbers and the flag to change), 2 on a bad spec. A CI gate (docs/check.md, docs/ci.md).
+
+Parse the spec (pure: vramctl.core.check.parse_spec) → load the model and GPU (registry) → run_check → render.
+Never imports torch.
+"""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Optional
+
 import typer
+
+from vramctl.core.errors import BadInputError, VramctlError
+from vramctl.render.jsonout import dumps
+
+MAX_SPEC_BYTES = 1 << 20
+
+
+def _read_spec(path: str) -> str:
+    if path == "-":
+        import sys
+
+        return sys.stdin.read(MAX_SPEC_BYTES + 1)
+    spec = Path(path)
+    if not spec.is_file():
+        raise BadInputError(f"{path}: no such spec file")
+    try:
+        raw = spec.read_bytes()[: MAX_SPEC_BYTES + 1]
+    except OSError as exc:
+        raise BadInputError(f"{path}: cannot read it ({exc.strerror})") from None
+    if len(raw) > MAX_SPEC_BYTES:
+        raise BadInputError(f"{path}: larger than 1 MiB, not a deployment spec")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise BadInputError(f"{path}: not UTF-8 text") from None
 
 
 def register(app: typer.Typer) -> None:
-    """Add this module's command(s) to the app."""
+    """Add `check` to the app."""
+
+    @app.command("check")
+    def check(
+        spec_path: str = typer.Argument(
+            ..., metavar="SPEC", help="The deployment spec (YAML), or - for stdin."
+        ),
+        json_out: bool = typer.Option(False, "--json", help="Print one JSON object (docs/check.md)."),
+        markdown: bool = typer.Option(False, "--markdown", help="Print Markdown (a pull-request comment)."),
+        host_memory: Optional[str] = typer.Option(
+            None,
+            "--host-memory",
+            help="The serving host's RAM (e.g. 512GiB), overriding the spec's host_memory.",
+        ),
+    ) -> None:
+        """Check a deployment spec's memory requirements: exit 0 all hold, 1 one fails, 2 bad spec."""
+        from dataclasses import replace
+
+        from vramctl.core.check import parse_spec, run_check
+        from vramctl.core.units import parse_bytes
+        from vramctl.registry import gpu_from_capacity, load_gpu, load_model
+
+        if json_out and markdown:
+            raise BadInputError("--json and --markdown: pick one output format")
+        source = "<stdin>" if spec_path == "-" else spec_path
+        spec = parse_spec(_read_spec(spec_path), source=source)
+        if host_memory is not None:
+            host = parse_bytes(host_memory, default_unit="GiB", what="--host-memory")
+            if host <= 0:
+                raise BadInputError(f"--host-memory {host_memory}: must be more than 0")
+            spec = replace(spec, settings=spec.settings.with_changes(host_memory_bytes=host))
+        try:
+            model = load_model(spec.model)
+            gpu = load_gpu(spec.gpu) if spec.gpu is not None else None
+        except VramctlError as exc:
+            raise BadInputError(f"{source}: {exc}") from None
+        if gpu is None:
+            assert spec.gpu_memory_bytes is not None
+            gpu = gpu_from_capacity(spec.gpu_memory_bytes)
+        try:
+            result = run_check(spec, model, gpu)
+        except BadInputError as exc:
+            raise BadInputError(f"{source}: {exc}") from None
+        if json_out:
+            typer.echo(dumps(result.to_json()))
+        elif markdown:
+            from vramctl.render.check import check_markdown
+
+            typer.echo(check_markdown(result), nl=False)
+        else:
+            from rich.console import Console
+
+            from vramctl.render.check import render_check
+
+            console = Console(soft_wrap=False)
+            if not console.is_terminal:
+                console = Console(width=180, soft_wrap=False)
+            console.print(render_check(result))
+        raise typer.Exit(int(result.exit_code))

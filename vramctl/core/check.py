@@ -1,0 +1,1051 @@
+"""`vramctl check deploy.yaml`: does a deployment meet its memory requirements? A CI gate, pure.
+
+A spec (docs/check.md) names the model, the card, the engine (+ version), the engine flags (a mapping
+named as on the command line, or the whole `command:`), the host's RAM, and `requirements`:
+
+    must_fit: true                                  # the engine starts (verdict `fits`)
+    min_concurrency: {context: 8192, value: 32}     # sequences of `context` tokens the KV pool holds at once
+    min_kv_tokens: 400000                           # KV token slots
+    min_headroom: 4GiB                              # the ledger's slack: left on the card after every term
+    max_utilization: 0.95                           # --gpu-memory-utilization / --mem-fraction-static
+    max_weights_fraction: 0.5                       # weights per rank / the card
+    max_host_memory_fraction: 0.8                   # a host KV tier's pinned RAM / the host's RAM
+
+`parse_spec` turns YAML text into a DeploySpec (BadInputError naming the field on any problem);
+`run_check` plans it (vramctl.core.plan.plan for vLLM, vramctl.core.engines.sglang.plan_sglang for SGLang)
+and evaluates each requirement per engine into a CheckResult; exit code 0 when all hold, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import math
+import shlex
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+import yaml
+
+from vramctl.core.engines.sglang import SglangOptions, SglangPlan, plan_sglang
+from vramctl.core.errors import BadInputError
+from vramctl.core.exit_codes import ExitCode
+from vramctl.core.host_tier import HostTierPlan, plan_host_tier
+from vramctl.core.ledger import SLACK, WEIGHTS
+from vramctl.core.settings import ServeSettings
+from vramctl.core.specs import GpuSpec, ModelSpec
+from vramctl.core.units import cdiv, format_bytes, format_count, parse_bytes, parse_number
+from vramctl.core.utilization import utilization_for_kv
+
+EngineName = Literal["vllm", "sglang"]
+
+TOP_LEVEL_KEYS = (
+    "name",
+    "description",
+    "model",
+    "gpu",
+    "gpu_memory",
+    "engine",
+    "engine_version",
+    "version",
+    "flags",
+    "command",
+    "host_memory",
+    "free_memory",
+    "requirements",
+)
+REQUIREMENT_KEYS = (
+    "must_fit",
+    "min_concurrency",
+    "min_kv_tokens",
+    "min_headroom",
+    "max_utilization",
+    "max_weights_fraction",
+    "max_host_memory_fraction",
+)
+
+# --- engine flags --------------------------------------------------------------------------------------------
+FlagKind = Literal["int", "float", "bool", "str", "size", "tokens", "ints"]
+
+
+@dataclass(frozen=True)
+class FlagSpec:
+    target: str
+    """A ServeSettings field, `options.<field>` for SglangOptions, or `model`."""
+    kind: FlagKind
+    engines: tuple[EngineName, ...]
+
+
+_BOTH: tuple[EngineName, ...] = ("vllm", "sglang")
+_V: tuple[EngineName, ...] = ("vllm",)
+_S: tuple[EngineName, ...] = ("sglang",)
+
+FLAGS: dict[str, FlagSpec] = {
+    # common
+    "model": FlagSpec("model", "str", _BOTH),
+    "tensor-parallel-size": FlagSpec("tensor_parallel_size", "int", _BOTH),
+    "tp": FlagSpec("tensor_parallel_size", "int", _BOTH),
+    "pipeline-parallel-size": FlagSpec("pipeline_parallel_size", "int", _BOTH),
+    "pp": FlagSpec("pipeline_parallel_size", "int", _BOTH),
+    "kv-cache-dtype": FlagSpec("kv_cache_dtype", "str", _BOTH),
+    "dtype": FlagSpec("dtype", "str", _BOTH),
+    # vLLM (vllm/engine/arg_utils.py names)
+    "gpu-memory-utilization": FlagSpec("gpu_memory_utilization", "float", _V),
+    "max-model-len": FlagSpec("max_model_len", "tokens", _V),
+    "max-num-batched-tokens": FlagSpec("max_num_batched_tokens", "tokens", _V),
+    "max-num-seqs": FlagSpec("max_num_seqs", "int", _V),
+    "block-size": FlagSpec("block_size", "int", _V),
+    "enforce-eager": FlagSpec("enforce_eager", "bool", _V),
+    "kv-cache-memory-bytes": FlagSpec("kv_cache_memory_bytes", "size", _V),
+    "kv-cache-memory": FlagSpec("kv_cache_memory_bytes", "size", _V),
+    "enable-chunked-prefill": FlagSpec("enable_chunked_prefill", "bool", _V),
+    "kv-offloading-size": FlagSpec("kv_offloading_size_gib", "float", _V),
+    "max-cudagraph-capture-size": FlagSpec("max_cudagraph_capture_size", "int", _V),
+    "cudagraph-capture-sizes": FlagSpec("cudagraph_capture_sizes", "ints", _V),
+    # SGLang (python/sglang/srt/server_args.py names)
+    "model-path": FlagSpec("model", "str", _S),
+    "tp-size": FlagSpec("tensor_parallel_size", "int", _S),
+    "pp-size": FlagSpec("pipeline_parallel_size", "int", _S),
+    "context-length": FlagSpec("max_model_len", "int", _S),
+    "mem-fraction-static": FlagSpec("mem_fraction_static", "float", _S),
+    "chunked-prefill-size": FlagSpec("chunked_prefill_size", "int", _S),
+    "max-running-requests": FlagSpec("max_running_requests", "int", _S),
+    "max-total-tokens": FlagSpec("max_total_tokens", "int", _S),
+    "max-prefill-tokens": FlagSpec("max_prefill_tokens", "int", _S),
+    "page-size": FlagSpec("page_size", "int", _S),
+    "cuda-graph-max-bs": FlagSpec("cuda_graph_max_bs", "int", _S),
+    "disable-cuda-graph": FlagSpec("disable_cuda_graph", "bool", _S),
+    "enable-hierarchical-cache": FlagSpec("enable_hierarchical_cache", "bool", _S),
+    "enable-hicache": FlagSpec("enable_hierarchical_cache", "bool", _S),
+    "hicache-ratio": FlagSpec("hicache_ratio", "float", _S),
+    "hicache-size": FlagSpec("hicache_size_gb", "float", _S),
+    "dp-size": FlagSpec("options.dp_size", "int", _S),
+    "dp": FlagSpec("options.dp_size", "int", _S),
+    "enable-dp-attention": FlagSpec("options.enable_dp_attention", "bool", _S),
+    "disaggregation-mode": FlagSpec("options.disaggregation_mode", "str", _S),
+    "moe-a2a-backend": FlagSpec("options.moe_a2a_backend", "str", _S),
+    "speculative-algorithm": FlagSpec("options.speculative_algorithm", "str", _S),
+    "speculative-num-draft-tokens": FlagSpec("options.speculative_num_draft_tokens", "int", _S),
+    "attention-backend": FlagSpec("options.attention_backend", "str", _S),
+    "enable-memory-saver": FlagSpec("options.enable_memory_saver", "bool", _S),
+    "swa-full-tokens-ratio": FlagSpec("options.swa_full_tokens_ratio", "float", _S),
+    "disable-hybrid-swa-memory": FlagSpec("options.disable_hybrid_swa_memory", "bool", _S),
+}
+IGNORED_FLAGS = frozenset(
+    {
+        "host",
+        "port",
+        "trust-remote-code",
+        "served-model-name",
+        "api-key",
+        "disable-log-requests",
+        "disable-log-stats",
+        "enable-prefix-caching",
+        "no-enable-prefix-caching",
+        "disable-radix-cache",
+        "log-level",
+        "uvicorn-log-level",
+        "tokenizer",
+        "tokenizer-path",
+        "revision",
+        "seed",
+        "random-seed",
+        "download-dir",
+        "load-format",
+        "enable-metrics",
+        "chat-template",
+        "tool-call-parser",
+        "enable-auto-tool-choice",
+        "reasoning-parser",
+        "generation-config",
+        "kv-offloading-backend",
+        "disable-custom-all-reduce",
+        "base-gpu-id",
+        "disaggregation-ib-device",
+        "schedule-policy",
+        "hicache-write-policy",
+        "hicache-io-backend",
+        "hicache-mem-layout",
+        "hicache-storage-backend",
+    }
+)
+"""Flags that do not change the memory budget: accepted and listed in the notes."""
+BOOL_NEGATIONS = {"no-enable-chunked-prefill": "enable-chunked-prefill", "no-enforce-eager": "enforce-eager"}
+
+
+@dataclass(frozen=True)
+class ConcurrencyRequirement:
+    context: int
+    value: float
+
+
+@dataclass(frozen=True)
+class Requirements:
+    must_fit: bool | None = None
+    min_concurrency: tuple[ConcurrencyRequirement, ...] = ()
+    min_kv_tokens: int | None = None
+    min_headroom_bytes: int | None = None
+    max_utilization: float | None = None
+    max_weights_fraction: float | None = None
+    max_host_memory_fraction: float | None = None
+
+    def is_empty(self) -> bool:
+        return self == Requirements()
+
+
+@dataclass(frozen=True)
+class DeploySpec:
+    name: str
+    model: str
+    gpu: str | None
+    gpu_memory_bytes: int | None
+    engine: Literal["vllm", "sglang", "both"]
+    engine_version: str | None
+    settings: ServeSettings
+    sglang_options: SglangOptions
+    requirements: Requirements
+    source: str = "spec"
+    flags: Mapping[str, Any] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+
+
+# --- parsing -------------------------------------------------------------------------------------------------
+def _bad(source: str, where: str, problem: str) -> BadInputError:
+    return BadInputError(f"{source}: {where}: {problem}")
+
+
+def _as_int(value: Any, where: str, source: str, *, minimum: int = 1) -> int:
+    if isinstance(value, bool):
+        raise _bad(source, where, f"{value!r} is not an integer")
+    if isinstance(value, int):
+        number = value
+    elif isinstance(value, float) and value.is_integer():
+        number = int(value)
+    elif isinstance(value, str):
+        try:
+            parsed = parse_number(value, what=where)
+        except BadInputError:
+            raise _bad(source, where, f"{value!r} is not an integer") from None
+        if not parsed.is_integer():
+            raise _bad(source, where, f"{value!r} is not an integer")
+        number = int(parsed)
+    else:
+        raise _bad(source, where, f"{value!r} is not an integer")
+    if number < minimum:
+        raise _bad(source, where, f"{number} must be ≥ {minimum}")
+    return number
+
+
+def _as_float(value: Any, where: str, source: str) -> float:
+    if isinstance(value, bool):
+        raise _bad(source, where, f"{value!r} is not a number")
+    if isinstance(value, (int, float)):
+        number = float(value)
+    elif isinstance(value, str):
+        try:
+            number = parse_number(value, what=where)
+        except BadInputError:
+            raise _bad(source, where, f"{value!r} is not a number") from None
+    else:
+        raise _bad(source, where, f"{value!r} is not a number")
+    if not math.isfinite(number):
+        raise _bad(source, where, f"{value!r} is not a finite number")
+    return number
+
+
+def _as_fraction(value: Any, where: str, source: str) -> float:
+    number = _as_float(value, where, source)
+    if not 0 < number <= 1:
+        raise _bad(source, where, f"{number} must be in (0, 1]")
+    return number
+
+
+def _as_bool(value: Any, where: str, source: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in ("true", "false", "yes", "no", "1", "0"):
+        return value.lower() in ("true", "yes", "1")
+    if value is None:
+        return True  # `--enforce-eager` with no value
+    raise _bad(source, where, f"{value!r} is not true or false")
+
+
+def _as_size(value: Any, where: str, source: str, *, default_unit: str = "B") -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise _bad(source, where, f"{value!r} is not a size (e.g. 4GiB)")
+    try:
+        return parse_bytes(value, default_unit=default_unit, what=where)
+    except BadInputError as exc:
+        raise BadInputError(f"{source}: {exc}") from None
+
+
+def _as_tokens(value: Any, where: str, source: str) -> int:
+    """vLLM's human-readable token counts: `8192`, `8k` (decimal), `8K` (binary)."""
+    if isinstance(value, str) and value and value[-1] in "kKmM" and value[:-1].replace(".", "", 1).isdigit():
+        scale = {"k": 1000, "m": 1_000_000, "K": 1024, "M": 1 << 20}[value[-1]]
+        return _as_int(int(float(value[:-1]) * scale), where, source)
+    return _as_int(value, where, source)
+
+
+def _convert(kind: FlagKind, value: Any, where: str, source: str) -> Any:
+    if kind == "int":
+        return _as_int(value, where, source, minimum=-1)
+    if kind == "tokens":
+        return _as_tokens(value, where, source)
+    if kind == "float":
+        return _as_float(value, where, source)
+    if kind == "bool":
+        return _as_bool(value, where, source)
+    if kind == "size":
+        return _as_size(value, where, source)
+    if kind == "ints":
+        items = value.replace(",", " ").split() if isinstance(value, str) else value
+        if not isinstance(items, list) or not items:
+            raise _bad(source, where, f"{value!r} is not a list of integers")
+        return tuple(_as_int(item, where, source) for item in items)
+    if not isinstance(value, (str, int, float)) or isinstance(value, bool):
+        raise _bad(source, where, f"{value!r} is not a string")
+    return str(value)
+
+
+def split_serve_command(
+    command: str, *, source: str = "spec"
+) -> tuple[EngineName, str | None, dict[str, Any]]:
+    """`vllm serve MODEL --flags` / `python -m sglang.launch_server --model-path MODEL --flags` → parts."""
+    try:
+        tokens = shlex.split(command, comments=True)
+    except ValueError as exc:
+        raise _bad(source, "command", f"cannot split it ({exc})") from None
+    tokens = [t for t in tokens if t != "\\"]
+    engine: EngineName
+    rest: list[str]
+    model: str | None = None
+    if len(tokens) >= 2 and tokens[0].endswith("vllm") and tokens[1] == "serve":
+        engine, rest = "vllm", tokens[2:]
+        if rest and not rest[0].startswith("-"):
+            model, rest = rest[0], rest[1:]
+    else:
+        for i, tok in enumerate(tokens):
+            if tok in ("sglang.launch_server", "sglang.srt.server") or tok.endswith("sglang.launch_server"):
+                engine, rest = "sglang", tokens[i + 1 :]
+                break
+            if tok.endswith("sglang") and i + 1 < len(tokens) and tokens[i + 1] == "serve":
+                engine, rest = "sglang", tokens[i + 2 :]
+                break
+        else:
+            raise _bad(
+                source,
+                "command",
+                "expected `vllm serve MODEL ...` or `python -m sglang.launch_server --model-path MODEL ...`",
+            )
+    flags: dict[str, Any] = {}
+    i = 0
+    while i < len(rest):
+        tok = rest[i]
+        if not tok.startswith("-"):
+            raise _bad(source, "command", f"unexpected argument {tok!r}")
+        name = tok.lstrip("-")
+        value: Any = None
+        if "=" in name:
+            name, value = name.split("=", 1)
+        name = name.replace("_", "-")
+        spec = FLAGS.get(name)
+        if value is None and spec is not None and spec.kind != "bool":
+            if i + 1 >= len(rest):
+                raise _bad(source, f"command --{name}", "needs a value")
+            value = rest[i + 1]
+            i += 1
+        elif (
+            value is None
+            and spec is None
+            and name not in BOOL_NEGATIONS
+            and i + 1 < len(rest)
+            and not rest[i + 1].startswith("-")
+        ):
+            # Not a memory flag: it takes the next token as its value unless that is another flag.
+            value = rest[i + 1]
+            i += 1
+        if name in ("model", "model-path"):
+            model = str(value)
+        else:
+            flags[name] = True if value is None else value
+        i += 1
+    return engine, model, flags
+
+
+def apply_flags(
+    engines: tuple[EngineName, ...],
+    flags: Mapping[str, Any],
+    settings: ServeSettings,
+    options: SglangOptions,
+    *,
+    source: str = "spec",
+) -> tuple[ServeSettings, SglangOptions, str | None, tuple[str, ...]]:
+    """Fold engine flags (command-line names) into ServeSettings / SglangOptions; unknown flags are errors."""
+    changes: dict[str, Any] = {}
+    opt_changes: dict[str, Any] = {}
+    model: str | None = None
+    ignored: list[str] = []
+    for raw_name, raw_value in flags.items():
+        if not isinstance(raw_name, str):
+            raise _bad(source, "flags", f"flag name {raw_name!r} is not a string")
+        name = raw_name.lstrip("-").replace("_", "-")
+        value = raw_value
+        if name in BOOL_NEGATIONS:
+            name, value = BOOL_NEGATIONS[name], not _as_bool(raw_value, f"flags.{raw_name}", source)
+        if name in IGNORED_FLAGS:
+            ignored.append(f"--{name}")
+            continue
+        spec = FLAGS.get(name)
+        if spec is None:
+            raise _bad(source, f"flags.{raw_name}", f"unknown flag --{name} for {'/'.join(engines)}")
+        if not set(spec.engines) & set(engines):
+            raise _bad(
+                source,
+                f"flags.{raw_name}",
+                f"--{name} is a {'/'.join(spec.engines)} flag, not {'/'.join(engines)}",
+            )
+        converted = _convert(spec.kind, value, f"flags.{raw_name}", source)
+        if spec.target == "model":
+            model = str(converted)
+        elif spec.target.startswith("options."):
+            opt_changes[spec.target.removeprefix("options.")] = converted
+        else:
+            changes[spec.target] = converted
+    try:
+        new_settings = replace(settings, **changes)
+        new_options = replace(options, **opt_changes)
+    except TypeError as exc:  # pragma: no cover - FLAGS targets are fields
+        raise _bad(source, "flags", str(exc)) from None
+    notes = (f"flags not modelled (no effect on GPU memory): {', '.join(ignored)}",) if ignored else ()
+    return new_settings, new_options, model, notes
+
+
+def _parse_requirements(raw: Any, source: str) -> Requirements:
+    if raw is None:
+        return Requirements()
+    if not isinstance(raw, dict):
+        raise _bad(source, "requirements", "must be a mapping (e.g. min_kv_tokens: 400000)")
+    for key in raw:
+        if key not in REQUIREMENT_KEYS:
+            raise _bad(
+                source, f"requirements.{key}", f"unknown requirement (known: {', '.join(REQUIREMENT_KEYS)})"
+            )
+    concurrency: list[ConcurrencyRequirement] = []
+    if "min_concurrency" in raw:
+        items = raw["min_concurrency"]
+        items = items if isinstance(items, list) else [items]
+        for n, item in enumerate(items):
+            where = "requirements.min_concurrency" + (
+                f"[{n}]" if isinstance(raw["min_concurrency"], list) else ""
+            )
+            if not isinstance(item, dict) or set(item) != {"context", "value"}:
+                raise _bad(source, where, "must be a mapping {context: TOKENS, value: SEQUENCES}")
+            value = _as_float(item["value"], f"{where}.value", source)
+            if value <= 0:
+                raise _bad(source, f"{where}.value", f"{value} must be > 0")
+            concurrency.append(
+                ConcurrencyRequirement(_as_int(item["context"], f"{where}.context", source), value)
+            )
+    return Requirements(
+        must_fit=_as_bool(raw["must_fit"], "requirements.must_fit", source) if "must_fit" in raw else None,
+        min_concurrency=tuple(concurrency),
+        min_kv_tokens=_as_int(raw["min_kv_tokens"], "requirements.min_kv_tokens", source)
+        if "min_kv_tokens" in raw
+        else None,
+        min_headroom_bytes=_as_size(
+            raw["min_headroom"], "requirements.min_headroom", source, default_unit="GiB"
+        )
+        if "min_headroom" in raw
+        else None,
+        max_utilization=_as_fraction(raw["max_utilization"], "requirements.max_utilization", source)
+        if "max_utilization" in raw
+        else None,
+        max_weights_fraction=_as_fraction(
+            raw["max_weights_fraction"], "requirements.max_weights_fraction", source
+        )
+        if "max_weights_fraction" in raw
+        else None,
+        max_host_memory_fraction=_as_fraction(
+            raw["max_host_memory_fraction"], "requirements.max_host_memory_fraction", source
+        )
+        if "max_host_memory_fraction" in raw
+        else None,
+    )
+
+
+def parse_spec(text: str, *, source: str = "spec") -> DeploySpec:
+    """YAML text → DeploySpec. Any problem raises BadInputError naming the file and the field."""
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}" if mark is not None else "YAML"
+        problem = getattr(exc, "problem", None) or "malformed"
+        raise _bad(source, where, f"malformed YAML ({problem})") from None
+    if not isinstance(data, dict):
+        raise _bad(source, "top level", "must be a mapping with at least `model` and `gpu`")
+    for key in data:
+        if key not in TOP_LEVEL_KEYS:
+            raise _bad(source, str(key), f"unknown key (known: {', '.join(TOP_LEVEL_KEYS)})")
+    if "flags" in data and "command" in data:
+        raise _bad(source, "command", "give either `flags` or `command`, not both")
+    notes: list[str] = []
+    engine_raw = data.get("engine")
+    model: str | None = None
+    flags: dict[str, Any] = {}
+    if "command" in data:
+        if not isinstance(data["command"], str):
+            raise _bad(source, "command", "must be a string (`vllm serve MODEL --flags`)")
+        cmd_engine, model, flags = split_serve_command(data["command"], source=source)
+        if engine_raw is None:
+            engine_raw = cmd_engine
+        elif engine_raw != cmd_engine and engine_raw != "both":
+            raise _bad(source, "engine", f"{engine_raw!r} but the command runs {cmd_engine}")
+    elif "flags" in data:
+        if data["flags"] is None:
+            flags = {}
+        elif not isinstance(data["flags"], dict):
+            raise _bad(
+                source, "flags", "must be a mapping of engine flags (e.g. gpu-memory-utilization: 0.9)"
+            )
+        else:
+            flags = dict(data["flags"])
+    engine: Literal["vllm", "sglang", "both"]
+    if engine_raw is None or engine_raw == "vllm":
+        engine = "vllm"
+    elif engine_raw == "sglang":
+        engine = "sglang"
+    elif engine_raw == "both":
+        engine = "both"
+    else:
+        raise _bad(source, "engine", f"{engine_raw!r} is not one of vllm, sglang, both")
+    version_raw = data.get("engine_version", data.get("version"))
+    version = None if version_raw is None else str(version_raw)
+    if "model" in data:
+        if not isinstance(data["model"], str) or not data["model"].strip():
+            raise _bad(source, "model", "must be a model name or path (e.g. llama-3-8b)")
+        if model is not None and model != data["model"]:
+            notes.append(f"model {data['model']!r} from the spec overrides {model!r} from the command")
+        model = data["model"].strip()
+    gpu = data.get("gpu")
+    if gpu is not None and not isinstance(gpu, str):
+        raise _bad(source, "gpu", "must be a GPU name (e.g. h100-sxm)")
+    gpu_memory = (
+        _as_size(data["gpu_memory"], "gpu_memory", source, default_unit="GiB")
+        if "gpu_memory" in data
+        else None
+    )
+    if gpu is None and gpu_memory is None:
+        raise _bad(source, "gpu", "missing: give `gpu: h100-sxm` or `gpu_memory: 79.18GiB`")
+    host = (
+        _as_size(data["host_memory"], "host_memory", source, default_unit="GiB")
+        if "host_memory" in data
+        else None
+    )
+    free = (
+        _as_size(data["free_memory"], "free_memory", source, default_unit="GiB")
+        if "free_memory" in data
+        else None
+    )
+    engines: tuple[EngineName, ...] = ("vllm", "sglang") if engine == "both" else (engine,)  # type: ignore[assignment]
+    base = ServeSettings(
+        engine=engine,
+        engine_version=version,
+        gpu_memory_bytes=gpu_memory,
+        host_memory_bytes=host,
+        free_memory_bytes=free,
+    )
+    settings, options, flag_model, flag_notes = apply_flags(
+        engines, flags, base, SglangOptions(), source=source
+    )
+    notes.extend(flag_notes)
+    if model is None:
+        model = flag_model
+    if model is None:
+        raise _bad(source, "model", "missing: give `model: llama-3-8b` (or a model in `command`)")
+    if engine == "both" and version is not None:
+        notes.append(f"engine_version {version} applies to vLLM; SGLang uses its latest rules")
+    requirements = _parse_requirements(data.get("requirements"), source)
+    if requirements.max_host_memory_fraction is not None and host is None:
+        raise _bad(
+            source, "host_memory", "missing: requirements.max_host_memory_fraction needs the host's RAM"
+        )
+    name = data.get("name")
+    if name is not None and not isinstance(name, str):
+        raise _bad(source, "name", "must be a string")
+    return DeploySpec(
+        name=name or model,
+        model=model,
+        gpu=gpu,
+        gpu_memory_bytes=gpu_memory,
+        engine=engine,
+        engine_version=version,
+        settings=settings,
+        sglang_options=options if engine == "sglang" else replace(options, version=None),
+        requirements=requirements,
+        source=source,
+        flags=flags,
+        notes=tuple(notes),
+    )
+
+
+# --- evaluation -------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class EngineOutcome:
+    """The numbers a requirement is checked against, for one engine."""
+
+    engine: EngineName
+    version: str
+    verdict: str
+    verdict_message: str
+    capacity_bytes: int
+    kv_cache_bytes: int
+    kv_tokens: int
+    context_len: int
+    max_concurrency: float
+    headroom_bytes: int
+    utilization: float
+    utilization_flag: str
+    weights_bytes: int
+    bytes_per_token: int
+    block_size: int
+    num_blocks: int
+    bytes_per_block: int
+    non_kv_bytes: int
+    """vLLM: requested − KV (constant in u); SGLang: weights (KV = mfs × pre − weights)."""
+    free_before_load_bytes: int
+    host_tier: HostTierPlan | None = None
+    tensor_parallel_size: int = 1
+    kv_heads_per_rank: int = 1
+    """KV heads each rank holds (MHA/GQA); TP splits them until one is left."""
+    is_mla: bool = False
+
+    def concurrency_at(self, context: int) -> float:
+        if self.engine == "vllm":
+            return self.num_blocks / cdiv(context, self.block_size) if self.block_size else 0.0
+        return self.kv_tokens / context
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "engine": self.engine,
+            "engine_version": self.version,
+            "verdict": self.verdict,
+            "verdict_message": self.verdict_message,
+            "capacity_bytes": self.capacity_bytes,
+            "kv_cache_bytes": self.kv_cache_bytes,
+            "kv_tokens": self.kv_tokens,
+            "context_len": self.context_len,
+            "max_concurrency": round(self.max_concurrency, 4),
+            "headroom_bytes": self.headroom_bytes,
+            "utilization": self.utilization,
+            "utilization_flag": self.utilization_flag,
+            "weights_bytes": self.weights_bytes,
+            "bytes_per_token": self.bytes_per_token,
+            "host_tier": None if self.host_tier is None else self.host_tier.to_json(),
+        }
+
+
+@dataclass(frozen=True)
+class CheckItem:
+    requirement: str
+    engine: EngineName
+    ok: bool
+    actual: str
+    required: str
+    message: str
+    """For a failure: the numbers and the flag to change."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "requirement": self.requirement,
+            "engine": self.engine,
+            "ok": self.ok,
+            "actual": self.actual,
+            "required": self.required,
+            "message": self.message,
+        }
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    spec: DeploySpec
+    model_name: str
+    gpu_name: str
+    outcomes: tuple[EngineOutcome, ...]
+    items: tuple[CheckItem, ...]
+    notes: tuple[str, ...] = ()
+
+    @property
+    def passed(self) -> bool:
+        return all(item.ok for item in self.items)
+
+    @property
+    def exit_code(self) -> ExitCode:
+        return ExitCode.OK if self.passed else ExitCode.CHECK_FAILED
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "spec": self.spec.source,
+            "name": self.spec.name,
+            "model": self.model_name,
+            "gpu": self.gpu_name,
+            "engine": self.spec.engine,
+            "passed": self.passed,
+            "exit_code": int(self.exit_code),
+            "failed": sum(1 for item in self.items if not item.ok),
+            "engines": [outcome.to_json() for outcome in self.outcomes],
+            "checks": [item.to_json() for item in self.items],
+            "notes": list(self.notes),
+        }
+
+
+def _vllm_outcome(result: Any, settings: ServeSettings, model: ModelSpec, gpu: GpuSpec) -> EngineOutcome:
+    ledger = result.ledger
+    capacity = int(result.capacity_bytes)
+    kv_tokens_slots = int(result.num_blocks) * int(result.block_size)
+    host = plan_host_tier(
+        model,
+        gpu,
+        settings,
+        device_kv_tokens=kv_tokens_slots,
+        kv_bytes_per_token=int(result.kv_bytes_per_token),
+        engine="vllm",
+    )
+    return EngineOutcome(
+        engine="vllm",
+        version=str(result.engine_version),
+        verdict=str(result.verdict),
+        verdict_message=str(result.verdict_message),
+        capacity_bytes=capacity,
+        kv_cache_bytes=int(result.kv_cache_bytes),
+        kv_tokens=int(result.kv_tokens),
+        context_len=int(result.max_model_len),
+        max_concurrency=float(result.max_concurrency),
+        headroom_bytes=ledger.bytes_of(SLACK),
+        utilization=float(result.settings.gpu_memory_utilization),
+        utilization_flag="--gpu-memory-utilization",
+        weights_bytes=ledger.bytes_of(WEIGHTS),
+        bytes_per_token=int(result.kv_bytes_per_token),
+        block_size=int(result.block_size),
+        num_blocks=int(result.num_blocks),
+        bytes_per_block=int(result.bytes_per_block),
+        non_kv_bytes=int(result.requested_bytes) - int(result.kv_cache_bytes),
+        free_before_load_bytes=capacity,
+        host_tier=host,
+        tensor_parallel_size=settings.tensor_parallel_size,
+        kv_heads_per_rank=max(1, model.num_key_value_heads // settings.tensor_parallel_size),
+        is_mla=model.is_mla,
+    )
+
+
+def _sglang_outcome(
+    plan: SglangPlan, settings: ServeSettings, model: ModelSpec, gpu: GpuSpec
+) -> EngineOutcome:
+    host = plan_host_tier(
+        model,
+        gpu,
+        settings,
+        device_kv_tokens=plan.max_total_num_tokens,
+        kv_bytes_per_token=plan.bytes_per_token,
+        engine="sglang",
+        page_size=plan.page_size,
+        version=plan.version,
+    )
+    return EngineOutcome(
+        engine="sglang",
+        version=plan.version,
+        verdict=plan.verdict,
+        verdict_message=plan.message,
+        capacity_bytes=plan.capacity_bytes,
+        kv_cache_bytes=plan.kv_cache_bytes,
+        kv_tokens=plan.max_total_num_tokens,
+        context_len=plan.context_len,
+        max_concurrency=plan.concurrency_at_context,
+        headroom_bytes=plan.ledger.bytes_of(SLACK),
+        utilization=plan.mem_fraction_static,
+        utilization_flag="--mem-fraction-static",
+        weights_bytes=plan.weights_bytes,
+        bytes_per_token=plan.bytes_per_token,
+        block_size=plan.page_size,
+        num_blocks=plan.max_total_num_tokens // max(1, plan.page_size),
+        bytes_per_block=plan.bytes_per_token * plan.page_size,
+        non_kv_bytes=plan.weights_bytes,
+        free_before_load_bytes=plan.free_before_load_bytes,
+        host_tier=host,
+        tensor_parallel_size=settings.tensor_parallel_size,
+        kv_heads_per_rank=max(1, model.num_key_value_heads // settings.tensor_parallel_size),
+        is_mla=model.is_mla,
+    )
+
+
+def _utilization_for(o: EngineOutcome, kv_needed: int) -> float:
+    """The utilisation / fraction that gives `kv_needed` bytes of KV, all else equal."""
+    if o.engine == "vllm":
+        return utilization_for_kv(o.capacity_bytes, o.non_kv_bytes, kv_needed)
+    # SGLang: KV ≈ mfs × pre − weights.
+    return math.ceil((kv_needed + o.weights_bytes) / o.free_before_load_bytes * 1000) / 1000
+
+
+def _kv_available(o: EngineOutcome, util: float, factor: int) -> float:
+    """KV bytes per rank at utilisation `util` with `factor` × the current TP (weights shrink by the factor)."""
+    if o.engine == "vllm":
+        return util * o.capacity_bytes - (o.non_kv_bytes - o.weights_bytes + o.weights_bytes / factor)
+    return util * o.free_before_load_bytes - o.weights_bytes / factor
+
+
+def _kv_needed_per_rank(o: EngineOutcome, kv_needed: int, factor: int) -> float:
+    """MHA KV heads split over TP until each rank holds one; an MLA latent is on every rank."""
+    if o.is_mla:
+        return float(kv_needed)
+    split = min(factor, max(1, o.kv_heads_per_rank))
+    return kv_needed / split
+
+
+def _more_kv_advice(o: EngineOutcome, kv_needed: int, settings: ServeSettings) -> str:
+    """Which single change reaches `kv_needed` bytes of KV per rank, with the numbers."""
+    short = kv_needed - o.kv_cache_bytes
+    limit = 0.98 if o.engine == "vllm" else 0.95
+    options: list[str] = []
+    u = _utilization_for(o, kv_needed)
+    if u <= limit:
+        options.append(f"raise {o.utilization_flag} to {u:.3f} (from {o.utilization:.3f})")
+    if settings.kv_cache_dtype in ("auto", "", "bfloat16", "float16", "bf16", "fp16"):
+        u_fp8 = _utilization_for(o, kv_needed // 2)
+        if u_fp8 <= max(limit, o.utilization):
+            then = "" if u_fp8 <= o.utilization else f" with {o.utilization_flag} {u_fp8:.3f}"
+            options.append(f"--kv-cache-dtype fp8 (half the bytes per token){then}")
+    tp_flag = "-tp" if o.engine == "vllm" else "--tp-size"
+    for factor in (2, 4, 8):
+        if _kv_available(o, o.utilization, factor) >= _kv_needed_per_rank(o, kv_needed, factor):
+            split = 1 if o.is_mla else min(factor, max(1, o.kv_heads_per_rank))
+            options.append(
+                f"{tp_flag} {o.tensor_parallel_size * factor} (per rank: weights ÷{factor}, KV per token ÷{split})"
+            )
+            break
+    head = f"needs {format_bytes(kv_needed)} of KV per rank at tp {o.tensor_parallel_size} ({format_bytes(short)} more)"
+    if not options:
+        can = max(1.0, _kv_available(o, o.utilization, 1))
+        return (
+            f"{head}: no single change reaches it on this card (about {kv_needed / can:.1f}× what it holds); "
+            f"lower the requirement or use more GPUs ({tp_flag} ≥ {o.tensor_parallel_size * 16})"
+        )
+    return f"{head}: " + ", or ".join(options)
+
+
+def evaluate(spec: DeploySpec, outcomes: tuple[EngineOutcome, ...]) -> tuple[CheckItem, ...]:
+    """Every requirement against every engine's outcome."""
+    req = spec.requirements
+    items: list[CheckItem] = []
+    for o in outcomes:
+        fits = o.verdict == "fits"
+        if req.must_fit is not None:
+            ok = fits or not req.must_fit
+            items.append(
+                CheckItem(
+                    "must_fit",
+                    o.engine,
+                    ok,
+                    o.verdict,
+                    "fits" if req.must_fit else "any",
+                    "" if ok else o.verdict_message or o.verdict,
+                )
+            )
+        for c in req.min_concurrency:
+            actual = o.concurrency_at(c.context) if fits else 0.0
+            ok = actual >= c.value
+            message = ""
+            if not ok:
+                if o.engine == "vllm":
+                    kv_needed = math.ceil(c.value) * cdiv(c.context, o.block_size) * o.bytes_per_block
+                else:
+                    kv_needed = math.ceil(c.value * c.context) * o.bytes_per_token
+                message = (
+                    f"{actual:.2f} sequences of {format_count(c.context)} tokens < {c.value:g}; "
+                    + _more_kv_advice(o, kv_needed, spec.settings)
+                )
+            items.append(
+                CheckItem(
+                    f"min_concurrency@{c.context}", o.engine, ok, f"{actual:.2f}", f"≥ {c.value:g}", message
+                )
+            )
+        if req.min_kv_tokens is not None:
+            ok = fits and o.kv_tokens >= req.min_kv_tokens
+            message = ""
+            if not ok:
+                message = (
+                    f"{format_count(o.kv_tokens)} KV tokens < {format_count(req.min_kv_tokens)}; "
+                    + _more_kv_advice(o, req.min_kv_tokens * o.bytes_per_token, spec.settings)
+                )
+            items.append(
+                CheckItem(
+                    "min_kv_tokens",
+                    o.engine,
+                    ok,
+                    format_count(o.kv_tokens),
+                    f"≥ {format_count(req.min_kv_tokens)}",
+                    message,
+                )
+            )
+        if req.min_headroom_bytes is not None:
+            ok = o.headroom_bytes >= req.min_headroom_bytes
+            message = ""
+            if not ok:
+                short = req.min_headroom_bytes - o.headroom_bytes
+                base = o.capacity_bytes if o.engine == "vllm" else o.free_before_load_bytes
+                target = math.floor((o.utilization - short / base) * 1000) / 1000
+                message = (
+                    f"{format_bytes(o.headroom_bytes)} left on the card < {format_bytes(req.min_headroom_bytes)}; "
+                    f"lower {o.utilization_flag} to {target:.3f} (from {o.utilization:.3f}; "
+                    f"costs {format_bytes(short)} of KV)"
+                )
+            items.append(
+                CheckItem(
+                    "min_headroom",
+                    o.engine,
+                    ok,
+                    format_bytes(o.headroom_bytes),
+                    f"≥ {format_bytes(req.min_headroom_bytes)}",
+                    message,
+                )
+            )
+        if req.max_utilization is not None:
+            ok = o.utilization <= req.max_utilization + 1e-12
+            message = ""
+            if not ok:
+                base = o.capacity_bytes if o.engine == "vllm" else o.free_before_load_bytes
+                cost = int((o.utilization - req.max_utilization) * base)
+                message = (
+                    f"{o.utilization_flag} {o.utilization:.3f} > {req.max_utilization:g}; set {o.utilization_flag} "
+                    f"{req.max_utilization:g} (costs about {format_bytes(cost)} of KV)"
+                )
+            items.append(
+                CheckItem(
+                    "max_utilization",
+                    o.engine,
+                    ok,
+                    f"{o.utilization:.3f}",
+                    f"≤ {req.max_utilization:g}",
+                    message,
+                )
+            )
+        if req.max_weights_fraction is not None:
+            fraction = o.weights_bytes / o.capacity_bytes
+            ok = fraction <= req.max_weights_fraction
+            message = ""
+            if not ok:
+                tp = o.tensor_parallel_size
+                while (
+                    o.weights_bytes * o.tensor_parallel_size / (tp * o.capacity_bytes)
+                    > req.max_weights_fraction
+                ):
+                    tp *= 2
+                flag = "-tp" if o.engine == "vllm" else "--tp-size"
+                message = (
+                    f"weights take {fraction:.1%} of the card ({format_bytes(o.weights_bytes)} per rank) > "
+                    f"{req.max_weights_fraction:.0%}; shard wider ({flag} {tp}) or load a quantised checkpoint"
+                )
+            items.append(
+                CheckItem(
+                    "max_weights_fraction",
+                    o.engine,
+                    ok,
+                    f"{fraction:.3f}",
+                    f"≤ {req.max_weights_fraction:g}",
+                    message,
+                )
+            )
+        if req.max_host_memory_fraction is not None:
+            host = o.host_tier
+            if host is None:
+                items.append(
+                    CheckItem(
+                        "max_host_memory_fraction",
+                        o.engine,
+                        True,
+                        "no host tier",
+                        f"≤ {req.max_host_memory_fraction:g}",
+                        "",
+                    )
+                )
+            else:
+                fraction = host.fraction_of_host or 0.0
+                ok = fraction <= req.max_host_memory_fraction and host.status != "fail"
+                message = (
+                    ""
+                    if ok
+                    else (
+                        f"{host.message}; the host tier may use at most {req.max_host_memory_fraction:.0%}: lower {host.flag}"
+                    )
+                )
+                items.append(
+                    CheckItem(
+                        "max_host_memory_fraction",
+                        o.engine,
+                        ok,
+                        f"{fraction:.3f}",
+                        f"≤ {req.max_host_memory_fraction:g}",
+                        message,
+                    )
+                )
+    return tuple(items)
+
+
+Planner = Callable[[ModelSpec, GpuSpec, ServeSettings], Any]
+
+
+def run_check(
+    spec: DeploySpec, model: ModelSpec, gpu: GpuSpec, *, vllm_planner: Planner | None = None
+) -> CheckResult:
+    """Plan the spec's deployment with each engine and check every requirement.
+
+    `vllm_planner` defaults to vramctl.core.plan.plan (imported lazily: plan imports the engines).
+    """
+    outcomes: list[EngineOutcome] = []
+    notes = list(spec.notes)
+    if spec.engine in ("vllm", "both"):
+        planner = vllm_planner
+        if planner is None:
+            from vramctl.core.plan import plan as default_planner
+
+            planner = default_planner
+        vllm_settings = replace(spec.settings, engine="vllm")
+        result = planner(model, gpu, vllm_settings)
+        outcomes.append(_vllm_outcome(result, vllm_settings, model, gpu))
+    if spec.engine in ("sglang", "both"):
+        sglang_settings = replace(
+            spec.settings,
+            engine="sglang",
+            engine_version=spec.engine_version if spec.engine == "sglang" else None,
+        )
+        plan = plan_sglang(model, gpu, sglang_settings, options=spec.sglang_options)
+        outcomes.append(_sglang_outcome(plan, sglang_settings, model, gpu))
+    if spec.requirements.is_empty():
+        notes.append("no requirements given: only the plan is shown (add `requirements:` to gate on it)")
+    for o in outcomes:
+        if o.host_tier is not None and o.host_tier.status in ("warning", "fail"):
+            notes.append(f"{o.engine}: {o.host_tier.message}")
+    items = evaluate(spec, tuple(outcomes))
+    return CheckResult(
+        spec=spec,
+        model_name=model.name,
+        gpu_name=gpu.display_name
+        if spec.gpu_memory_bytes is None
+        else f"{gpu.display_name} ({format_bytes(spec.gpu_memory_bytes)})",
+        outcomes=tuple(outcomes),
+        items=items,
+        notes=tuple(notes),
+    )
+
+
+__all__ = [
+    "CheckItem",
+    "CheckResult",
+    "DeploySpec",
+    "EngineOutcome",
+    "Requirements",
+    "apply_flags",
+    "evaluate",
+    "parse_spec",
+    "run_check",
+    "split_serve_command",
+]
