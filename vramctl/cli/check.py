@@ -72,9 +72,12 @@ def register(app: typer.Typer) -> None:
             spec = replace(spec, settings=spec.settings.with_changes(host_memory_bytes=host))
         try:
             model = load_model(spec.model)
+        except VramctlError as exc:
+            raise BadInputError(f"{source}: model: {exc}") from None
+        try:
             gpu = load_gpu(spec.gpu) if spec.gpu is not None else None
         except VramctlError as exc:
-            raise BadInputError(f"{source}: {exc}") from None
+            raise BadInputError(f"{source}: gpu: {exc}") from None
         if gpu is None:
             assert spec.gpu_memory_bytes is not None
             gpu = gpu_from_capacity(spec.gpu_memory_bytes)
