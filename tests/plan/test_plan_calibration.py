@@ -1,0 +1,28 @@
+"""The calibration keeps its promises on the shared startup logs (regression guard for the estimates)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SAMPLES = ROOT.parent / "shared" / "samples" / "startup"
+
+
+@pytest.mark.skipif(not (SAMPLES / "index.yaml").exists(), reason="../shared/samples/startup not present")
+def test_calibration_report_and_kv_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spec = importlib.util.spec_from_file_location("calibrate", ROOT / "scripts" / "calibrate.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    out = tmp_path / "accuracy.md"
+    assert module.main(["--samples", str(SAMPLES), "--write", str(out)]) == 0
+    text = out.read_text()
+    assert "leave-one-out" in text
+    row = next(line for line in text.splitlines() if line.startswith("| KV cache (GiB) |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    median_loo = float(cells[4])
+    assert median_loo < 5.0, row
+    capsys.readouterr()
