@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,9 +14,10 @@ SAMPLES = ROOT.parent / "shared" / "samples" / "startup"
 
 @pytest.mark.skipif(not (SAMPLES / "index.yaml").exists(), reason="../shared/samples/startup not present")
 def test_calibration_report_and_kv_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    spec = importlib.util.spec_from_file_location("calibrate", ROOT / "scripts" / "calibrate.py")
+    spec = importlib.util.spec_from_file_location("vramctl_calibrate", ROOT / "scripts" / "calibrate.py")
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
+    sys.modules["vramctl_calibrate"] = module
     spec.loader.exec_module(module)
     out = tmp_path / "accuracy.md"
     assert module.main(["--samples", str(SAMPLES), "--write", str(out)]) == 0
