@@ -86,3 +86,27 @@ def test_bad_local_config_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[s
     (tmp_path / "config.json").write_text("{")
     assert main(["models", str(tmp_path / "config.json")]) == 2
     assert "not valid JSON" in capsys.readouterr().err
+
+
+DATA = Path(__file__).parent / "data"
+
+
+def test_bundled_tiny_checkpoint_and_hf_cache(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["models", str(DATA / "tiny-llama"), "--json"]) == 0
+    (folder,) = json.loads(capsys.readouterr().out)["models"]
+    assert main(["models", str(DATA / "hf-cache" / "models--acme--tiny-llama"), "--json"]) == 0
+    (cached,) = json.loads(capsys.readouterr().out)["models"]
+    assert cached["id"] == "acme/tiny-llama"
+    # 2 × 128 × 32 embeddings + 2 layers × (q,o 2 × 1024 + k,v 2 × 512 + MLP 3 × 32 × 64 + 2 norms × 32) + 32
+    expected = 2 * 4096 + 2 * (2048 + 1024 + 6144 + 64) + 32
+    assert folder["param_count"] == cached["param_count"] == expected
+    assert folder["weight_bytes"] == 2 * expected
+    assert "safetensors headers" in folder["sources"]["weight_bytes"]
+
+
+def test_hf_id_from_the_cache_via_cli(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("HF_HUB_CACHE", str(DATA / "hf-cache"))
+    assert main(["models", "acme/tiny-llama"]) == 0
+    assert "acme/tiny-llama" in capsys.readouterr().out

@@ -10,7 +10,7 @@ from vramctl.core.params import active_param_count, num_moe_layers, param_count_
 from vramctl.core.specs import FULL_ATTENTION, SLIDING_ATTENTION
 from vramctl.core.units import GiB, MiB
 from vramctl.registry import list_gpus, list_models, load_gpu, load_model
-from vramctl.registry._catalog import GPUS, MODELS
+from vramctl.registry._catalog import GPUS, MODELS, _read_head
 from vramctl.registry._files import profiles_dir, read_yaml
 from vramctl.registry.names import normalize
 
@@ -55,6 +55,12 @@ def test_no_name_answers_for_two_profiles(catalog: object) -> None:
         for name in catalog.names_of(path):  # type: ignore[attr-defined]
             key = normalize(name)
             assert seen.setdefault(key, path) == path, f"{name!r} in {path.name} and {seen[key].name}"
+
+
+@pytest.mark.parametrize("path", MODEL_PATHS + GPU_PATHS, ids=lambda p: p.stem)
+def test_index_head_parse_agrees_with_the_whole_file(path: Path) -> None:
+    head, whole = _read_head(path), read_yaml(path)
+    assert head["id"] == whole["id"] and head.get("aliases") == whole.get("aliases")
 
 
 REQUIRED_GPUS = "h100-sxm h100-pcie h100-nvl h200 h20 b200 a100-40gb a100-80gb l40s l4 a10g t4 rtx-3090 rtx-4090 rtx-5090 mi300x"

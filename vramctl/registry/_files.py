@@ -11,7 +11,7 @@ import yaml
 
 from vramctl.core.errors import BadInputError
 
-_Loader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+LOADER: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 @cache
@@ -33,7 +33,7 @@ def read_yaml(path: Path) -> dict[str, Any]:
     except OSError as exc:
         raise BadInputError(f"{path}: cannot read: {exc.strerror or exc}") from None
     try:
-        data = yaml.load(text, Loader=_Loader)
+        data = yaml.load(text, Loader=LOADER)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""

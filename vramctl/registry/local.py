@@ -8,7 +8,7 @@ from pathlib import Path
 
 from vramctl.core.errors import BadInputError
 from vramctl.core.specs import ModelSpec
-from vramctl.core.units import format_gib
+from vramctl.core.units import format_bytes
 from vramctl.registry._files import read_json_object
 from vramctl.registry.models import spec_from_config
 from vramctl.registry.safetensors import CheckpointSummary, read_checkpoint
@@ -137,7 +137,7 @@ def load_local_model(text: str) -> ModelSpec:
         summary = summary.without_names({"lm_head.weight"})
     unquantised = probe.quantization is None and summary.all_float
     param_count = summary.total_elements if unquantised else probe.param_count
-    dtypes = ", ".join(f"{dtype} {format_gib(size)}" for dtype, size in summary.bytes_by_dtype.items())
+    dtypes = ", ".join(f"{dtype} {format_bytes(size)}" for dtype, size in summary.bytes_by_dtype.items())
     sources = (
         ("config", where),
         ("weight_bytes", f"safetensors headers of {len(files)} file(s) in {local.folder}: {dtypes}"),

@@ -17,7 +17,9 @@ def _params(count: int) -> str:
         return f"{count / 10**12:.2f}T"
     if count >= 10**8:
         return f"{count / 10**9:.2f}B"
-    return f"{count / 10**6:.0f}M"
+    if count >= 10**6:
+        return f"{count / 10**6:.0f}M"
+    return f"{count:,}"
 
 
 def _attention(spec: ModelSpec) -> str:
