@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from vramctl.core.errors import BadInputError
 from vramctl.core.params import param_count_from_spec
@@ -301,3 +303,34 @@ def test_hf_repo_without_snapshots(tmp_path: Path) -> None:
     repo.mkdir()
     with pytest.raises(BadInputError, match="snapshots"):
         load_model(str(repo))
+
+
+def test_a_safetensors_file_means_its_folder(tmp_path: Path) -> None:
+    folder = make_folder(tmp_path / "m")
+    assert load_model(str(folder / "model.safetensors")).weight_bytes == load_model(str(folder)).weight_bytes
+
+
+def test_gguf_is_refused_with_a_hint(tmp_path: Path) -> None:
+    path = tmp_path / "model.gguf"
+    path.write_bytes(b"GGUF")
+    with pytest.raises(BadInputError, match="GGUF"):
+        load_model(str(path))
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(cut=st.integers(0, 10_000), flip=st.integers(0, 10_000), byte=st.integers(0, 255))
+def test_damaged_safetensors_never_crash(tmp_path: Path, cut: int, flip: int, byte: int) -> None:
+    """Any truncation or single-byte corruption either still parses or is one BadInputError."""
+    path = tmp_path / "x.safetensors"
+    write_safetensors(path, tiny_tensors(TINY))
+    raw = bytearray(path.read_bytes())
+    raw = raw[: max(0, len(raw) - cut)] if cut % 2 else raw
+    if raw:
+        raw[flip % len(raw)] = byte
+    path.write_bytes(bytes(raw))
+    try:
+        summary = read_checkpoint([path])
+    except BadInputError as exc:
+        assert "\n" not in str(exc) and str(path) in str(exc)
+    else:
+        assert summary.total_bytes <= len(raw)

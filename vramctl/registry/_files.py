@@ -51,6 +51,8 @@ def read_json_object(path: Path) -> dict[str, Any]:
         raise BadInputError(f"{path}: cannot read: {getattr(exc, 'strerror', None) or exc}") from None
     try:
         data = json.loads(text)
+    except RecursionError:
+        raise BadInputError(f"{path}: JSON nested too deeply") from None
     except json.JSONDecodeError as exc:
         raise BadInputError(
             f"{path}: not valid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"

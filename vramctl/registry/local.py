@@ -57,7 +57,10 @@ def _snapshot_of(repo_folder: Path) -> Path:
     snapshots = repo_folder / "snapshots"
     ref = repo_folder / "refs" / "main"
     if ref.is_file():
-        commit = ref.read_text(encoding="utf-8").strip()
+        try:
+            commit = ref.read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError):
+            commit = ""
         if commit and (snapshots / commit).is_dir():
             return snapshots / commit
     candidates = (
@@ -85,6 +88,14 @@ def resolve_local(text: str) -> LocalModel:
     if path.is_file():
         folder = path.parent
         config = path
+        if path.suffix == ".gguf":
+            raise BadInputError(
+                f"--model {text}: GGUF files are not read; pass the original model's config.json or folder"
+            )
+        if path.suffix == ".safetensors" or path.name == INDEX_FILE:
+            config = folder / "config.json"
+            if not config.is_file():
+                raise BadInputError(f"--model {text}: no config.json beside {path.name} in {folder}")
     else:
         folder = path
         if not (folder / "config.json").is_file() and (

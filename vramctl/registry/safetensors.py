@@ -119,7 +119,7 @@ def read_header(path: Path) -> dict[str, Any]:
         raise BadInputError(f"{path}: cannot read: {exc.strerror or exc}") from None
     try:
         header = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
         raise BadInputError(f"{path}: safetensors header is not valid JSON: {exc}") from None
     if not isinstance(header, dict):
         raise BadInputError(f"{path}: safetensors header must be a JSON object")
