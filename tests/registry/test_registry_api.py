@@ -53,3 +53,13 @@ def test_gpu_from_capacity() -> None:
 def test_lists() -> None:
     assert any(m.name == "meta-llama/Meta-Llama-3-8B-Instruct" for m in list_models())
     assert any(g.name == "h100-sxm" for g in list_gpus())
+
+
+def test_gpu_from_capacity_of_a_known_card_keeps_its_smi_total() -> None:
+    assert gpu_from_capacity(int(79.11 * GiB)).nvidia_smi_total_mib == 81559  # an H100 on another host
+    odd = gpu_from_capacity(int(60 * GiB))  # no card near 60 GiB
+    assert odd.nvidia_smi_total_mib == 60 * 1024
+    assert "assumed" in dict(odd.sources)["nvidia_smi_total_mib"]
+    assert gpu_from_capacity(int(60 * GiB), nvidia_smi_total_mib=62000).nvidia_smi_total_mib == 62000
+    with pytest.raises(BadInputError):
+        gpu_from_capacity(int(60 * GiB), nvidia_smi_total_mib=100)

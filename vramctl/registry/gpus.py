@@ -13,6 +13,7 @@ from vramctl.registry._catalog import GPUS
 from vramctl.registry._fields import get_float, get_int, get_mapping, get_sources, get_str, get_str_list
 
 TB = 10**12
+SAME_CARD_TOLERANCE = 0.005
 
 
 PROFILE_KEYS = frozenset(
@@ -98,14 +99,30 @@ def gpu_from_capacity(total_bytes: int, *, nvidia_smi_total_mib: int | None = No
     """An unlisted card of `total_bytes` (the CUDA total, e.g. `--gpu-memory 79.18GiB`).
 
     Links, bandwidth and FLOP/s are borrowed from the listed card whose CUDA total is nearest (named in
-    `display_name` and `sources`); the nvidia-smi total, unless given, is taken as the CUDA total
-    rounded up to a MiB (the driver's reservation is unknown for an unlisted card).
+    `display_name` and `sources`). The nvidia-smi total, unless given, is that card's when the totals
+    agree within 0.5 % (the same card on another host), else the CUDA total rounded up to a MiB (the
+    driver's reservation is unknown for an unlisted card).
     """
     if isinstance(total_bytes, bool) or not isinstance(total_bytes, int) or total_bytes <= 0:
         raise BadInputError(f"--gpu-memory: must be a positive size, got {total_bytes!r}")
+    if nvidia_smi_total_mib is not None and (
+        isinstance(nvidia_smi_total_mib, bool) or nvidia_smi_total_mib * MiB < total_bytes
+    ):
+        raise BadInputError(
+            f"nvidia-smi total {nvidia_smi_total_mib} MiB is below the CUDA total {format_gib(total_bytes)}"
+        )
     known = list_gpus()
     nearest = min(known, key=lambda gpu: (abs(gpu.cuda_total_bytes - total_bytes), gpu.name))
-    smi = nvidia_smi_total_mib if nvidia_smi_total_mib is not None else -(-total_bytes // MiB)
+    close = abs(nearest.cuda_total_bytes - total_bytes) <= SAME_CARD_TOLERANCE * nearest.cuda_total_bytes
+    close = close and nearest.nvidia_smi_total_mib * MiB >= total_bytes
+    if nvidia_smi_total_mib is not None:
+        smi, smi_source = nvidia_smi_total_mib, "given"
+    elif (
+        close
+    ):  # the same card on another host: its board total, not the CUDA total, is what nvidia-smi shows
+        smi, smi_source = nearest.nvidia_smi_total_mib, f"assumed: {nearest.name}'s (CUDA total within 0.5 %)"
+    else:
+        smi, smi_source = -(-total_bytes // MiB), "assumed: = CUDA total (driver reservation unknown)"
     return GpuSpec(
         name="custom",
         display_name=f"GPU with {format_gib(total_bytes)} (links and FLOP/s as {nearest.name})",
@@ -121,10 +138,7 @@ def gpu_from_capacity(total_bytes: int, *, nvidia_smi_total_mib: int | None = No
         aliases=(),
         sources=(
             ("cuda_total_bytes", "given: --gpu-memory"),
-            (
-                "nvidia_smi_total_mib",
-                "given" if nvidia_smi_total_mib is not None else "assumed: = CUDA total",
-            ),
+            ("nvidia_smi_total_mib", smi_source),
             ("links, bandwidth, flops", f"assumed: nearest listed card by CUDA total ({nearest.name})"),
         ),
     )
