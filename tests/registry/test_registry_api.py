@@ -56,7 +56,8 @@ def test_lists() -> None:
 
 
 def test_gpu_from_capacity_of_a_known_card_keeps_its_smi_total() -> None:
-    assert gpu_from_capacity(int(79.11 * GiB)).nvidia_smi_total_mib == 81559  # an H100 on another host
+    assert gpu_from_capacity(int(79.20 * GiB)).nvidia_smi_total_mib == 81559  # an H100 on another host
+    assert gpu_from_capacity(int(79.30 * GiB)).nvidia_smi_total_mib == 81920  # an A100/A800 80GB
     odd = gpu_from_capacity(int(60 * GiB))  # no card near 60 GiB
     assert odd.nvidia_smi_total_mib == 60 * 1024
     assert "assumed" in dict(odd.sources)["nvidia_smi_total_mib"]
