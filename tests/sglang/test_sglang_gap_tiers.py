@@ -31,11 +31,30 @@ def test_gap_items_sum_to_the_kv_difference() -> None:
     items = explain_gap(vllm, sglang)
     assert sum(i.bytes for i in items) == vllm.kv_cache_bytes - sglang.kv_cache_bytes
     names = {i.name for i in items}
-    assert "activation_peak" in names and "slack" in names
+    assert {
+        "activation_peak",
+        "vllm_headroom",
+        "sglang_metadata",
+        "sglang_parallel",
+        "sglang_fraction_base",
+    } <= names
+    base = next(i for i in items if i.name == "sglang_fraction_base")
+    assert "81559 MiB nvidia-smi total" in base.sentence
     act = next(i for i in items if i.name == "activation_peak")
     assert "1.5 MiB × 8192 tokens" in act.sentence and act.bytes > 0
     assert all(isinstance(i, GapItem) and i.sentence for i in items)
     assert [abs(i.bytes) for i in items] == sorted((abs(i.bytes) for i in items), reverse=True)
+
+
+def test_gap_shows_the_10_gib_floor_and_a_given_fraction() -> None:
+    vllm = plan_vllm(LLAMA, H100, ServeSettings(max_model_len=8192, max_num_batched_tokens=8192))
+    floored = plan_sglang(LLAMA, H100, ServeSettings(engine="both", chunked_prefill_size=2048))
+    items = {i.name: i for i in explain_gap(vllm, floored)}
+    assert items["sglang_floor"].bytes == int(floored.reserve.floor_extra_mib * 2**20)  # type: ignore[union-attr]
+    assert sum(i.bytes for i in items.values()) == vllm.kv_cache_bytes - floored.kv_cache_bytes
+    given = plan_sglang(LLAMA, H100, ServeSettings(engine="both", mem_fraction_static=0.9, page_size=64))
+    items_given = explain_gap(vllm, given)
+    assert sum(i.bytes for i in items_given) == vllm.kv_cache_bytes - given.kv_cache_bytes
 
 
 def test_gap_without_a_ledger_is_one_item() -> None:

@@ -1304,6 +1304,11 @@ def explain_gap(vllm_result: VllmResultLike, sglang_plan: SglangPlan) -> tuple[G
             continue
         v_bytes = v_terms[name].bytes if name in v_terms else 0
         s_bytes = s_terms[name].bytes if name in s_terms else 0
+        if name == SLACK:
+            split = _slack_items(s, v_bytes, s_bytes, u)
+            if split:
+                items.extend(split)
+                continue
         sentence = sentences.get(name, f"vLLM term {name!r} has no SGLang counterpart")
         sentence = f"{name}: vLLM {format_bytes(v_bytes)}, SGLang {format_bytes(s_bytes)}. {sentence}"
         items.append(GapItem(name, diff, sentence))
@@ -1316,6 +1321,77 @@ def explain_gap(vllm_result: VllmResultLike, sglang_plan: SglangPlan) -> tuple[G
     assert total == v_kv - s.kv_cache_bytes, (total, v_kv - s.kv_cache_bytes)
     items.sort(key=lambda i: -abs(i.bytes))
     return tuple(items)
+
+
+def _slack_items(s: SglangPlan, v_slack: int, s_slack: int, u: float | None) -> list[GapItem]:
+    """The slack difference split into what makes up SGLang's held-back memory (empty when not separable)."""
+    r = s.reserve
+    if r is None or r.branch != "normal" or s.post_capture:
+        return []
+    act = s.ledger.bytes_of(ACTIVATION_PEAK)
+    graph = s.ledger.bytes_of(CUDA_GRAPH)
+    if act != int(r.activation_mib * MiB) or graph != int(r.graph_mib * MiB):
+        return []  # the parts were clipped to a small held-back amount
+    held = s.held_back_bytes
+    reserved = int(r.total_mib * MiB)
+    parts: list[GapItem] = [
+        GapItem(
+            "vllm_headroom",
+            -v_slack,
+            f"vLLM leaves {format_bytes(v_slack)} on the card beyond its estimated terms: (1 − u)·C"
+            + ("" if u is None else f" with u = {u}")
+            + " minus what lives outside its request",
+        ),
+        GapItem(
+            "sglang_metadata",
+            int(r.metadata_mib * MiB),
+            "SGLang reserves a constant 512 MiB of 'meta data (e.g., from attention backend)'",
+        ),
+        GapItem(
+            "sglang_parallel",
+            int(r.parallel_mib * MiB),
+            f"SGLang reserves tp·pp/8 × 1024 MiB = {r.parallel_mib:.0f} MiB for large parallel sizes",
+        ),
+    ]
+    if r.floor_extra_mib:
+        parts.append(
+            GapItem(
+                "sglang_floor",
+                int(r.floor_extra_mib * MiB),
+                f"the reserve is floored at 10 GiB on cards above 60 GiB: {r.floor_extra_mib:.0f} MiB above its parts",
+            )
+        )
+    if r.after_floor_mib:
+        parts.append(
+            GapItem(
+                "sglang_after_floor",
+                int(r.after_floor_mib * MiB),
+                f"{r.after_floor_mib:.0f} MiB added after the floor (DeepEP / speculative / XPU)",
+            )
+        )
+    base_sentence = (
+        f"SGLang applies 1 − {s.mem_fraction_static:.3f} to the free memory before load "
+        f"({format_bytes(s.free_before_load_bytes)}), not to the {s.gpu_mem_mib} MiB nvidia-smi total the reserve "
+        "was computed on, and rounds the fraction to 3 decimals"
+    )
+    if s.mem_fraction_source == "given":
+        base_sentence = (
+            f"--mem-fraction-static {s.mem_fraction_static} holds back {format_bytes(held)} of the free memory "
+            f"before load, against the {format_bytes(reserved)} the default heuristic would reserve"
+        )
+    parts.append(GapItem("sglang_fraction_base", held - reserved, base_sentence))
+    rounding = s_slack - held + act + graph
+    if rounding:
+        parts.append(
+            GapItem(
+                "sglang_page_rounding",
+                rounding,
+                f"the pool is whole tokens of {s.bytes_per_token} B floored to pages of {s.page_size}"
+                + (" and capped by --max-total-tokens" if s.max_total_num_tokens < s.profiled_tokens else ""),
+            )
+        )
+    assert sum(p.bytes for p in parts) == s_slack - v_slack
+    return [p for p in parts if p.bytes]
 
 
 def _vllm_utilization(result: Any) -> float | None:
