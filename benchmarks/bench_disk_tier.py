@@ -18,6 +18,7 @@ import argparse
 import mmap
 import os
 import platform
+import resource
 import statistics
 import sys
 import tempfile
@@ -61,16 +62,20 @@ def bench(directory: Path, layout: db.BlockLayout, method: str, repeat: int) -> 
     direct = method == db.DIRECT
     path = directory / f"bench-disk-tier-{os.getpid()}.{method}.kv"
     seq = 0xB0B
-    times: dict[str, list[float]] = {"write": [], "vramctl": [], "dd": [], "raw": []}
+    times: dict[str, list[float]] = {"write": [], "vramctl": [], "dd": [], "raw": [], "cpu": [], "load": []}
     try:
         times["write"].append(db.write_blocks(path, layout, method=method, seq=seq))
         for rep in range(repeat):
+            times["load"].append(os.getloadavg()[0])
             order = ("vramctl", "dd", "raw") if rep % 2 == 0 else ("dd", "raw", "vramctl")
             for what in order:
                 if not direct:
                     drop(path)
                 if what == "vramctl":
+                    before = resource.getrusage(resource.RUSAGE_SELF)
                     stats = db.read_blocks(path, layout, method=method, seq=seq)
+                    after = resource.getrusage(resource.RUSAGE_SELF)
+                    times["cpu"].append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
                     if stats.bad or stats.verified != layout.num_blocks:
                         sys.exit(f"verification failed: {stats.bad[:3]}")
                     times["vramctl"].append(stats.seconds)
@@ -125,6 +130,11 @@ def main() -> int:
         raw_med, raw_best = gbps(layout.file_bytes, times["raw"])
         print(f"\n{method}: write+fsync {w_med:.2f} GB/s")
         print(f"  vramctl read+verify  median {ours_med:.2f} GB/s  best {ours_best:.2f} GB/s")
+        cpu_per_gb = statistics.median(times["cpu"]) / (layout.file_bytes / 1e9)
+        print(
+            f"  vramctl CPU time (all threads) {cpu_per_gb:.2f} s per GB read+verified; "
+            f"load average during the passes {min(times['load']):.2f}-{max(times['load']):.2f}"
+        )
         print(f"  raw read (no verify) median {raw_med:.2f} GB/s  best {raw_best:.2f} GB/s")
         if times["dd"]:
             dd_med, dd_best = gbps(layout.file_bytes, times["dd"])

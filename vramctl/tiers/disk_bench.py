@@ -565,8 +565,8 @@ def _fill_block(
 
 def default_workers() -> int:
     """Checksum threads: one core is left to the I/O path (on a 2-vCPU VM, two hashing threads slowed the
-    O_DIRECT reads themselves by a quarter: docs/perf/tiers-bench.md), at most 4 (4 × 2 GB/s of CRC-32)."""
-    return max(1, min(4, (os.cpu_count() or 2) - 1))
+    O_DIRECT reads themselves by a quarter: docs/perf/tiers-bench.md), at most 8 (8 × 2 GB/s of CRC-32: a Gen5 NVMe)."""
+    return max(1, min(8, (os.cpu_count() or 2) - 1))
 
 
 @contextmanager
