@@ -109,7 +109,8 @@ class SuggestResult:
     """What vLLM's own log line would suggest to fit the request (graph pool counted twice when estimated)."""
     vllm_logged_gpu_bytes: int
     double_counted_bytes: int
-    """vLLM's suggestion minus vramctl's: the applied estimate counted a second time (0 when not applied)."""
+    """vramctl's suggestion minus vLLM's logged one: with a measured capture, the applied estimate that vLLM
+    counts a second time (0 when VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS is off)."""
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -550,11 +550,14 @@ class ReferenceModel:
                         qkv[:, sh.heads * d : (sh.heads + sh.kv_heads) * d].view(b, sh.kv_heads, d), cos, sin
                     )
                     v_new = qkv[:, (sh.heads + sh.kv_heads) * d :].view(b, sh.kv_heads, d)
-                    kc, vc = cache[:, 0], cache[:, 1]
-                    kc.reshape(-1, sh.kv_heads, d).index_copy_(0, slot_mapping, k_new.to(cache.dtype))
-                    vc.reshape(-1, sh.kv_heads, d).index_copy_(0, slot_mapping, v_new.to(cache.dtype))
-                    k = kc[block_table].view(b, span, sh.kv_heads, d).to(self.dtype).transpose(1, 2)
-                    v = vc[block_table].view(b, span, sh.kv_heads, d).to(self.dtype).transpose(1, 2)
+                    # cache [blocks, 2, block_size, kv_heads, d]: K then V of each block, written in place
+                    flat = cache.view(-1, sh.kv_heads, d)
+                    k_rows = (slot_mapping // block_size) * (2 * block_size) + slot_mapping % block_size
+                    flat.index_copy_(0, k_rows, k_new.to(cache.dtype))
+                    flat.index_copy_(0, k_rows + block_size, v_new.to(cache.dtype))
+                    ctx = cache[block_table]  # [b, blocks_per_seq, 2, block_size, kv_heads, d]
+                    k = ctx[:, :, 0].reshape(b, span, sh.kv_heads, d).to(self.dtype).transpose(1, 2)
+                    v = ctx[:, :, 1].reshape(b, span, sh.kv_heads, d).to(self.dtype).transpose(1, 2)
                     o = F.scaled_dot_product_attention(
                         q[:, :, None, :],
                         k,

@@ -115,52 +115,63 @@ def oom_context(
     return OomContext(phase, device, f"{type(exc).__name__}: {_first_line(exc)}", free, total, detail)
 
 
+# The engine function each phase runs in: a traceback frame that tells explain-oom's classifier the phase
+# (the frame table of vramctl/diagnose/catalogue.yaml).
+_PHASE_FRAMES = {
+    "startup-check": "init_device",
+    "weights-load": "load_weights",
+    "profiling": "_dummy_run",
+    "sampler": "_dummy_sampler_run",
+    "graph-capture": "capture_model",
+    "kv-alloc": "initialize_kv_cache",
+    "serving": "execute_model",
+}
+
+
+def log_text(ctx: OomContext) -> str:
+    """The failure as an engine log would show it: a frame of the phase's engine function, the error."""
+    frame = _PHASE_FRAMES.get(ctx.phase, "execute_model")
+    message = ctx.message.split(": ", 1)[1] if ": " in ctx.message else ctx.message
+    return (
+        "Traceback (most recent call last):\n"
+        f'  File "vramctl/measure/run.py", line 1, in {frame}\n'
+        f"torch.OutOfMemoryError: {message}\n"
+    )
+
+
 def explain(ctx: OomContext) -> tuple[str, str]:
-    """(cause label, one-line explanation) for an OOM caught in `ctx.phase`."""
+    """(cause label, one-line explanation) for an OOM caught in `ctx.phase`, in explain-oom's words."""
     cause, fix = PHASE_CAUSES.get(
         ctx.phase, ("unknown", "free memory on the device or shrink the configuration")
     )
-    classified = _classify_with_diagnose(ctx)
-    if classified is not None:
-        cause = classified
+    summary = ""
+    diagnosed = _diagnose(ctx)
+    if diagnosed is not None:
+        cause, summary, fix = diagnosed
     where = f"out of memory on {ctx.device} during {ctx.phase}"
     if ctx.detail:
         where += f" ({ctx.detail})"
     numbers = ""
     if ctx.free_bytes is not None and ctx.total_bytes is not None:
         numbers = f"; {format_gib(ctx.free_bytes)} of {format_gib(ctx.total_bytes)} was free before it"
-    return cause, f"{where}: {ctx.message}{numbers}; cause {cause}: {fix}"
+    said = f"{summary}; " if summary else ""
+    return cause, f"{where}: {ctx.message}{numbers}; cause {cause}: {said}{fix}"
 
 
-def _classify_with_diagnose(ctx: OomContext) -> str | None:
-    """Ask the explain-oom classifier, when it exists, for the cause of this message in this phase."""
+def _diagnose(ctx: OomContext) -> tuple[str, str, str] | None:
+    """explain-oom's classifier on the failure (cause, summary, fixes), or None when it has no answer."""
     try:
-        from vramctl.diagnose import classify as classify_module  # type: ignore[attr-defined]
-    except ImportError:
+        from vramctl.diagnose.classify import diagnose_text
+    except ImportError:  # pragma: no cover - the diagnose package ships with vramctl
         return None
-    func = getattr(classify_module, "diagnose_text", None)
-    if func is None:
-        return None
-    text = f"{_PHASE_LOG_LINES.get(ctx.phase, '')}\n{ctx.message}\n"
     try:
-        result = func(text)
+        result = diagnose_text(log_text(ctx))
     except Exception:
         return None
-    cause = getattr(result, "cause", None)
-    if isinstance(cause, str) and cause and cause != "unknown":
-        return cause
-    return None
-
-
-# A line the engine would have printed just before the failure, so the classifier sees the phase.
-_PHASE_LOG_LINES = {
-    "weights-load": "Loading weights",
-    "profiling": "Memory profiling: _dummy_run profile_run",
-    "sampler": "CUDA out of memory occurred when warming up sampler with dummy requests",
-    "graph-capture": "Capturing CUDA graphs (decode) capture_model",
-    "kv-alloc": "Allocating KV cache: initialize_kv_cache",
-    "serving": "execute_model",
-}
+    if result.cause in ("unknown", "not-oom", "no-failure", ""):
+        return None
+    fixes = "; ".join(f"{f.action} ({f.flag})" if f.flag else f.action for f in result.fixes)
+    return result.cause, result.summary, fixes or "see vramctl explain-oom"
 
 
 def to_error(ctx: OomContext) -> DeviceOutOfMemoryError:

@@ -153,6 +153,22 @@ def gpu_spec_for(info: DeviceInfo, total_bytes: int) -> GpuSpec | None:
         return None
 
 
+def precheck(request: ProfileRequest) -> None:
+    """The checks that need no device, run before any device or rank process starts (bad input: exit 2)."""
+    from vramctl.measure.device import parse_device
+    from vramctl.measure.model import Shard, torch_dtype_of
+
+    s = request.settings
+    parse_device(request.device)
+    Shard.of(request.spec, tp_size=s.tensor_parallel_size, num_layers=request.num_layers)
+    kvmath.kv_dtype_bytes(request.spec, s.kv_cache_dtype, model_dtype=s.dtype)
+    if s.dtype != "auto":
+        torch_dtype_of(s.dtype)
+    if s.gpu_memory_utilization is not None and not 0 < s.gpu_memory_utilization <= 1:
+        raise BadInputError(f"--gpu-memory-utilization {s.gpu_memory_utilization}: must be in (0, 1]")
+    vllm_rules.resolve_version(s.engine_version)
+
+
 def resolve(request: ProfileRequest, info: DeviceInfo, total_bytes: int) -> Resolved:
     """Fill the engine defaults: vLLM's scheduler table for this device, capture sizes, utilisation."""
     s, spec = request.settings, request.spec
@@ -161,6 +177,11 @@ def resolve(request: ProfileRequest, info: DeviceInfo, total_bytes: int) -> Reso
     tp = s.tensor_parallel_size
     if tp < 1:
         raise BadInputError(f"--tensor-parallel-size {tp}: must be at least 1")
+    from vramctl.measure.model import Shard
+
+    Shard.of(
+        spec, tp_size=tp, num_layers=request.num_layers
+    )  # divisibility and --num-layers, before any rank starts
     if s.pipeline_parallel_size != 1:
         raise BadInputError(
             "--pipeline-parallel-size: profile measures tensor parallelism only; use plan for pp > 1"
@@ -326,14 +347,17 @@ def _snapshot_from_json(data: dict[str, Any]) -> Snapshot:
 
 
 def kv_torch_dtype(spec: ModelSpec, resolved: Resolved, model_dtype: Any) -> Any:
-    """The cache tensor dtype: `auto` = the model's; fp8 variants = uint8 (vllm/utils/torch_utils.py:40-66)."""
+    """The cache tensor dtype, with the element size `core.kv` sizes blocks with (so the pool is exactly
+    num_blocks × bytes_per_block): fp8 variants → uint8 (vllm/utils/torch_utils.py:40-66); 2 bytes → the
+    model dtype when it is a 16-bit one, else bfloat16."""
     import torch
 
-    key = resolved.kv_cache_dtype.lower()
-    if key == "auto":
-        return model_dtype
-    size = kvmath.kv_dtype_bytes(spec, key)
-    return {1: torch.uint8, 2: torch.bfloat16, 4: torch.float32}.get(int(size), torch.uint8)
+    size = kvmath.kv_dtype_bytes(spec, resolved.kv_cache_dtype, model_dtype=resolved.dtype)
+    if size == 1:
+        return torch.uint8
+    if size == 2:
+        return model_dtype if model_dtype in (torch.bfloat16, torch.float16) else torch.bfloat16
+    return torch.float32
 
 
 def _warm_up(device: str) -> None:

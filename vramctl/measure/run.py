@@ -26,6 +26,7 @@ from vramctl.measure.profiler import (
     _warm_up,
     derive,
     kv_torch_dtype,
+    precheck,
     profile_rank,
     resolve,
 )
@@ -34,6 +35,7 @@ from vramctl.measure.profiler import (
 def run_profile(request: ProfileRequest, *, on_phase: PhaseCallback | None = None) -> ProfileResult:
     """Profile the model on the device; `--tensor-parallel-size N` runs N rank processes."""
     start = time.perf_counter()
+    precheck(request)
     if request.settings.tensor_parallel_size > 1:
         from vramctl.measure.distributed import run_ranks
 
@@ -238,6 +240,7 @@ def run_validate(
         if on_phase is not None:
             on_phase(name, message)
 
+    precheck(request)
     backend = open_device(request.device, capacity_bytes=request.device_memory_bytes)
     info = backend.info()
     resolved = resolve(request, info, backend.snapshot().total_bytes)

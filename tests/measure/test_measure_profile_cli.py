@@ -1,0 +1,305 @@
+"""`vramctl profile` / `suggest` / `validate` end to end on the cpu device, through the CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from measure_helpers import FAST
+
+from vramctl.cli.main import main
+from vramctl.core.ledger import KV_CACHE, SLACK, WEIGHTS
+from vramctl.core.units import GiB, MiB
+
+pytest.importorskip("torch")
+
+# The keys `plan --json` prints (vramctl.core.plan.PlanResult.to_json); profile must print them too.
+PLAN_KEYS = {
+    "engine",
+    "engine_version",
+    "model",
+    "gpu",
+    "settings",
+    "terms",
+    "requested_bytes",
+    "kv_cache_bytes",
+    "bytes_per_block",
+    "block_size",
+    "num_blocks",
+    "kv_tokens",
+    "max_concurrency",
+    "max_model_len_fit",
+    "verdict",
+}
+
+
+def _run_json(capsys: pytest.CaptureFixture[str], argv: list[str]) -> tuple[int, Any]:
+    code = main(argv)
+    out = capsys.readouterr().out
+    return code, json.loads(out) if out.strip().startswith("{") else out
+
+
+def test_profile_json_has_plans_schema_and_sums(
+    capsys: pytest.CaptureFixture[str], tiny_model_dir: str
+) -> None:
+    code, out = _run_json(capsys, ["profile", tiny_model_dir, *FAST, "--json"])
+    assert code == 0
+    assert set(out) >= PLAN_KEYS
+    assert out["engine"] == "vllm" and out["verdict"] == "fits"
+    terms = out["terms"]
+    assert sum(t["bytes"] for t in terms.values()) == out["capacity_bytes"] == 2 * GiB
+    for name in ("weights", "activation_peak", "non_torch", "cuda_graph", "other_processes"):
+        assert terms[name]["source"] == "measured", name
+    assert terms["cuda_graph"]["bytes"] == 0  # no graphs on the cpu device
+    # weights: the measured RSS change is close to the tensor bytes (5.5 MiB for the tiny model)
+    rank = out["measurements"]["ranks"][0]
+    assert abs(terms[WEIGHTS]["bytes"] - rank["weight_tensor_bytes"]) < 8 * MiB
+    assert rank["weight_tensor_bytes"] == 2 * 5_771_776  # float32
+    # vLLM's subtraction: kv = requested − (consumed + transient) − graphs; blocks = kv // bytes per block
+    assert out["kv_cache_bytes"] == out["requested_bytes"] - rank["non_kv_bytes"]
+    assert out["num_blocks"] == out["kv_cache_bytes"] // out["bytes_per_block"]
+    # layers × block × kv heads × head dim × K,V × 2 bytes (auto KV dtype: a float32 model caches in 16 bits)
+    assert out["bytes_per_block"] == 4 * 16 * 2 * 64 * 2 * 2
+    assert out["settings"]["max_num_batched_tokens"] == 256
+    assert out["settings"]["cudagraph_capture_sizes"] == []
+    assert out["sglang"]["cell_size_bytes"] == 4 * 2 * 64 * 2 * 2
+    assert out["environment"]["torch_version"] and out["environment"]["vramctl_version"]
+    assert terms[SLACK]["bytes"] >= 0 and terms[KV_CACHE]["bytes"] > 0
+
+
+def test_profile_defaults_to_vllm_cpu_scheduler_limits(
+    capsys: pytest.CaptureFixture[str], tiny_model_dir: str
+) -> None:
+    code, out = _run_json(
+        capsys, ["profile", tiny_model_dir, "--device", "cpu", "--device-memory", "2GiB", "--json"]
+    )
+    assert code == 0
+    # vLLM's CPU-backend server defaults: 2048 tokens / 128 sequences (vllm.md §6)
+    assert out["settings"]["max_num_batched_tokens"] == 2048
+    assert out["settings"]["max_num_seqs"] == 128
+    assert out["settings"]["gpu_memory_utilization"] == 0.92
+
+
+def test_profile_rich_output_and_save(
+    capsys: pytest.CaptureFixture[str], tiny_model_dir: str, tmp_path: Path
+) -> None:
+    target = tmp_path / "p.yaml"
+    code = main(["profile", tiny_model_dir, *FAST, "--save", str(target)])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "measured budget" in out and "KV cache:" in out and "SGLang from the same run" in out
+    import yaml
+
+    doc = yaml.safe_load(target.read_text())
+    assert doc["schema"] == "vramctl.profile/1"
+    assert doc["model"]["fingerprint"]["hidden_size"] == 256
+    assert doc["environment"]["device_kind"] == "cpu"
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary left behind
+
+
+def test_compare_shows_which_terms_moved(capsys: pytest.CaptureFixture[str], tiny_model_dir: str) -> None:
+    code, out = _run_json(
+        capsys,
+        [
+            "profile",
+            tiny_model_dir,
+            *FAST,
+            "--compare",
+            "max-num-batched-tokens=1024",
+            "--compare",
+            "block-size=32",
+            "--json",
+        ],
+    )
+    assert code == 0
+    first, second = out["comparisons"]
+    assert first["flag"] == "max-num-batched-tokens" and first["value"] == 1024
+    assert {c["term"] for c in first["changes"]} >= {"weights", "kv_cache", "activation_peak"}
+    assert second["result"]["settings"]["block_size"] == 32
+    assert second["result"]["bytes_per_block"] == 2 * out["bytes_per_block"]
+
+
+def test_startup_check_uses_vllms_message(capsys: pytest.CaptureFixture[str], tiny_model_dir: str) -> None:
+    # an emulated device larger than the host: free memory (the host's) is below 0.92 × 1 TiB
+    code = main(["profile", tiny_model_dir, *FAST, "--device-memory", "1TiB"])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "Free memory on device cpu (" in err
+    assert "/1024.0 GiB) on startup is less than desired GPU memory utilization (0.92, 942.08 GiB)" in err
+    assert "--gpu-memory-utilization" in err
+    assert len([line for line in err.splitlines() if line.startswith("vramctl:")]) == 1
+
+
+def test_no_kv_memory_is_exit_1(capsys: pytest.CaptureFixture[str], tiny_model_dir: str) -> None:
+    code, out = _run_json(
+        capsys,
+        [
+            "profile",
+            tiny_model_dir,
+            *FAST,
+            "--device-memory",
+            "16MiB",
+            "--gpu-memory-utilization",
+            "0.5",
+            "--json",
+        ],
+    )
+    assert code == 1
+    assert out["verdict"] == "no-kv-cache-memory"
+    assert out["kv_cache_bytes"] < out["bytes_per_block"]
+
+
+def test_no_cuda_is_exit_4(capsys: pytest.CaptureFixture[str], tiny_model_dir: str) -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    code = main(["profile", tiny_model_dir])
+    err = capsys.readouterr().err
+    assert code == 4
+    assert "--device cpu" in err and "vramctl plan" in err
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--device", "tpu"], "--device"),
+        (["--gpu-memory-utilization", "1.5"], "--gpu-memory-utilization"),
+        (["--max-num-seqs", "0"], "--max-num-seqs"),
+        (["--num-layers", "9"], "--num-layers"),
+        (["--kv-cache-dtype", "fp3"], "--kv-cache-dtype"),
+        (["--tensor-parallel-size", "3"], "--tensor-parallel-size 3"),
+        (["--compare", "colour=blue"], "--compare"),
+        (["--save", "out.txt"], "--save"),
+        (["--device-memory", "lots"], "--device-memory"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2(
+    capsys: pytest.CaptureFixture[str], tiny_model_dir: str, args: list[str], needle: str
+) -> None:
+    code = main(["profile", tiny_model_dir, *FAST, *args])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert needle in err and "Traceback" not in err
+
+
+def test_suggest_from_profile_and_direct(
+    capsys: pytest.CaptureFixture[str], tiny_model_dir: str, tmp_path: Path
+) -> None:
+    saved = tmp_path / "p.json"
+    assert main(["profile", tiny_model_dir, *FAST, "--save", str(saved), "--json"]) == 0
+    profile = json.loads(capsys.readouterr().out)
+    code, out = _run_json(capsys, ["suggest", "--kv-cache-memory", "--from-profile", str(saved), "--json"])
+    assert code == 0
+    rank = profile["measurements"]["ranks"][0]
+    non_kv = rank["total_consumed_bytes"] + rank["transient_peak_bytes"]  # no graphs on cpu
+    assert out["non_kv_bytes"] == non_kv
+    assert out["fit_requested"]["kv_cache_memory_bytes"] == rank["requested_bytes"] - non_kv - 150 * MiB
+    assert (
+        out["fill_gpu"]["kv_cache_memory_bytes"]
+        == rank["snapshots"]["init"]["free_bytes"] - non_kv - 150 * MiB
+    )
+    assert out["fit_requested"]["vllm_flag"].startswith("--kv-cache-memory-bytes=")
+    assert "--mem-fraction-static=" in out["fit_requested"]["sglang_flags"]
+    code = main(["suggest", "--from-profile", str(saved)])
+    text = capsys.readouterr().out
+    assert code == 0 and "--kv-cache-memory-bytes=" in text and "--max-total-tokens=" in text
+    code, direct = _run_json(capsys, ["suggest", tiny_model_dir, *FAST, "--json"])
+    assert code == 0 and direct["from"] == "this run"
+
+
+def test_validate_from_profile_passes(
+    capsys: pytest.CaptureFixture[str], tiny_model_dir: str, tmp_path: Path
+) -> None:
+    saved = tmp_path / "p.json"
+    assert main(["profile", tiny_model_dir, *FAST, "--device-memory", "400MiB", "--save", str(saved)]) == 0
+    capsys.readouterr()
+    code, out = _run_json(
+        capsys,
+        ["validate", "--from-profile", str(saved), "--device", "cpu", "--device-memory", "400MiB", "--json"],
+    )
+    assert code == 0, out
+    assert out["passed"] and out["verdict"] == "pass"
+    assert out["kv_cache_memory_bytes"] > 150 * MiB
+    # the pool was really written: free memory dropped by about its size
+    assert out["init_free_bytes"] - out["free_after_kv_bytes"] >= out["kv_cache_memory_bytes"] * 0.95
+    assert out["free_left_bytes"] > 0
+
+
+def test_validate_fails_below_min_free(capsys: pytest.CaptureFixture[str], tiny_model_dir: str) -> None:
+    code, out = _run_json(
+        capsys,
+        [
+            "validate",
+            tiny_model_dir,
+            *FAST,
+            "--kv-cache-memory-bytes",
+            "64MiB",
+            "--min-free",
+            "4GiB",
+            "--json",
+        ],
+    )
+    assert code == 1
+    assert out["passed"] is False and out["verdict"] == "fail"
+
+
+def test_validate_absurd_pool_is_a_clean_oom_exit_5(
+    capsys: pytest.CaptureFixture[str], tiny_model_dir: str
+) -> None:
+    code = main(["validate", tiny_model_dir, *FAST, "--kv-cache-memory-bytes", "1TiB"])
+    err = capsys.readouterr().err
+    assert code == 5
+    assert "out of memory on cpu during kv-alloc" in err
+    assert "kv-pool-overcommit" in err and "--kv-cache-memory-bytes" in err
+    assert len([line for line in err.splitlines() if line.startswith("vramctl:")]) == 1
+
+
+def test_oom_mid_forward_is_caught_released_exit_5(
+    capsys: pytest.CaptureFixture[str], tiny_model_dir: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import torch
+
+    from vramctl.measure import model as model_module
+
+    def boom(self: object, *args: object, **kwargs: object) -> object:
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 1.16 GiB.")
+
+    monkeypatch.setattr(model_module.ReferenceModel, "forward", boom)
+    code = main(["profile", tiny_model_dir, *FAST])
+    err = capsys.readouterr().err
+    assert code == 5
+    assert "during profiling" in err and "Tried to allocate 1.16 GiB" in err
+    assert "--max-num-batched-tokens" in err
+
+
+def test_ctrl_c_releases_and_writes_nothing(
+    capsys: pytest.CaptureFixture[str], tiny_model_dir: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from vramctl.measure import model as model_module
+
+    def interrupt(self: object, *args: object, **kwargs: object) -> object:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(model_module.ReferenceModel, "sampler_warmup", interrupt)
+    target = tmp_path / "p.json"
+    code = main(["profile", tiny_model_dir, *FAST, "--save", str(target)])
+    err = capsys.readouterr().err
+    assert code == 130
+    assert "interrupted" in err and "nothing saved" in err
+    assert not target.exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary file left
+
+
+def test_num_layers_scales_weights(capsys: pytest.CaptureFixture[str], tiny_model_dir: str) -> None:
+    code, full = _run_json(capsys, ["profile", tiny_model_dir, *FAST, "--json"])
+    code2, sliced = _run_json(capsys, ["profile", tiny_model_dir, *FAST, "--num-layers", "1", "--json"])
+    assert code == code2 == 0
+    r = sliced["measurements"]["ranks"][0]
+    assert r["layers_built"] == 1 and r["layers_total"] == 4
+    assert r["unbuilt_weight_bytes"] == 3 * 590_336 * 4  # float32
+    assert abs(sliced["terms"]["weights"]["bytes"] - full["terms"]["weights"]["bytes"]) < 8 * MiB
+    assert sliced["bytes_per_block"] == full["bytes_per_block"]
+    assert any("--num-layers 1" in n for n in sliced["notes"])
