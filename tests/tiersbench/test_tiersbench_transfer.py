@@ -173,3 +173,82 @@ def test_gpu_cli_json_under_a_minute(tmp_path: Any, capsys: pytest.CaptureFixtur
     assert pinned is not None and pinned.verified and pinned.read_bytes_per_s > 5e9
     assert data["device"]["overlap"] is not None
     assert elapsed < 60, elapsed
+
+
+def _synthetic_cuda_result(bad: int = 0) -> Any:
+    """A CUDA-shaped result (numbers made up for the test) to exercise report, JSON and bandwidths paths."""
+    rows = []
+    rates = {PER_BLOCK: 12e9, GATHER: 48e9, CONTIGUOUS: 50e9}
+    for tier, scale in ((HOST_PINNED, 1.0), (HOST_PAGEABLE, 0.4)):
+        for direction in (OFFLOAD, LOAD):
+            for method, rate in rates.items():
+                nbytes = 256 * 2**20
+                rows.append(
+                    transfer.TransferRow(
+                        tier=tier,
+                        direction=direction,
+                        method=method,
+                        bytes_moved=nbytes,
+                        seconds=(nbytes / (rate * scale),) * 3,
+                        copies=4096 if method == PER_BLOCK else (2 if method == GATHER else 1),
+                        verified_blocks=512
+                        - (bad if (tier, direction, method) == (HOST_PINNED, LOAD, GATHER) else 0),
+                        bad_blocks=bad if (tier, direction, method) == (HOST_PINNED, LOAD, GATHER) else 0,
+                    )
+                )
+    return transfer.TransferBenchResult(
+        device="cuda",
+        device_name="NVIDIA H200",
+        layers=32,
+        page_bytes=65536,
+        num_blocks=128,
+        pool_blocks=256,
+        repeat=3,
+        rows=tuple(rows),
+        overlap=OverlapResult(32, 2048, 4096, 14336, 0.005, 0.020, 0.0205, 384, 0),
+        latency_s=1.5e-5,
+    )
+
+
+def test_cuda_shaped_report_json_and_bandwidths() -> None:
+    from vramctl.render.bench import render_bench
+    from vramctl.tiers.bandwidths import parse_bandwidths
+
+    report = transfer.TiersBenchReport(
+        geometry=BenchGeometry(label="llama", page_bytes=65536, layers=32, block_size=16),
+        disk=None,
+        device=_synthetic_cuda_result(),
+        environment={"device": "NVIDIA H200"},
+        link_bytes_per_s=64e9,
+        link_source="h200: PCIe Gen5 x16",
+    )
+    data = report.to_json()
+    json.dumps(data, allow_nan=False)
+    parsed = parse_bandwidths(data)
+    pinned = parsed.get(HOST_PINNED)
+    pageable = parsed.get(HOST_PAGEABLE)
+    assert pinned is not None and pageable is not None
+    assert pinned.read_bytes_per_s == pytest.approx(48e9) and pinned.write_bytes_per_s == pytest.approx(48e9)
+    assert pinned.verified and pinned.latency_s == pytest.approx(1.5e-5) and pageable.latency_s is None
+    assert pageable.read_bytes_per_s == pytest.approx(0.4 * 48e9)
+    gather_row = next(r for r in data["device"]["rows"] if r["method"] == GATHER and r["tier"] == HOST_PINNED)
+    assert gather_row["vs_contiguous"] == pytest.approx(0.96) and gather_row["vs_link"] == pytest.approx(0.75)
+    assert data["device"]["overlap"]["overlap_fraction"] == pytest.approx(0.9)
+    text = render_bench(report)
+    assert "host tier on NVIDIA H200 (cuda)" in text and "link nominal 64.0 GB/s" in text
+    assert "90% of the transfer hidden" in text and "latency: 15.0 µs" in text
+    assert "ok: all" in text
+
+
+def test_cuda_shaped_report_with_a_bad_block_is_not_verified() -> None:
+    from vramctl.tiers.bandwidths import parse_bandwidths
+
+    report = transfer.TiersBenchReport(
+        geometry=BenchGeometry(label="llama", page_bytes=65536, layers=32),
+        disk=None,
+        device=_synthetic_cuda_result(bad=1),
+        environment={},
+    )
+    assert not report.ok and report.bad_blocks == 1
+    pinned = parse_bandwidths(report.to_json()).get(HOST_PINNED)
+    assert pinned is not None and pinned.verified is False
