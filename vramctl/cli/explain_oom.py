@@ -1,9 +1,52 @@
-"""Placeholder: the owner of this command replaces this module."""
+"""`vramctl explain-oom [LOG | -]`: the root cause of a memory failure, from the log alone.
+
+Thin glue: `diagnose(source)` (pure, streaming) → render. Exit 0 when a failure is diagnosed (a memory
+failure, or `not-oom`: the log's failure is explained as something else), 3 when the log holds no
+failure (`no-failure`), 2 on unreadable input. Never imports torch.
+"""
 
 from __future__ import annotations
 
 import typer
 
+from vramctl.core.errors import BadInputError
+from vramctl.core.exit_codes import ExitCode
+from vramctl.render.jsonout import dumps
+
 
 def register(app: typer.Typer) -> None:
-    """Add this module's command(s) to the app."""
+    """Add `explain-oom` to the app."""
+
+    @app.command("explain-oom")
+    def explain_oom(
+        log: str = typer.Argument(
+            "-", metavar="[LOG | -]", help="The server log: a file (plain or gzip), or - for standard input."
+        ),
+        json_out: bool = typer.Option(False, "--json", help="Print one JSON object (docs/explain-oom.md)."),
+        markdown: bool = typer.Option(False, "--markdown", help="Print Markdown for an issue comment."),
+    ) -> None:
+        """Explain a GPU / host memory failure from a vLLM, SGLang, TGI or TRT-LLM log: cause, phase, fixes.
+
+        Exit 0: a failure was diagnosed (also `not-oom`); 3: the log holds no failure; 2: unreadable input.
+        """
+        from vramctl.diagnose.classify import diagnose
+
+        if json_out and markdown:
+            raise BadInputError("--json and --markdown: pick one output format")
+        result = diagnose(log)
+        if json_out:
+            typer.echo(dumps(result.to_json()))
+        elif markdown:
+            from vramctl.render.diagnosis import diagnosis_markdown
+
+            typer.echo(diagnosis_markdown(result), nl=False)
+        else:
+            from rich.console import Console
+
+            from vramctl.render.diagnosis import render_diagnosis
+
+            console = Console(soft_wrap=False)
+            if not console.is_terminal:
+                console = Console(width=160, soft_wrap=False)
+            console.print(render_diagnosis(result))
+        raise typer.Exit(int(ExitCode.OK if result.found_failure else ExitCode.NOTHING_FOUND))

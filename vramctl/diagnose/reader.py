@@ -44,12 +44,15 @@ from vramctl.core.errors import BadInputError
 __all__ = [
     "CHUNK_BYTES",
     "MAX_LINE_BYTES",
+    "Block",
     "LogLine",
     "ScanStats",
     "TruncatedInputError",
     "clean_line",
+    "iter_blocks",
     "iter_log_lines",
     "iter_matching_lines",
+    "make_line",
     "split_prefixes",
 ]
 
@@ -301,7 +304,7 @@ def _iter_bytes(stream: BinaryIO, name: str, stats: ScanStats) -> Iterator[bytes
 
 
 @dataclass(frozen=True, slots=True)
-class _Block:
+class Block:
     first_number: int
     data: bytes
     """Whole lines, each ending in `\\n` except possibly the file's last one."""
@@ -309,7 +312,8 @@ class _Block:
     """A single over-long line already cut to `MAX_LINE_BYTES`."""
 
 
-def _iter_blocks(source: str | os.PathLike[str] | BinaryIO, stats: ScanStats) -> Iterator[_Block]:
+def iter_blocks(source: str | os.PathLike[str] | BinaryIO, stats: ScanStats) -> Iterator[Block]:
+    """The content in blocks of whole lines (about `CHUNK_BYTES` each), numbered; over-long lines cut."""
     stream, name, owned = _open(source)
     try:
         number = 1
@@ -335,25 +339,25 @@ def _iter_blocks(source: str | os.PathLike[str] | BinaryIO, stats: ScanStats) ->
             else:
                 block = buf[: last + 1]
                 carry = buf[last + 1 :]
-                yield _Block(number, block)
+                yield Block(number, block)
                 count = block.count(b"\n")
                 number += count
                 stats.lines += count
             if len(carry) > MAX_LINE_BYTES:
-                yield _Block(number, carry[:MAX_LINE_BYTES], truncated=True)
+                yield Block(number, carry[:MAX_LINE_BYTES], truncated=True)
                 stats.truncated_lines += 1
                 stats.lines += 1
                 carry = b""
                 skipping = True
         if carry:
-            yield _Block(number, carry)
+            yield Block(number, carry)
             stats.lines += 1
     finally:
         if owned:
             stream.close()
 
 
-def _split_block(block: _Block) -> Iterator[LogLine]:
+def _split_block(block: Block) -> Iterator[LogLine]:
     if block.truncated:
         yield make_line(block.first_number, block.data, truncated=True)
         return
@@ -369,7 +373,7 @@ def iter_log_lines(
 ) -> Iterator[LogLine]:
     """Every line of the log, in order, as `LogLine`s (see the module docstring for what is handled)."""
     st = stats if stats is not None else ScanStats()
-    for block in _iter_blocks(source, st):
+    for block in iter_blocks(source, st):
         yield from _split_block(block)
 
 
@@ -388,7 +392,7 @@ def iter_matching_lines(
     """
     st = stats if stats is not None else ScanStats()
     owed = 0  # context lines still owed after the last hit (carried across blocks)
-    for block in _iter_blocks(source, st):
+    for block in iter_blocks(source, st):
         if block.truncated:
             hit = pattern.search(block.data) is not None
             if hit or owed:

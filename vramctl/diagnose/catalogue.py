@@ -1,0 +1,517 @@
+"""Load and check the signature catalogue (catalogue.yaml, shipped inside the package).
+
+The catalogue is data: signatures (keys, patterns, facts, cause, phase, weight, rules, fixes), frames,
+progress markers, hints, engine and version lines, settings and per-cause fixes. This module turns it
+into frozen, compiled objects and refuses a catalogue that breaks the contract (an unknown label or
+phase, a regex that does not compile, an expression outside the small language, a fix placeholder that
+nothing defines). `classify.py` applies it; nothing here knows a particular message.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from vramctl.diagnose.facts import UNITS, compile_expression, placeholders, settings_regex
+
+CATALOGUE_PATH = Path(__file__).with_name("catalogue.yaml")
+
+LABELS: tuple[str, ...] = (
+    "gpu-util-exceeds-free-memory",
+    "version-regression",
+    "weights-do-not-fit",
+    "no-kv-cache-memory",
+    "kv-cache-too-small-for-max-model-len",
+    "kv-pool-overcommit",
+    "multi-gpu-imbalance",
+    "batch-budget-too-large",
+    "sampler-warmup-oom",
+    "multimodal-profiling-oom",
+    "cuda-graph-capture-oom",
+    "logprobs-spike",
+    "activation-spike",
+    "allocator-fragmentation",
+    "kv-pool-exhausted-runtime",
+    "memory-leak",
+    "non-torch-allocation-oom",
+    "attention-workspace-overflow",
+    "host-pinned-memory-failure",
+    "host-swap-space-exhausted",
+    "host-kv-buffer-exhausted",
+    "host-oom-killer",
+    "host-shm-exhausted",
+    "not-oom",
+    "no-failure",
+)
+"""The cause labels of ../shared/taxonomy.md: a public contract (never renamed)."""
+
+PHASES: tuple[str, ...] = (
+    "startup-check",
+    "weights-load",
+    "profiling",
+    "graph-capture",
+    "kv-alloc",
+    "serving",
+    "host-tier",
+    "unknown",
+)
+"""The phases of ../shared/taxonomy.md."""
+
+KINDS = ("failure", "consequence", "facts")
+CONFIDENCES = ("high", "medium", "low")
+
+
+class CatalogueError(ValueError):
+    """The catalogue breaks its schema: a bug in the shipped data, not user input."""
+
+
+@dataclass(frozen=True, slots=True)
+class Fix:
+    action: str
+    flag: str | None
+    value: str | None
+    reason: str
+    let: tuple[tuple[str, ast.Expression], ...] = ()
+    when: ast.Expression | None = None
+    engine: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    when: ast.Expression
+    when_text: str
+    cause: str | None
+    phase: str | None
+    confidence: str | None
+    why: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Repeat:
+    min_count: int
+    cause: str
+    phase: str | None
+    confidence: str | None
+    why: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Signature:
+    id: str
+    kind: str
+    cause: str | None
+    phase: str | None
+    default_phase: str | None
+    weight: int
+    confidence: str
+    engine: str | None
+    what: str | None
+    keys: tuple[str, ...]
+    patterns: tuple[re.Pattern[str], ...]
+    units: tuple[tuple[str, str], ...]
+    multiline: bool
+    when: ast.Expression | None
+    derive: tuple[tuple[str, ast.Expression], ...]
+    refine: tuple[Rule, ...]
+    repeat: Repeat | None
+    fixes: tuple[Fix, ...]
+    do_not: tuple[str, ...]
+    head_only: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class FrameRule:
+    functions: frozenset[str]
+    files: frozenset[str]
+    phase: str
+    rank: int
+    hint: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Marker:
+    keys: tuple[str, ...]
+    phase: str
+
+
+@dataclass(frozen=True, slots=True)
+class VersionLine:
+    keys: tuple[str, ...]
+    pattern: re.Pattern[str]
+    engine: str
+
+
+@dataclass(frozen=True, slots=True)
+class Setting:
+    name: str
+    regex: re.Pattern[str]
+    unit: str
+
+
+@dataclass(frozen=True, slots=True)
+class CauseInfo:
+    summary: str
+    fixes: tuple[Fix, ...]
+    do_not: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class PhaseGuess:
+    when: ast.Expression
+    phase: str
+    why: str
+
+
+@dataclass(frozen=True)
+class Catalogue:
+    signatures: tuple[Signature, ...]
+    causes: dict[str, CauseInfo]
+    frames: tuple[FrameRule, ...]
+    markers: tuple[Marker, ...]
+    hints: dict[str, tuple[str, ...]]
+    engines: dict[str, tuple[str, ...]]
+    versions: tuple[VersionLine, ...]
+    settings: tuple[Setting, ...]
+    settings_keys: tuple[str, ...]
+    constants: tuple[tuple[str, ast.Expression], ...]
+    phase_guess: tuple[PhaseGuess, ...]
+    head_bytes: int
+    back_bytes: int
+    failure_anchors: tuple[bytes, ...]
+    """Searched everywhere: every failure signature has a key that contains one of these."""
+    all_anchors: tuple[bytes, ...]
+    """Searched in the head of the log and around failures: every key contains one of these."""
+    key_regex: re.Pattern[bytes]
+    """One alternation of every key: the exact line-level filter after the anchors."""
+    keys_to_signatures: dict[str, tuple[int, ...]]
+    frame_regex: re.Pattern[str]
+
+    def key_phrases(self) -> list[str]:
+        """Every literal key phrase (for `grep -F` / `grep -E` baselines and docs)."""
+        return sorted(self._all_keys())
+
+    def _all_keys(self) -> set[str]:
+        keys: set[str] = set()
+        for sig in self.signatures:
+            keys.update(sig.keys)
+        for marker in self.markers:
+            keys.update(marker.keys)
+        for words in self.hints.values():
+            keys.update(words)
+        for version in self.versions:
+            keys.update(version.keys)
+        keys.update(self.settings_keys)
+        keys.add('File "')
+        return keys
+
+
+def _expr(text: Any, where: str) -> ast.Expression:
+    if not isinstance(text, str):
+        raise CatalogueError(f"{where}: expression must be a string, got {text!r}")
+    try:
+        return compile_expression(text)
+    except (SyntaxError, ValueError) as exc:
+        raise CatalogueError(f"{where}: {exc}") from None
+
+
+def _lets(raw: Any, where: str) -> tuple[tuple[str, ast.Expression], ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, dict):
+        raise CatalogueError(f"{where}: must be a mapping of name -> expression")
+    return tuple((str(k), _expr(v, f"{where}.{k}")) for k, v in raw.items())
+
+
+def _check_label(value: Any, where: str, *, allow_none: bool = False) -> str | None:
+    if value is None and allow_none:
+        return None
+    if value not in LABELS:
+        raise CatalogueError(f"{where}: {value!r} is not a taxonomy label")
+    return str(value)
+
+
+def _check_phase(
+    value: Any, where: str, *, allow_context: bool = True, allow_none: bool = True
+) -> str | None:
+    if value is None and allow_none:
+        return None
+    if value == "context" and allow_context:
+        return "context"
+    if value not in PHASES:
+        raise CatalogueError(f"{where}: {value!r} is not a phase")
+    return str(value)
+
+
+def _confidence(value: Any, where: str, default: str | None = None) -> str | None:
+    if value is None:
+        return default
+    if value not in CONFIDENCES:
+        raise CatalogueError(f"{where}: confidence {value!r} is not one of {CONFIDENCES}")
+    return str(value)
+
+
+def _fix(raw: dict[str, Any], where: str, known: set[str]) -> Fix:
+    for field in ("action", "reason"):
+        if not isinstance(raw.get(field), str):
+            raise CatalogueError(f"{where}: `{field}` is required")
+    lets = _lets(raw.get("let"), f"{where}.let")
+    defined = known | {name for name, _ in lets}
+    texts = [raw["action"], raw["reason"], str(raw.get("flag") or ""), str(raw.get("value") or "")]
+    for text in texts:
+        for name in placeholders(text):
+            if name not in defined:
+                raise CatalogueError(f"{where}: placeholder {{{name}}} is not a fact, constant or let")
+    return Fix(
+        action=raw["action"],
+        flag=None if raw.get("flag") is None else str(raw["flag"]),
+        value=None if raw.get("value") is None else str(raw["value"]),
+        reason=raw["reason"],
+        let=lets,
+        when=_expr(raw["when"], f"{where}.when") if raw.get("when") is not None else None,
+        engine=raw.get("engine"),
+    )
+
+
+def _compile(pattern: Any, where: str) -> re.Pattern[str]:
+    if not isinstance(pattern, str):
+        raise CatalogueError(f"{where}: pattern must be a string")
+    try:
+        return re.compile(pattern)
+    except re.error as exc:
+        raise CatalogueError(f"{where}: bad regex: {exc}") from None
+
+
+def load_catalogue(path: Path | None = None) -> Catalogue:
+    """Read, check and compile a catalogue (the shipped one by default, cached)."""
+    if path is None:
+        return _shipped()
+    return _load(path)
+
+
+@lru_cache(maxsize=1)
+def _shipped() -> Catalogue:
+    return _load(CATALOGUE_PATH)
+
+
+def _load(path: Path) -> Catalogue:
+    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    if not isinstance(data, dict) or data.get("version") != 1:
+        raise CatalogueError(f"{path}: not a version-1 catalogue")
+
+    # Every fact name any pattern, derive, setting or constant can produce: placeholders must use these.
+    known: set[str] = {"count", "requested_pct", "allocated_pct", "weights_pct", "engine", "engine_version"}
+    constants = _lets(data.get("constants"), "constants")
+    known.update(name for name, _ in constants)
+    settings: list[Setting] = []
+    for name, spec in (data.get("settings") or {}).items():
+        unit = spec.get("unit", "word")
+        if unit not in UNITS:
+            raise CatalogueError(f"settings.{name}: unknown unit {unit!r}")
+        settings.append(Setting(str(name), settings_regex(str(name), tuple(spec.get("flags") or ())), unit))
+        known.add(str(name))
+    for raw in data["signatures"]:
+        for pattern in raw.get("pattern") if isinstance(raw.get("pattern"), list) else [raw.get("pattern")]:
+            if isinstance(pattern, str):
+                known.update(_compile(pattern, f"signature {raw.get('id')}").groupindex)
+        known.update((raw.get("derive") or {}).keys())
+
+    signatures: list[Signature] = []
+    seen_ids: set[str] = set()
+    for raw in data["signatures"]:
+        sid = raw.get("id")
+        where = f"signature {sid}"
+        if not isinstance(sid, str) or sid in seen_ids:
+            raise CatalogueError(f"{where}: missing or duplicate id")
+        seen_ids.add(sid)
+        kind = raw.get("kind", "failure")
+        if kind not in KINDS:
+            raise CatalogueError(f"{where}: kind {kind!r} is not one of {KINDS}")
+        keys = tuple(str(k) for k in raw.get("keys") or ())
+        if not keys:
+            raise CatalogueError(f"{where}: needs at least one key")
+        patterns_raw = raw.get("pattern")
+        patterns = tuple(
+            _compile(p, where) for p in (patterns_raw if isinstance(patterns_raw, list) else [patterns_raw])
+        )
+        units = dict(raw.get("units") or {})
+        for name, unit in units.items():
+            if unit not in UNITS:
+                raise CatalogueError(f"{where}: unit {unit!r} of {name} is not one of {UNITS}")
+        groups = set().union(*(p.groupindex for p in patterns))
+        for group in groups:
+            if group not in units:
+                raise CatalogueError(f"{where}: group {group!r} has no unit")
+            if units[group] in ("GiB", "MiB", "KiB", "bytes", "size", "size-decimal") and not group.endswith(
+                "_bytes"
+            ):
+                raise CatalogueError(f"{where}: size fact {group!r} must end in _bytes")
+        cause = None if kind == "facts" else _check_label(raw.get("cause"), where)
+        if cause == "no-failure":
+            raise CatalogueError(f"{where}: no-failure is the absence of a signature, not one")
+        refine = tuple(
+            Rule(
+                when=_expr(r.get("when"), f"{where}.refine"),
+                when_text=str(r.get("when")),
+                cause=_check_label(r.get("cause"), f"{where}.refine", allow_none=True),
+                phase=_check_phase(r.get("phase"), f"{where}.refine"),
+                confidence=_confidence(r.get("confidence"), f"{where}.refine"),
+                why=r.get("why"),
+            )
+            for r in raw.get("refine") or ()
+        )
+        rep = raw.get("repeat")
+        repeat = (
+            Repeat(
+                min_count=int(rep["min"]),
+                cause=str(_check_label(rep.get("cause"), f"{where}.repeat")),
+                phase=_check_phase(rep.get("phase"), f"{where}.repeat"),
+                confidence=_confidence(rep.get("confidence"), f"{where}.repeat"),
+                why=rep.get("why"),
+            )
+            if rep
+            else None
+        )
+        signatures.append(
+            Signature(
+                id=sid,
+                kind=kind,
+                cause=cause,
+                phase=_check_phase(raw.get("phase"), where),
+                default_phase=_check_phase(raw.get("default_phase"), where, allow_context=False),
+                weight=int(raw.get("weight", 0)),
+                confidence=str(_confidence(raw.get("confidence"), where, "medium")),
+                engine=raw.get("engine"),
+                what=raw.get("what"),
+                keys=keys,
+                patterns=patterns,
+                units=tuple(units.items()),
+                multiline=bool(raw.get("multiline", False)),
+                when=_expr(raw["when"], f"{where}.when") if raw.get("when") is not None else None,
+                derive=_lets(raw.get("derive"), f"{where}.derive"),
+                refine=refine,
+                repeat=repeat,
+                fixes=tuple(
+                    _fix(f, f"{where}.fixes[{i}]", known) for i, f in enumerate(raw.get("fixes") or ())
+                ),
+                do_not=tuple(str(d) for d in raw.get("do_not") or ()),
+                head_only=bool(raw.get("head_only", False)),
+            )
+        )
+
+    causes: dict[str, CauseInfo] = {}
+    for label, info in (data.get("causes") or {}).items():
+        _check_label(label, f"causes.{label}")
+        causes[label] = CauseInfo(
+            summary=str(info.get("summary", "")),
+            fixes=tuple(
+                _fix(f, f"causes.{label}.fixes[{i}]", known) for i, f in enumerate(info.get("fixes") or ())
+            ),
+            do_not=tuple(str(d) for d in info.get("do_not") or ()),
+        )
+    missing = set(LABELS) - set(causes) - {"no-failure"}
+    if missing:
+        raise CatalogueError(f"causes: no entry for {sorted(missing)}")
+
+    frames = tuple(
+        FrameRule(
+            functions=frozenset(f.get("functions") or ()),
+            files=frozenset(f.get("files") or ()),
+            phase=str(_check_phase(f.get("phase"), "frames", allow_context=False, allow_none=False)),
+            rank=int(f.get("rank", 0)),
+            hint=f.get("hint"),
+        )
+        for f in data.get("frames") or ()
+    )
+    markers = tuple(
+        Marker(
+            keys=tuple(m["keys"]),
+            phase=str(_check_phase(m.get("phase"), "markers", allow_context=False, allow_none=False)),
+        )
+        for m in data.get("markers") or ()
+    )
+    hints = {str(k): tuple(v) for k, v in (data.get("hints") or {}).items()}
+    engines = {str(k): tuple(v) for k, v in (data.get("engines") or {}).items()}
+    versions = tuple(
+        VersionLine(tuple(v["keys"]), _compile(v["pattern"], "versions"), str(v["engine"]))
+        for v in data.get("versions") or ()
+    )
+    phase_guess = tuple(
+        PhaseGuess(
+            _expr(g["when"], "phase_guess"),
+            str(_check_phase(g["phase"], "phase_guess", allow_context=False, allow_none=False)),
+            str(g.get("why", "")),
+        )
+        for g in data.get("phase_guess") or ()
+    )
+    settings_keys = tuple(str(k) for k in data.get("settings_keys") or ())
+
+    # Anchors: the declared ones, plus every key no anchor covers (it becomes its own head anchor).
+    declared = [(str(a["text"]), bool(a.get("failure", False))) for a in data.get("anchors") or ()]
+    failure_anchors = [a for a, failure in declared if failure]
+    all_anchors = [a for a, _ in declared]
+    for sig in signatures:
+        if (
+            sig.kind == "failure"
+            and not sig.head_only
+            and not any(a in k for k in sig.keys for a in failure_anchors)
+        ):
+            raise CatalogueError(
+                f"signature {sig.id}: no key contains a failure anchor {failure_anchors}: "
+                "it would not be found past the head of a large log"
+            )
+    cat_keys = _collect_keys(signatures, markers, hints, versions, settings_keys)
+    for key in sorted(cat_keys):
+        if not any(a in key for a in all_anchors):
+            all_anchors.append(key)
+    alternation = b"|".join(re.escape(k.encode()) for k in sorted(cat_keys, key=lambda k: (-len(k), k)))
+    keys_to_signatures: dict[str, list[int]] = {}
+    for index, sig in enumerate(signatures):
+        for key in sig.keys:
+            keys_to_signatures.setdefault(key, []).append(index)
+
+    return Catalogue(
+        signatures=tuple(signatures),
+        causes=causes,
+        frames=frames,
+        markers=markers,
+        hints=hints,
+        engines=engines,
+        versions=versions,
+        settings=tuple(settings),
+        settings_keys=settings_keys,
+        constants=constants,
+        phase_guess=phase_guess,
+        head_bytes=int(data.get("head_bytes", 8 << 20)),
+        back_bytes=int(data.get("back_bytes", 512 << 10)),
+        failure_anchors=tuple(a.encode() for a in failure_anchors),
+        all_anchors=tuple(a.encode() for a in all_anchors),
+        key_regex=re.compile(alternation),
+        keys_to_signatures={k: tuple(v) for k, v in keys_to_signatures.items()},
+        frame_regex=re.compile(r'File "(?P<file>[^"]+)", line \d+, in (?P<func>[\w<>.]+)'),
+    )
+
+
+def _collect_keys(
+    signatures: list[Signature],
+    markers: tuple[Marker, ...],
+    hints: dict[str, tuple[str, ...]],
+    versions: tuple[VersionLine, ...],
+    settings_keys: tuple[str, ...],
+) -> set[str]:
+    keys: set[str] = {'File "'}
+    for sig in signatures:
+        keys.update(sig.keys)
+    for marker in markers:
+        keys.update(marker.keys)
+    for words in hints.values():
+        keys.update(words)
+    for version in versions:
+        keys.update(version.keys)
+    keys.update(settings_keys)
+    return keys

@@ -1,0 +1,949 @@
+"""Classify a log's memory failure: one scan, the catalogue's signatures, one root cause with its numbers.
+
+How it works (docs/explain-oom.md has the long form):
+1. Scan (`scan_log`): the log is read in blocks (reader.py). Each block is searched for a few literal
+   *failure anchors* (`bytes.find`); only lines containing one are looked at, and only those that
+   contain one of the catalogue's key phrases (one compiled alternation) become hits. The first
+   `head_bytes` of the log and a window around every failure hit are searched with *all* anchors
+   (start-up lines, frames, settings). Line numbers are counted with `bytes.count`.
+2. Events: each hit is matched against the signatures whose keys it contains; patterns give facts.
+   Frames, progress markers, hints, the engine, its version and the printed settings are collected
+   on the way.
+3. Incidents: failure events close to each other (`INCIDENT_GAP_LINES`) form one incident. The root
+   incident is the first with a strong failure (weight >= `STRONG_WEIGHT`), else the first at all. In
+   it the highest-weight event is the root; its rules (`refine`) decide the final label from facts,
+   hints and the phase; its fixes are computed from the facts.
+Nothing here names a particular message: that is all in catalogue.yaml.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from collections import deque
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, BinaryIO
+
+from vramctl.core.errors import BadInputError
+from vramctl.diagnose.catalogue import Catalogue, Fix, Signature, load_catalogue
+from vramctl.diagnose.facts import FactValue, convert, evaluate, fill, read_setting
+from vramctl.diagnose.reader import (
+    Block,
+    LogLine,
+    ScanStats,
+    TruncatedInputError,
+    clean_line,
+    iter_blocks,
+    make_line,
+    split_prefixes,
+)
+
+STRONG_WEIGHT = 30
+"""A failure event at least this heavy can be a root ahead of earlier weak ones (generic exceptions)."""
+INCIDENT_GAP_LINES = 150
+"""Failure events at most this many lines apart belong to one incident (one traceback, one crash)."""
+CONTEXT_BEFORE_LINES = 200
+"""Frames and hints this many lines before an incident's first event belong to it."""
+MAX_OTHER_FAILURES = 20
+MAX_EVIDENCE = 10
+WINDOW_FOLLOWING_LINES = 2
+"""A multi-line signature also sees this many following lines (messages that wrap)."""
+
+
+# --------------------------------------------------------------------------------------------------
+# Results
+
+
+@dataclass(frozen=True, slots=True)
+class Evidence:
+    line: int
+    text: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"line": self.line, "text": self.text}
+
+
+@dataclass(frozen=True, slots=True)
+class FixAdvice:
+    action: str
+    flag: str | None
+    value: str | None
+    reason: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"action": self.action, "flag": self.flag, "value": self.value, "reason": self.reason}
+
+
+@dataclass(frozen=True, slots=True)
+class OtherFailure:
+    cause: str
+    line: int
+    text: str
+    signature: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"cause": self.cause, "line": self.line, "text": self.text, "signature": self.signature}
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """The answer for one log. `cause` is a taxonomy label; `phase` a taxonomy phase."""
+
+    cause: str
+    phase: str
+    confidence: str
+    summary: str
+    why: tuple[str, ...]
+    evidence: tuple[Evidence, ...]
+    facts: Mapping[str, FactValue]
+    fixes: tuple[FixAdvice, ...]
+    do_not: tuple[str, ...]
+    other_failures: tuple[OtherFailure, ...]
+    engine: str | None
+    engine_version: str | None
+    signature: str | None
+    what: str | None = None
+    """For `not-oom`: what the failure is instead."""
+    phase_inferred: bool = False
+    lines_read: int = 0
+    bytes_read: int = 0
+    warnings: tuple[str, ...] = ()
+    source: str = ""
+
+    @property
+    def found_failure(self) -> bool:
+        return self.cause != "no-failure"
+
+    @property
+    def is_memory_failure(self) -> bool:
+        return self.cause not in ("no-failure", "not-oom")
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "source": self.source,
+            "cause": self.cause,
+            "phase": self.phase,
+            "phase_inferred": self.phase_inferred,
+            "confidence": self.confidence,
+            "summary": self.summary,
+            "what": self.what,
+            "why": list(self.why),
+            "signature": self.signature,
+            "engine": self.engine,
+            "engine_version": self.engine_version,
+            "evidence": [e.to_json() for e in self.evidence],
+            "facts": dict(self.facts),
+            "fixes": [f.to_json() for f in self.fixes],
+            "do_not": list(self.do_not),
+            "other_failures": [o.to_json() for o in self.other_failures],
+            "lines_read": self.lines_read,
+            "bytes_read": self.bytes_read,
+            "warnings": list(self.warnings),
+        }
+
+
+# --------------------------------------------------------------------------------------------------
+# 1. The scan
+
+
+@dataclass(slots=True)
+class Hit:
+    line: LogLine
+    keys: frozenset[str]
+    following: tuple[str, ...]
+    """The cleaned text of the next lines (for messages that wrap)."""
+
+
+def _following(data: bytes, pos: int, count: int) -> tuple[str, ...]:
+    out: list[str] = []
+    size = len(data)
+    while len(out) < count and pos < size:
+        end = data.find(b"\n", pos)
+        end = size if end < 0 else end
+        out.append(split_prefixes(clean_line(data[pos:end][:4096]))[1].strip())
+        pos = end + 1
+    return tuple(out)
+
+
+class _LineCounter:
+    """Line numbers of positions in a block, counting newlines incrementally."""
+
+    def __init__(self, block: Block) -> None:
+        self.data = block.data
+        self.first = block.first_number
+        self.ref_pos = 0
+        self.ref_no = block.first_number
+
+    def number_at(self, pos: int) -> int:
+        if pos < self.ref_pos:
+            return self.first + self.data.count(b"\n", 0, pos)
+        self.ref_no += self.data.count(b"\n", self.ref_pos, pos)
+        self.ref_pos = pos
+        return self.ref_no
+
+
+class _Scanner:
+    def __init__(self, cat: Catalogue) -> None:
+        self.cat = cat
+        self.failure_keys = frozenset(
+            key for sig in cat.signatures if sig.kind in ("failure", "consequence") for key in sig.keys
+        )
+
+    def _candidates(self, data: bytes, lo: int, hi: int, anchors: tuple[bytes, ...]) -> list[tuple[int, int]]:
+        found: dict[int, int] = {}
+        size = len(data)
+        for anchor in anchors:
+            i = data.find(anchor, lo, hi)
+            while i >= 0:
+                start = data.rfind(b"\n", 0, i) + 1
+                end = data.find(b"\n", i)
+                end = size if end < 0 else end
+                found[start] = end
+                i = data.find(anchor, end + 1, hi) if end + 1 < hi else -1
+        return sorted(found.items())
+
+    def _hit(self, data: bytes, start: int, end: int, number: int) -> Hit | None:
+        raw = data[start:end]
+        if len(raw) > 65536:
+            raw = raw[:65536]
+        keys = frozenset(m.group().decode() for m in self.cat.key_regex.finditer(raw))
+        if not keys:
+            return None
+        return Hit(make_line(number, raw), keys, _following(data, end + 1, WINDOW_FOLLOWING_LINES))
+
+    def _run(
+        self, data: bytes, counter: _LineCounter, lo: int, hi: int, anchors: tuple[bytes, ...]
+    ) -> Iterator[tuple[Hit, int]]:
+        """Hits among the lines that start in [lo, hi) and contain one of `anchors`, with their end."""
+        for start, end in self._candidates(data, lo, hi, anchors):
+            if start < lo:
+                continue
+            hit = self._hit(data, start, end, counter.number_at(start))
+            if hit is not None:
+                yield hit, end
+
+    def scan(self, source: str | os.PathLike[str] | BinaryIO, stats: ScanStats) -> Iterator[Hit]:
+        cat = self.cat
+        offset = 0  # content offset of the current block
+        prev: Block | None = None
+        prev_done = 0  # position in prev up to which lines were processed
+        full_until = cat.head_bytes  # content offset up to which all anchors are used (head, near failures)
+        for block in iter_blocks(source, stats):
+            data = block.data
+            if block.truncated:
+                hit = self._hit(data, 0, len(data), block.first_number)
+                if hit is not None:
+                    hit.line = LogLine(hit.line.number, hit.line.text, hit.line.raw, hit.line.process, True)
+                    yield hit
+                offset += len(data)
+                prev, prev_done = None, 0
+                continue
+            size = len(data)
+            counter = _LineCounter(block)
+            done = 0  # lines that start before this position are processed
+            # 1. the part of the block inside the head / a failure window: all anchors
+            while full_until - offset > done:
+                hi = min(size, full_until - offset)
+                lo = done
+                done = size if hi >= size else data.rfind(b"\n", 0, hi) + 1
+                if done <= lo:
+                    done = hi
+                for hit, end in self._run(data, counter, lo, done, cat.all_anchors):
+                    if hit.keys & self.failure_keys:
+                        full_until = max(full_until, offset + end + cat.back_bytes)
+                    yield hit
+                if done >= size:
+                    break
+            # 2. the rest: failure anchors only, with a window of all anchors around each failure
+            pos = done
+            while pos < size:
+                candidates = self._candidates(data, pos, size, cat.failure_anchors)
+                restart = None
+                for start, end in candidates:
+                    if start < pos:
+                        continue
+                    hit = self._hit(data, start, end, counter.number_at(start))
+                    if hit is None:
+                        continue
+                    if not hit.keys & self.failure_keys:
+                        yield hit
+                        pos = end + 1
+                        continue
+                    lo = start - cat.back_bytes
+                    if lo < 0 and prev is not None:
+                        yield from self._back_in_previous(prev, prev_done, -lo)
+                        prev_done = len(prev.data)
+                    lo = max(lo, pos)
+                    if lo > pos:
+                        lo = max(pos, data.rfind(b"\n", 0, lo) + 1)
+                    for whit, _ in self._run(data, counter, lo, start, cat.all_anchors):
+                        yield whit
+                    yield hit
+                    # the window after the failure: back to step 1 semantics from here
+                    full_until = max(full_until, offset + end + 1 + cat.back_bytes)
+                    restart = end + 1
+                    break
+                if restart is None:
+                    break
+                pos = restart
+                while full_until - offset > pos and pos < size:
+                    hi = min(size, full_until - offset)
+                    lo = pos
+                    pos = size if hi >= size else data.rfind(b"\n", 0, hi) + 1
+                    if pos <= lo:
+                        pos = hi
+                    for hit, end in self._run(data, counter, lo, pos, cat.all_anchors):
+                        if hit.keys & self.failure_keys:
+                            full_until = max(full_until, offset + end + cat.back_bytes)
+                        yield hit
+            prev, prev_done = block, max(done, pos)
+            offset += size
+
+    def _back_in_previous(self, prev: Block, prev_done: int, back: int) -> Iterator[Hit]:
+        """The window before a failure near a block start reaches into the previous block."""
+        pdata = prev.data
+        lo = max(prev_done, len(pdata) - back)
+        if lo > 0:
+            lo = max(prev_done, pdata.rfind(b"\n", 0, lo) + 1)
+        counter = _LineCounter(prev)
+        for hit, _ in self._run(pdata, counter, lo, len(pdata), self.cat.all_anchors):
+            yield hit
+
+
+def scan_log(
+    source: str | os.PathLike[str] | BinaryIO,
+    catalogue: Catalogue | None = None,
+    stats: ScanStats | None = None,
+) -> Iterator[Hit]:
+    """The catalogue hits of a log, in file order (see the module docstring)."""
+    cat = catalogue if catalogue is not None else load_catalogue()
+    return _Scanner(cat).scan(source, stats if stats is not None else ScanStats())
+
+
+# --------------------------------------------------------------------------------------------------
+# 2. Events
+
+
+@dataclass(slots=True)
+class Event:
+    sig_index: int
+    line: int
+    text: str
+    facts: dict[str, FactValue]
+
+
+@dataclass(slots=True)
+class _Context:
+    line: int
+    kind: str  # "frame" | "hint" | "marker"
+    value: str
+    rank: int = 0
+    phase: str | None = None
+    text: str = ""
+
+
+@dataclass(slots=True)
+class _Incident:
+    events: list[Event] = field(default_factory=list)
+    context: list[_Context] = field(default_factory=list)
+
+    @property
+    def start(self) -> int:
+        return self.events[0].line
+
+    @property
+    def end(self) -> int:
+        return self.events[-1].line
+
+
+def _match_signature(sig: Signature, hit: Hit) -> dict[str, FactValue] | None:
+    texts = [hit.line.text]
+    if sig.multiline and hit.following:
+        texts.append(" ".join((hit.line.text, *hit.following)))
+    best: dict[str, FactValue] | None = None
+    for text in texts:
+        for pattern in sig.patterns:
+            m = pattern.search(text)
+            if m is None:
+                continue
+            facts: dict[str, FactValue] = {}
+            units = dict(sig.units)
+            for name, value in m.groupdict().items():
+                if value is None:
+                    continue
+                try:
+                    facts[name] = convert(value, units.get(name, "word"))
+                except BadInputError:
+                    continue
+            if best is None or len(facts) > len(best):
+                best = facts
+            break
+    return best
+
+
+class _Analyser:
+    def __init__(self, cat: Catalogue) -> None:
+        self.cat = cat
+        self.incidents: list[_Incident] = []
+        self.root: _Incident | None = None
+        self.fallback: _Incident | None = None
+        self.current: _Incident | None = None
+        self.recent: deque[_Context] = deque(maxlen=4000)
+        self.global_facts: dict[str, tuple[int, FactValue]] = {}
+        self.markers: list[_Context] = []
+        self.engine_votes: dict[str, int] = {}
+        self.engine_version: tuple[str, str] | None = None
+        self.other: list[tuple[_Incident, Event]] = []
+        self.other_count = 0
+        self.hint_keys = {word: name for name, words in cat.hints.items() for word in words}
+        self.marker_keys = {key: m.phase for m in cat.markers for key in m.keys}
+        self.version_keys = {key: v for v in cat.versions for key in v.keys}
+        self.settings_keys = frozenset(cat.settings_keys)
+        self.engine_order = list(cat.engines)
+        self.fact_texts: dict[int, str] = {}
+
+    # -- per hit
+    def feed(self, hit: Hit) -> None:
+        line = hit.line
+        number = line.number
+        text = line.text
+        cat = self.cat
+        self._engine(line.raw)
+        if self.engine_version is None:
+            for key in hit.keys:
+                version = self.version_keys.get(key)
+                if version is not None:
+                    m = version.pattern.search(text)
+                    if m is not None:
+                        self.engine_version = (version.engine, m.group("version"))
+                        break
+        if hit.keys & self.settings_keys:
+            for setting in cat.settings:
+                value = read_setting(line.raw, setting.regex, setting.unit)
+                if value is not None:
+                    self.global_facts[setting.name] = (number, value)
+        if 'File "' in hit.keys:
+            m = cat.frame_regex.search(text)
+            if m is not None:
+                func, path = m.group("func"), m.group("file")
+                base = path.rsplit("/", 1)[-1]
+                for rule in cat.frames:
+                    if func in rule.functions or base in rule.files:
+                        self._context(_Context(number, "frame", func, rule.rank, rule.phase, text))
+                        if rule.hint:
+                            self._context(_Context(number, "hint", rule.hint, text=text))
+                        break
+        for key in hit.keys:
+            hint = self.hint_keys.get(key)
+            if hint is not None:
+                self._context(_Context(number, "hint", hint, text=text))
+            phase = self.marker_keys.get(key)
+            if phase is not None:
+                marker = _Context(number, "marker", key, phase=phase, text=text)
+                # the later entry of the markers list wins for one line (kv-alloc after profiling, ...)
+                if self.markers and self.markers[-1].line == number:
+                    self.markers[-1] = marker
+                elif len(self.markers) < 100000:
+                    self.markers.append(marker)
+        seen: set[int] = set()
+        for key in hit.keys:
+            for index in cat.keys_to_signatures.get(key, ()):
+                if index in seen:
+                    continue
+                seen.add(index)
+                sig = cat.signatures[index]
+                facts = _match_signature(sig, hit)
+                if facts is None:
+                    continue
+                if sig.when is not None and not evaluate(sig.when, facts):
+                    continue
+                if sig.kind == "facts":
+                    for name, value in facts.items():
+                        self.global_facts[name] = (number, value)
+                    if len(self.fact_texts) < 50000:
+                        self.fact_texts[number] = text
+                    continue
+                self._event(Event(index, number, text, facts))
+
+    def _engine(self, raw: str) -> None:
+        for engine, words in self.cat.engines.items():
+            if any(word in raw for word in words):
+                self.engine_votes[engine] = self.engine_votes.get(engine, 0) + 1
+
+    def _context(self, item: _Context) -> None:
+        self.recent.append(item)
+        if self.current is not None and len(self.current.context) < 2000:
+            self.current.context.append(item)
+
+    def _event(self, event: Event) -> None:
+        cur = self.current
+        if cur is not None and event.line - cur.end > INCIDENT_GAP_LINES:
+            self._close()
+            cur = None
+        if cur is None:
+            cur = _Incident()
+            cur.context = [c for c in self.recent if c.line >= event.line - CONTEXT_BEFORE_LINES]
+            self.current = cur
+        if len(cur.events) < 2000:
+            cur.events.append(event)
+
+    def _close(self) -> None:
+        cur = self.current
+        self.current = None
+        if cur is None:
+            return
+        strong = any(
+            self.cat.signatures[e.sig_index].kind == "failure"
+            and self.cat.signatures[e.sig_index].weight >= STRONG_WEIGHT
+            for e in cur.events
+        )
+        if self.root is None and strong:
+            self.root = cur
+            return
+        if self.root is None and self.fallback is None:
+            self.fallback = cur
+            return
+        # a later failure: keep its top event for other_failures
+        top = _top_event(self.cat, cur)
+        self.other_count += 1
+        if top is not None and len(self.other) < MAX_OTHER_FAILURES:
+            self.other.append((cur, top))
+
+    def engine(self) -> str | None:
+        if not self.engine_votes:
+            return None
+        return max(
+            self.engine_order, key=lambda e: (self.engine_votes.get(e, 0), -self.engine_order.index(e))
+        )
+
+    # -- the decision
+    def finish(self, stats: ScanStats, warnings: list[str], source: str) -> Diagnosis:
+        self._close()
+        root = self.root
+        extra: list[tuple[_Incident, Event]] = []
+        if root is None:
+            root = self.fallback
+        elif self.fallback is not None:
+            top = _top_event(self.cat, self.fallback)
+            if top is not None:
+                extra.append((self.fallback, top))
+        if root is None:
+            return _no_failure(self, stats, warnings, source)
+        return _decide(self, root, extra + self.other, stats, warnings, source)
+
+
+_PID_FACTS = frozenset({"other_pid", "killed_pid"})
+
+
+def _same_facts(a: Mapping[str, FactValue], b: Mapping[str, FactValue]) -> bool:
+    """The same failure again (process ids aside)."""
+    return {k: v for k, v in a.items() if k not in _PID_FACTS} == {
+        k: v for k, v in b.items() if k not in _PID_FACTS
+    }
+
+
+def _top_event(cat: Catalogue, incident: _Incident) -> Event | None:
+    best: Event | None = None
+    best_key: tuple[int, int, int] | None = None
+    for event in incident.events:
+        sig = cat.signatures[event.sig_index]
+        key = (1 if sig.kind == "failure" else 0, sig.weight, -event.line)
+        if best_key is None or key > best_key:
+            best, best_key = event, key
+    return best
+
+
+# --------------------------------------------------------------------------------------------------
+# 3. The decision
+
+
+def _phase_name(phase: str) -> str:
+    return "phase_" + phase.replace("-", "_")
+
+
+def _context_phase(an: _Analyser, incident: _Incident, root_line: int) -> tuple[str | None, _Context | None]:
+    lo = incident.start - CONTEXT_BEFORE_LINES
+    hi = incident.end + INCIDENT_GAP_LINES
+    frames = [c for c in incident.context if c.kind == "frame" and lo <= c.line <= hi]
+    if frames:
+        best = max(frames, key=lambda c: (c.rank, -c.line))
+        return best.phase, best
+    marker = None
+    for m in an.markers:
+        if m.line > root_line:
+            break
+        marker = m
+    if marker is not None:
+        return marker.phase, marker
+    return None, None
+
+
+def _names(
+    an: _Analyser, incident: _Incident, root: Event, ctx_phase: str | None, engine: str | None
+) -> dict[str, Any]:
+    """Everything rules and fixes may name: facts, derived values, constants, hints, the phase."""
+    cat = an.cat
+    names: dict[str, Any] = {}
+    for name, (line, value) in an.global_facts.items():
+        if line <= root.line:
+            names[name] = value
+    for event in incident.events:
+        esig = cat.signatures[event.sig_index]
+        if event is root or esig.id == cat.signatures[root.sig_index].id:
+            continue
+        if esig.kind != "failure" or esig.weight < STRONG_WEIGHT:
+            continue
+        for name, value in event.facts.items():
+            names.setdefault(name, value)
+    names.update(root.facts)
+    sig = cat.signatures[root.sig_index]
+    for name, expr in sig.derive:
+        if name not in names:
+            derived = evaluate(expr, names)
+            if derived is not None and not isinstance(derived, bool):
+                names[name] = int(derived) if name.endswith("_bytes") else derived
+    for name, expr in cat.constants:
+        constant = evaluate(expr, names)
+        if constant is not None:
+            names[name] = constant
+    total = names.get("total_bytes")
+    if isinstance(total, (int, float)) and total > 0:
+        for fact, pct in (
+            ("requested_bytes", "requested_pct"),
+            ("allocated_bytes", "allocated_pct"),
+            ("weights_bytes", "weights_pct"),
+        ):
+            amount = names.get(fact)
+            if isinstance(amount, (int, float)):
+                names[pct] = round(100.0 * amount / total)
+    lo = incident.start - CONTEXT_BEFORE_LINES
+    hi = incident.end + INCIDENT_GAP_LINES
+    for c in incident.context:
+        if c.kind == "hint" and lo <= c.line <= hi:
+            names["hint_" + c.value] = True
+    if ctx_phase is None:
+        names["phase_unknown"] = True
+    else:
+        names[_phase_name(ctx_phase)] = True
+    names["engine_known"] = engine is not None
+    return names
+
+
+def _apply_fix(fix: Fix, names: Mapping[str, Any], engine: str | None) -> FixAdvice | None:
+    if fix.engine is not None:
+        if engine is None and fix.engine != "vllm":
+            return None
+        if engine is not None and fix.engine != engine:
+            return None
+    local = dict(names)
+    for name, expr in fix.let:
+        value = evaluate(expr, local)
+        if value is None or isinstance(value, bool):
+            return None
+        if (
+            isinstance(value, float)
+            and value.is_integer()
+            and abs(value) >= 1
+            and "util" not in name
+            and "mfs" not in name
+        ):
+            value = int(value)
+        local[name] = value
+    if fix.when is not None and not evaluate(fix.when, local):
+        return None
+    action = fill(fix.action, local)
+    reason = fill(fix.reason, local)
+    flag = fill(fix.flag, local) if fix.flag is not None else None
+    value_text = fill(fix.value, local) if fix.value is not None else None
+    if action is None or reason is None or (fix.flag is not None and flag is None):
+        return None
+    if fix.value is not None and value_text is None:
+        return None
+    if value_text is not None:
+        try:
+            number = float(value_text.replace(",", ""))
+        except ValueError:
+            number = None
+        if number is not None and number <= 0 and fix.let:
+            return None
+    return FixAdvice(action=action, flag=flag, value=value_text, reason=reason)
+
+
+def _decide(
+    an: _Analyser,
+    incident: _Incident,
+    others: list[tuple[_Incident, Event]],
+    stats: ScanStats,
+    warnings: list[str],
+    source: str,
+) -> Diagnosis:
+    cat = an.cat
+    root = _top_event(cat, incident)
+    assert root is not None
+    sig = cat.signatures[root.sig_index]
+    engine = an.engine()
+    if sig.engine is not None:
+        engine = sig.engine  # the message itself names its engine
+    ctx_phase, ctx_item = _context_phase(an, incident, root.line)
+    names = _names(an, incident, root, ctx_phase, engine)
+    cause, phase, confidence, why, refined = _resolve(cat, sig, names, ctx_phase)
+    # the same small failure again and again: something is never given back
+    if sig.repeat is not None and not refined:
+        same = [
+            e for e in incident.events if e.sig_index == root.sig_index and _same_facts(e.facts, root.facts)
+        ]
+        if len(same) >= sig.repeat.min_count:
+            names["count"] = len(same)
+            cause = sig.repeat.cause
+            phase = sig.repeat.phase or phase
+            confidence = sig.repeat.confidence or confidence
+            text = fill(sig.repeat.why, names) if sig.repeat.why else None
+            if text:
+                why.append(text)
+            refined = True
+    phase_inferred = False
+    if phase == "context":
+        phase = ctx_phase or sig.default_phase or "unknown"
+        if phase == "unknown":
+            for guess in cat.phase_guess:
+                if evaluate(guess.when, names):
+                    phase = guess.phase
+                    phase_inferred = True
+                    text = fill(guess.why, names)
+                    if text:
+                        why.append(f"phase inferred: {text}")
+                    if confidence == "high":
+                        confidence = "medium"
+                    break
+    names["cause_" + cause.replace("-", "_")] = True
+    names.setdefault("count", sum(1 for e in incident.events if e.sig_index == root.sig_index))
+
+    # fixes: the signature's own (computed from its facts) when the label is its own, then the label's
+    fixes: list[FixAdvice] = []
+    seen: set[tuple[str | None, str]] = set()
+    seen_actions: set[tuple[str, str | None]] = set()
+    sources: list[Fix] = []
+    if not refined or cause == sig.cause:
+        sources.extend(sig.fixes)
+    info = cat.causes.get(cause)
+    if info is not None:
+        sources.extend(info.fixes)
+    for fix in sources:
+        advice = _apply_fix(fix, names, engine)
+        if advice is None:
+            continue
+        key = (advice.flag, advice.action) if advice.flag is None else (advice.flag, "")
+        if key in seen or (advice.action, advice.value) in seen_actions:
+            continue
+        seen.add(key)
+        seen_actions.add((advice.action, advice.value))
+        fixes.append(advice)
+        if len(fixes) >= 5:
+            break
+    do_not_src = list(sig.do_not) if (not refined or cause == sig.cause) else []
+    if info is not None and not do_not_src:
+        do_not_src.extend(info.do_not)
+    do_not: list[str] = []
+    for text in do_not_src:
+        filled = fill(text, names)
+        if filled and filled not in do_not:
+            do_not.append(filled)
+
+    evidence = _evidence(an, incident, root, ctx_item)
+    facts = {k: v for k, v in names.items() if isinstance(v, (int, float, str)) and not isinstance(v, bool)}
+    for internal in ("margin_bytes", "count"):
+        facts.pop(internal, None)
+    for k, v in list(facts.items()):
+        if k.endswith("_bytes") and isinstance(v, float):
+            facts[k] = round(v)
+
+    other_out: list[OtherFailure] = []
+    for event in incident.events:
+        esig = cat.signatures[event.sig_index]
+        if event is root or esig.kind != "failure" or esig.weight < STRONG_WEIGHT or esig.id == sig.id:
+            continue
+        if event.line == root.line:  # another reading of the same message (Ray lists possible causes)
+            continue
+        ecause = _event_cause(an, incident, event, engine)
+        if ecause != cause and len(other_out) < MAX_OTHER_FAILURES:
+            other_out.append(OtherFailure(ecause, event.line, event.text[:300], esig.id))
+    for same_incident_event in (
+        e for e in incident.events if e.sig_index == root.sig_index and e is not root
+    ):
+        if _same_facts(same_incident_event.facts, root.facts):
+            continue
+        if len(other_out) < MAX_OTHER_FAILURES:
+            other_out.append(
+                OtherFailure(cause, same_incident_event.line, same_incident_event.text[:300], sig.id)
+            )
+    for other_incident, event in others:
+        if len(other_out) >= MAX_OTHER_FAILURES:
+            break
+        other_out.append(
+            OtherFailure(
+                _event_cause(an, other_incident, event, engine),
+                event.line,
+                event.text[:300],
+                cat.signatures[event.sig_index].id,
+            )
+        )
+    other_out.sort(key=lambda o: o.line)
+    if an.other_count > len(an.other):
+        warnings.append(f"{an.other_count - len(an.other)} more later failures not listed")
+
+    what = sig.what if cause == "not-oom" else None
+    if cause == "not-oom" and sig.id == "python-exception":
+        exc = names.get("exception")
+        what = f"an exception that is not about memory: {exc}" if exc else what
+    summary = info.summary if info is not None else cause
+    version = an.engine_version[1] if an.engine_version is not None else None
+    if an.engine_version is not None and engine is None:
+        engine = an.engine_version[0]
+    return Diagnosis(
+        cause=cause,
+        phase=phase,
+        confidence=confidence,
+        summary=summary,
+        why=tuple(why),
+        evidence=evidence,
+        facts=facts,
+        fixes=tuple(fixes),
+        do_not=tuple(do_not),
+        other_failures=tuple(other_out),
+        engine=engine,
+        engine_version=version,
+        signature=sig.id,
+        what=what,
+        phase_inferred=phase_inferred,
+        lines_read=stats.lines,
+        bytes_read=stats.bytes_read,
+        warnings=tuple(warnings),
+        source=source,
+    )
+
+
+def _resolve(
+    cat: Catalogue, sig: Signature, names: dict[str, Any], ctx_phase: str | None
+) -> tuple[str, str, str, list[str], bool]:
+    cause = sig.cause or "not-oom"
+    phase = sig.phase or "context"
+    confidence = sig.confidence
+    why: list[str] = []
+    for rule in sig.refine:
+        if evaluate(rule.when, names):
+            cause = rule.cause or cause
+            phase = rule.phase or phase
+            confidence = rule.confidence or confidence
+            if rule.why:
+                text = fill(rule.why, names)
+                if text:
+                    why.append(text)
+            return cause, phase, confidence, why, cause != sig.cause
+    return cause, phase, confidence, why, False
+
+
+def _event_cause(an: _Analyser, incident: _Incident, event: Event, engine: str | None) -> str:
+    sig = an.cat.signatures[event.sig_index]
+    ctx_phase, _ = _context_phase(an, incident, event.line)
+    names = _names(an, incident, event, ctx_phase, engine)
+    cause, _, _, _, _ = _resolve(an.cat, sig, names, ctx_phase)
+    return cause
+
+
+def _evidence(
+    an: _Analyser, incident: _Incident, root: Event, ctx_item: _Context | None
+) -> tuple[Evidence, ...]:
+    items: dict[int, str] = {root.line: root.text}
+    cat = an.cat
+    for event in incident.events:
+        if len(items) >= MAX_EVIDENCE - 2:
+            break
+        esig = cat.signatures[event.sig_index]
+        if event.line not in items and (event.facts or esig.weight >= 20) and esig.kind == "failure":
+            items[event.line] = event.text
+    # the fact lines the numbers came from, nearest first
+    fact_lines = sorted(
+        {line for line, _ in an.global_facts.values() if incident.start - 400 <= line <= incident.end},
+        key=lambda line: abs(line - root.line),
+    )
+    if ctx_item is not None and ctx_item.line not in items:
+        items[ctx_item.line] = ctx_item.text
+    for c in incident.context:
+        if c.kind == "hint" and c.line not in items and len(items) < MAX_EVIDENCE:
+            items[c.line] = c.text
+    for line in fact_lines:
+        if len(items) >= MAX_EVIDENCE:
+            break
+        if line not in items:
+            items[line] = an.fact_texts.get(line, "")
+    return tuple(Evidence(line, text[:400]) for line, text in sorted(items.items()) if text)
+
+
+def _no_failure(an: _Analyser, stats: ScanStats, warnings: list[str], source: str) -> Diagnosis:
+    engine = an.engine()
+    version = an.engine_version[1] if an.engine_version is not None else None
+    facts = {name: value for name, (_, value) in an.global_facts.items()}
+    return Diagnosis(
+        cause="no-failure",
+        phase="unknown",
+        confidence="high" if stats.lines else "low",
+        summary="the log holds no failure" if stats.lines else "the log is empty",
+        why=(),
+        evidence=(),
+        facts=facts,
+        fixes=(),
+        do_not=(),
+        other_failures=(),
+        engine=engine,
+        engine_version=version,
+        signature=None,
+        lines_read=stats.lines,
+        bytes_read=stats.bytes_read,
+        warnings=tuple(warnings),
+        source=source,
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# Entry points
+
+
+def diagnose(source: str | os.PathLike[str] | BinaryIO, *, catalogue: Catalogue | None = None) -> Diagnosis:
+    """Explain the memory failure in a log (a path, "-" for stdin, or a binary stream).
+
+    Raises BadInputError for an unreadable source (a directory, a missing file) and for a truncated
+    gzip in which no failure was found; a truncated gzip with a failure is diagnosed, with a warning.
+    """
+    cat = catalogue if catalogue is not None else load_catalogue()
+    stats = ScanStats()
+    analyser = _Analyser(cat)
+    warnings: list[str] = []
+    name = (
+        "<stdin>"
+        if isinstance(source, str) and source == "-"
+        else (
+            os.fspath(source)
+            if isinstance(source, (str, os.PathLike))
+            else str(getattr(source, "name", "<stream>"))
+        )
+    )
+    truncated: TruncatedInputError | None = None
+    try:
+        for hit in _Scanner(cat).scan(source, stats):
+            analyser.feed(hit)
+    except TruncatedInputError as exc:
+        truncated = exc
+        warnings.append(f"{exc}; diagnosed from the {stats.lines:,} lines before the cut")
+    if stats.truncated_lines:
+        warnings.append(f"{stats.truncated_lines} over-long line(s) cut at 64 KiB")
+    warnings.extend(stats.notes)
+    result = analyser.finish(stats, warnings, name)
+    if truncated is not None and not result.found_failure:
+        raise BadInputError(f"{truncated}; no failure in the {stats.lines:,} lines that could be read")
+    return result
+
+
+def diagnose_text(text: str, *, catalogue: Catalogue | None = None) -> Diagnosis:
+    """The same diagnosis for a log held in a string (e.g. a caught exception's message)."""
+    return diagnose(io.BytesIO(text.encode("utf-8", "replace")), catalogue=catalogue)
