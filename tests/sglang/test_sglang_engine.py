@@ -499,6 +499,7 @@ VERSIONS = ["0.4.6.post5", "0.5.2", "0.5.9", "0.5.17", "0.5.18", "0.5.23"]
     page=st.sampled_from([None, 1, 16, 64]),
     chunked=st.one_of(st.none(), st.sampled_from([-1, 1024, 4096, 16384])),
     post=st.booleans(),
+    pp=st.sampled_from([1, 1, 2, 3]),
 )
 def test_ledger_sums_to_capacity(
     model: ModelSpec,
@@ -509,6 +510,7 @@ def test_ledger_sums_to_capacity(
     page: int | None,
     chunked: int | None,
     post: bool,
+    pp: int,
 ) -> None:
     gpu = card(smi)
     s = sg(
@@ -517,6 +519,7 @@ def test_ledger_sums_to_capacity(
         mem_fraction_static=mfs,
         page_size=page,
         chunked_prefill_size=chunked,
+        pipeline_parallel_size=pp,
     )
     plan = S.plan_sglang(model, gpu, s, options=S.SglangOptions(post_capture_kv_sizing=post))
     assert sum(t.bytes for t in plan.ledger.terms) == plan.capacity_bytes == gpu.cuda_total_bytes
@@ -555,3 +558,21 @@ def test_default_fraction_is_rounded_complement_of_reserve(smi: int, tp: int) ->
     if smi > 60 * 1024:
         assert reserve.total_mib >= 10240
     assert math.isfinite(mfs)
+
+
+def test_pipeline_parallel_binding_stage() -> None:
+    """PP ranks all-reduce MIN the token count: the stage with the most layers + the embedding binds."""
+    layout = S.stage_layout(LLAMA, 1, 3)
+    assert [layers for layers, _ in layout] == [11, 11, 10]
+    assert sum(w for _, w in layout) == pytest.approx(LLAMA.weight_bytes, abs=3)
+    plan = S.plan_sglang(LLAMA, H100, sg(pipeline_parallel_size=3))
+    per_stage = []
+    for layers, weights in layout:
+        rest = (plan.free_before_load_bytes - weights) / GiB - plan.free_before_load_bytes / GiB * (
+            1 - plan.mem_fraction_static
+        )
+        per_stage.append(int(rest * GiB) // (8 * 2 * 128 * layers * 2))
+    assert plan.max_total_num_tokens == min(per_stage)
+    assert plan.weights_bytes == layout[0][1] and plan.bytes_per_token == 8 * 2 * 128 * 11 * 2
+    assert any("pipeline stage 0 binds" in b for b in plan.branch)
+    assert sum(t.bytes for t in plan.ledger.terms) == H100.cuda_total_bytes

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol
 
 from vramctl.core.errors import BadInputError
+from vramctl.core.kv import pp_partition
 from vramctl.core.ledger import (
     ACTIVATION_PEAK,
     CUDA_GRAPH,
@@ -41,6 +42,7 @@ from vramctl.core.ledger import (
 )
 from vramctl.core.settings import LATEST_SGLANG_VERSION, ServeSettings, parse_version
 from vramctl.core.specs import GpuSpec, ModelSpec
+from vramctl.core.specs import dtype_bytes as dtype_bytes_of
 from vramctl.core.units import GiB, MiB, format_bytes, format_count
 
 SGLANG_REF = "../shared/reference/sglang.md"
@@ -649,14 +651,21 @@ def layers_per_stage(num_layers: int, pp: int) -> int:
     return math.ceil(num_layers / pp)
 
 
-def cell_size(model: ModelSpec, settings: ServeSettings, options: SglangOptions | None = None) -> int:
+def cell_size(
+    model: ModelSpec,
+    settings: ServeSettings,
+    options: SglangOptions | None = None,
+    *,
+    layers: int | None = None,
+) -> int:
     """SGLang bytes per token per rank (0.5.18 `pool_configurator.py::_compute_cell_size` L235).
 
     MHA/GQA: max(1, kv_heads // attn_tp) × 2 × head_dim × layers × dtype. MLA: (kv_lora_rank +
     qk_rope_head_dim) × layers × dtype, not divided by TP (every rank stores the full latent).
     """
     opts = options or SglangOptions()
-    layers = layers_per_stage(model.num_hidden_layers, settings.pipeline_parallel_size)
+    if layers is None:
+        layers = layers_per_stage(model.num_hidden_layers, settings.pipeline_parallel_size)
     dtype_bytes = _kv_dtype_bytes(model, settings)
     if model.mla is not None:
         return int((model.mla.kv_lora_rank + model.mla.qk_rope_head_dim) * layers * dtype_bytes)
@@ -719,8 +728,36 @@ def context_estimate_bytes(world_size: int) -> tuple[int, int, str]:
 
 
 def weights_per_rank_bytes(model: ModelSpec, tp: int, pp: int) -> int:
-    """Checkpoint bytes split over TP and PP (norms are replicated; a few MiB at most)."""
-    return -(-model.weight_bytes // (tp * pp))
+    """Weights on one rank of the heaviest pipeline stage (see `stage_layout`)."""
+    return max(weights for _, weights in stage_layout(model, tp, pp))
+
+
+def stage_layout(model: ModelSpec, tp: int, pp: int) -> tuple[tuple[int, int], ...]:
+    """(layers, weight bytes per rank) of each pipeline stage.
+
+    Layers split as `get_pp_indices` splits them (vramctl.core.kv.pp_partition); the embedding sits on the first
+    stage and the lm_head on the last (a tied head is materialised there too when pp > 1); everything is
+    sharded over TP (vocab-parallel embedding, column/row-parallel layers; norms are a few MiB).
+    """
+    if pp == 1:
+        return ((model.num_hidden_layers, -(-model.weight_bytes // tp)),)
+    parts = pp_partition(model.num_hidden_layers, pp)
+    try:
+        elem = dtype_bytes_of(model.torch_dtype)
+    except KeyError:
+        elem = 2
+    embed = int(model.vocab_size * model.hidden_size * elem)
+    head = 0 if model.tie_word_embeddings else embed
+    body = max(0, model.weight_bytes - embed - head)
+    out: list[tuple[int, int]] = []
+    for stage, layers in enumerate(parts):
+        stage_bytes = body * layers // model.num_hidden_layers
+        if stage == 0:
+            stage_bytes += embed
+        if stage == pp - 1:
+            stage_bytes += head or embed
+        out.append((layers, -(-stage_bytes // tp)))
+    return tuple(out)
 
 
 def gpu_mem_mib_for(gpu: GpuSpec, settings: ServeSettings) -> tuple[int | None, int]:
@@ -888,9 +925,11 @@ def plan_sglang(
     ctx_bytes, ctx_unc, ctx_formula = context_estimate_bytes(tp * pp)
     start_free = capacity if settings.free_memory_bytes is None else min(capacity, settings.free_memory_bytes)
     other = capacity - start_free
-    weights = weights_per_rank_bytes(model, tp, pp)
+    stages = stage_layout(model, tp, pp)
+    stage_index = 0
+    stage_layers, weights = stages[0]
     weights_source = TermSource.ESTIMATED
-    weights_formula = f"checkpoint {format_bytes(model.weight_bytes)} / (tp {tp} × pp {pp})"
+    weights_formula = f"checkpoint {format_bytes(model.weight_bytes)} / tp {tp}"
     if opts.free_before_load_bytes is not None:
         pre = opts.free_before_load_bytes
         ctx_bytes = max(0, start_free - pre)
@@ -905,7 +944,23 @@ def plan_sglang(
         weights_source = TermSource.GIVEN
         weights_formula = "Load weight begin − end avail mem (given)"
     else:
+        # PP ranks all-reduce MIN the token count: the binding stage has the fewest tokens.
+        def stage_tokens(layers_weights: tuple[int, int]) -> int:
+            layers, stage_weights = layers_weights
+            rest = (pre - stage_weights) / GiB - pre / GiB * (1 - mfs)
+            return int(rest * GiB) // cell_size(model, settings, opts, layers=layers)
+
+        if pp > 1:
+            stage_index = min(range(pp), key=lambda i: stage_tokens(stages[i]))
+            stage_layers, weights = stages[stage_index]
+            weights_formula = (
+                f"stage {stage_index} of {pp} ({stage_layers} layers"
+                f"{', embedding' if stage_index == 0 else ''}{', lm_head' if stage_index == pp - 1 else ''}) / tp {tp}"
+            )
+            branch.append(f"pipeline stage {stage_index} binds (fewest tokens; PP ranks take the MIN)")
         avail = pre - weights
+    if opts.free_after_load_bytes is not None or pp == 1:
+        stage_layers = layers_per_stage(model.num_hidden_layers, pp)
     branch.append(
         f"pre_model_load_memory = {pre / GiB:.2f} GiB, after load {avail / GiB:.2f} GiB "
         f"(weights {weights / GiB:.2f} GiB per rank)"
@@ -921,7 +976,7 @@ def plan_sglang(
         graph_estimate = int(graph_mib * MiB)
     rest_gib = avail_gib - slack_gib
     budget = int(rest_gib * GiB) - graph_estimate
-    cell = cell_size(model, settings, opts)
+    cell = cell_size(model, settings, opts, layers=stage_layers)
     page = settings.page_size or BACKEND_PAGE_SIZE.get((opts.attention_backend or "").lower(), 1)
     if opts.device == "musa" and settings.page_size is None:
         page = 64
