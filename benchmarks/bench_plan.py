@@ -1,0 +1,94 @@
+#!/usr/bin/env python3
+"""How long `vramctl plan --json` takes, against a bare `python -c 'import typer, rich'`.
+
+    python benchmarks/bench_plan.py [--runs 15] [--cores 0,1]
+
+Each command runs as a fresh subprocess (what a user or CI pays), `--runs` times, alternating with the baseline;
+the report gives the median wall time of each and their ratio. `--cores` pins both to CPUs with `taskset`
+(the CI machine has 2 cores). Also checks that the plan process never imported torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+
+PLAN = [
+    sys.executable,
+    "-c",
+    "import sys; from vramctl.cli.main import main; code = main(['plan', '--json']); "
+    "assert 'torch' not in sys.modules, 'torch imported'; sys.exit(code)",
+]
+PLAN_BOTH = [sys.executable, "-m", "vramctl.cli.main", "plan", "--engine", "both", "--json"]
+PLAN_ONLY_CODE = (
+    "import sys, typer\n"
+    "from vramctl.cli import plan\n"
+    "app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None)\n"
+    "app.callback()(lambda: None)\n"
+    "plan.register(app)\n"
+    "try:\n"
+    "    app(args=['plan', '--json'], prog_name='vramctl')\n"
+    "except SystemExit as exc:\n"
+    "    assert 'torch' not in sys.modules\n"
+    "    sys.exit(exc.code)\n"
+)
+PLAN_ONLY = [sys.executable, "-c", PLAN_ONLY_CODE]
+"""The plan command alone in a typer app: what `vramctl plan` costs when the other commands import lazily."""
+BASELINE = [sys.executable, "-c", "import typer, rich"]
+PYTHON = [sys.executable, "-c", "pass"]
+
+
+def timed(cmd: list[str], prefix: list[str]) -> float:
+    start = time.perf_counter()
+    proc = subprocess.run([*prefix, *cmd], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, check=False)
+    elapsed = time.perf_counter() - start
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}): {proc.stderr.decode()[-500:]}")
+    return elapsed
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--runs", type=int, default=15)
+    parser.add_argument("--cores", default=None, help="e.g. 0,1: pin with taskset")
+    args = parser.parse_args(argv)
+    prefix: list[str] = []
+    if args.cores:
+        if shutil.which("taskset") is None:
+            raise SystemExit("--cores needs taskset")
+        prefix = ["taskset", "-c", args.cores]
+    for cmd in (PLAN, BASELINE):  # warm the file cache
+        timed(cmd, prefix)
+    results: dict[str, list[float]] = {
+        "plan": [],
+        "plan_only": [],
+        "plan_both": [],
+        "baseline": [],
+        "python": [],
+    }
+    for _ in range(args.runs):
+        results["python"].append(timed(PYTHON, prefix))
+        results["baseline"].append(timed(BASELINE, prefix))
+        results["plan"].append(timed(PLAN, prefix))
+        results["plan_only"].append(timed(PLAN_ONLY, prefix))
+        results["plan_both"].append(timed(PLAN_BOTH, prefix))
+    med = {k: statistics.median(v) for k, v in results.items()}
+    print(f"runs: {args.runs} each{' on cores ' + args.cores if args.cores else ''}; median wall time")
+    print(f"  python -c pass                 {med['python'] * 1000:7.1f} ms")
+    print(f"  python -c 'import typer, rich' {med['baseline'] * 1000:7.1f} ms  (baseline)")
+    print(
+        f"  vramctl plan --json            {med['plan'] * 1000:7.1f} ms  ratio {med['plan'] / med['baseline']:.2f}x"
+    )
+    print(
+        f"  vramctl plan --engine both     {med['plan_both'] * 1000:7.1f} ms  ratio {med['plan_both'] / med['baseline']:.2f}x"
+    )
+    print(f"  plan's own work (plan − baseline) {(med['plan'] - med['baseline']) * 1000:.1f} ms")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
