@@ -632,7 +632,8 @@ def read_blocks(
     stats = ReadStats()
     buffers = [_aligned_buffer(layout.chunk_bytes) for _ in range(READ_RING)]
     try:
-        with _pool(workers) as verifier:
+        threads = workers if workers is not None else default_workers()
+        with _pool(threads) as verifier:
             pending: deque[tuple[memoryview, list[Future[list[tuple[int, BadBlock | None]]]]]] = deque()
             start = time.perf_counter()
             for k, (first, count, offset) in enumerate(layout.chunks()):
@@ -640,7 +641,9 @@ def read_blocks(
                     _collect(pending.popleft(), stats, layout, on_block)  # frees buffer k % READ_RING
                 view = memoryview(buffers[k % READ_RING])
                 got = _full_pread(fd, view[: count * layout.slot_bytes], offset)
-                pending.append((view, _submit_verify(verifier, view, first, count, got, layout, seq, method)))
+                pending.append(
+                    (view, _submit_verify(verifier, threads, view, first, count, got, layout, seq, method))
+                )
             while pending:
                 _collect(pending.popleft(), stats, layout, on_block)
             stats.seconds = time.perf_counter() - start
@@ -653,6 +656,7 @@ def read_blocks(
 
 def _submit_verify(
     pool: ThreadPoolExecutor,
+    threads: int,
     view: memoryview,
     first: int,
     count: int,
@@ -662,7 +666,7 @@ def _submit_verify(
     method: str,
 ) -> list[Future[list[tuple[int, BadBlock | None]]]]:
     # Split the request into one task per worker-sized slice of blocks.
-    per_task = max(1, count // max(1, pool._max_workers))
+    per_task = max(1, count // threads)
     futures = []
     for lo in range(0, count, per_task):
         n = min(per_task, count - lo)
