@@ -1080,7 +1080,7 @@ def plan_sglang(
     terms.append(Term(NON_TORCH, ctx_bytes, ctx_source, ctx_formula, ctx_unc))
     terms.append(Term(WEIGHTS, weights, weights_source, weights_formula, 0))
     act_bytes = graph_bytes = 0
-    if reserve is not None and reserve.branch == "normal":
+    if reserve is not None and reserve.branch in ("normal", "table", "tp-pp-table"):
         act_bytes = max(0, min(int(reserve.activation_mib * MiB), held))
         graph_bytes = max(0, min(int(reserve.graph_mib * MiB), held - act_bytes))
     elif post_capture and reserve is not None:
@@ -1093,6 +1093,11 @@ def plan_sglang(
                 act_bytes,
                 TermSource.ESTIMATED,
                 f"reserve's activation part: {reserve.activation_tokens if reserve else 0} tokens × 1.5 MiB"
+                + (
+                    " (clipped to the held-back pre × (1 − mfs))"
+                    if reserve is not None and act_bytes < int(reserve.activation_mib * MiB)
+                    else ""
+                )
                 if not post_capture
                 else "post-capture headroom pre × (1 − mfs)",
                 note="SGLang does not measure the activation peak; its reserve is a heuristic",
@@ -1181,8 +1186,12 @@ def plan_sglang(
 def _reserve_for(r: _Resolved, post_capture: bool, gpu_mem: int | None) -> ReserveBreakdown:
     if r.rules == RULES_0_4_6:
         # The table has no reserve; report the 0.5.x parts for the ledger split only.
+        # The table has no reserve: report what its fraction implies, split like 0.5.9 for the ledger.
         base = _reserve_0_5_9(r)
-        return replace(base, branch="tp-pp-table")
+        implied = 0.0 if gpu_mem is None else gpu_mem * (1 - _fraction_0_4_6(gpu_mem, r.tp, r.pp))
+        return replace(
+            base, branch="tp-pp-table", total_mib=implied, floor_applied=False, floor_extra_mib=0.0
+        )
     if r.rules == RULES_0_5_2:
         if gpu_mem is None:
             return ReserveBreakdown(rules=r.rules, branch="unknown-gpu")
