@@ -239,3 +239,14 @@ def test_host_tier_vllm_offload(capsys: pytest.CaptureFixture[str]) -> None:
     code, d = run_json(capsys, "--kv-offloading-size", "64", "--host-memory", "512GiB")
     assert code == 0
     assert d["host_tier"]["mechanism"].startswith("vllm")
+
+
+def test_max_model_len_auto_fits_the_pool(capsys: pytest.CaptureFixture[str]) -> None:
+    code, d = run_json(capsys, "llama-3.1-8b", "--gpu", "l4", "--max-model-len", "auto")
+    assert code == 0
+    assert 0 < d["max_model_len"] < 131072
+    assert d["explanations"][0].startswith("Auto-fit max_model_len: reduced from 131072 to ")
+    code, d = run_json(capsys, "llama-3.1-8b", "--gpu", "h100-sxm", "--max-model-len", "-1")
+    assert code == 0 and d["max_model_len"] == 131072
+    code, _, err = run(capsys, "llama-3.1-8b", "--max-model-len", "auto", "--engine-version", "0.11.0")
+    assert code == 2 and "auto-fit" in err

@@ -53,7 +53,7 @@ def test_env_prefix_and_graph_estimate_switch() -> None:
 
 def test_python_m_entrypoints() -> None:
     model, s, _ = settings_of("python -m vllm.entrypoints.openai.api_server --model m --max-model-len auto")
-    assert model == "m" and s.engine == "vllm" and s.max_model_len is None
+    assert model == "m" and s.engine == "vllm" and s.max_model_len == -1
     model, s, _ = settings_of(
         "python3 -m sglang.launch_server --model-path Qwen/Qwen3-8B --tp 4 --mem-fraction-static 0.85 "
         "--chunked-prefill-size 4096 --max-running-requests 64 --page-size 16 --cuda-graph-max-bs 32 "

@@ -40,6 +40,13 @@ def _int(text: str | None, flag: str) -> int | None:
     return int(value)
 
 
+def _max_model_len(text: str | None) -> int | None:
+    """`auto` / `-1` = vLLM's auto-fit (kept as -1, vLLM's own value)."""
+    if text is not None and text.strip().lower() in ("auto", "-1"):
+        return -1
+    return _int(text, "--max-model-len")
+
+
 def _float(text: str | None, flag: str) -> float | None:
     return None if text is None else parse_number(text, what=flag)
 
@@ -100,7 +107,7 @@ def run_plan(
         changes["engine_version"] = options["engine_version"]
     numeric: dict[str, Any] = {
         "gpu_memory_utilization": _float(options.get("gpu_memory_utilization"), "--gpu-memory-utilization"),
-        "max_model_len": _int(options.get("max_model_len"), "--max-model-len"),
+        "max_model_len": _max_model_len(options.get("max_model_len")),
         "max_num_batched_tokens": _int(options.get("max_num_batched_tokens"), "--max-num-batched-tokens"),
         "max_num_seqs": _int(options.get("max_num_seqs"), "--max-num-seqs"),
         "block_size": _int(options.get("block_size"), "--block-size"),

@@ -50,6 +50,8 @@ WEIGHTS_DO_NOT_FIT = "weights-do-not-fit"
 VALID_BLOCK_SIZES = (1, 8, 16, 32, 64, 128, 256)
 """`CacheConfig.block_size` accepts these (vllm/config/cache.py, BlockSize)."""
 _ABSURD_TOKENS = 1 << 26
+AUTO_MAX_MODEL_LEN = -1
+"""`--max-model-len auto` (or -1): vLLM fits the length to the KV pool (0.12 →)."""
 _THIN_MARGIN_BYTES = 1 * GiB
 
 
@@ -214,7 +216,8 @@ def validate(model: ModelSpec, gpu: GpuSpec, settings: ServeSettings) -> None:
         )
     _check_positive(settings.tensor_parallel_size, "--tensor-parallel-size", upper=4096)
     _check_positive(settings.pipeline_parallel_size, "--pipeline-parallel-size", upper=1024)
-    _check_positive(settings.max_model_len, "--max-model-len", upper=_ABSURD_TOKENS)
+    if settings.max_model_len != AUTO_MAX_MODEL_LEN:
+        _check_positive(settings.max_model_len, "--max-model-len", upper=_ABSURD_TOKENS)
     _check_positive(settings.max_num_batched_tokens, "--max-num-batched-tokens", upper=_ABSURD_TOKENS)
     _check_positive(settings.max_num_seqs, "--max-num-seqs", upper=1 << 20)
     _check_positive(settings.kv_cache_memory_bytes, "--kv-cache-memory-bytes", upper=float(1 << 50))
@@ -243,7 +246,7 @@ def validate(model: ModelSpec, gpu: GpuSpec, settings: ServeSettings) -> None:
             f"{model.num_hidden_layers} layers"
         )
     mml = settings.max_model_len
-    if mml is not None and mml > model.max_position_embeddings:
+    if mml is not None and mml != AUTO_MAX_MODEL_LEN and mml > model.max_position_embeddings:
         raise BadInputError(
             f"--max-model-len {mml}: User-specified max_model_len ({mml}) is greater than the derived max_model_len "
             f"(max_position_embeddings={model.max_position_embeddings} in model's config.json); vLLM refuses it"
@@ -288,7 +291,7 @@ def resolve_settings(model: ModelSpec, gpu: GpuSpec, settings: ServeSettings, ve
         u = V.default_gpu_memory_utilization(version)
         defaults.append("gpu_memory_utilization")
     mml = settings.max_model_len
-    if mml is None:
+    if mml is None or mml == AUTO_MAX_MODEL_LEN:
         mml = model.max_position_embeddings
         defaults.append("max_model_len")
     table_tokens, table_seqs = V.default_scheduler_limits(
@@ -822,6 +825,41 @@ def _explanations(model: ModelSpec, gpu: GpuSpec, core: _Core, ledger: Ledger) -
     return notes, warnings
 
 
+def _auto_fit(
+    model: ModelSpec, gpu: GpuSpec, core: _Core, capacity: int, cal: est.Calibration
+) -> tuple[_Core, str | None]:
+    """`--max-model-len auto` / `-1` (PR #29431, 0.12 →): the full context if it fits, else the largest length
+    that does (`kv_cache_planning.py:1337-1410`), with vLLM's log line or its error."""
+    s = core.s
+    if parse_version(s.version) < (0, 12, 0):
+        raise BadInputError(
+            f"--max-model-len auto: vLLM {s.version} has no auto-fit (added in 0.12, PR #29431)"
+        )
+    available = core.binding.kv_bytes - core.binding.bytes_per_block
+    where = f"{vllm_format_gib(max(0, available))} GiB GPU"
+    if core.verdict in (GPU_UTIL_EXCEEDS_FREE, WEIGHTS_DO_NOT_FIT, NO_KV_CACHE_MEMORY):
+        return core, None
+    if core.verdict == FITS:
+        return core, (
+            f"Auto-fit max_model_len: full model context length {s.max_model_len} fits in available KV cache memory "
+            f"({where})"
+        )
+    fit = core.max_model_len_fit
+    if fit <= 0:
+        failed = replace(
+            core,
+            verdict=NO_KV_CACHE_MEMORY,
+            verdict_message="Cannot auto-fit max_model_len: not enough GPU memory available to serve even a single "
+            "token. Try increasing `gpu_memory_utilization`.",
+        )
+        return failed, None
+    fitted = _core(model, gpu, replace(s, max_model_len=fit), capacity, cal)
+    return fitted, (
+        f"Auto-fit max_model_len: reduced from {s.max_model_len} to {fit} to fit in available KV cache memory "
+        f"({where})"
+    )
+
+
 SEED_MODEL = "meta-llama/Meta-Llama-3-8B-Instruct"
 SEED_GPU = "h100-sxm"
 SEED_TOTAL_GIB = 79.6
@@ -867,8 +905,14 @@ def plan_vllm(
     capacity = settings.gpu_memory_bytes or gpu.cuda_total_bytes
     s = resolve_settings(model, gpu, settings, version)
     core = _core(model, gpu, s, capacity, calibration)
+    auto_note = None
+    if settings.max_model_len == AUTO_MAX_MODEL_LEN:
+        core, auto_note = _auto_fit(model, gpu, core, capacity, calibration)
+        s = core.s
     ledger = _ledger(core)
     notes, warnings = _explanations(model, gpu, core, ledger)
+    if auto_note:
+        notes.insert(0, auto_note)
     kv_model = kv_view_of_model(model, version)
     return PlanResult(
         engine="vllm",

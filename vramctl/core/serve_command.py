@@ -88,7 +88,7 @@ def _sizes(flag: str) -> Callable[[str], tuple[int, ...]]:
 def _max_model_len(flag: str) -> Callable[[str], int | None]:
     def parse(text: str) -> int | None:
         if text.strip().lower() in ("auto", "-1"):
-            return None
+            return -1  # vLLM's auto-fit (vramctl.core.plan.AUTO_MAX_MODEL_LEN)
         return _human_int(text, flag)
 
     return parse
