@@ -134,6 +134,10 @@ BAD_SPECS = {
         "model: llama-3-8b\ngpu: h100-sxm\nflags:\n  gpu-memory-utilization: 1.5\n",
         "gpu-memory-utilization",
     ),
+    "version as a float": (
+        "model: llama-3-8b\ngpu: h100-sxm\nengine_version: 0.20\n",
+        "write the version as a string",
+    ),
     "engine version": (
         "model: llama-3-8b\ngpu: h100-sxm\nengine: sglang\nengine_version: newest\n",
         "engine-version",

@@ -520,7 +520,17 @@ def parse_spec(text: str, *, source: str = "spec") -> DeploySpec:
     else:
         raise _bad(source, "engine", f"{engine_raw!r} is not one of vllm, sglang, both")
     version_raw = data.get("engine_version", data.get("version"))
-    version = None if version_raw is None else str(version_raw)
+    if isinstance(version_raw, (int, float)) and not isinstance(version_raw, bool):
+        key = "engine_version" if "engine_version" in data else "version"
+        raise _bad(
+            source,
+            key,
+            f'write the version as a string ("{version_raw}" may not be what you meant: YAML reads '
+            "0.20 as the number 0.2)",
+        )
+    if version_raw is not None and not isinstance(version_raw, str):
+        raise _bad(source, "engine_version", f"{version_raw!r} is not a version string")
+    version = version_raw
     if "model" in data:
         if not isinstance(data["model"], str) or not data["model"].strip():
             raise _bad(source, "model", "must be a model name or path (e.g. llama-3-8b)")
