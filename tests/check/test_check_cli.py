@@ -199,6 +199,26 @@ def test_split_serve_commands() -> None:
         split_serve_command("vllm serve m --max-model-len")
 
 
+def test_spec_from_stdin(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    import io
+
+    monkeypatch.setattr("sys.stdin", io.StringIO(GOOD.read_text()))
+    code, out, _ = run(capsys, "-", "--json")
+    assert code == 0 and json.loads(out)["spec"] == "<stdin>"
+
+
+def test_sglang_serve_and_env_style_commands() -> None:
+    engine, model, flags = split_serve_command(
+        "sglang serve --model-path Qwen/Qwen3-8B --tp-size=2 --enable-hicache"
+    )
+    assert (engine, model, flags) == ("sglang", "Qwen/Qwen3-8B", {"tp-size": "2", "enable-hicache": True})
+    spec = parse_spec(
+        "gpu: h100-sxm\ncommand: sglang serve --model-path Qwen/Qwen3-8B --tp-size=2 --enable-hicache\n"
+    )
+    assert spec.engine == "sglang" and spec.settings.tensor_parallel_size == 2
+    assert spec.settings.enable_hierarchical_cache
+
+
 def test_command_spec_maps_flags() -> None:
     spec = parse_spec(
         "command: vllm serve llama-3-8b -tp 2 --max-model-len 32k --kv-cache-dtype fp8 --no-enable-chunked-prefill\n"
