@@ -121,14 +121,42 @@ def test_trade_more_utilisation_never_fewer_blocks(total: int, frac: float, user
 # --- host tier ----------------------------------------------------------------------------------------------
 def test_seed_hicache_example() -> None:
     """Seed: 445,632 device tokens, ratio 2.0 → 891,264 host tokens = about 109 GiB of pinned host RAM."""
-    s = ServeSettings(engine="sglang", enable_hierarchical_cache=True, host_memory_bytes=128 * GiB)
+    s = ServeSettings(
+        engine="sglang", engine_version="0.5.18", enable_hierarchical_cache=True, host_memory_bytes=128 * GiB
+    )
     plan = plan_host_tier(LLAMA, H100, s, device_kv_tokens=SEED_TOKENS, kv_bytes_per_token=CELL)
     assert plan is not None
+    explicit = plan_host_tier(
+        LLAMA,
+        H100,
+        ServeSettings(engine="sglang", hicache_ratio=2.0, host_memory_bytes=128 * GiB),
+        device_kv_tokens=SEED_TOKENS,
+        kv_bytes_per_token=CELL,
+    )
+    assert explicit is not None and explicit.host_tokens == 891_264
     assert plan.host_tokens == 891_264
     assert plan.host_pool_tokens == 891_265  # SGLang adds one padding page
     assert round(plan.pinned_bytes_total / GiB, 1) == 108.8
     assert plan.log_line == "Allocating kv hierarchical KV host pool: 891265 tokens, 116.82 GB host memory."
     assert plan.status == "warning" and "85%" in plan.message
+
+
+def test_hicache_auto_sizing_0_5_23() -> None:
+    """0.5.23 without a ratio or size: ratio = min(2.0, 0.8 × RAM per rank × 0.95 / device KV bytes)."""
+    s = ServeSettings(engine="sglang", enable_hierarchical_cache=True, host_memory_bytes=128 * GiB)
+    plan = plan_host_tier(LLAMA, H100, s, device_kv_tokens=SEED_TOKENS, kv_bytes_per_token=CELL)
+    assert plan is not None
+    expected = 0.8 * 128 * GiB * 0.95 / (SEED_TOKENS * CELL)
+    assert plan.ratio_to_device == pytest.approx(expected) and plan.host_tokens == int(SEED_TOKENS * expected)
+    assert any(n.startswith("HiCache auto-sizing: ratio 2.000 -> 1.788;") for n in plan.notes)
+    big_host = plan_host_tier(
+        LLAMA,
+        H100,
+        s.with_changes(host_memory_bytes=1024 * GiB),
+        device_kv_tokens=SEED_TOKENS,
+        kv_bytes_per_token=CELL,
+    )
+    assert big_host is not None and big_host.ratio_to_device == 2.0  # the default caps it
 
 
 def test_hicache_size_is_decimal_gb_per_rank_and_page_aligned() -> None:

@@ -8,6 +8,8 @@ SGLang HiCache (../shared/reference/sglang.md §5.2; 0.5.18 `mem_cache/pool_host
 - the engine refuses when the request exceeds available host RAM − 10 GiB (`HICACHE_HOST_MEMORY_RESERVE_BYTES`);
   0.5.23 also divides the available RAM by the ranks on the host.
 - it prints `Allocating kv hierarchical KV host pool: N tokens, X GB host memory.` (GB = 1e9).
+- 0.5.23 auto-sizes when neither the ratio nor the size is given: ratio = min(default, 0.8 (fraction) ×
+  host RAM per rank × 0.95 / device KV bytes) (`mem_cache/hicache_auto_size.py`).
 
 vLLM (../shared/reference/vllm.md §7; `vllm/config/cache.py:383-392`, `v1/kv_offload/cpu/spec.py:97-147`):
 - `--kv-offloading-size G` is GiB, **total across TP ranks**: cpu_bytes_to_use = G × 2^30.
@@ -36,6 +38,8 @@ BUFFER_ONLY_HICACHE_RATIO = 1.2
 HICACHE_HOST_MEMORY_RESERVE_BYTES = 10 * GiB
 """`HICACHE_HOST_MEMORY_RESERVE_BYTES = 10*(1024**3)` (sglang.md §5.2)."""
 HOST_WARNING_FRACTION = 0.80
+DEFAULT_HOST_MEMORY_FRACTION = 0.8
+"""`--hicache-host-memory-fraction` default (0.5.23); auto-sizing only."""
 MMAP_PAGESIZE = 4096
 VLLM_SIMPLE_DEFAULT_BYTES = 8 * GiB
 """SimpleCPUOffloadConnector DEFAULT_CPU_CAPACITY_BYTES (vllm.md §7)."""
@@ -135,6 +139,7 @@ def plan_hicache(
     version: str | None = None,
     buffer_only: bool = False,
     ranks_on_host: int | None = None,
+    host_memory_fraction: float = DEFAULT_HOST_MEMORY_FRACTION,
 ) -> HostTierPlan:
     """SGLang HiCache host pool per rank, and what all ranks on the host pin together."""
     _check_inputs(device_kv_tokens, kv_bytes_per_token, page_size)
@@ -154,8 +159,32 @@ def plan_hicache(
         ratio = settings.hicache_ratio if settings.hicache_ratio is not None else default
         if ratio <= 0:
             raise BadInputError(f"--hicache-ratio {ratio}: must be > 0")
-        tokens = int(device_kv_tokens * ratio)
         flag = f"--hicache-ratio {ratio:g}"
+        device_bytes = device_kv_tokens * kv_bytes_per_token
+        if (
+            settings.hicache_ratio is None
+            and v >= (0, 5, 23)
+            and settings.host_memory_bytes is not None
+            and device_bytes > 0
+        ):
+            # 0.5.23 hicache_auto_size.py: ratio = min(default, fraction × budget × 0.95 / device KV bytes),
+            # budget = the host's RAM per rank on this host (the engine reads available RAM, bounded by cgroups).
+            per_rank_budget = settings.host_memory_bytes / ranks
+            auto = host_memory_fraction * per_rank_budget * 0.95 / device_bytes
+            if auto <= 0:
+                raise BadInputError(
+                    "HiCache auto-sizing: no host memory for a host pool; pass --hicache-ratio"
+                )
+            if auto < ratio:
+                auto_log = (
+                    f"HiCache auto-sizing: ratio {ratio:.3f} -> {auto:.3f}; {per_rank_budget / GiB:.1f} GiB host "
+                    f"memory per rank (fraction {host_memory_fraction:.2f}, {ranks} ranks on this host), host pools "
+                    f"{auto * device_bytes / GiB:.1f} GiB."
+                )
+                notes.append(auto_log)
+                ratio = auto
+                flag = f"--hicache-host-memory-fraction {host_memory_fraction:g} (auto ratio {ratio:.3f})"
+        tokens = int(device_kv_tokens * ratio)
     page_num = tokens // page_size + 1
     pool_tokens = page_num * page_size
     per_rank = pool_tokens * kv_bytes_per_token
