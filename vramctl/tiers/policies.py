@@ -25,7 +25,7 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections import OrderedDict
-from collections.abc import Container, Iterator
+from collections.abc import Callable, Container, Iterator
 from typing import Protocol
 
 EVICTION_POLICIES: tuple[str, ...] = ("lru", "lfu", "arc")
@@ -53,11 +53,13 @@ class TierCache(Protocol):
 
 
 class LRUCache:
-    __slots__ = ("_d", "capacity")
+    __slots__ = ("_d", "capacity", "touch")
 
     def __init__(self, capacity: int | None) -> None:
         self.capacity = capacity
         self._d: OrderedDict[int, None] = OrderedDict()
+        self.touch: Callable[[int], None] = self._d.move_to_end
+        """b is present and was used again (the OrderedDict's own move_to_end: C speed)."""
 
     def __contains__(self, block: object) -> bool:
         return block in self._d
@@ -69,24 +71,23 @@ class LRUCache:
     def members(self) -> Container[int]:
         return self._d
 
-    def touch(self, block: int) -> None:
-        self._d.move_to_end(block)
-
     def admit(self, block: int, pinned: Container[int] | None = None) -> tuple[bool, list[int]]:
         d = self._d
         cap = self.capacity
         evicted: list[int] = []
-        if cap is not None:
+        if cap is not None and len(d) >= cap:
             if cap <= 0:
                 return False, evicted
             while len(d) >= cap:
-                if pinned is None:
-                    evicted.append(d.popitem(last=False)[0])
-                    continue
-                victim = next((b for b in d if b not in pinned), None)
-                if victim is None:
-                    return False, evicted
-                del d[victim]
+                victim = next(iter(d))
+                if pinned is not None and victim in pinned:
+                    found = next((b for b in d if b not in pinned), None)
+                    if found is None:
+                        return False, evicted
+                    victim = found
+                    del d[victim]
+                else:
+                    d.popitem(last=False)
                 evicted.append(victim)
         d[block] = None
         return True, evicted

@@ -263,7 +263,8 @@ def simulate(trace: Trace, config: SimConfig) -> SimResult:
     exclusive = config.hierarchy == EXCLUSIVE
     sglang_recency = policy != LAZY and not exclusive
     write_threshold = _WRITE_THRESHOLD.get(policy, 0)
-    counting = write_threshold > 0 and h is not None
+    counting = write_threshold > 1 and h is not None
+    backup_on_insert = write_threshold == 1 and h is not None
     host_pin: Container[int] | None = g.members if (sglang_recency and h is not None) else None
     load_back_threshold = config.load_back_threshold
     prefetch_threshold = config.prefetch_threshold
@@ -323,6 +324,10 @@ def simulate(trace: Trace, config: SimConfig) -> SimResult:
                 to_host(block)
 
     lengths = trace.input_lengths
+    g_touch = g.touch
+    g_admit = g.admit
+    h_touch = h.touch if h is not None else in_h
+    d_touch = d.touch if d is not None else in_d
     for r, bl in enumerate(trace.blocks):
         length = lengths[r]
         nb = len(bl)
@@ -383,6 +388,17 @@ def simulate(trace: Trace, config: SimConfig) -> SimResult:
             tier_req_rate[0] += hit / length
             written[0] += length - hit
         # ---- update: touch or insert every block, in order ----------------------------------------
+        if not tiered:
+            for b in bl:
+                if in_g(b):
+                    g_touch(b)
+                else:
+                    out = g_admit(b)[1]
+                    if out:
+                        evictions[0] += len(out)
+            if len(g) > peak[0]:
+                peak[0] = len(g)
+            continue
         if lazy:
             lazy_walk()
         admitted_since_walk = 0
@@ -418,12 +434,12 @@ def simulate(trace: Trace, config: SimConfig) -> SimResult:
                     on_gpu_evicted(out)
             if sglang_recency:
                 if in_h(b):
-                    h.touch(b)  # type: ignore[union-attr]
+                    h_touch(b)
                 if in_d(b):
-                    d.touch(b)  # type: ignore[union-attr]
+                    d_touch(b)
             elif lazy and source == 1 and in_h(b):
-                h.touch(b)  # type: ignore[union-attr]
-            if counting and not in_h(b) and in_g(b) and hit_count.get(b, 0) >= write_threshold:
+                h_touch(b)
+            if (backup_on_insert or (counting and hit_count.get(b, 0) >= write_threshold)) and not in_h(b) and in_g(b):
                 # Back up the not-yet-backed-up ancestors first, then b (the backed-up set stays a prefix).
                 for a in bl[scanned:i]:
                     if not in_h(a) and in_g(a):
