@@ -126,6 +126,16 @@ class ModelSpec:
     """RMSNorm weight vectors of hidden_size per layer: 2 (Llama), 4 (Gemma-2/3 pre+post norms)."""
     num_mtp_layers: int = 0
     """Multi-token-prediction layers in the checkpoint that a plain serve does not load (DeepSeek-V3)."""
+    mlp_gated: bool = True
+    """gate + up + down (SwiGLU/GeGLU); False: fc1 + fc2 (OPT, GPT-2)."""
+    norm_bias: bool = False
+    """LayerNorm with a bias (OPT): 2 × hidden per norm instead of 1."""
+    learned_position_embeddings: int = 0
+    """Rows of a learned absolute position table (OPT: max_position_embeddings + 2); 0 for RoPE models."""
+    quant_bits: int | None = None
+    """Bits per quantised weight (AWQ/GPTQ/compressed-tensors `bits` / `num_bits`; 8 for FP8, 4 for MXFP4)."""
+    quant_group_size: int | None = None
+    """Weights sharing one scale: AWQ/GPTQ `group_size`; block-FP8 block edge (`weight_block_size` 128)."""
 
     @property
     def is_mla(self) -> bool:
