@@ -439,7 +439,11 @@ def simulate(trace: Trace, config: SimConfig) -> SimResult:
                     d_touch(b)
             elif lazy and source == 1 and in_h(b):
                 h_touch(b)
-            if (backup_on_insert or (counting and hit_count.get(b, 0) >= write_threshold)) and not in_h(b) and in_g(b):
+            if (
+                (backup_on_insert or (counting and hit_count.get(b, 0) >= write_threshold))
+                and not in_h(b)
+                and in_g(b)
+            ):
                 # Back up the not-yet-backed-up ancestors first, then b (the backed-up set stays a prefix).
                 for a in bl[scanned:i]:
                     if not in_h(a) and in_g(a):
