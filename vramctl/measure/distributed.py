@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import multiprocessing
+import os
 import queue as queue_module
 import socket
 import time
@@ -58,6 +59,9 @@ def _rank_main(rank: int, world: int, port: int, request: ProfileRequest, out: A
     try:
         if kind == "cuda":
             torch.cuda.set_device(index + rank)
+        else:
+            # ranks share the host's cores: no oversubscription
+            torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
         dist.init_process_group(
             "nccl" if kind == "cuda" else "gloo",
             init_method=f"tcp://127.0.0.1:{port}",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gc
 import re
+import traceback
 from dataclasses import dataclass
 from typing import Any
 
@@ -88,6 +89,13 @@ def release(*objects: Any) -> None:
             torch.cuda.empty_cache()
     except Exception:  # pragma: no cover - cleanup must never raise
         pass
+
+
+def release_traceback(exc: BaseException) -> None:
+    """Drop the tensors the failed phase's frames still hold (the traceback keeps their locals alive),
+    then collect and empty the cache: after an OOM or Ctrl-C the device is given back at once."""
+    traceback.clear_frames(exc.__traceback__)
+    release()
 
 
 @dataclass(frozen=True)

@@ -50,7 +50,7 @@ from vramctl.core.settings import LATEST_SGLANG_VERSION, ServeSettings, parse_ve
 from vramctl.core.specs import GpuSpec, ModelSpec
 from vramctl.core.units import vllm_format_gib
 from vramctl.measure.device import DeviceBackend, DeviceInfo, Snapshot
-from vramctl.measure.oom import StartupMemoryError, is_oom, oom_context, release, to_error
+from vramctl.measure.oom import StartupMemoryError, is_oom, oom_context, release, release_traceback, to_error
 
 PhaseCallback = Callable[[str, str], None]
 """on_phase(phase, message): progress for the CLI (phase names as in ../shared/taxonomy.md)."""
@@ -515,7 +515,7 @@ def profile_rank(
         )
     except BaseException as exc:
         model = None
-        release()
+        release_traceback(exc)
         if isinstance(exc, Exception) and is_oom(exc):
             raise to_error(oom_context(exc, phase=current, device=dev, snapshot=snap)) from None
         raise

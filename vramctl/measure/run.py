@@ -17,7 +17,7 @@ from vramctl.core.errors import BadInputError, DeviceOutOfMemoryError
 from vramctl.core.units import format_bytes
 from vramctl.measure.device import DeviceInfo, open_device
 from vramctl.measure.environment import collect
-from vramctl.measure.oom import is_oom, oom_context, release, to_error
+from vramctl.measure.oom import is_oom, oom_context, release, release_traceback, to_error
 from vramctl.measure.profiler import (
     PhaseCallback,
     ProfileRequest,
@@ -350,7 +350,7 @@ def run_validate(
         worst = min(free_left, after_fwd.free_bytes - transient)
     except BaseException as exc:
         model = caches = None
-        release()
+        release_traceback(exc)
         if isinstance(exc, Exception) and is_oom(exc):
             raise to_error(
                 oom_context(exc, phase=current, device=backend.torch_device, detail=detail, snapshot=snap)

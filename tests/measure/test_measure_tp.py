@@ -1,0 +1,43 @@
+"""Tensor parallelism on CPU: two gloo ranks, communicators before the init snapshot, the minimum taken."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from measure_helpers import FAST
+
+from vramctl.cli.main import main
+
+pytest.importorskip("torch")
+
+
+def test_two_gloo_ranks(capsys: pytest.CaptureFixture[str], tiny_model_dir: str) -> None:
+    code = main(["profile", tiny_model_dir, *FAST, "-tp", "2", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0
+    ranks = out["measurements"]["ranks"]
+    assert [r["rank"] for r in ranks] == [0, 1]
+    # each rank holds its shard: half the heads / intermediate / vocabulary (float32 tiny model: 11.5 MB whole)
+    # norms are replicated: 9 vectors of 256 float32 stay whole on each rank
+    for r in ranks:
+        assert r["weight_tensor_bytes"] == (2 * 5_771_776 - 9 * 256 * 4) // 2 + 9 * 256 * 4
+    # KV heads per rank: max(1, 2 // 2) = 1 → half the bytes per block of tp=1
+    assert out["bytes_per_block"] == 4 * 16 * 1 * 64 * 2 * 2
+    assert out["settings"]["tensor_parallel_size"] == 2
+    # vLLM's CPU default scales with the world size: 2048 · ws tokens, unless given (FAST gives 256)
+    assert out["settings"]["max_num_batched_tokens"] == 256
+    blocks = [(r["requested_bytes"] - r["non_kv_bytes"]) // out["bytes_per_block"] for r in ranks]
+    assert out["num_blocks"] == min(blocks)
+    assert out["measurements"]["binding_rank"] == blocks.index(min(blocks))
+    assert any("2 ranks" in note for note in out["notes"])
+    assert sum(t["bytes"] for t in out["terms"].values()) == out["capacity_bytes"]
+
+
+def test_rank_failure_is_reported_once(capsys: pytest.CaptureFixture[str], tiny_model_dir: str) -> None:
+    # an emulated device too small for the utilisation check fails in every rank; the parent reports one line
+    code = main(["profile", tiny_model_dir, *FAST, "-tp", "2", "--device-memory", "1TiB"])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert len([line for line in err.splitlines() if line.startswith("vramctl: error:")]) == 1
+    assert "Free memory on device cpu" in err
