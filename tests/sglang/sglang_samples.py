@@ -324,7 +324,11 @@ DATAPOINTS: tuple[Datapoint, ...] = (
 
 
 def model_of(dp: Datapoint) -> ModelSpec:
-    return dp.model if isinstance(dp.model, ModelSpec) else load_model(dp.model)
+    model = dp.model if isinstance(dp.model, ModelSpec) else load_model(dp.model)
+    if dp.context_len is not None and dp.context_len > model.max_position_embeddings:
+        # A stand-in of the same KV shape with a shorter config context (e.g. R1-Distill-Qwen-7B has 131,072).
+        model = replace(model, max_position_embeddings=dp.context_len)
+    return model
 
 
 def settings_of(dp: Datapoint, *, default_mfs: bool = False) -> ServeSettings:

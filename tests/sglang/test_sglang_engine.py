@@ -433,6 +433,10 @@ def test_weights_do_not_fit() -> None:
         ({"max_total_tokens": 0}, "--max-total-tokens"),
         ({"page_size": -1}, "--page-size"),
         ({"tensor_parallel_size": 0}, "--tp-size"),
+        (
+            {"max_model_len": 100_000},
+            "--context-length 100000: above the model's max_position_embeddings 8192",
+        ),
     ],
 )
 def test_bad_settings(kw: dict[str, object], flag: str) -> None:

@@ -809,6 +809,11 @@ def plan_sglang(
     """Size SGLang's KV pool for `model` on `gpu` with `settings`, in the semantics of the chosen version."""
     opts = options or SglangOptions()
     _validate(settings, opts)
+    if settings.max_model_len is not None and settings.max_model_len > model.max_position_embeddings:
+        raise BadInputError(
+            f"--context-length {settings.max_model_len}: above the model's max_position_embeddings "
+            f"{model.max_position_embeddings}; SGLang refuses it unless SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1"
+        )
     version = opts.version or (
         settings.engine_version
         if settings.engine_version and settings.engine == "sglang"
