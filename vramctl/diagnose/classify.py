@@ -203,14 +203,18 @@ class _Scanner:
                 i = data.find(anchor, end + 1, hi) if end + 1 < hi else -1
         return sorted(found.items())
 
-    def _hit(self, data: bytes, start: int, end: int, number: int) -> Hit | None:
-        raw = data[start:end]
-        if len(raw) > 65536:
-            raw = raw[:65536]
-        keys = frozenset(m.group().decode() for m in self.cat.key_regex.finditer(raw))
-        if not keys:
-            return None
+    def _keys(self, data: bytes, start: int, end: int) -> frozenset[str]:
+        """The catalogue key phrases on one line (empty for most lines)."""
+        raw = data[start : min(end, start + 65536)]
+        return frozenset(m.group().decode() for m in self.cat.key_regex.finditer(raw))
+
+    def _make(self, data: bytes, start: int, end: int, number: int, keys: frozenset[str]) -> Hit:
+        raw = data[start : min(end, start + 65536)]
         return Hit(make_line(number, raw), keys, _following(data, end + 1, WINDOW_FOLLOWING_LINES))
+
+    def _hit(self, data: bytes, start: int, end: int, number: int) -> Hit | None:
+        keys = self._keys(data, start, end)
+        return self._make(data, start, end, number, keys) if keys else None
 
     def _run(
         self, data: bytes, counter: _LineCounter, lo: int, hi: int, anchors: tuple[bytes, ...]
@@ -219,9 +223,9 @@ class _Scanner:
         for start, end in self._candidates(data, lo, hi, anchors):
             if start < lo:
                 continue
-            hit = self._hit(data, start, end, counter.number_at(start))
-            if hit is not None:
-                yield hit, end
+            keys = self._keys(data, start, end)
+            if keys:
+                yield self._make(data, start, end, counter.number_at(start), keys), end
 
     def scan(self, source: str | os.PathLike[str] | BinaryIO, stats: ScanStats) -> Iterator[Hit]:
         cat = self.cat
@@ -229,8 +233,10 @@ class _Scanner:
         prev: Block | None = None
         prev_done = 0  # position in prev up to which lines were processed
         full_until = cat.head_bytes  # content offset up to which all anchors are used (head, near failures)
-        for block in iter_blocks(source, stats):
+        for block, last in _with_last(iter_blocks(source, stats)):
             data = block.data
+            if last:  # the end of a log is where a process that died left its last words
+                full_until = max(full_until, offset + len(data))
             if block.truncated:
                 hit = self._hit(data, 0, len(data), block.first_number)
                 if hit is not None:
@@ -263,11 +269,11 @@ class _Scanner:
                 for start, end in candidates:
                     if start < pos:
                         continue
-                    hit = self._hit(data, start, end, counter.number_at(start))
-                    if hit is None:
+                    keys = self._keys(data, start, end)
+                    if not keys:
                         continue
-                    if not hit.keys & self.failure_keys:
-                        yield hit
+                    if not keys & self.failure_keys:
+                        yield self._make(data, start, end, counter.number_at(start), keys)
                         pos = end + 1
                         continue
                     lo = start - cat.back_bytes
@@ -279,7 +285,7 @@ class _Scanner:
                         lo = max(pos, data.rfind(b"\n", 0, lo) + 1)
                     for whit, _ in self._run(data, counter, lo, start, cat.all_anchors):
                         yield whit
-                    yield hit
+                    yield self._make(data, start, end, counter.number_at(start), keys)
                     # the window after the failure: back to step 1 semantics from here
                     full_until = max(full_until, offset + end + 1 + cat.back_bytes)
                     restart = end + 1
@@ -309,6 +315,17 @@ class _Scanner:
         counter = _LineCounter(prev)
         for hit, _ in self._run(pdata, counter, lo, len(pdata), self.cat.all_anchors):
             yield hit
+
+
+def _with_last(blocks: Iterator[Block]) -> Iterator[tuple[Block, bool]]:
+    """Each block with whether it is the last one (one block of look-ahead)."""
+    previous: Block | None = None
+    for block in blocks:
+        if previous is not None:
+            yield previous, False
+        previous = block
+    if previous is not None:
+        yield previous, True
 
 
 def scan_log(

@@ -140,12 +140,12 @@ _LEVEL_HEADER_RE = re.compile(
     rf"(?P<level>{_LEVELS})\s+"
     r"(?:\d{2}-\d{2}\s+\d{2}:\d{2}:\d{2}(?:[.,]\d+)?\s+)?"
     r"(?:\d+\s+)?"
-    r"\[?[\w.\-/<>]+\.py:\d+\]\s*"
+    r"\[?[\w.\-/<>]+\.py(?::\d+)?\]\s*"
 )
 _TRACING_HEADER_RE = re.compile(
     rf"\d{{4}}-\d{{2}}-\d{{2}}T\d{{2}}:\d{{2}}:\d{{2}}(?:\.\d+)?Z?\s+(?P<level>{_LEVELS})\s+"
 )
-_BARE_FILE_RE = re.compile(r"\[[\w.\-/<>]+\.py:\d+\]\s*")
+_BARE_FILE_RE = re.compile(r"\[[\w.\-/<>]+\.py(?::\d+)?\]\s*")
 _LMCACHE_RE = re.compile(rf"(?:LMCache\s+{_LEVELS}|{_LEVELS}\s+LMCache):\s*")
 
 _PROCESS_RES = (_PAREN_TAG_RE, _RANK_TAG_RE, _COMPOSE_RE)
