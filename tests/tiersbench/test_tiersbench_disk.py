@@ -314,3 +314,32 @@ def test_bad_layouts() -> None:
 def test_unwritable_directory_even_for_root() -> None:
     with pytest.raises(BadInputError, match=r"--dir /proc: not writable"):
         disk_bench.check_directory("/proc", 1)
+
+
+@pytest.mark.skipif(
+    not disk_bench.filesystem_of("/dev/shm").startswith("tmpfs"), reason="needs /dev/shm on tmpfs"
+)
+def test_tmpfs_is_called_memory_and_residency_is_measured() -> None:
+    result = run_disk_bench(
+        block_bytes=8192, num_blocks=4, directory="/dev/shm", repeat=1, methods=[BUFFERED], use_dd=False
+    )
+    assert any("memory, not a disk" in note for note in result.notes)
+    buffered = result.methods[0]
+    assert buffered.page_cache_resident_after_drop is not None
+    assert buffered.page_cache_resident_after_drop >= 0.5 and "came from memory" in buffered.note
+
+
+def test_page_cache_residency_drops_on_a_disk(tmp_path: Path) -> None:
+    path = tmp_path / "f"
+    path.write_bytes(os.urandom(1 << 20))
+    fraction = disk_bench.page_cache_resident_fraction(path)
+    if fraction is None or disk_bench.filesystem_of(tmp_path).startswith("tmpfs"):
+        pytest.skip("mincore unavailable or tmp is tmpfs")
+    assert fraction > 0.5  # just written: cached
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        assert disk_bench.drop_file_pages(fd)
+    finally:
+        os.close(fd)
+    after = disk_bench.page_cache_resident_fraction(path)
+    assert after is not None and after < 0.5

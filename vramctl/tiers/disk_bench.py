@@ -884,6 +884,8 @@ def _bench_method(
                 f"page cache dropped with posix_fadvise(DONTNEED) before each read: "
                 f"{resident:.0%} of the file still cached at worst"
             )
+            if resident >= 0.5:
+                note += " (the pages could not be dropped: these reads came from memory, not the device)"
     else:
         note = "O_DIRECT, 4096-aligned mmap buffers, page cache bypassed"
     if not use_dd:
@@ -959,6 +961,9 @@ def run_disk_bench(
         for method in methods
     ]
     notes: list[str] = []
+    filesystem = filesystem_of(where)
+    if filesystem.split(" ", 1)[0] in ("tmpfs", "ramfs"):
+        notes.append(f"{where} is {filesystem.split(' ', 1)[0]}: memory, not a disk; use --dir on a disk")
     if layout.slot_bytes != layout.block_bytes:
         notes.append(
             f"each {layout.block_bytes}-byte block sits in a {layout.slot_bytes}-byte slot "
@@ -966,7 +971,7 @@ def run_disk_bench(
         )
     return DiskBenchResult(
         directory=str(where),
-        filesystem=filesystem_of(where),
+        filesystem=filesystem,
         layout=layout,
         repeat=repeat,
         methods=tuple(results),
