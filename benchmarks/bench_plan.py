@@ -39,6 +39,20 @@ PLAN_ONLY_CODE = (
 PLAN_ONLY = [sys.executable, "-c", PLAN_ONLY_CODE]
 """The plan command alone in a typer app: what `vramctl plan` costs when the other commands import lazily."""
 BASELINE = [sys.executable, "-c", "import typer, rich"]
+TYPER_FLOOR_CODE = (
+    "import sys, typer\n"
+    "app = typer.Typer(add_completion=False)\n"
+    "@app.command()\n"
+    "def hello(name: str = typer.Option('x', '--name')) -> None:\n"
+    "    print(name)\n"
+    "try:\n"
+    "    app(args=['--name', 'y'])\n"
+    "except SystemExit as exc:\n"
+    "    sys.exit(exc.code)\n"
+)
+TYPER_FLOOR = [sys.executable, "-c", TYPER_FLOOR_CODE]
+"""A one-option typer command, invoked: this typer (0.29) coerces parameters through pydantic, ~0.1-0.2 s that
+`import typer, rich` alone does not pay."""
 PYTHON = [sys.executable, "-c", "pass"]
 
 
@@ -66,6 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, list[float]] = {
         "plan": [],
         "plan_only": [],
+        "typer_floor": [],
         "plan_both": [],
         "baseline": [],
         "python": [],
@@ -73,20 +88,23 @@ def main(argv: list[str] | None = None) -> int:
     for _ in range(args.runs):
         results["python"].append(timed(PYTHON, prefix))
         results["baseline"].append(timed(BASELINE, prefix))
+        results["typer_floor"].append(timed(TYPER_FLOOR, prefix))
         results["plan"].append(timed(PLAN, prefix))
         results["plan_only"].append(timed(PLAN_ONLY, prefix))
         results["plan_both"].append(timed(PLAN_BOTH, prefix))
     med = {k: statistics.median(v) for k, v in results.items()}
+    base = med["baseline"]
     print(f"runs: {args.runs} each{' on cores ' + args.cores if args.cores else ''}; median wall time")
-    print(f"  python -c pass                 {med['python'] * 1000:7.1f} ms")
-    print(f"  python -c 'import typer, rich' {med['baseline'] * 1000:7.1f} ms  (baseline)")
-    print(
-        f"  vramctl plan --json            {med['plan'] * 1000:7.1f} ms  ratio {med['plan'] / med['baseline']:.2f}x"
-    )
-    print(
-        f"  vramctl plan --engine both     {med['plan_both'] * 1000:7.1f} ms  ratio {med['plan_both'] / med['baseline']:.2f}x"
-    )
-    print(f"  plan's own work (plan − baseline) {(med['plan'] - med['baseline']) * 1000:.1f} ms")
+    rows = [
+        ("python -c pass", "python"),
+        ("python -c 'import typer, rich'  (baseline)", "baseline"),
+        ("a one-option typer command, run", "typer_floor"),
+        ("plan command alone (lazy CLI)", "plan_only"),
+        ("vramctl plan --json", "plan"),
+        ("vramctl plan --engine both --json", "plan_both"),
+    ]
+    for label, key in rows:
+        print(f"  {label:45s} {med[key] * 1000:7.1f} ms  {med[key] / base:5.2f}x baseline")
     return 0
 
 
