@@ -249,3 +249,26 @@ def test_every_sample_is_in_the_index() -> None:
     listed = {e["log_file"] for e in ENTRIES}
     on_disk = {p.name for p in SAMPLES.glob("*.log")}
     assert on_disk <= listed
+
+
+@pytest.mark.parametrize("entry", ENTRIES, ids=[f"{e['id']}-{e['log_file']}" for e in ENTRIES])
+def test_tokens_agree_with_concurrency(entry: dict[str, Any]) -> None:
+    """KV tokens (read, or blocks × block size) ≈ max concurrency × max_model_len, within the printed
+    rounding of the concurrency (2 decimals) and one block per sequence (vLLM rounds requests up to blocks)."""
+    for report in _runs(entry["log_file"]):
+        ctx = report.facts.get("concurrency_max_model_len")
+        if (
+            report.engine != "vllm"
+            or report.kv_tokens is None
+            or report.max_concurrency is None
+            or ctx is None
+        ):
+            continue
+        if (
+            report.facts.get("kv_tokens") is not None
+            and report.facts["kv_tokens"].process != report.facts["max_concurrency"].process
+        ):
+            continue
+        expected = report.max_concurrency * ctx.value
+        tolerance = 0.005 * ctx.value + 16 * report.max_concurrency + 1
+        assert abs(report.kv_tokens - expected) <= tolerance, (entry["log_file"], report.kv_tokens, expected)

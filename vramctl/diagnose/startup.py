@@ -1249,6 +1249,22 @@ def _finish_run(
             formula += f" (capacity − requested = {format_gib(capacity - requested)})"
         unknown = [n for n in (WEIGHTS, ACTIVATION_PEAK, NON_TORCH) if n not in names and engine == "vllm"]
         note = "absorbs the logs' rounding"
+        mfs = settings.get("mem_fraction_static")
+        begin = facts.get("load_begin_avail")
+        if engine == "sglang":
+            note = "free after the pools and graphs: SGLang's runtime headroom for activations"
+            if mfs is not None and isinstance(mfs.value, (int, float)) and begin is not None:
+                reserve = begin.bytes * (1 - float(mfs.value))
+                note += (
+                    f" (reserve = free before load {begin.text} × (1 − mem_fraction_static {mfs.value}) = "
+                    f"{format_gib(reserve)})"
+                )
+            note += "; absorbs the logs' rounding"
+        elif requested is not None:
+            note = (
+                "outside the requested budget (1 − utilisation) × total, less what the log puts there; "
+                + note
+            )
         if unknown:
             note += "; also holds the terms the log does not state: " + ", ".join(unknown)
         slack = Term(
@@ -1301,6 +1317,12 @@ def _finish_run(
     if kv_tokens is None and num_blocks is not None and block is not None and isinstance(block.value, int):
         kv_tokens = num_blocks * block.value
         notes.append(f"KV tokens derived: {num_blocks:,} blocks × block size {block.value}")
+    elif kv_tokens is None and num_blocks is not None and variant == "V0":
+        kv_tokens = num_blocks * 16
+        notes.append(
+            f"KV tokens derived: {num_blocks:,} blocks × 16, vLLM's default block size (CacheConfig "
+            "DEFAULT_BLOCK_SIZE, vllm.md §3.5); the log does not state --block-size"
+        )
     suggestion = count("kv_cache_memory_to_requested")
     to_gpu = count("kv_cache_memory_to_gpu")
 
