@@ -287,6 +287,17 @@ POINTS: list[Point] = [
         "encoder's profile, not modelled)",
     ),
     Point(
+        "028",
+        "openai/gpt-oss-120b",
+        "h100-sxm",
+        H100,
+        "0.11.0",
+        {},
+        note="all defaults (max_model_len 131072), H100 variant not stated (planned as SXM, 79.18 GiB); the same "
+        "model at max_model_len 16000 logs +3.33 GiB (held-out entry 016), so something in 0.11's profile grows "
+        "with max_model_len for gpt-oss that vramctl does not model",
+    ),
+    Point(
         "030",
         "deepseek-ai/DeepSeek-R1",
         "h20",
@@ -306,7 +317,6 @@ POINTS: list[Point] = [
 ]
 SKIPPED = {
     "027": "vLLM 0.2.7 (2023) and an AWQ Mixtral: before the profiling model vramctl plans",
-    "028": "GPU count/variant and flags unknown (only the negative KV is logged)",
     "029": "card unknown (an unspecified 24 GB GPU)",
     "031": "A100 40 vs 80 GB unknown",
     "032": "card not in the excerpt",
@@ -624,21 +634,24 @@ def render(
         "",
         "## Summary (absolute error %)",
         "",
-        "| term | n | median in-sample | worst in-sample | median LOO | worst LOO |",
-        "| --- | ---: | ---: | ---: | ---: | ---: |",
+        "| term | n | median in-sample | worst in-sample | median LOO | worst LOO | median LOO abs. error |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for key, name in TERMS:
         errs = [
-            (abs(pct(i, r) or 0), abs(pct(lo, r) or 0), p.id) for p, k, r, i, lo in rows if k == key and r
+            (abs(pct(i, r) or 0), abs(pct(lo, r) or 0), p.id, abs(lo - r))
+            for p, k, r, i, lo in rows
+            if k == key and r
         ]
         if not errs:
             continue
         ins_e = [e[0] for e in errs]
         loo_e = [e[1] for e in errs]
         worst = max(errs, key=lambda e: e[1])
+        unit = "" if key in ("kv_tokens", "num_gpu_blocks") else " GiB"
         lines.append(
             f"| {name} | {len(errs)} | {statistics.median(ins_e):.1f} | {max(ins_e):.1f} | {statistics.median(loo_e):.1f} | "
-            f"{max(loo_e):.1f} ({worst[2]}) |"
+            f"{max(loo_e):.1f} ({worst[2]}) | {_fmt(key, statistics.median(e[3] for e in errs))}{unit} |"
         )
     lines += ["", "## Datapoints and how they were mapped", ""]
     for p in points:
@@ -663,6 +676,9 @@ LIMITATIONS = [
     "- Graph pools vary with the version, the backend and TP (custom all-reduce registrations); few logs report",
     "  them, so the graph term carries a ±50 % band. vLLM's own ≥0.20 graph estimate is known to over-estimate",
     "  (issues #45178, #53013); vramctl estimates the pool, not vLLM's estimate of it.",
+    "- The non-torch constants are medians of these same logs (0.13 GiB V1 ≤0.26 at TP 1, 0.26 GiB consumed",
+    "  beyond the weights in 0.31, +0.41 GiB at TP 2, 1.08 GiB per peer for 0.6.4 at TP 8): their errors here",
+    "  are in-sample only, and a single log stands behind the TP and 0.31 values.",
     "- Logs without a version are mapped to the nearest semantics named in the mapping list; an error in that",
     "  mapping shows up as an error here.",
 ]
