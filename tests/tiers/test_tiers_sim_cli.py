@@ -236,6 +236,7 @@ def test_unsorted_trace_replays_with_sort_flag(capsys: pytest.CaptureFixture[str
             "write_back",
         ),
         (["--write-policy", "lazy"], "--host-capacity"),
+        (["--disk-capacity", "1e7"], "--disk-capacity needs --host-capacity"),
         (["--block-size", "0"], "--block-size 0"),
         (["--gpu-capacity", "lots"], "--gpu-capacity"),
         (["--plot", "x.pdf", "--sweep", "1e6"], ".png or .svg"),

@@ -113,8 +113,14 @@ class SimConfig:
 def validate_config(config: SimConfig, *, block_size: int) -> None:
     """Raise BadInputError (one line, naming the flag) for an impossible configuration."""
     names = [t.name for t in config.tiers]
-    if not names or names[0] != GPU or names not in ([GPU], [GPU, HOST], [GPU, DISK], [GPU, HOST, DISK]):
-        raise BadInputError(f"tiers must be gpu [host] [disk], got {names}")
+    if names == [GPU, DISK]:
+        raise BadInputError(
+            "--disk-capacity needs --host-capacity: the disk tier is reached through the host tier (SGLang's L3 "
+            "prefetches into the host pool; vLLM's tiering spec stages secondary tiers through the CPU tier); "
+            "to model a direct GPU-disk tier, give it as --host-capacity with the disk's bandwidth"
+        )
+    if names not in ([GPU], [GPU, HOST], [GPU, HOST, DISK]):
+        raise BadInputError(f"tiers must be gpu [host [disk]], got {names}")
     for tier in config.tiers:
         cap = tier.capacity_tokens
         if cap is None:
@@ -265,6 +271,7 @@ def simulate(trace: Trace, config: SimConfig) -> SimResult:
     write_threshold = _WRITE_THRESHOLD.get(policy, 0)
     counting = write_threshold > 1 and h is not None
     backup_on_insert = write_threshold == 1 and h is not None
+    evict_hook = h is not None and (exclusive or policy == WRITE_BACK or counting)
     host_pin: Container[int] | None = g.members if (sglang_recency and h is not None) else None
     load_back_threshold = config.load_back_threshold
     prefetch_threshold = config.prefetch_threshold
@@ -429,9 +436,12 @@ def simulate(trace: Trace, config: SimConfig) -> SimResult:
                         lazy_walk()
                         admitted_since_walk = 0
                     admitted_since_walk += 1
-                _ok, out = g.admit(b)
+                out = g_admit(b)[1]
                 if out:
-                    on_gpu_evicted(out)
+                    if evict_hook:
+                        on_gpu_evicted(out)
+                    else:
+                        evictions[0] += len(out)
             if sglang_recency:
                 if in_h(b):
                     h_touch(b)
