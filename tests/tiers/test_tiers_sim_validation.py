@@ -214,3 +214,40 @@ def test_sweep_matches_replays_on_random_traces(trace: Trace, capacities_blocks:
         assert result.request_hit_rate == pytest.approx(request_rate, abs=1e-12)
         replayed = simulate(trace, SimConfig(tiers=(TierConfig("gpu", capacity),)))
         assert replayed.hit_tokens == hit
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    small_traces(),
+    st.integers(1, 12),
+    st.integers(0, 20),
+    st.sampled_from(["write_through", "write_through_selective", "write_back", "lazy"]),
+    st.sampled_from(["lru", "lfu", "arc"]),
+)
+def test_two_tier_bounds_on_random_traces(
+    trace: Trace, gpu_blocks: int, extra_blocks: int, policy: str, eviction: str
+) -> None:
+    bs = trace.block_size
+    gpu, host = gpu_blocks * bs, (gpu_blocks + extra_blocks) * bs
+    config = SimConfig(
+        tiers=(TierConfig("gpu", gpu), TierConfig("host", host)),
+        write_policy=policy,
+        eviction=eviction,
+        load_back_threshold=0,
+        lazy_window_tokens=2 * bs,
+    )
+    result = simulate(trace, config)
+    ideal, _ = reference_lru(trace, None)
+    assert result.hit_tokens == sum(t.hit_tokens for t in result.tiers) <= ideal
+    assert 0 <= result.token_hit_rate <= 1 and 0 <= result.request_hit_rate <= 1
+    assert result.tiers[1].peak_used_blocks <= gpu_blocks + extra_blocks
+    if eviction == "lru":
+        single, _ = reference_lru(trace, gpu)
+        assert result.hit_tokens >= single  # a host tier never loses a GPU hit (the GPU tier is unchanged)
+        if policy == "write_through":
+            assert result.hit_tokens == reference_lru(trace, host)[0]  # tiers.md §2.3 invariant
+    exclusive = simulate(
+        trace,
+        SimConfig(tiers=config.tiers, hierarchy=EXCLUSIVE, write_policy=WRITE_BACK, load_back_threshold=0),
+    )
+    assert exclusive.hit_tokens <= ideal
