@@ -27,7 +27,21 @@ def _header(r: PlanResult) -> str:
     )
 
 
+def _sglang_settings_line(sg: Any) -> str:
+    parts = [
+        f"mem_fraction_static={sg.mem_fraction_static:.3f} ({sg.mem_fraction_source})",
+        f"chunked_prefill_size={sg.chunked_prefill_size}",
+        f"max_running_requests={sg.max_running_requests}",
+        f"page_size={sg.page_size}",
+        f"context_len={sg.context_len}",
+        f"cuda_graph_max_bs={sg.cuda_graph_max_bs}",
+    ]
+    return "  ".join(parts)
+
+
 def _settings_line(r: PlanResult) -> str:
+    if r.engine == "sglang" and r.sglang is not None:
+        return _sglang_settings_line(r.sglang)
     s = r.settings
     mark = set(s.defaults_used)
 
@@ -50,13 +64,15 @@ def _settings_line(r: PlanResult) -> str:
 
 
 def kv_summary_rows(r: PlanResult) -> list[tuple[str, str]]:
+    requested = "static budget (total − held back)" if r.engine == "sglang" else "requested (ceil(total × u))"
+    block = "page" if r.engine == "sglang" else "block"
     return [
-        ("requested (ceil(total × u))", _gib(r.requested_bytes)),
+        (requested, _gib(r.requested_bytes)),
         ("KV cache", f"{_gib(r.kv_cache_bytes)} ({format_count(r.kv_cache_bytes)} bytes)"),
         ("KV bytes per token (per rank)", format_count(r.kv_bytes_per_token)),
-        ("bytes per block", f"{format_count(r.bytes_per_block)} (block of {r.block_size} tokens)"),
-        ("blocks", format_count(r.num_blocks)),
-        ("blocks per request", format_count(r.blocks_per_request)),
+        (f"bytes per {block}", f"{format_count(r.bytes_per_block)} ({block} of {r.block_size} tokens)"),
+        (f"{block}s", format_count(r.num_blocks)),
+        (f"{block}s per request", format_count(r.blocks_per_request)),
         ("KV token slots", format_count(r.kv_tokens)),
         (f"max concurrency at {format_count(r.max_model_len)} tokens", f"{r.max_concurrency:.2f}x"),
         ("largest max_model_len that fits", format_count(r.max_model_len_fit)),
