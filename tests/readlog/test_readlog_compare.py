@@ -1,0 +1,87 @@
+"""compare_with_plan: the plan beside the log, term by term (pure, with a stand-in plan result), and
+settings_from_report: the ServeSettings a plan for the same deployment needs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from vramctl.core.ledger import (
+    ACTIVATION_PEAK,
+    CUDA_GRAPH,
+    KV_CACHE,
+    NON_TORCH,
+    SLACK,
+    WEIGHTS,
+    Ledger,
+    Term,
+    TermSource,
+)
+from vramctl.core.units import GiB
+from vramctl.diagnose.reader import iter_log_lines
+from vramctl.diagnose.startup import compare_with_plan, parse_startup_log, settings_from_report
+
+SAMPLES = Path(__file__).resolve().parents[2].parent / "shared" / "samples" / "startup"
+
+
+@dataclass(frozen=True)
+class FakePlan:
+    ledger: Ledger
+    requested_bytes: int
+    num_blocks: int
+    kv_tokens: int
+    max_concurrency: float
+
+
+def _plan(capacity: int, **terms: float) -> FakePlan:
+    ledger = Ledger.with_residual(
+        capacity, [Term(name, round(gib * GiB), TermSource.ESTIMATED) for name, gib in terms.items()]
+    )
+    return FakePlan(ledger, round(35.55 * GiB), 5800, 92800, 11.33)
+
+
+def test_rows_difference_and_percent() -> None:
+    report = parse_startup_log(iter_log_lines(SAMPLES / "026.log"))
+    assert report.capacity_bytes is not None
+    plan = _plan(report.capacity_bytes, weights=14.96, activation_peak=8.0, non_torch=0.5, kv_cache=12.0)
+    comparison = compare_with_plan(report, plan)
+    rows = {r.name: r for r in comparison.rows}
+    assert rows[WEIGHTS].difference == pytest.approx(0, abs=GiB * 0.006)
+    kv = rows[KV_CACHE]
+    assert kv.logged == pytest.approx(11.12 * GiB, abs=1)
+    assert kv.planned == pytest.approx(12.0 * GiB, abs=1)
+    assert kv.percent == pytest.approx(100 * (12.0 - 11.12) / 11.12, rel=1e-3)
+    assert rows[ACTIVATION_PEAK].percent == pytest.approx(100 * (8.0 - 9.37) / 9.37, rel=1e-3)
+    assert rows["num_blocks"].logged == 5691 and rows["num_blocks"].planned == 5800
+    assert rows["max_concurrency"].difference == pytest.approx(11.33 - 11.12)
+    assert CUDA_GRAPH not in rows  # neither side has it
+    json_rows = comparison.to_json()["rows"]
+    assert {r["name"] for r in json_rows} >= {WEIGHTS, NON_TORCH, KV_CACHE, SLACK, "kv_tokens"}
+
+
+def test_sglang_compares_activation_with_the_slack() -> None:
+    report = parse_startup_log(iter_log_lines(SAMPLES / "110.log"), gpu_memory_bytes=round(139.72 * GiB))
+    plan = _plan(round(139.72 * GiB), weights=14.96, activation_peak=17.0, kv_cache=106.0)
+    rows = {r.name: r for r in compare_with_plan(report, plan).rows}
+    both = rows["activation_peak + slack"]
+    assert both.logged == report.ledger.bytes_of(SLACK)  # type: ignore[union-attr]
+    assert both.planned == plan.ledger.bytes_of(ACTIVATION_PEAK) + plan.ledger.bytes_of(SLACK)
+
+
+def test_settings_from_a_vllm_log() -> None:
+    report = parse_startup_log(iter_log_lines(SAMPLES / "124.log"))
+    s = settings_from_report(report)
+    assert s.engine == "vllm" and s.engine_version == "0.8.3"
+    assert s.tensor_parallel_size == 4 and s.max_model_len == 131072
+    assert s.gpu_memory_utilization == 0.91 and s.max_num_batched_tokens == 1024 and s.max_num_seqs == 256
+    assert s.dtype == "float16" and not s.enforce_eager
+
+
+def test_settings_from_an_sglang_log() -> None:
+    report = parse_startup_log(iter_log_lines(SAMPLES / "113.log"))
+    s = settings_from_report(report)
+    assert s.engine == "sglang" and s.engine_version == "0.4.3"
+    assert s.tensor_parallel_size == 2 and s.mem_fraction_static == 0.87 and s.max_total_tokens == 10240
+    assert s.chunked_prefill_size == 8192
