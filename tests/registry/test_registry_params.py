@@ -11,7 +11,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from vramctl.core.errors import BadInputError
-from vramctl.core.params import param_breakdown, param_count_from_spec, weight_bytes_from_spec
+from vramctl.core.params import (
+    param_breakdown,
+    param_count_from_spec,
+    rank_weight_bytes,
+    weight_bytes_from_spec,
+)
 from vramctl.registry import load_model
 from vramctl.registry._catalog import GPUS, MODELS
 from vramctl.registry.catalog_models import model_from_profile
@@ -121,3 +126,54 @@ def test_bad_gpu_profile(mutate: Any, needle: str) -> None:
     mutate(doc)
     with pytest.raises(BadInputError, match=needle):
         gpu_from_profile(doc, "x.yaml")
+
+
+def test_opt_layout() -> None:
+    opt = load_model("facebook/opt-125m")
+    assert not opt.mlp_gated and opt.norm_bias and opt.learned_position_embeddings == 2050
+    assert opt.tie_word_embeddings and opt.attention_qkv_bias and opt.attention_out_bias
+    assert opt.param_count == 125_239_296
+
+
+@pytest.mark.parametrize("path", sorted(MODELS.paths()), ids=lambda p: p.stem)
+def test_recorded_weight_bytes_equal_the_layout_formula(path: Any) -> None:
+    spec = load_model(path.stem)
+    assert weight_bytes_from_spec(spec) == spec.weight_bytes
+    assert rank_weight_bytes(spec, 1).total == spec.weight_bytes
+
+
+# What vLLM logged as "Model loading took X GiB" per rank (../shared/samples/startup) against the
+# per-rank formula. The tolerance is each datapoint's error today; the remaining gap is the allocator's
+# rounding and buffers that are not checkpoint tensors.
+LOGGED_RANK_WEIGHTS = [
+    (
+        "deepseek-r1",
+        16,
+        40.3174,
+        0.01,
+    ),  # 125.log; a naive /16 would be 2.8 % low (replicated q_a/kv_a/router)
+    ("llama-3.1-405b-instruct-awq-int4", 4, 51.1453, 0.015),  # 124.log
+    ("qwen2.5-0.5b-instruct-awq", 1, 0.4315, 0.015),  # 131.log
+    ("qwen2-7b", 2, 7.1217, 0.01),  # 040.log
+    ("llama-3-8b", 1, 14.96, 0.001),  # 001.log
+    ("opt-125m", 1, 0.2393, 0.03),  # 123.log
+]
+
+
+@pytest.mark.parametrize(("name", "tp", "logged_gib", "tolerance"), LOGGED_RANK_WEIGHTS)
+def test_rank_weights_against_vllm_logs(name: str, tp: int, logged_gib: float, tolerance: float) -> None:
+    rank = rank_weight_bytes(load_model(name), tp, pad_vocab=True).total / 2**30
+    assert abs(rank - logged_gib) <= tolerance * logged_gib
+
+
+def test_rank_weights_shard_and_replicate() -> None:
+    r1 = load_model("deepseek-r1")
+    one, sixteen = rank_weight_bytes(r1, 1), rank_weight_bytes(r1, 16)
+    assert sixteen.total > one.total / 16  # replicated parts
+    llama = load_model("llama-3-8b")
+    # 8 KV heads: at tp 16 each rank still holds one whole KV head, so k/v do not shrink past tp 8
+    kv_layer = 2 * 1024 * 4096 * 2
+    l8, l16 = rank_weight_bytes(llama, 8).layers[0], rank_weight_bytes(llama, 16).layers[0]
+    assert l8 - l16 == (l8 - kv_layer // 8 - 2 * 4096 * 2) // 2
+    with pytest.raises(ValueError):
+        rank_weight_bytes(llama, 0)

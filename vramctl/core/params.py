@@ -5,20 +5,27 @@ reproduces the safetensors totals the Hub shows: Llama-3-8B = 8,030,261,248.
 
 Per decoder layer:
 - attention, GQA/MHA: q (hidden × heads·head_dim), k and v (hidden × kv_heads·head_dim),
-  o (heads·head_dim × hidden); biases on q/k/v (Qwen2, gpt-oss) and o (gpt-oss); q/k RMSNorm
+  o (heads·head_dim × hidden); biases on q/k/v (Qwen2, gpt-oss, OPT) and o (gpt-oss, OPT); q/k RMSNorm
   of head_dim each (Qwen3, Gemma-3); one sink logit per head (gpt-oss);
 - attention, MLA (DeepSeek-V2/V3, Kimi-K2): q_a (hidden × q_lora_rank) + its norm + q_b
   (q_lora_rank × heads·(nope+rope)), or one q projection when q_lora_rank is None; kv_a
   (hidden × (kv_lora_rank + rope)) + its norm (kv_lora_rank); kv_b (kv_lora_rank × heads·(nope+v));
   o (heads·v × hidden);
-- feed-forward: a gated MLP (gate, up, down) of intermediate_size, or on MoE layers: experts × a gated
-  MLP of moe_intermediate_size (+ per-expert biases for gpt-oss), the router (experts × hidden,
-  + bias for gpt-oss), DeepSeek-V3's per-expert score-correction bias, and the shared expert(s);
-- norms_per_layer RMSNorm vectors of hidden_size.
-Plus the embedding (vocab × hidden), the final norm, and the lm_head unless tied.
+- feed-forward: a gated MLP (gate, up, down) of intermediate_size, or fc1 + fc2 with biases (OPT), or on
+  MoE layers: experts × a gated MLP of moe_intermediate_size (+ per-expert biases for gpt-oss), the router
+  (experts × hidden, + bias for gpt-oss), DeepSeek-V3's per-expert score-correction bias, and the shared
+  expert(s);
+- norms_per_layer norm vectors of hidden_size (× 2 with a LayerNorm bias).
+Plus the embedding (vocab × hidden), a learned position table (OPT), the final norm, and the lm_head
+unless tied.
 
 Multi-token-prediction layers (DeepSeek-V3 `num_nextn_predict_layers`) are not counted: a plain
 `vllm serve` / SGLang launch does not load them.
+
+Bytes (`weight_bytes_from_spec`, `rank_weight_bytes`) walk the same tensors with each one's storage:
+16-bit for unquantised tensors, and for the quantised Linear weights of the decoder the packing of the
+checkpoint's method (block FP8 + float32 scales, MXFP4 blocks + scales, AWQ / GPTQ / compressed-tensors
+packed int4 + per-group scales and zeros).
 """
 
 from __future__ import annotations
@@ -28,9 +35,11 @@ from dataclasses import dataclass
 from vramctl.core.specs import ModelSpec
 
 FP8_BLOCK = 128
-"""DeepSeek-V3 / Kimi-K2 FP8 checkpoints: one float32 `weight_scale_inv` per 128 × 128 block."""
+"""DeepSeek-V3 / Kimi-K2 / Qwen3-FP8 checkpoints: one float32 `weight_scale_inv` per 128 × 128 block."""
 MXFP4_BLOCK = 32
 """gpt-oss MXFP4 experts: 32 four-bit values (16 bytes) share one uint8 exponent scale."""
+VOCAB_PADDING = 64
+"""vLLM pads embedding and lm_head rows to a multiple of 64 (vocab_parallel_embedding.DEFAULT_VOCAB_PADDING_SIZE)."""
 
 
 @dataclass(frozen=True)
@@ -72,73 +81,144 @@ def num_moe_layers(spec: ModelSpec) -> int:
     return sum(1 for layer in range(spec.num_hidden_layers) if is_moe_layer(spec, layer))
 
 
-def attention_params_per_layer(spec: ModelSpec) -> int:
+# ---- one description of every tensor of a layer, shared by the counts and the bytes ------------------
+
+
+@dataclass(frozen=True)
+class _Linear:
+    """A Linear weight of `rows` (out) × `cols` (in). `tp`: `col` / `row` split the weight over ranks,
+    `kv` splits by KV heads (replicated when tp > kv heads), `rep` is replicated."""
+
+    rows: int
+    cols: int
+    tp: str
+    quantised: bool = True
+    expert: bool = False
+
+    @property
+    def params(self) -> int:
+        return self.rows * self.cols
+
+
+@dataclass(frozen=True)
+class _Vector:
+    """A bias / norm / sink tensor kept in 16 bits; `tp` as for _Linear (`col` = split with the heads)."""
+
+    size: int
+    tp: str
+    element_bytes: int | None = None
+    """Stored width when fixed by the checkpoint (DeepSeek's float32 score-correction bias); else 16-bit."""
+
+
+def _attention_tensors(spec: ModelSpec) -> list[_Linear | _Vector]:
     hidden = spec.hidden_size
     heads = spec.num_attention_heads
+    out: list[_Linear | _Vector] = []
     if spec.mla is not None:
         mla = spec.mla
         qk_head = mla.qk_nope_head_dim + mla.qk_rope_head_dim
         if mla.q_lora_rank:
-            q = hidden * mla.q_lora_rank + mla.q_lora_rank + mla.q_lora_rank * heads * qk_head
+            out += [_Linear(mla.q_lora_rank, hidden, "rep"), _Vector(mla.q_lora_rank, "rep")]
+            out.append(_Linear(heads * qk_head, mla.q_lora_rank, "col"))
         else:
-            q = hidden * heads * qk_head
-        kv_a = hidden * (mla.kv_lora_rank + mla.qk_rope_head_dim) + mla.kv_lora_rank
-        kv_b = mla.kv_lora_rank * heads * (mla.qk_nope_head_dim + mla.v_head_dim)
-        o = heads * mla.v_head_dim * hidden
-        return q + kv_a + kv_b + o
+            out.append(_Linear(heads * qk_head, hidden, "col"))
+        out += [
+            _Linear(mla.kv_lora_rank + mla.qk_rope_head_dim, hidden, "rep"),
+            _Vector(mla.kv_lora_rank, "rep"),
+        ]
+        out.append(_Linear(heads * (mla.qk_nope_head_dim + mla.v_head_dim), mla.kv_lora_rank, "col"))
+        out.append(_Linear(hidden, heads * mla.v_head_dim, "row"))
+        return out
     q_dim = heads * spec.head_dim
     kv_dim = spec.num_key_value_heads * spec.head_dim
-    total = hidden * q_dim + 2 * hidden * kv_dim + q_dim * hidden
+    out += [_Linear(q_dim, hidden, "col"), _Linear(kv_dim, hidden, "kv"), _Linear(kv_dim, hidden, "kv")]
+    out.append(_Linear(hidden, q_dim, "row"))
     if spec.attention_qkv_bias:
-        total += q_dim + 2 * kv_dim
+        out += [_Vector(q_dim, "col"), _Vector(kv_dim, "kv"), _Vector(kv_dim, "kv")]
     if spec.attention_out_bias:
-        total += hidden
+        out.append(_Vector(hidden, "rep"))
     if spec.qk_norm:
-        total += 2 * spec.head_dim
+        out += [_Vector(spec.head_dim, "rep"), _Vector(spec.head_dim, "rep")]
     if spec.attention_sinks:
-        total += heads
-    return total
+        out.append(_Vector(heads, "col"))
+    return out
 
 
-def gated_mlp_params(hidden: int, intermediate: int, *, bias: bool) -> int:
-    """gate + up (hidden → intermediate) and down (intermediate → hidden)."""
-    total = 3 * hidden * intermediate
+def _mlp_tensors(
+    hidden: int, inter: int, *, gated: bool, bias: bool, expert: bool = False
+) -> list[_Linear | _Vector]:
+    out: list[_Linear | _Vector] = []
+    ins = 2 if gated else 1
+    out += [_Linear(inter, hidden, "col", expert=expert) for _ in range(ins)]
+    out.append(_Linear(hidden, inter, "row", expert=expert))
     if bias:
-        total += 2 * intermediate + hidden
-    return total
+        out += [_Vector(inter, "col") for _ in range(ins)]
+        out.append(_Vector(hidden, "rep"))
+    return out
+
+
+def _ffn_tensors(
+    spec: ModelSpec, layer: int
+) -> tuple[
+    list[_Linear | _Vector], list[_Linear | _Vector], list[_Linear | _Vector], list[_Linear | _Vector]
+]:
+    """(dense MLP, routed experts, router, shared experts) tensors of one layer."""
+    hidden = spec.hidden_size
+    if not is_moe_layer(spec, layer) or spec.moe is None:
+        return (
+            _mlp_tensors(hidden, spec.intermediate_size, gated=spec.mlp_gated, bias=spec.mlp_bias),
+            [],
+            [],
+            [],
+        )
+    moe = spec.moe
+    one = _mlp_tensors(hidden, moe.moe_intermediate_size, gated=True, bias=moe.expert_bias, expert=True)
+    experts = one * moe.num_experts
+    router: list[_Linear | _Vector] = [_Linear(moe.num_experts, hidden, "rep", quantised=False)]
+    if moe.router_bias:
+        router.append(_Vector(moe.num_experts, "rep"))
+    if moe.score_correction_bias:
+        router.append(_Vector(moe.num_experts, "rep", element_bytes=4))
+    shared: list[_Linear | _Vector] = []
+    if moe.shared_expert_intermediate_size:
+        shared = _mlp_tensors(hidden, moe.shared_expert_intermediate_size, gated=True, bias=False)
+        if moe.shared_expert_gate:
+            shared.append(_Linear(1, hidden, "rep", quantised=False))
+    return [], experts, router, shared
+
+
+def _norm_size(spec: ModelSpec) -> int:
+    return spec.hidden_size * (2 if spec.norm_bias else 1)
+
+
+def _count(tensors: list[_Linear | _Vector]) -> int:
+    return sum(t.params if isinstance(t, _Linear) else t.size for t in tensors)
+
+
+def attention_params_per_layer(spec: ModelSpec) -> int:
+    return _count(_attention_tensors(spec))
 
 
 def param_breakdown(spec: ModelSpec) -> ParamBreakdown:
     hidden = spec.hidden_size
-    embedding = spec.vocab_size * hidden
+    embedding = spec.vocab_size * hidden + spec.learned_position_embeddings * hidden
     lm_head = 0 if spec.tie_word_embeddings else spec.vocab_size * hidden
-    layers = spec.num_hidden_layers
-    n_moe = num_moe_layers(spec)
-    n_dense = layers - n_moe
-    attention = layers * attention_params_per_layer(spec)
-    dense_mlp = n_dense * gated_mlp_params(hidden, spec.intermediate_size, bias=spec.mlp_bias)
-    experts = router = shared = 0
-    if spec.moe is not None and n_moe:
-        moe = spec.moe
-        per_expert = gated_mlp_params(hidden, moe.moe_intermediate_size, bias=moe.expert_bias)
-        experts = n_moe * moe.num_experts * per_expert
-        router = n_moe * (moe.num_experts * hidden + (moe.num_experts if moe.router_bias else 0))
-        if moe.score_correction_bias:
-            router += n_moe * moe.num_experts
-        if moe.shared_expert_intermediate_size:
-            shared = n_moe * gated_mlp_params(hidden, moe.shared_expert_intermediate_size, bias=False)
-            if moe.shared_expert_gate:
-                shared += n_moe * hidden
-    norms = layers * spec.norms_per_layer * hidden + hidden  # MLA latent norms count as attention
+    dense = experts = router = shared = 0
+    for layer in range(spec.num_hidden_layers):
+        d, e, r, s = _ffn_tensors(spec, layer)
+        dense += _count(d)
+        experts += _count(e)
+        router += _count(r)
+        shared += _count(s)
     return ParamBreakdown(
         embedding=embedding,
         lm_head=lm_head,
-        attention=attention,
-        dense_mlp=dense_mlp,
+        attention=spec.num_hidden_layers * attention_params_per_layer(spec),
+        dense_mlp=dense,
         experts=experts,
         router=router,
         shared_experts=shared,
-        norms=norms,
+        norms=(spec.num_hidden_layers * spec.norms_per_layer + 1) * _norm_size(spec),
     )
 
 
@@ -156,53 +236,7 @@ def active_param_count(spec: ModelSpec) -> int:
     return parts.total - parts.experts + active_experts
 
 
-def _fp8_block_linear_bytes(rows: int, cols: int) -> int:
-    """An FP8 (1 byte) weight plus its float32 per-128×128-block inverse scales."""
-    blocks = -(-rows // FP8_BLOCK) * -(-cols // FP8_BLOCK)
-    return rows * cols + 4 * blocks
-
-
-def _fp8_block_layer_bytes(spec: ModelSpec, layer: int, high: int) -> int:
-    """Bytes of one decoder layer of a DeepSeek-style block-FP8 checkpoint (every Linear in FP8)."""
-    hidden = spec.hidden_size
-    heads = spec.num_attention_heads
-    total = 0
-    if spec.mla is not None:
-        mla = spec.mla
-        qk_head = mla.qk_nope_head_dim + mla.qk_rope_head_dim
-        if mla.q_lora_rank:
-            total += _fp8_block_linear_bytes(mla.q_lora_rank, hidden) + high * mla.q_lora_rank
-            total += _fp8_block_linear_bytes(heads * qk_head, mla.q_lora_rank)
-        else:
-            total += _fp8_block_linear_bytes(heads * qk_head, hidden)
-        total += _fp8_block_linear_bytes(mla.kv_lora_rank + mla.qk_rope_head_dim, hidden)
-        total += high * mla.kv_lora_rank
-        total += _fp8_block_linear_bytes(heads * (mla.qk_nope_head_dim + mla.v_head_dim), mla.kv_lora_rank)
-        total += _fp8_block_linear_bytes(hidden, heads * mla.v_head_dim)
-    else:
-        q_dim = heads * spec.head_dim
-        kv_dim = spec.num_key_value_heads * spec.head_dim
-        total += _fp8_block_linear_bytes(q_dim, hidden) + 2 * _fp8_block_linear_bytes(kv_dim, hidden)
-        total += _fp8_block_linear_bytes(hidden, q_dim)
-        extra = attention_params_per_layer(spec) - (2 * hidden * q_dim + 2 * hidden * kv_dim)
-        total += high * extra
-    mlp_bytes = 0
-    if is_moe_layer(spec, layer) and spec.moe is not None:
-        moe = spec.moe
-        inter = moe.moe_intermediate_size
-        expert = 2 * _fp8_block_linear_bytes(inter, hidden) + _fp8_block_linear_bytes(hidden, inter)
-        mlp_bytes += moe.num_experts * expert
-        # The router stays in bf16 (DeepSeek keeps `gate.weight` unquantised), its bias in float32.
-        mlp_bytes += high * moe.num_experts * hidden
-        if moe.score_correction_bias:
-            mlp_bytes += 4 * moe.num_experts
-        if moe.shared_expert_intermediate_size:
-            s = moe.shared_expert_intermediate_size
-            mlp_bytes += 2 * _fp8_block_linear_bytes(s, hidden) + _fp8_block_linear_bytes(hidden, s)
-    else:
-        inter = spec.intermediate_size
-        mlp_bytes += 2 * _fp8_block_linear_bytes(inter, hidden) + _fp8_block_linear_bytes(hidden, inter)
-    return total + mlp_bytes + high * spec.norms_per_layer * hidden
+# ---- bytes -------------------------------------------------------------------------------------------
 
 
 def serving_dtype_bytes(spec: ModelSpec) -> int:
@@ -214,35 +248,124 @@ def serving_dtype_bytes(spec: ModelSpec) -> int:
     return int(size) if size >= 1 else 2
 
 
-def weight_bytes_from_spec(spec: ModelSpec) -> int:
-    """Bytes of the checkpoint's tensors as the engine loads them.
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
 
-    - unquantised: param_count × bytes of torch_dtype (a float32 config is served in 16 bits by
-      `--dtype auto`, so it counts 2 bytes);
-    - `fp8` with 128×128 blocks (DeepSeek-V3/R1, Kimi-K2): every decoder Linear in 1 byte plus a
-      float32 scale per block; embeddings, lm_head, norms and router in bf16;
-    - `mxfp4` (gpt-oss): expert weights at 4.25 bits (16 bytes of values + 1 scale byte per 32),
-      everything else (attention, router, expert biases, embeddings) in bf16;
-    - other quantisations (awq, gptq, ...): not derivable from the config alone; falls back to
-      4 bits per Linear weight in the decoder plus bf16 for the rest (an estimate).
+
+def linear_bytes(
+    spec: ModelSpec, rows: int, cols: int, *, expert: bool = False, quantised: bool = True
+) -> int:
+    """Checkpoint bytes of one rows × cols Linear weight with its scales / zeros.
+
+    - unquantised (or a tensor the method leaves alone: routers, and for MXFP4 everything but experts):
+      rows × cols × 16-bit;
+    - `fp8` with `quant_group_size` g (block FP8): rows × cols bytes + float32 per g × g block;
+      without a block size: + one float32 scale per output row;
+    - `mxfp4` experts: 4 bits per weight + one uint8 scale per 32;
+    - `awq` / `gptq` / `compressed-tensors` / `bitsandbytes` at `quant_bits` b (default 4) and group g
+      (default 128): b/8 bytes per weight, a 16-bit scale per group and output, b-bit zeros per group
+      (AWQ, GPTQ), GPTQ's int32 g_idx per input column; 8-bit: one byte + a per-row scale.
     """
     high = serving_dtype_bytes(spec)
-    parts = param_breakdown(spec)
+    n = rows * cols
     quant = (spec.quantization or "").lower()
-    if not quant:
-        return parts.total * high
-    if quant == "mxfp4" and spec.moe is not None:
-        moe = spec.moe
-        n_moe = num_moe_layers(spec)
-        weights = n_moe * moe.num_experts * 3 * spec.hidden_size * moe.moe_intermediate_size
-        packed = weights // 2 + weights // MXFP4_BLOCK
-        return packed + (parts.total - weights) * high
-    if (quant == "fp8" and spec.mla is not None) or (quant == "fp8" and spec.moe is not None):
-        total = high * (parts.embedding + parts.lm_head + spec.hidden_size)
-        total += sum(_fp8_block_layer_bytes(spec, layer, high) for layer in range(spec.num_hidden_layers))
-        return total
-    if quant in ("fp8", "compressed-tensors", "fbgemm_fp8"):
-        linear = parts.attention + parts.dense_mlp + parts.experts + parts.shared_experts
-        return linear + (parts.total - linear) * high
-    linear = parts.attention + parts.dense_mlp + parts.experts + parts.shared_experts
-    return linear // 2 + (parts.total - linear) * high
+    if not quant or not quantised:
+        return n * high
+    if quant == "mxfp4":
+        return n // 2 + _cdiv(n, MXFP4_BLOCK) if expert else n * high
+    bits = spec.quant_bits or (8 if quant in ("fp8", "fbgemm_fp8") else 4)
+    if quant in ("fp8", "fbgemm_fp8") or bits == 8:
+        if spec.quant_group_size and quant == "fp8":
+            g = spec.quant_group_size
+            return n + 4 * _cdiv(rows, g) * _cdiv(cols, g)
+        return n + 4 * rows
+    group = spec.quant_group_size or 128
+    groups = _cdiv(cols, group) if group > 0 else 1
+    total = _cdiv(n * bits, 8) + 2 * groups * rows
+    if quant in ("awq", "gptq", "awq_marlin", "gptq_marlin"):
+        total += _cdiv(groups * rows * bits, 8)  # packed zero points
+    if quant in ("gptq", "gptq_marlin"):
+        total += 4 * cols  # g_idx
+    if quant == "bitsandbytes":
+        total = _cdiv(n * bits, 8) + 4 * _cdiv(n, 64)  # absmax per 64 values
+    return total
+
+
+@dataclass(frozen=True)
+class RankWeights:
+    """Bytes one tensor-parallel rank holds: embedding, lm_head, each decoder layer, the final norm."""
+
+    embedding: int
+    lm_head: int
+    layers: tuple[int, ...]
+    final_norm: int
+
+    @property
+    def total(self) -> int:
+        return self.embedding + self.lm_head + sum(self.layers) + self.final_norm
+
+
+def _tensor_bytes(spec: ModelSpec, tensor: _Linear | _Vector, tp: int) -> int:
+    """Bytes of one tensor on one rank: `col`/`row` split by tp, `kv` by KV heads (≥ 1 head), `rep` whole."""
+    if isinstance(tensor, _Vector):
+        full = tensor.size * (tensor.element_bytes or serving_dtype_bytes(spec))
+    else:
+        full = linear_bytes(spec, tensor.rows, tensor.cols, expert=tensor.expert, quantised=tensor.quantised)
+    if tensor.tp in ("col", "row"):
+        return _cdiv(full, tp)
+    if tensor.tp == "kv":
+        kv = spec.num_key_value_heads
+        return _cdiv(full * max(1, kv // tp), kv)
+    return full
+
+
+def _rank_bytes(spec: ModelSpec, tp: int, pad_vocab: bool) -> RankWeights:
+    high = serving_dtype_bytes(spec)
+    hidden = spec.hidden_size
+    vocab = _cdiv(spec.vocab_size, VOCAB_PADDING) * VOCAB_PADDING if pad_vocab else spec.vocab_size
+    rows = _cdiv(vocab, tp)
+    embedding = rows * hidden * high + spec.learned_position_embeddings * hidden * high
+    lm_head = 0 if spec.tie_word_embeddings else rows * hidden * high
+    norm = _norm_size(spec) * high
+    attention = sum(_tensor_bytes(spec, t, tp) for t in _attention_tensors(spec))
+    layers: list[int] = []
+    for layer in range(spec.num_hidden_layers):
+        dense, experts, router, shared = _ffn_tensors(spec, layer)
+        ffn = sum(_tensor_bytes(spec, t, tp) for t in (*dense, *experts, *router, *shared))
+        layers.append(attention + ffn + spec.norms_per_layer * norm)
+    return RankWeights(embedding=embedding, lm_head=lm_head, layers=tuple(layers), final_norm=norm)
+
+
+def rank_weight_bytes(spec: ModelSpec, tp: int = 1, *, pad_vocab: bool = False) -> RankWeights:
+    """Weight bytes on one of `tp` tensor-parallel ranks, part by part, as vLLM / SGLang shard them.
+
+    q / o / MLP / expert / MLA q_b, kv_b, o weights split by tp; k / v split by KV heads and replicated when
+    tp exceeds them (each rank keeps one head); norms, routers, MLA q_a / kv_a (ReplicatedLinear) whole on
+    every rank; embedding and lm_head vocab-parallel (rows padded to a multiple of 64 with `pad_vocab`, as
+    vLLM's VocabParallelEmbedding does). With tp = 1 and no padding the total is the checkpoint's bytes.
+    When the spec's weight_bytes (exact, from safetensors headers) differs from this formula's total, every
+    part is scaled by that ratio.
+    """
+    if tp < 1:
+        raise ValueError(f"tp must be >= 1, got {tp}")
+    result = _rank_bytes(spec, tp, pad_vocab)
+    formula_total = _rank_bytes(spec, 1, False).total
+    if not spec.weight_bytes or not formula_total or formula_total == spec.weight_bytes:
+        return result
+    ratio = spec.weight_bytes / formula_total
+    return RankWeights(
+        embedding=round(result.embedding * ratio),
+        lm_head=round(result.lm_head * ratio),
+        layers=tuple(round(b * ratio) for b in result.layers),
+        final_norm=round(result.final_norm * ratio),
+    )
+
+
+def weight_bytes_from_spec(spec: ModelSpec) -> int:
+    """Bytes of the checkpoint's tensors as the engine loads them (see `linear_bytes` for each method).
+
+    Unquantised: every tensor in 16 bits (a float32 config is served in 16 bits by `--dtype auto`).
+    Quantised: the decoder's Linear weights packed by the method, everything else (embeddings, lm_head,
+    norms, biases, routers; for MXFP4 also attention) in 16 bits.
+    """
+    return _rank_bytes(spec, 1, False).total

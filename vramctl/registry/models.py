@@ -7,7 +7,7 @@ pattern defaults) follow the Hugging Face transformers implementation of each `m
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from vramctl.core.errors import BadInputError
@@ -29,7 +29,9 @@ from vramctl.registry._fields import (
 )
 
 # model_type → defaults of its transformers config class where config.json may omit the field.
-_TIED_BY_DEFAULT = {"gemma", "gemma2", "gemma3", "gemma3_text"}
+_TIED_BY_DEFAULT = {"gemma", "gemma2", "gemma3", "gemma3_text", "opt"}
+_OPT_POSITION_OFFSET = 2
+"""transformers OPTLearnedPositionalEmbedding keeps max_position_embeddings + 2 rows."""
 _QKV_BIAS_ALWAYS = {"qwen2", "qwen2_moe", "qwen2_vl", "qwen2_5_vl"}
 _QK_NORM = {"qwen3", "qwen3_moe", "gemma3", "gemma3_text"}
 _FOUR_NORMS = {"gemma2", "gemma3", "gemma3_text"}
@@ -64,10 +66,19 @@ def _dtype(config: Mapping[str, Any], where: str) -> str:
     return name
 
 
-def _quantization(config: Mapping[str, Any], where: str) -> str | None:
+@dataclass(frozen=True)
+class _Quant:
+    method: str | None = None
+    bits: int | None = None
+    group_size: int | None = None
+
+
+def _quantization(config: Mapping[str, Any], where: str) -> _Quant:
+    """`quantization_config` → method, bits per weight, group (or FP8 block) size."""
     quant = get_mapping(config, "quantization_config", where)
     if quant is None:
-        return None
+        return _Quant()
+    qwhere = f"{where}: quantization_config"
     method = quant.get("quant_method")
     if method is None and (quant.get("load_in_4bit") or quant.get("load_in_8bit")):
         method = "bitsandbytes"
@@ -76,7 +87,53 @@ def _quantization(config: Mapping[str, Any], where: str) -> str | None:
             f"{where}: field 'quantization_config.quant_method' must be a string, got {method!r}"
         )
     method = method.lower()
-    return "fp8" if method in _FP8_METHODS else method
+    method = "fp8" if method in _FP8_METHODS else method
+    bits: int | None = None
+    group: int | None = None
+    if method == "fp8":
+        bits = 8
+        block = quant.get("weight_block_size")
+        if block is not None:
+            if (
+                not isinstance(block, list)
+                or not block
+                or not all(isinstance(b, int) and b > 0 for b in block)
+            ):
+                raise BadInputError(
+                    f"{qwhere}: field 'weight_block_size' must be a list of positive integers"
+                )
+            group = block[0]
+    elif method == "mxfp4":
+        bits, group = 4, 32
+    elif method == "bitsandbytes":
+        bits = 4 if quant.get("load_in_4bit") else 8
+    elif method == "compressed-tensors":
+        bits, group = _compressed_tensors(quant, qwhere)
+    else:  # awq, gptq, and other int-packed methods
+        bits = get_int(quant, "bits", qwhere, default=get_int(quant, "w_bit", qwhere, default=4))
+        raw_group = quant.get("group_size", quant.get("q_group_size", 128))
+        if isinstance(raw_group, int) and not isinstance(raw_group, bool) and raw_group == -1:
+            group = 0  # per output channel
+        else:
+            group = get_int({"group_size": raw_group}, "group_size", qwhere)
+    return _Quant(method, bits, group)
+
+
+def _compressed_tensors(quant: Mapping[str, Any], where: str) -> tuple[int | None, int | None]:
+    """The first config group's weight scheme: num_bits and group_size (None = per channel / tensor)."""
+    groups = quant.get("config_groups")
+    if not isinstance(groups, dict) or not groups:
+        return None, None
+    first = next(iter(groups.values()))
+    weights = first.get("weights") if isinstance(first, dict) else None
+    if not isinstance(weights, dict):
+        return None, None
+    bits = get_int(weights, "num_bits", f"{where}.config_groups.weights", default=8)
+    group = weights.get("group_size")
+    block = weights.get("block_structure")
+    if isinstance(block, list) and block and isinstance(block[0], int):
+        group = block[0]
+    return bits, group if isinstance(group, int) and not isinstance(group, bool) and group > 0 else None
 
 
 def _moe(config: Mapping[str, Any], model_type: str, where: str) -> MoESpec | None:
@@ -214,12 +271,14 @@ def spec_from_config(
         head_dim = hidden // heads
     max_pos = get_int(cfg, "max_position_embeddings", where)
     layer_types, window = _attention_pattern(cfg, model_type, layers, max_pos, where)
-    attention_bias = get_bool(cfg, "attention_bias", where)
+    is_opt = model_type == "opt"
+    attention_bias = get_bool(cfg, "enable_bias" if is_opt else "attention_bias", where, default=is_opt)
+    quant = _quantization(cfg, where)
     spec = ModelSpec(
         name=name,
         architecture=architecture,
         hidden_size=hidden,
-        intermediate_size=get_int(cfg, "intermediate_size", where),
+        intermediate_size=get_int(cfg, "ffn_dim" if is_opt else "intermediate_size", where),
         num_hidden_layers=layers,
         num_attention_heads=heads,
         num_key_value_heads=kv_heads,
@@ -236,14 +295,21 @@ def spec_from_config(
         sliding_window=window,
         moe=_moe(cfg, model_type, where),
         mla=mla,
-        quantization=_quantization(cfg, where),
+        quantization=quant.method,
+        quant_bits=quant.bits,
+        quant_group_size=quant.group_size,
         aliases=tuple(aliases),
         sources=tuple(sources),
         attention_qkv_bias=attention_bias or model_type in _QKV_BIAS_ALWAYS,
         attention_out_bias=attention_bias,
         qk_norm=model_type in _QK_NORM,
         attention_sinks=model_type == "gpt_oss",
-        mlp_bias=get_bool(cfg, "mlp_bias", where),
+        mlp_bias=get_bool(cfg, "enable_bias", where, default=True)
+        if is_opt
+        else get_bool(cfg, "mlp_bias", where),
+        mlp_gated=not is_opt,
+        norm_bias=is_opt,
+        learned_position_embeddings=max_pos + _OPT_POSITION_OFFSET if is_opt else 0,
         norms_per_layer=4 if model_type in _FOUR_NORMS else 2,
         num_mtp_layers=get_int(cfg, "num_nextn_predict_layers", where, default=0, minimum=0),
     )
