@@ -7,6 +7,9 @@ failure (`no-failure`), 2 on unreadable input. Never imports torch.
 
 from __future__ import annotations
 
+import sys
+from typing import Optional
+
 import typer
 
 from vramctl.core.errors import BadInputError
@@ -19,8 +22,10 @@ def register(app: typer.Typer) -> None:
 
     @app.command("explain-oom")
     def explain_oom(
-        log: str = typer.Argument(
-            "-", metavar="[LOG | -]", help="The server log: a file (plain or gzip), or - for standard input."
+        log: Optional[str] = typer.Argument(
+            None,
+            metavar="[LOG | -]",
+            help="The server log: a file (plain or gzip), or - for standard input (the default when piped).",
         ),
         json_out: bool = typer.Option(False, "--json", help="Print one JSON object (docs/explain-oom.md)."),
         markdown: bool = typer.Option(False, "--markdown", help="Print Markdown for an issue comment."),
@@ -33,6 +38,10 @@ def register(app: typer.Typer) -> None:
 
         if json_out and markdown:
             raise BadInputError("--json and --markdown: pick one output format")
+        if log is None:
+            if sys.stdin is None or sys.stdin.isatty():
+                raise BadInputError("no log: give a LOG file, or pipe one in (`... | vramctl explain-oom -`)")
+            log = "-"
         result = diagnose(log)
         if json_out:
             typer.echo(dumps(result.to_json()))

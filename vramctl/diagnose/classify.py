@@ -320,10 +320,15 @@ class _Scanner:
 def _with_last(blocks: Iterator[Block]) -> Iterator[tuple[Block, bool]]:
     """Each block with whether it is the last one (one block of look-ahead)."""
     previous: Block | None = None
-    for block in blocks:
-        if previous is not None:
-            yield previous, False
-        previous = block
+    try:
+        for block in blocks:
+            if previous is not None:
+                yield previous, False
+            previous = block
+    except TruncatedInputError:
+        if previous is not None:  # what was read before the cut is still scanned, as the end
+            yield previous, True
+        raise
     if previous is not None:
         yield previous, True
 
