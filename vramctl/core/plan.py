@@ -802,6 +802,17 @@ def _explanations(model: ModelSpec, gpu: GpuSpec, core: _Core, ledger: Ledger) -
             f"Pipeline stages hold {list(kvmath.pp_partition(model.num_hidden_layers, s.pipeline_parallel_size))} "
             f"layers; blocks are the minimum over ranks, so stage {st.index + 1} binds."
         )
+    arch = model.architecture
+    if "ConditionalGeneration" in arch or "VL" in arch or "Llava" in arch or "Vision" in arch:
+        warnings.append(
+            f"{arch} is multimodal: vLLM also profiles its vision encoder on a dummy image batch, which vramctl does "
+            "not model, so the activation peak is under-estimated (Gemma-3 logs: 1–3 GiB more; docs/accuracy.md)."
+        )
+    if model.moe is not None and s.tensor_parallel_size > 1:
+        notes.append(
+            "MoE experts are assumed sharded by TP; with --enable-expert-parallel each rank runs whole experts and "
+            "the fused-MoE workspace is larger (DeepSeek-R1 at TP 16: KV over-estimated by 20–40 %, docs/accuracy.md)."
+        )
     seed_note = _seed_comparison(model, gpu, core)
     if seed_note:
         notes.append(seed_note)
