@@ -100,25 +100,31 @@ def test_profile_rich_output_and_save(
 
 
 def test_compare_shows_which_terms_moved(capsys: pytest.CaptureFixture[str], tiny_model_dir: str) -> None:
+    # on the cpu device each run of a comparison gets a fresh process (RSS is the measurement)
     code, out = _run_json(
-        capsys,
-        [
-            "profile",
-            tiny_model_dir,
-            *FAST,
-            "--compare",
-            "max-num-batched-tokens=1024",
-            "--compare",
-            "block-size=32",
-            "--json",
-        ],
+        capsys, ["profile", tiny_model_dir, *FAST, "--compare", "max-num-batched-tokens=2048", "--json"]
     )
     assert code == 0
-    first, second = out["comparisons"]
-    assert first["flag"] == "max-num-batched-tokens" and first["value"] == 1024
-    assert {c["term"] for c in first["changes"]} >= {"weights", "kv_cache", "activation_peak"}
-    assert second["result"]["settings"]["block_size"] == 32
-    assert second["result"]["bytes_per_block"] == 2 * out["bytes_per_block"]
+    (flip,) = out["comparisons"]
+    assert flip["flag"] == "max-num-batched-tokens" and flip["value"] == 2048
+    assert {c["term"] for c in flip["changes"]} >= {"weights", "kv_cache", "activation_peak"}
+    peak = {c["term"]: c for c in flip["changes"]}["activation_peak"]
+    assert peak["delta_bytes"] > 0  # 8x the tokens of the max-shape forward: a larger transient peak
+    assert "activation_peak" in flip["moved"] and "weights" not in flip["moved"]
+    assert flip["result"]["settings"]["max_num_batched_tokens"] == 2048
+
+
+def test_parse_compare_values() -> None:
+    from vramctl.measure.run import parse_compare
+
+    assert parse_compare("enforce-eager") == ("enforce-eager", True)
+    assert parse_compare("--enforce_eager=false") == ("enforce-eager", False)
+    assert parse_compare("max-num-seqs=1,024") == ("max-num-seqs", 1024)
+    assert parse_compare("kv-cache-dtype=fp8") == ("kv-cache-dtype", "fp8")
+    assert parse_compare("gpu-memory-utilization=0.9") == ("gpu-memory-utilization", 0.9)
+    for bad in ("max-num-seqs", "max-num-seqs=many", "enforce-eager=maybe", "colour=blue"):
+        with pytest.raises(Exception, match="--compare"):
+            parse_compare(bad)
 
 
 def test_startup_check_uses_vllms_message(capsys: pytest.CaptureFixture[str], tiny_model_dir: str) -> None:

@@ -291,13 +291,15 @@ def register(app: typer.Typer) -> None:
         _check_save(save)
         request = _request(model, settings, device, device_memory, num_layers)
         on_phase = _progress(not as_json)
+        # On the cpu device each compared run gets a fresh process: RSS is the measurement.
+        isolated = bool(flips) and device.strip().lower() in ("cpu", "host")
         try:
-            result = run_profile(request, on_phase=on_phase)
+            result = run_profile(request, on_phase=on_phase, isolated=isolated)
             comparisons = []
             for name, value in flips:
                 if on_phase is not None:
                     on_phase("compare", f"re-running with {name}={value}")
-                other = run_profile(with_flag(request, name, value), on_phase=on_phase)
+                other = run_profile(with_flag(request, name, value), on_phase=on_phase, isolated=isolated)
                 comparisons.append(
                     compare_results(result, other, name, value, noise_bytes=noise_threshold(result.device))
                 )

@@ -74,6 +74,7 @@ def capture_graphs(
             model.decode_step(kv_caches=kv_caches, **static)
     torch.cuda.current_stream(device).wait_stream(stream)
     torch.cuda.synchronize(device)
+    torch.cuda.empty_cache()
     pool = torch.cuda.graph_pool_handle()
     graphs: list[Any] = []
     outputs: list[Any] = []
@@ -82,6 +83,12 @@ def capture_graphs(
     try:
         for size in order:
             inputs = {name: tensor[:size] for name, tensor in static.items()}
+            # vLLM warms every size up before capturing it (cuBLAS picks its kernels and workspaces
+            # outside the graph); the warm-up's temporaries go back to the driver before the reading.
+            with torch.cuda.stream(stream):
+                model.decode_step(kv_caches=kv_caches, **inputs)
+            torch.cuda.synchronize(device)
+            torch.cuda.empty_cache()
             before = int(torch.cuda.mem_get_info(device)[0])
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph, pool=pool, stream=stream):

@@ -765,6 +765,11 @@ def derive(
         notes.append(f"{tp} ranks; the minimum over ranks is rank {binding} ({blocks[binding]} blocks)")
 
     sglang = sglang_numbers(spec, resolved, ranks, info)
+    if sglang.mem_fraction_static <= 0 or sglang.kv_cache_bytes <= 0:
+        notes.append(
+            f"SGLang: mem_fraction_static {sglang.mem_fraction_static:.3f} ({sglang.fraction_source}) leaves no KV "
+            "pool on this device; pass --mem-fraction-static, or see `vramctl suggest` for the value that fits"
+        )
     return ProfileResult(
         model=spec,
         device=info,

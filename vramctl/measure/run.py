@@ -32,11 +32,17 @@ from vramctl.measure.profiler import (
 )
 
 
-def run_profile(request: ProfileRequest, *, on_phase: PhaseCallback | None = None) -> ProfileResult:
-    """Profile the model on the device; `--tensor-parallel-size N` runs N rank processes."""
+def run_profile(
+    request: ProfileRequest, *, on_phase: PhaseCallback | None = None, isolated: bool = False
+) -> ProfileResult:
+    """Profile the model on the device; `--tensor-parallel-size N` runs N rank processes.
+
+    `isolated` runs even a single rank in a fresh process: on the cpu device the RSS a previous run in this
+    process left to the allocator would otherwise make a second run look cheaper (`--compare` uses it).
+    """
     start = time.perf_counter()
     precheck(request)
-    if request.settings.tensor_parallel_size > 1:
+    if request.settings.tensor_parallel_size > 1 or isolated:
         from vramctl.measure.distributed import run_ranks
 
         resolved, info, ranks = run_ranks(request, on_phase=on_phase)

@@ -118,23 +118,31 @@ def render_suggest(result: SuggestResult, *, model: str, device: str) -> Rendera
     table.add_column("KV GiB", justify="right")
     table.add_column("blocks", justify="right")
     table.add_column("tokens", justify="right")
-    table.add_column("vLLM flag")
-    table.add_column("SGLang flags")
-    for label, s in (("fit the requested memory", result.fit_requested), ("fill the card", result.fill_gpu)):
+    table.add_column("concurrency", justify="right")
+    targets = (("fit the requested memory", result.fit_requested), ("fill the card", result.fill_gpu))
+    for label, s in targets:
         table.add_row(
             label,
             f"{s.kv_cache_memory_bytes / GiB:,.2f}",
             format_count(s.num_blocks),
             format_count(s.kv_tokens),
-            s.vllm_flag,
-            s.sglang_flags,
+            f"{s.max_concurrency:.2f}x",
         )
+    flags = Text()
+    for label, s in targets:
+        flags.append(f"{label}:\n", style="bold")
+        flags.append(f"  vllm serve … {s.vllm_flag}\n")
+        flags.append(f"  python -m sglang.launch_server … {s.sglang_flags}\n")
+    graphs = (
+        "no CUDA-graph pool"
+        if result.graph_source == "none"
+        else f"graph pool {_gib(result.graph_bytes)} from the {result.graph_source} capture, counted once"
+    )
     note = Text(
-        f"non-KV {_gib(result.non_kv_bytes)} (graph pool {_gib(result.graph_bytes)} from the {result.graph_source}"
-        f" capture, counted once) + vLLM's {result.redundancy_bytes >> 20} MiB buffer",
+        f"non-KV {_gib(result.non_kv_bytes)} ({graphs}) + vLLM's {result.redundancy_bytes >> 20} MiB buffer",
         style="dim",
     )
-    parts: list[RenderableType] = [table, note]
+    parts: list[RenderableType] = [table, flags, note]
     if result.double_counted_bytes:
         parts.append(
             Text(
