@@ -292,3 +292,19 @@ def test_no_memory_lines() -> None:
         ["hello", "INFO 1 [api_server.py:1] Starting vLLM API server on http://0.0.0.0:8000"]
     )
     assert not report.found and report.engine is None and report.ledger is None
+
+
+def test_auto_fit_and_block_override_lines() -> None:
+    # vllm.md §3.4 step 3 and §3.7 (0.33.0 wordings).
+    lines = [
+        "INFO 1 [kv_cache_planning.py:1526] Overriding num_gpu_blocks=28764 with num_gpu_blocks_override=512",
+        "INFO 2 [kv_cache_planning.py:1390] Auto-fit max_model_len: reduced from 131072 to 98304 to fit in "
+        "available KV cache memory (12.34 GiB GPU)",
+        "INFO 3 [interface.py:777] Setting kv cache block size to 64 for FLASHMLA backend(s).",
+    ]
+    report = parse_startup_log(lines)
+    assert report.num_blocks == 512
+    assert report.settings["max_model_len"].value == 98304
+    assert report.settings["block_size"].value == 64
+    assert report.facts["auto_fit_kv_cache"].text == "12.34 GiB"
+    assert report.kv_tokens == 512 * 64

@@ -396,6 +396,8 @@ PREFILTER_ANCHORS: tuple[bytes, ...] = (
     b"KV sizing",
     b"host pool",
     b"consumed",
+    b"Auto-fit",
+    b"num_gpu_blocks",
     b"LLM engine",
     b"vllm",
     b"sglang",
@@ -1313,7 +1315,12 @@ def _finish_run(
         assert ctx is not None
         max_concurrency = round(kv_tokens / ctx, 2)
         notes.append(f"concurrency derived: KV tokens ÷ context_len {ctx:,} (SGLang does not print it)")
-    block = settings.get("block_size")
+    block_fact = facts.get("block_size")
+    block = (
+        Setting(block_fact.bytes, block_fact.line, "log-line")
+        if block_fact is not None
+        else settings.get("block_size")
+    )
     if kv_tokens is None and num_blocks is not None and block is not None and isinstance(block.value, int):
         kv_tokens = num_blocks * block.value
         notes.append(f"KV tokens derived: {num_blocks:,} blocks × block size {block.value}")
@@ -1327,6 +1334,11 @@ def _finish_run(
     to_gpu = count("kv_cache_memory_to_gpu")
 
     # ---- settings the facts imply
+    auto_fit = facts.get("auto_fit_max_model_len")
+    if auto_fit is not None:
+        settings["max_model_len"] = Setting(auto_fit.bytes, auto_fit.line, "log-line")
+    if block_fact is not None and "block_size" not in settings:
+        settings["block_size"] = Setting(block_fact.bytes, block_fact.line, "log-line")
     ctx_obs = facts.get("concurrency_max_model_len") or facts.get("context_len")
     if ctx_obs is not None and "max_model_len" not in settings:
         settings["max_model_len"] = Setting(ctx_obs.bytes, ctx_obs.line, "log-line")
@@ -1361,6 +1373,11 @@ def _finish_run(
         other = sorted({o.process or "driver" for o in run.observations if o.process != primary} - {"driver"})
         if other:
             notes.append(f"numbers from process {primary!r}; {len(other)} other process(es) also logged")
+        borrowed = sorted(
+            f"{key} ({obs.process or 'driver'})" for key, obs in facts.items() if obs.process != primary
+        )
+        if borrowed:
+            notes.append("not printed by that process, taken from another: " + ", ".join(borrowed))
     if any(o.summary for o in facts.values()):
         notes.append(
             "some numbers come from a person's summary of a log (a list or table), not raw engine lines"

@@ -87,6 +87,8 @@ FACTS: dict[str, FactInfo] = {
     "concurrency_max_model_len": FactInfo(Kind.COUNT, "tokens per request of the concurrency line"),
     "kv_tokens_capacity": FactInfo(Kind.COUNT, "tokens the KV cache can store (max_model_len error)"),
     "block_size": FactInfo(Kind.COUNT, "KV block size set for the attention backend"),
+    "auto_fit_max_model_len": FactInfo(Kind.COUNT, "max_model_len chosen by --max-model-len auto"),
+    "auto_fit_kv_cache": FactInfo(Kind.SIZE, "KV cache memory the auto-fit used"),
     "snapshot_torch_peak": FactInfo(Kind.SIZE, "init snapshot torch_peak"),
     "snapshot_torch_memory": FactInfo(Kind.SIZE, "init snapshot torch_memory (reserved)"),
     "snapshot_non_torch_memory": FactInfo(Kind.SIZE, "init snapshot non_torch_memory"),
@@ -657,6 +659,33 @@ VLLM_FORMATS: tuple[LineFormat, ...] = (
         r"maximum number of tokens that can be stored in KV cache \((?P<kv_tokens_capacity>{NUM})\)",
         "vLLM ≤0.8 V0 max_model_len check",
         max_version=(0, 10, 0),
+    ),
+    _f(
+        "blocks-override",
+        "vllm",
+        "with num_gpu_blocks_override=",
+        r"Overriding num_gpu_blocks=\d+ with num_gpu_blocks_override=(?P<num_gpu_blocks>\d+)",
+        "vLLM kv_cache_planning.py:1526 (0.33.0); V0 worker.py",
+    ),
+    _f(
+        "auto-fit-reduced",
+        "vllm",
+        "Auto-fit max_model_len: reduced from",
+        r"Auto-fit max_model_len: reduced from \d+ to (?P<auto_fit_max_model_len>\d+) to fit in available KV cache "
+        r"memory \((?P<auto_fit_kv_cache>{NUM}) GiB",
+        "vLLM ≥0.12 kv_cache_planning.py:1337-1410 (0.33.0), PR #29431",
+        min_version=(0, 12, 0),
+        variant="V1",
+    ),
+    _f(
+        "auto-fit-full",
+        "vllm",
+        "Auto-fit max_model_len: full model context length",
+        r"Auto-fit max_model_len: full model context length (?P<auto_fit_max_model_len>\d+) fits in available KV "
+        r"cache memory \((?P<auto_fit_kv_cache>{NUM}) GiB",
+        "vLLM ≥0.12 kv_cache_planning.py:1337-1410 (0.33.0), PR #29431",
+        min_version=(0, 12, 0),
+        variant="V1",
     ),
 )
 
