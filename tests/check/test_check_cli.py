@@ -272,3 +272,29 @@ def test_concurrency_requirement_matches_plan(value: int, context: int) -> None:
     result = run_check(spec, model, gpu)
     for item, outcome in zip(result.items, result.outcomes, strict=True):
         assert item.ok == (outcome.concurrency_at(context) >= value)
+
+
+def test_scheduler_cap_is_named() -> None:
+    """The KV pool holds plenty, but --max-num-seqs 16 runs at most 16 at once."""
+    model, gpu = load_model("llama-3-8b"), load_gpu("h100-sxm")
+    spec = parse_spec(
+        "model: llama-3-8b\ngpu: h100-sxm\nflags:\n  max-num-seqs: 16\n  max-model-len: 8192\n"
+        "requirements:\n  min_concurrency: {context: 1024, value: 32}\n"
+    )
+    (item,) = run_check(spec, model, gpu).items
+    assert not item.ok and item.actual == "16.00"
+    assert "raise --max-num-seqs to 32" in item.message
+
+
+def test_sliding_window_concurrency_matches_the_plan() -> None:
+    """At max_model_len the check uses the planner's own blocks per request (windowed layers capped)."""
+    from vramctl.core.plan import plan
+
+    model, gpu = load_model("google/gemma-3-27b-it"), load_gpu("h100-sxm")
+    spec = parse_spec(
+        "model: google/gemma-3-27b-it\ngpu: h100-sxm\nflags:\n  max-model-len: 32768\n  tp: 2\n"
+        "requirements:\n  min_concurrency: {context: 32768, value: 1}\n"
+    )
+    result = run_check(spec, model, gpu)
+    planned = plan(model, gpu, spec.settings)
+    assert result.outcomes[0].kv_concurrency_at(32768) == pytest.approx(planned.max_concurrency)

@@ -629,11 +629,32 @@ class EngineOutcome:
     kv_heads_per_rank: int = 1
     """KV heads each rank holds (MHA/GQA); TP splits them until one is left."""
     is_mla: bool = False
+    blocks_per_request: int = 0
+    """vLLM: blocks one max_model_len request needs (0 for SGLang)."""
+    max_sequences: int = 0
+    """The scheduler's cap on running sequences: vLLM max_num_seqs, SGLang max_running_requests."""
+    max_sequences_flag: str = ""
+
+    def blocks_for(self, context: int) -> float:
+        """vLLM blocks one request of `context` tokens needs: the planner's blocks_per_request at max_model_len
+        (sliding-window layers capped), scaled for another length; cdiv(context, block_size) for full attention."""
+        full = cdiv(context, self.block_size)
+        if context == self.context_len:
+            return float(self.blocks_per_request)
+        at_len = cdiv(self.context_len, self.block_size)
+        return self.blocks_per_request * full / at_len if at_len else float(full)
+
+    def kv_concurrency_at(self, context: int) -> float:
+        """Sequences of `context` tokens the KV pool holds at once (what the engines print)."""
+        if self.engine == "vllm":
+            blocks = self.blocks_for(context)
+            return self.num_blocks / blocks if blocks else 0.0
+        return self.kv_tokens / context
 
     def concurrency_at(self, context: int) -> float:
-        if self.engine == "vllm":
-            return self.num_blocks / cdiv(context, self.block_size) if self.block_size else 0.0
-        return self.kv_tokens / context
+        """What can run at once: the KV pool's concurrency, capped by the scheduler's sequence limit."""
+        kv = self.kv_concurrency_at(context)
+        return min(kv, float(self.max_sequences)) if self.max_sequences else kv
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -646,6 +667,7 @@ class EngineOutcome:
             "kv_tokens": self.kv_tokens,
             "context_len": self.context_len,
             "max_concurrency": round(self.max_concurrency, 4),
+            "max_sequences": self.max_sequences,
             "headroom_bytes": self.headroom_bytes,
             "utilization": self.utilization,
             "utilization_flag": self.utilization_flag,
@@ -741,6 +763,9 @@ def _vllm_outcome(result: Any, settings: ServeSettings, model: ModelSpec, gpu: G
         bytes_per_block=int(result.bytes_per_block),
         non_kv_bytes=int(result.requested_bytes) - int(result.kv_cache_bytes),
         free_before_load_bytes=capacity,
+        blocks_per_request=int(result.blocks_per_request),
+        max_sequences=int(result.settings.max_num_seqs),
+        max_sequences_flag="--max-num-seqs",
         host_tier=host,
         tensor_parallel_size=settings.tensor_parallel_size,
         kv_heads_per_rank=max(1, model.num_key_value_heads // settings.tensor_parallel_size),
@@ -781,6 +806,8 @@ def _sglang_outcome(
         bytes_per_block=plan.bytes_per_token * plan.page_size,
         non_kv_bytes=plan.weights_bytes,
         free_before_load_bytes=plan.free_before_load_bytes,
+        max_sequences=plan.max_running_requests,
+        max_sequences_flag="--max-running-requests",
         host_tier=host,
         tensor_parallel_size=settings.tensor_parallel_size,
         kv_heads_per_rank=max(1, model.num_key_value_heads // settings.tensor_parallel_size),
@@ -864,9 +891,15 @@ def evaluate(spec: DeploySpec, outcomes: tuple[EngineOutcome, ...]) -> tuple[Che
             actual = o.concurrency_at(c.context) if fits else 0.0
             ok = actual >= c.value
             message = ""
-            if not ok:
+            if not ok and fits and o.kv_concurrency_at(c.context) >= c.value:
+                message = (
+                    f"the KV pool holds {o.kv_concurrency_at(c.context):.2f} sequences of "
+                    f"{format_count(c.context)} tokens but the scheduler runs at most {o.max_sequences}: "
+                    f"raise {o.max_sequences_flag} to {math.ceil(c.value)}"
+                )
+            elif not ok:
                 if o.engine == "vllm":
-                    kv_needed = math.ceil(c.value) * cdiv(c.context, o.block_size) * o.bytes_per_block
+                    kv_needed = math.ceil(math.ceil(c.value) * o.blocks_for(c.context)) * o.bytes_per_block
                 else:
                     kv_needed = math.ceil(c.value * c.context) * o.bytes_per_token
                 message = (
