@@ -580,3 +580,11 @@ def test_pipeline_parallel_binding_stage() -> None:
     assert plan.weights_bytes == layout[0][1] and plan.bytes_per_token == 8 * 2 * 128 * 11 * 2
     assert any("pipeline stage 0 binds" in b for b in plan.branch)
     assert sum(t.bytes for t in plan.ledger.terms) == H100.cuda_total_bytes
+
+
+@settings(max_examples=60, deadline=None)
+@given(model=st.sampled_from(MODELS), pp=st.sampled_from([1, 2, 3, 4]), tp=st.sampled_from([1, 2, 4]))
+def test_more_tp_never_more_weights_per_rank(model: ModelSpec, pp: int, tp: int) -> None:
+    assert S.weights_per_rank_bytes(model, tp * 2, pp) <= S.weights_per_rank_bytes(model, tp, pp)
+    layout = S.stage_layout(model, tp, pp)
+    assert sum(layers for layers, _ in layout) == model.num_hidden_layers
