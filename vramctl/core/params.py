@@ -94,10 +94,12 @@ class _Linear:
     tp: str
     quantised: bool = True
     expert: bool = False
+    count: int = 1
+    """Identical copies (one per routed expert)."""
 
     @property
     def params(self) -> int:
-        return self.rows * self.cols
+        return self.rows * self.cols * self.count
 
 
 @dataclass(frozen=True)
@@ -108,6 +110,7 @@ class _Vector:
     tp: str
     element_bytes: int | None = None
     """Stored width when fixed by the checkpoint (DeepSeek's float32 score-correction bias); else 16-bit."""
+    count: int = 1
 
 
 def _attention_tensors(spec: ModelSpec) -> list[_Linear | _Vector]:
@@ -145,15 +148,15 @@ def _attention_tensors(spec: ModelSpec) -> list[_Linear | _Vector]:
 
 
 def _mlp_tensors(
-    hidden: int, inter: int, *, gated: bool, bias: bool, expert: bool = False
+    hidden: int, inter: int, *, gated: bool, bias: bool, expert: bool = False, count: int = 1
 ) -> list[_Linear | _Vector]:
     out: list[_Linear | _Vector] = []
     ins = 2 if gated else 1
-    out += [_Linear(inter, hidden, "col", expert=expert) for _ in range(ins)]
-    out.append(_Linear(hidden, inter, "row", expert=expert))
+    out += [_Linear(inter, hidden, "col", expert=expert, count=count) for _ in range(ins)]
+    out.append(_Linear(hidden, inter, "row", expert=expert, count=count))
     if bias:
-        out += [_Vector(inter, "col") for _ in range(ins)]
-        out.append(_Vector(hidden, "rep"))
+        out += [_Vector(inter, "col", count=count) for _ in range(ins)]
+        out.append(_Vector(hidden, "rep" if count == 1 else "col", count=count))
     return out
 
 
@@ -172,8 +175,14 @@ def _ffn_tensors(
             [],
         )
     moe = spec.moe
-    one = _mlp_tensors(hidden, moe.moe_intermediate_size, gated=True, bias=moe.expert_bias, expert=True)
-    experts = one * moe.num_experts
+    experts = _mlp_tensors(
+        hidden,
+        moe.moe_intermediate_size,
+        gated=True,
+        bias=moe.expert_bias,
+        expert=True,
+        count=moe.num_experts,
+    )
     router: list[_Linear | _Vector] = [_Linear(moe.num_experts, hidden, "rep", quantised=False)]
     if moe.router_bias:
         router.append(_Vector(moe.num_experts, "rep"))
@@ -187,12 +196,17 @@ def _ffn_tensors(
     return [], experts, router, shared
 
 
+def _first_layer(spec: ModelSpec, *, moe: bool) -> int:
+    """The index of the first MoE (or dense) decoder layer."""
+    return next(i for i in range(spec.num_hidden_layers) if is_moe_layer(spec, i) == moe)
+
+
 def _norm_size(spec: ModelSpec) -> int:
     return spec.hidden_size * (2 if spec.norm_bias else 1)
 
 
 def _count(tensors: list[_Linear | _Vector]) -> int:
-    return sum(t.params if isinstance(t, _Linear) else t.size for t in tensors)
+    return sum(t.params if isinstance(t, _Linear) else t.size * t.count for t in tensors)
 
 
 def attention_params_per_layer(spec: ModelSpec) -> int:
@@ -204,12 +218,15 @@ def param_breakdown(spec: ModelSpec) -> ParamBreakdown:
     embedding = spec.vocab_size * hidden + spec.learned_position_embeddings * hidden
     lm_head = 0 if spec.tie_word_embeddings else spec.vocab_size * hidden
     dense = experts = router = shared = 0
-    for layer in range(spec.num_hidden_layers):
-        d, e, r, s = _ffn_tensors(spec, layer)
-        dense += _count(d)
-        experts += _count(e)
-        router += _count(r)
-        shared += _count(s)
+    n_moe = num_moe_layers(spec)
+    for moe_kind, copies in ((False, spec.num_hidden_layers - n_moe), (True, n_moe)):
+        if copies == 0:
+            continue
+        d, e, r, sh = _ffn_tensors(spec, _first_layer(spec, moe=moe_kind))
+        dense += copies * _count(d)
+        experts += copies * _count(e)
+        router += copies * _count(r)
+        shared += copies * _count(sh)
     return ParamBreakdown(
         embedding=embedding,
         lm_head=lm_head,
@@ -308,9 +325,10 @@ class RankWeights:
 def _tensor_bytes(spec: ModelSpec, tensor: _Linear | _Vector, tp: int) -> int:
     """Bytes of one tensor on one rank: `col`/`row` split by tp, `kv` by KV heads (≥ 1 head), `rep` whole."""
     if isinstance(tensor, _Vector):
-        full = tensor.size * (tensor.element_bytes or serving_dtype_bytes(spec))
+        full = tensor.size * (tensor.element_bytes or serving_dtype_bytes(spec)) * tensor.count
     else:
-        full = linear_bytes(spec, tensor.rows, tensor.cols, expert=tensor.expert, quantised=tensor.quantised)
+        one = linear_bytes(spec, tensor.rows, tensor.cols, expert=tensor.expert, quantised=tensor.quantised)
+        full = one * tensor.count
     if tensor.tp in ("col", "row"):
         return _cdiv(full, tp)
     if tensor.tp == "kv":
@@ -328,11 +346,15 @@ def _rank_bytes(spec: ModelSpec, tp: int, pad_vocab: bool) -> RankWeights:
     lm_head = 0 if spec.tie_word_embeddings else rows * hidden * high
     norm = _norm_size(spec) * high
     attention = sum(_tensor_bytes(spec, t, tp) for t in _attention_tensors(spec))
+    by_kind: dict[bool, int] = {}  # a dense and an MoE layer each cost the same in every layer
     layers: list[int] = []
     for layer in range(spec.num_hidden_layers):
-        dense, experts, router, shared = _ffn_tensors(spec, layer)
-        ffn = sum(_tensor_bytes(spec, t, tp) for t in (*dense, *experts, *router, *shared))
-        layers.append(attention + ffn + spec.norms_per_layer * norm)
+        kind = is_moe_layer(spec, layer)
+        if kind not in by_kind:
+            dense, experts, router, shared = _ffn_tensors(spec, layer)
+            ffn = sum(_tensor_bytes(spec, t, tp) for t in (*dense, *experts, *router, *shared))
+            by_kind[kind] = attention + ffn + spec.norms_per_layer * norm
+        layers.append(by_kind[kind])
     return RankWeights(embedding=embedding, lm_head=lm_head, layers=tuple(layers), final_norm=norm)
 
 
