@@ -588,3 +588,17 @@ def test_more_tp_never_more_weights_per_rank(model: ModelSpec, pp: int, tp: int)
     assert S.weights_per_rank_bytes(model, tp * 2, pp) <= S.weights_per_rank_bytes(model, tp, pp)
     layout = S.stage_layout(model, tp, pp)
     assert sum(layers for layers, _ in layout) == model.num_hidden_layers
+
+
+def test_eagle_draft_grows_the_cell_and_charges_draft_weights() -> None:
+    opts = S.SglangOptions(
+        speculative_algorithm="EAGLE", speculative_draft_layers=1, speculative_draft_weight_bytes=1 * GiB
+    )
+    plan = S.plan_sglang(LLAMA, H100, sg(engine_version="0.5.18"), options=opts)
+    base = S.plan_sglang(LLAMA, H100, sg(engine_version="0.5.18"))
+    assert plan.bytes_per_token == 131072 + 131072 // 32
+    assert plan.weights_bytes == base.weights_bytes + GiB
+    assert plan.max_total_num_tokens < base.max_total_num_tokens
+    old = S.plan_sglang(LLAMA, H100, sg(engine_version="0.5.9"), options=opts)
+    assert old.weights_bytes == base.weights_bytes  # 0.5.9 reserves +2 GiB instead
+    assert old.reserve is not None and old.reserve.after_floor_mib == 2048

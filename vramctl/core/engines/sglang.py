@@ -166,6 +166,10 @@ class SglangOptions:
     """`--moe-a2a-backend deepep` adds the DeepEP reserve."""
     speculative_algorithm: str | None = None
     speculative_num_draft_tokens: int | None = None
+    speculative_draft_layers: int | None = None
+    """Layers of an EAGLE / standalone draft that reuses the target's attention shape (EAGLE: usually 1)."""
+    speculative_draft_weight_bytes: int | None = None
+    """The draft model's checkpoint bytes (charged to the KV budget from 0.5.18)."""
     post_capture_kv_sizing: bool = False
     """Env `SGLANG_ENABLE_POST_CAPTURE_KV_SIZING=1` (default off; sglang.md §1.5)."""
     attention_backend: str | None = None
@@ -963,6 +967,12 @@ def plan_sglang(
                 f"{', embedding' if stage_index == 0 else ''}{', lm_head' if stage_index == pp - 1 else ''}) / tp {tp}"
             )
             branch.append(f"pipeline stage {stage_index} binds (fewest tokens; PP ranks take the MIN)")
+        draft = opts.speculative_draft_weight_bytes or 0
+        if draft and rules in (RULES_0_5_18, RULES_0_5_23):
+            # 0.5.18+: draft weights load before profiling and are charged to the KV budget (sglang.md §1.6).
+            weights += -(-draft // tp)
+            weights_formula += f" + draft model {format_bytes(draft)} / tp {tp}"
+            branch.append("speculative decoding: the draft model's weights are charged to the KV budget")
         avail = pre - weights
     if opts.free_after_load_bytes is not None or pp == 1:
         stage_layers = layers_per_stage(model.num_hidden_layers, pp)
@@ -982,6 +992,14 @@ def plan_sglang(
     rest_gib = avail_gib - slack_gib
     budget = int(rest_gib * GiB) - graph_estimate
     cell = cell_size(model, settings, opts, layers=stage_layers)
+    algo = (opts.speculative_algorithm or "").upper()
+    if opts.speculative_draft_layers and algo in ("EAGLE", "EAGLE3", "STANDALONE"):
+        # One token count serves the target and draft pools (sglang.md §2.3).
+        cell += cell * opts.speculative_draft_layers // model.num_hidden_layers
+        branch.append(
+            f"{algo} draft KV shares the token count: cell × (1 + {opts.speculative_draft_layers} / "
+            f"{model.num_hidden_layers}) = {cell} B"
+        )
     page = settings.page_size or BACKEND_PAGE_SIZE.get((opts.attention_backend or "").lower(), 1)
     if opts.device == "musa" and settings.page_size is None:
         page = 64
