@@ -123,3 +123,18 @@ def test_utilization_table_has_the_users_value() -> None:
     current = [row for row in r.utilization_table if row.current]
     assert len(current) == 1 and current[0].utilization == 0.93
     assert current[0].num_blocks == r.num_blocks
+
+
+def test_other_tenants_by_version() -> None:
+    # 0.10 →: vLLM's start-up check fails; 0.8–0.9 V1: the tenant's memory comes out of the KV pool; V0 0.7: no
+    # check at all, an OOM later.
+    checked = _plan(free_memory_bytes=60 * GiB, engine_version="0.10.0", gpu_memory_utilization=0.9)
+    assert checked.verdict == "gpu-util-exceeds-free-memory"
+    assert checked.verdict_message.startswith("Free memory on device (")
+    counted = _plan(free_memory_bytes=60 * GiB, engine_version="0.8.3", gpu_memory_utilization=0.9)
+    alone = _plan(engine_version="0.8.3", gpu_memory_utilization=0.9)
+    assert counted.verdict == "fits"
+    assert alone.kv_cache_bytes - counted.kv_cache_bytes == H100.cuda_total_bytes - 60 * GiB
+    unchecked = _plan(free_memory_bytes=60 * GiB, engine_version="0.7.3", gpu_memory_utilization=0.9)
+    assert unchecked.verdict == "gpu-util-exceeds-free-memory"
+    assert "no start-up check" in unchecked.verdict_message

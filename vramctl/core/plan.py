@@ -438,6 +438,7 @@ def _stage_budget(
     weights: int,
     layers: int,
     cal: est.Calibration,
+    others_charged: int = 0,
 ) -> _Stage:
     sem_kind = V.subtraction_kind(s.version)
     v0 = V.is_v0(s.version)
@@ -468,7 +469,7 @@ def _stage_budget(
     if s.kv_cache_memory_bytes is not None:
         kv_bytes = s.kv_cache_memory_bytes
     else:
-        kv_bytes = requested - weights - activation.bytes - non_torch.bytes - graph_charged
+        kv_bytes = requested - weights - activation.bytes - non_torch.bytes - graph_charged - others_charged
     bpb = _stage_bytes_per_block(kv_model, s, stage)
     blocks = max(0, kv_bytes // bpb) if kv_bytes > 0 else 0
     return _Stage(stage, weights, activation, non_torch, outside, graph, graph_charged, kv_bytes, bpb, blocks)
@@ -545,8 +546,20 @@ def _core(
     tp, pp = s.tensor_parallel_size, s.pipeline_parallel_size
     weights = stage_weight_bytes(model, tp=tp, pp=pp, dtype=s.dtype)
     parts = kvmath.pp_partition(model.num_hidden_layers, pp)
+    other = capacity - s.free_memory_bytes if s.free_memory_bytes is not None else 0
+    others_charged = other if V.counts_other_processes(s.version) else 0
     stages = tuple(
-        _stage_budget(model, kv_model, s, requested, stage=i, weights=weights[i], layers=parts[i], cal=cal)
+        _stage_budget(
+            model,
+            kv_model,
+            s,
+            requested,
+            stage=i,
+            weights=weights[i],
+            layers=parts[i],
+            cal=cal,
+            others_charged=others_charged,
+        )
         for i in range(pp)
     )
     binding = min(stages, key=lambda st: (st.num_blocks, st.kv_bytes - st.bytes_per_block))
@@ -565,7 +578,6 @@ def _core(
         kv_tokens = int(concurrency * s.max_model_len)
     else:
         kv_tokens = num_blocks // groups * s.block_size
-    other = capacity - s.free_memory_bytes if s.free_memory_bytes is not None else 0
 
     # The checks, in the order vLLM meets them.
     verdict, message = FITS, ""
@@ -586,7 +598,26 @@ def _core(
     snapshot_free = None
     if s.free_memory_bytes is not None:
         snapshot_free = s.free_memory_bytes - binding.outside.bytes
-    if snapshot_free is not None and s.kv_cache_memory_bytes is None and snapshot_free < requested:
+    checks_free = V.checks_free_memory(s.version)
+    if (
+        snapshot_free is not None
+        and s.kv_cache_memory_bytes is None
+        and not checks_free
+        and not others_charged
+        and snapshot_free < requested
+    ):
+        verdict = GPU_UTIL_EXCEEDS_FREE
+        message = (
+            f"vLLM {s.version} has no start-up check of free memory: it will request "
+            f"{vllm_format_gib(requested)} GiB with about {vllm_format_gib(max(0, snapshot_free))} GiB free and "
+            "run out of memory allocating the KV cache; lower --gpu-memory-utilization."
+        )
+    elif (
+        snapshot_free is not None
+        and s.kv_cache_memory_bytes is None
+        and checks_free
+        and snapshot_free < requested
+    ):
         verdict = GPU_UTIL_EXCEEDS_FREE
         message = V.free_memory_error(
             device="cuda:0",

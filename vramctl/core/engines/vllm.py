@@ -85,6 +85,21 @@ def charges_nccl_to_budget(version: str) -> bool:
     return _v(version) < (0, 7, 0)
 
 
+def checks_free_memory(version: str) -> bool:
+    """`request_memory` fails when free < ceil(total × u): V1 from PR #19312 (Jun 2025, taken as 0.10.0;
+    vllm.md §2.1, §9). Earlier versions had no such check."""
+    return _v(version) >= (0, 10, 0)
+
+
+def counts_other_processes(version: str) -> bool:
+    """Whether other processes' memory comes out of this instance's KV budget instead of failing a check:
+    V1 0.8–0.9 (available = total × u − (torch peak + used − torch allocated), fixed by PR #18974 / #19312) and
+    V0 up to 0.6.4 (utilisation was global, PR #9352; per-instance again with PR #10511) (vllm.md §6, §9;
+    datapoint 131 of ../shared/samples/startup: a second 0.8.3 V1 instance gets no KV at all)."""
+    v = _v(version)
+    return v < (0, 6, 5) or (0, 8, 0) <= v < (0, 10, 0)
+
+
 def has_large_gpu_tier(version: str) -> bool:
     """The ≥160 GiB (B200/B300) row of the scheduler defaults: absent in 0.11.0 (`[0.11.0]
     arg_utils.py:1605-1651`), present in 0.33.0 (`arg_utils.py:2940-3039`). The release that added it is
