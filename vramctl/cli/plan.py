@@ -128,6 +128,10 @@ def run_plan(
         "host_memory_bytes": _size(options.get("host_memory"), "--host-memory"),
     }
     changes.update({k: v for k, v in numeric.items() if v is not None})
+    if options.get("entrypoint") is not None:
+        if options["entrypoint"] not in ("server", "llm"):
+            raise BadInputError(f"--entrypoint {options['entrypoint']!r}: use server or llm")
+        changes["entrypoint"] = options["entrypoint"]
     for flag in ("kv_cache_dtype", "dtype"):
         if options.get(flag) is not None:
             changes[flag] = options[flag]
@@ -203,6 +207,11 @@ def register(app: typer.Typer) -> None:
         ),
         free_memory: str = typer.Option(None, "--free-memory", help="Free memory before start, e.g. 60GiB."),
         dtype: str = typer.Option(None, "--dtype"),
+        entrypoint: str = typer.Option(
+            None,
+            "--entrypoint",
+            help="vLLM defaults of `server` (vllm serve, default) or `llm` (the LLM class).",
+        ),
         mem_fraction_static: str = typer.Option(None, "--mem-fraction-static", help="SGLang."),
         chunked_prefill_size: str = typer.Option(None, "--chunked-prefill-size", help="SGLang."),
         max_running_requests: str = typer.Option(None, "--max-running-requests", help="SGLang."),
