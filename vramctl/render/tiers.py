@@ -119,7 +119,7 @@ def render_tiers_plan(plan: TiersPlan) -> Group:
         ("min tok", "right"),
         ("faster", "left"),
     ):
-        table.add_column(column, justify=justify)  # type: ignore[arg-type]
+        table.add_column(column, justify=justify, no_wrap=column != "tier", overflow="fold")  # type: ignore[arg-type]
     for t in plan.tiers:
         threshold = "never" if t.min_tokens_worth_fetching is None else f"{t.min_tokens_worth_fetching:,.1f}"
         style = "green" if t.fetch_wins else "red"
