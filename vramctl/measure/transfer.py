@@ -349,7 +349,13 @@ def _run(
     sync = _sync_for(dev)
 
     if dev.type == "cuda":
-        bufs.hosts[HOST_PINNED] = torch.empty(expected.shape, dtype=dtype, pin_memory=True)
+        try:
+            bufs.hosts[HOST_PINNED] = torch.empty(expected.shape, dtype=dtype, pin_memory=True)
+        except RuntimeError as exc:  # cudaHostAlloc refused (memlock limits in containers, low RAM)
+            first = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+            notes.append(
+                f"could not pin {expected.numel() * elem} bytes of host memory ({first}): host-pinned not measured"
+            )
         bufs.hosts[HOST_PAGEABLE] = torch.empty(expected.shape, dtype=dtype)
     else:
         try:
