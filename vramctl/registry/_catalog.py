@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import re
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -82,6 +83,26 @@ def _read_cached(path: Path) -> dict[str, Any]:
 
 
 _BODY_KEYS = ("\nsources:", "\nconfig:", "\nextra_params:")
+_ID_LINE = re.compile(r"^id: ([A-Za-z0-9][\w./+-]*)[ \t]*$", re.M)
+_ALIASES_LINE = re.compile(r"^aliases: \[([^\[\]\n]*)\][ \t]*$", re.M)
+_PLAIN_ITEM = re.compile(r"^[\w./+-][\w ./+-]*$")
+
+
+def _scan_names(text: str) -> dict[str, Any] | None:
+    """`id:` and a one-line `aliases: [...]` read without YAML when both are plain; else None (use YAML)."""
+    ident = _ID_LINE.search(text)
+    aliases = _ALIASES_LINE.search(text)
+    if ident is None or aliases is None:
+        return None
+    items: list[str] = []
+    for raw in aliases.group(1).split(","):
+        item = raw.strip()
+        if len(item) >= 2 and item[0] == item[-1] and item[0] in "'\"":
+            item = item[1:-1]
+        if not _PLAIN_ITEM.match(item):
+            return None
+        items.append(item)
+    return {"id": ident.group(1), "aliases": items}
 
 
 def _read_head(path: Path) -> dict[str, Any]:
@@ -94,6 +115,9 @@ def _read_head(path: Path) -> dict[str, Any]:
         text = path.read_text(encoding="utf-8")
     except OSError:
         return _read_cached(path)
+    quick = _scan_names(text)
+    if quick is not None:
+        return quick
     cuts = [i for i in (text.find(key) for key in _BODY_KEYS) if i >= 0]
     head = text[: min(cuts)] if cuts else text
     try:
