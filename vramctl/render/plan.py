@@ -66,7 +66,7 @@ def _settings_line(r: PlanResult) -> str:
 def kv_summary_rows(r: PlanResult) -> list[tuple[str, str]]:
     requested = "static budget (total − held back)" if r.engine == "sglang" else "requested (ceil(total × u))"
     block = "page" if r.engine == "sglang" else "block"
-    return [
+    rows = [
         (requested, _gib(r.requested_bytes)),
         ("KV cache", f"{_gib(r.kv_cache_bytes)} ({format_count(r.kv_cache_bytes)} bytes)"),
         ("KV bytes per token (per rank)", format_count(r.kv_bytes_per_token)),
@@ -77,6 +77,15 @@ def kv_summary_rows(r: PlanResult) -> list[tuple[str, str]]:
         (f"max concurrency at {format_count(r.max_model_len)} tokens", f"{r.max_concurrency:.2f}x"),
         ("largest max_model_len that fits", format_count(r.max_model_len_fit)),
     ]
+    if r.engine != "sglang":
+        rows.insert(
+            1,
+            (
+                "held back (1 − u) / of it outside the budget",
+                f"{_gib(r.capacity_bytes - r.requested_bytes)} / {_gib(r.outside_budget_bytes)}",
+            ),
+        )
+    return rows
 
 
 def _verdict_text(r: PlanResult) -> Text:
