@@ -135,6 +135,30 @@ def test_synthetic_cli(capsys: pytest.CaptureFixture[str]) -> None:
     assert doc["requests"] == 80 and doc["token_hit_rate"] > 0.3
 
 
+def test_saved_synthetic_trace_replays_the_same(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    saved = tmp_path / "chat.jsonl"
+    spec = "sessions=15,turns=3,think=exp:30,prompt=exp:700,answer=200,system=600,seed=5"
+    code, first, err = run(
+        capsys,
+        "--synthetic",
+        spec,
+        "--gpu-capacity",
+        "8192",
+        "--host-capacity",
+        "3e4",
+        "--save-trace",
+        str(saved),
+        "--json",
+    )
+    assert code == 0, err
+    code, second, err = run(
+        capsys, "--trace", str(saved), "--gpu-capacity", "8192", "--host-capacity", "3e4", "--json"
+    )
+    assert code == 0, err
+    a, b = json.loads(first), json.loads(second)
+    assert a["tiers"] == b["tiers"] and a["requests"] == b["requests"] == 45
+
+
 def test_synthetic_is_deterministic_and_seeded() -> None:
     spec = parse_synthetic(
         "sessions=30,turns=5,think=exp:240,prompt=exp:400,answer=uniform:50:150,system=1024,seed=7"

@@ -123,6 +123,9 @@ def register(app: typer.Typer) -> None:
         bandwidths: Optional[str] = typer.Option(
             None, "--bandwidths", help="`tiers bench` results for the links."
         ),
+        save_trace: Optional[str] = typer.Option(
+            None, "--save-trace", help="Also write the (synthetic) trace replayed, as Mooncake JSONL."
+        ),
         json_out: bool = typer.Option(False, "--json", help="One JSON object (docs/tiers.md)."),
         plot: Optional[str] = typer.Option(
             None, "--plot", help="With --sweep: hit rate vs capacity, FILE.png/.svg."
@@ -219,6 +222,19 @@ def register(app: typer.Typer) -> None:
             data = synthetic_trace(parse_synthetic(synthetic), block_size=block_size)
             source = data.source
         warnings = list(data.warnings)
+        if save_trace is not None:
+            from pathlib import Path
+
+            from vramctl.core.atomic import write_text_atomic
+            from vramctl.tiers.trace import to_mooncake_jsonl
+
+            target = Path(save_trace)
+            if target.is_dir() or not (target.parent if str(target.parent) else Path(".")).is_dir():
+                raise BadInputError(f"--save-trace {save_trace}: not a file in an existing directory")
+            try:
+                write_text_atomic(target, to_mooncake_jsonl(data))
+            except OSError as exc:
+                raise BadInputError(f"--save-trace {save_trace}: cannot write ({exc.strerror})") from None
 
         from dataclasses import replace
 

@@ -374,3 +374,23 @@ def synthetic_trace(spec: SyntheticSpec, *, block_size: int = MOONCAKE_BLOCK_SIZ
                 raw.append((session, j, filled))
         rows.append((ts, length, answer, raw, index + 1))
     return _build(rows, block_size=block_size, source=f"--synthetic {spec.describe()}", sort_by_time=False)
+
+
+def to_mooncake_jsonl(trace: Trace) -> str:
+    """The trace as Mooncake JSONL (dense ints as hash_ids, timestamps in ms): `--save-trace` writes this."""
+    lines = []
+    for ts, length, out, blocks in zip(
+        trace.timestamps_s, trace.input_lengths, trace.output_lengths, trace.blocks, strict=True
+    ):
+        stamp = round(ts * 1000, 3)
+        lines.append(
+            json.dumps(
+                {
+                    "timestamp": int(stamp) if float(stamp).is_integer() else stamp,
+                    "input_length": length,
+                    "output_length": out,
+                    "hash_ids": list(blocks),
+                }
+            )
+        )
+    return "\n".join(lines) + "\n"
