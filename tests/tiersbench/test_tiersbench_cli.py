@@ -211,3 +211,16 @@ def test_help_lists_the_flags(capsys: pytest.CaptureFixture[str]) -> None:
         "--json",
     ):
         assert flag in out
+
+
+def test_without_torch_the_disk_tier_still_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from vramctl.measure import transfer
+
+    monkeypatch.setattr(transfer, "torch_available", lambda: False)
+    code, out, err = run(capsys, *SMALL, "--dir", str(tmp_path))
+    assert code == 0, err
+    assert "torch is not installed" in out and "disk-buffered" in out
+    code, _, err = run(capsys, *SMALL, "--dir", str(tmp_path), "--device", "cpu")
+    assert code == 4 and "torch is not installed" in err

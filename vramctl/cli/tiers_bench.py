@@ -149,7 +149,8 @@ def register(app: typer.Typer) -> None:
         if save is not None:
             _check_save_target(save)
 
-        from vramctl.measure.transfer import BenchGeometry, cuda_available, run_tiers_bench
+        from vramctl.measure import transfer
+        from vramctl.measure.transfer import BenchGeometry, run_tiers_bench
 
         geometry = _geometry(model, block_bytes, block_size, kv_cache_dtype, tp)
         assert isinstance(geometry, BenchGeometry)
@@ -161,14 +162,15 @@ def register(app: typer.Typer) -> None:
         resolved: str | None = None if device == "auto" else device
         if not skip_device:
             if resolved is None:
-                resolved = "cuda" if cuda_available() else "cpu"
-            elif resolved == "cuda" and not cuda_available():
+                if transfer.torch_available():
+                    resolved = "cuda" if transfer.cuda_available() else "cpu"
+            elif resolved == "cuda" and not transfer.cuda_available():
                 from vramctl.core.errors import NoDeviceError
 
                 raise NoDeviceError(
                     "--device cuda: torch sees no CUDA device (use --device cpu or --skip-device)"
                 )
-        if save is not None and skip_disk and resolved == "cpu":
+        if save is not None and skip_disk and resolved != "cuda":
             raise BadInputError(
                 f"--save {save}: nothing to save with --skip-disk on a machine without CUDA "
                 "(host-memcpy is not a tier; measure the disk tier or run on a GPU)"

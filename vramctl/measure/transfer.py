@@ -624,6 +624,13 @@ def _overlap(
     )
 
 
+def torch_available() -> bool:
+    """Whether torch can be imported (the `measure` extra)."""
+    import importlib.util
+
+    return importlib.util.find_spec("torch") is not None
+
+
 def cuda_available() -> bool:
     """Whether torch sees a CUDA device (False when torch is missing)."""
     try:
@@ -855,6 +862,15 @@ def run_tiers_bench(
     link: float | None = None
     link_source = ""
     extra: dict[str, Any] = {"block": geometry.label}
+    if not skip_device and not torch_available():
+        if device is not None:
+            raise NoDeviceError(
+                f"--device {device}: torch is not installed (pip install 'vramctl[measure]'), or use --skip-device"
+            )
+        skip_device = True
+        notes.append(
+            "torch is not installed: the host tier was not measured (pip install 'vramctl[measure]')"
+        )
     if not skip_device:
         chosen = device or ("cuda" if cuda_available() else "cpu")
         device_result = run_transfer_bench(
