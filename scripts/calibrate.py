@@ -607,6 +607,8 @@ def render(
         "**leave-one-out (LOO)** refits without the point it predicts, the honest number for a log it has not seen.",
         "Other real logs, not in this set, will judge the planner.",
         "",
+        _headline(rows),
+        "",
         "## Fitted coefficients",
         "",
         f"- forward working-set factor: **{c_f:.3f}** (× tokens × max(attention, MLP) layer tensors)",
@@ -665,6 +667,19 @@ def render(
     lines += [f"- {k}: {v}" for k, v in sorted(SKIPPED.items())]
     lines += ["", "## What the errors say", "", *LIMITATIONS, ""]
     return "\n".join(lines)
+
+
+def _headline(rows: list[tuple[Point, str, float, float, float]]) -> str:
+    parts = []
+    for key, name in (
+        ("available_kv_gib", "KV cache"),
+        ("peak_activation_gib", "activation peak"),
+        ("cudagraph_gib", "CUDA graphs"),
+    ):
+        errs = [abs(pct(lo, r) or 0) for _, k, r, _, lo in rows if k == key and r]
+        if errs:
+            parts.append(f"{name} median {statistics.median(errs):.1f} % over {len(errs)} logs")
+    return "**Leave-one-out, in short:** " + "; ".join(parts) + "."
 
 
 LIMITATIONS = [
