@@ -281,3 +281,19 @@ def test_bandwidths_round_trip(tmp_path: Path) -> None:
     assert tier is not None and tier.verified is False and tier.latency_s is None
     assert parsed.to_json()["tiers"]["host-pageable"]["read_bytes_per_s"] == 2e10
     assert parsed.environment == {"gpu": "none"}
+
+
+@pytest.mark.parametrize("text", ["400e12", "400T", "400 TFLOP/s", "4e14 flop/s"])
+def test_cli_flops_spellings(capsys: pytest.CaptureFixture[str], text: str) -> None:
+    code, out, _ = run(capsys, "--achieved-flops", text, "--json", "--host-memory", "1TiB")
+    assert code == 0
+    assert json.loads(out)["prefill_rate"]["achieved_flops"] == 4e14
+
+
+def test_cli_prefill_rate_given(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "--prefill-rate", "22k", "--json", "--host-memory", "1TiB")
+    assert code == 0
+    doc = json.loads(out)
+    assert doc["prefill_rate"] == {**doc["prefill_rate"], "tokens_per_s": 22_000.0, "source": "given"}
+    host = next(t for t in doc["tiers"] if t["name"] == "host")
+    assert host["advantage"] == pytest.approx(64e9 / 131_072 / 22_000)

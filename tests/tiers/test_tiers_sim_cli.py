@@ -291,3 +291,18 @@ def test_library_errors_are_bad_input() -> None:
             synthetic_trace(parse_synthetic("sessions=2,turns=2")),
             SimConfig(tiers=(TierConfig("gpu", 4096), TierConfig("host", 8192)), hierarchy="exclusive"),
         )
+
+
+@pytest.mark.parametrize(
+    ("text", "tokens"),
+    [("3e6", 3_000_000), ("445,632", 445_632), ("3M tokens", 3_000_000), ("30ktok", 30_000)],
+)
+def test_capacity_spellings(capsys: pytest.CaptureFixture[str], text: str, tokens: int) -> None:
+    code, out, err = run(capsys, "--synthetic", "sessions=3,turns=2", "--gpu-capacity", text, "--json")
+    assert code == 0, err
+    assert json.loads(out)["tiers"][0]["capacity_tokens"] == tokens
+
+
+def test_bare_suffix_is_ambiguous_without_a_model(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, "--synthetic", "sessions=3", "--gpu-capacity", "3M")
+    assert code == 2 and "'3M tokens'" in err

@@ -11,6 +11,7 @@ does not fit the machine's RAM is exit 1.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Optional
 
@@ -46,10 +47,20 @@ def _count(text: str | None, flag: str) -> int | None:
     return int(value)
 
 
+_SCALED = re.compile(r"^\s*([0-9.,_eE+-]+)\s*([kKMGTP]?)\s*(?:tok/s|tokens/s|flop/s|flops|tflop/s)?\s*$", re.I)
+_SCALE = {"": 1.0, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12, "p": 1e15}
+
+
 def _positive(text: str | None, flag: str) -> float | None:
+    """A positive rate: `22000`, `2.2e4`, `22k`, `400T`, `400 TFLOP/s` (decimal suffixes k M G T P)."""
     if text is None:
         return None
-    value = parse_number(text, what=flag)
+    match = _SCALED.match(text)
+    if match is None:
+        raise BadInputError(f"{flag} {text!r}: not a number (e.g. 400e12, 400T, 22k)")
+    value = parse_number(match.group(1), what=flag) * _SCALE[match.group(2).lower()]
+    if "tflop" in text.lower() and not match.group(2):
+        value *= 1e12
     if value <= 0:
         raise BadInputError(f"{flag} {text}: must be positive")
     return value

@@ -22,6 +22,8 @@ from vramctl.core.units import parse_bytes, parse_number
 DEFAULT_GPU = "h100-sxm"
 _UNLIMITED = ("unlimited", "inf", "infinite", "none")
 _PURE_NUMBER = re.compile(r"^\s*[+-]?[\d,_]*\.?\d*(?:[eE][+-]?\d+)?\s*$")
+_TOKENS = re.compile(r"^\s*([\d.,_eE+]+)\s*([kKmMgG]?)\s*(?:tok|toks|tokens?)\s*$")
+_COUNT_SCALE = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9}
 
 
 def parse_capacity(text: str, *, flag: str, bytes_per_token: int | None) -> int | None:
@@ -39,6 +41,17 @@ def parse_capacity(text: str, *, flag: str, bytes_per_token: int | None) -> int 
         return int(value)
     if raw.startswith("-"):
         raise BadInputError(f"{flag} {text}: a capacity must be positive (tokens, or bytes with a unit)")
+    tokens_match = _TOKENS.match(raw)
+    if tokens_match is not None:
+        value = parse_number(tokens_match.group(1), what=flag) * _COUNT_SCALE[tokens_match.group(2).lower()]
+        if value < 1:
+            raise BadInputError(f"{flag} {text}: a capacity must be positive")
+        return int(value)
+    if bytes_per_token is None and raw[-1:] in "kKmMgGtT" and raw[:-1].replace(".", "", 1).isdigit():
+        raise BadInputError(
+            f"{flag} {text}: a bare {raw[-1]} suffix means bytes; for tokens write e.g. 3e6 or '3M tokens', "
+            f"for bytes give --model"
+        )
     size = parse_bytes(raw, what=flag)
     if size <= 0:
         raise BadInputError(f"{flag} {text}: a capacity must be positive")
