@@ -297,3 +297,17 @@ def test_cli_prefill_rate_given(capsys: pytest.CaptureFixture[str]) -> None:
     assert doc["prefill_rate"] == {**doc["prefill_rate"], "tokens_per_s": 22_000.0, "source": "given"}
     host = next(t for t in doc["tiers"] if t["name"] == "host")
     assert host["advantage"] == pytest.approx(64e9 / 131_072 / 22_000)
+
+
+def test_cli_gpu_tokens_auto_uses_the_vllm_plan(capsys: pytest.CaptureFixture[str]) -> None:
+    from vramctl.core.plan import plan_vllm
+    from vramctl.core.settings import ServeSettings
+
+    expected = plan_vllm(LLAMA, H100, ServeSettings(max_model_len=8192)).kv_tokens
+    code, out, _ = run(
+        capsys, "--gpu-tokens", "auto", "--arrival-rate", "2000", "--json", "--host-memory", "1TiB"
+    )
+    assert code == 0
+    res = json.loads(out)["residency"]
+    assert res["gpu_tokens"] == expected > 0 and res["gpu_tokens_source"].startswith("vramctl plan")
+    assert res["host_tokens"] == 2 * expected

@@ -47,7 +47,9 @@ def _count(text: str | None, flag: str) -> int | None:
     return int(value)
 
 
-_SCALED = re.compile(r"^\s*([0-9.,_eE+-]+)\s*([kKMGTP]?)\s*(?:tok/s|tokens/s|flop/s|flops|tflop/s)?\s*$", re.I)
+_SCALED = re.compile(
+    r"^\s*([0-9.,_eE+-]+)\s*([kKMGTP]?)\s*(?:tok/s|tokens/s|flop/s|flops|tflop/s)?\s*$", re.I
+)
 _SCALE = {"": 1.0, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12, "p": 1e15}
 
 
@@ -107,7 +109,9 @@ def register(app: typer.Typer) -> None:
         ),
         tokens: str = typer.Option("8192", "--tokens", help="Prefix length to fetch or recompute."),
         gpu_tokens: Optional[str] = typer.Option(
-            None, "--gpu-tokens", help="GPU KV pool, tokens (residency)."
+            None,
+            "--gpu-tokens",
+            help="GPU KV pool in tokens, or auto (vramctl plan's vLLM pool) (residency).",
         ),
         host_tokens: Optional[str] = typer.Option(
             None,
@@ -151,10 +155,12 @@ def register(app: typer.Typer) -> None:
             raise BadInputError(f"--context {context}: must be a positive number of tokens")
         n_tokens = _count(tokens, "--tokens")
         assert n_tokens is not None
-        c_gpu = _count(gpu_tokens, "--gpu-tokens")
+        gpu_tokens_source = "--gpu-tokens"
+        auto_pool = gpu_tokens is not None and gpu_tokens.strip().lower() == "auto"
+        c_gpu = None if auto_pool else _count(gpu_tokens, "--gpu-tokens")
         c_host = _count(host_tokens, "--host-tokens")
         arrival = _positive(arrival_rate, "--arrival-rate")
-        if (c_gpu is None) != (arrival is None):
+        if (c_gpu is None and not auto_pool) != (arrival is None):
             raise BadInputError("--gpu-tokens and --arrival-rate go together (the residency window is C / λ)")
         if c_host is not None and c_gpu is None and host_memory is None:
             raise BadInputError(
@@ -181,9 +187,34 @@ def register(app: typer.Typer) -> None:
             links.extend(measured_tiers(load_bandwidths(bandwidths)))
         links.extend(parse_tier_option(text) for text in tier or [])
 
+        if auto_pool:
+            from vramctl.core.plan import plan_vllm
+            from vramctl.core.settings import ServeSettings
+
+            pool = plan_vllm(
+                spec,
+                card,
+                ServeSettings(
+                    tensor_parallel_size=tp,
+                    pipeline_parallel_size=pp,
+                    kv_cache_dtype=kv_cache_dtype,
+                    max_model_len=8192,
+                ),
+            )
+            if pool.kv_tokens <= 0:
+                raise BadInputError(
+                    f"--gpu-tokens auto: {spec.name} leaves no KV cache on {card.name} (see vramctl plan)"
+                )
+            c_gpu = pool.kv_tokens
+            gpu_tokens_source = "vramctl plan (vLLM defaults, max-model-len 8192)"
         residency = None
         if c_gpu is not None and arrival is not None:
-            residency = residency_model(gpu_tokens=c_gpu, host_tokens=c_host, arrival_tokens_per_s=arrival)
+            residency = residency_model(
+                gpu_tokens=c_gpu,
+                host_tokens=c_host,
+                arrival_tokens_per_s=arrival,
+                gpu_tokens_source=gpu_tokens_source,
+            )
         if host_memory is not None:
             machine = parse_bytes(host_memory, what="--host-memory", default_unit="GiB")
             if machine <= 0:

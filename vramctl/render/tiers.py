@@ -174,7 +174,9 @@ def render_tiers_plan(plan: TiersPlan) -> Group:
         parts.append(Text("residency (simplified unique-insertion LRU)", style="bold"))
         parts.append(
             Text(
-                f"GPU {format_count(res.gpu_tokens)} tok / {res.arrival_tokens_per_s:,.0f} tok/s = "
+                f"GPU {format_count(res.gpu_tokens)} tok"
+                + ("" if res.gpu_tokens_source == "--gpu-tokens" else f" ({res.gpu_tokens_source})")
+                + f" / {res.arrival_tokens_per_s:,.0f} tok/s = "
                 f"{res.gpu_window_s:.1f} s; host {format_count(res.host_tokens)} tok ({res.host_tokens_source}): "
                 f"inclusive (write-through) {res.host_window_inclusive_s:.1f} s, exclusive "
                 f"{res.host_window_exclusive_s:.1f} s"

@@ -323,6 +323,7 @@ class Residency:
     gpu_tokens: int
     host_tokens: int
     host_tokens_source: str
+    gpu_tokens_source: str = "--gpu-tokens"
 
     @property
     def gpu_window_s(self) -> float:
@@ -350,6 +351,7 @@ class Residency:
         return {
             "arrival_tokens_per_s": self.arrival_tokens_per_s,
             "gpu_tokens": self.gpu_tokens,
+            "gpu_tokens_source": self.gpu_tokens_source,
             "host_tokens": self.host_tokens,
             "host_tokens_source": self.host_tokens_source,
             "gpu_window_s": self.gpu_window_s,
@@ -484,7 +486,13 @@ def plan_tiers(
     )
 
 
-def residency_model(*, gpu_tokens: int, host_tokens: int | None, arrival_tokens_per_s: float) -> Residency:
+def residency_model(
+    *,
+    gpu_tokens: int,
+    host_tokens: int | None,
+    arrival_tokens_per_s: float,
+    gpu_tokens_source: str = "--gpu-tokens",
+) -> Residency:
     if gpu_tokens <= 0:
         raise BadInputError(f"--gpu-tokens {gpu_tokens}: must be a positive number of tokens")
     if not math.isfinite(arrival_tokens_per_s) or arrival_tokens_per_s <= 0:
@@ -497,7 +505,8 @@ def residency_model(*, gpu_tokens: int, host_tokens: int | None, arrival_tokens_
             gpu_tokens,
             int(gpu_tokens * SGLANG_DEFAULT_HICACHE_RATIO),
             f"SGLang default --hicache-ratio {SGLANG_DEFAULT_HICACHE_RATIO:g} × --gpu-tokens",
+            gpu_tokens_source,
         )
     if host_tokens <= 0:
         raise BadInputError(f"--host-tokens {host_tokens}: must be a positive number of tokens")
-    return Residency(arrival_tokens_per_s, gpu_tokens, host_tokens, "--host-tokens")
+    return Residency(arrival_tokens_per_s, gpu_tokens, host_tokens, "--host-tokens", gpu_tokens_source)
