@@ -334,3 +334,82 @@ def test_damaged_safetensors_never_crash(tmp_path: Path, cut: int, flip: int, by
         assert "\n" not in str(exc) and str(path) in str(exc)
     else:
         assert summary.total_bytes <= len(raw)
+
+
+_VALUES = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-5, 100_000),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=12),
+    st.lists(st.one_of(st.integers(-2, 300), st.text(max_size=20)), max_size=4),
+    st.dictionaries(st.text(max_size=8), st.integers(-2, 8), max_size=3),
+)
+_KEYS = [
+    *TINY,
+    "head_dim",
+    "sliding_window",
+    "use_sliding_window",
+    "layer_types",
+    "num_local_experts",
+    "num_experts",
+    "n_routed_experts",
+    "num_experts_per_tok",
+    "moe_intermediate_size",
+    "n_shared_experts",
+    "first_k_dense_replace",
+    "kv_lora_rank",
+    "q_lora_rank",
+    "qk_rope_head_dim",
+    "qk_nope_head_dim",
+    "v_head_dim",
+    "quantization_config",
+    "text_config",
+    "attention_bias",
+    "ffn_dim",
+    "mlp_only_layers",
+    "decoder_sparse_step",
+    "moe_layer_freq",
+    "topk_method",
+    "shared_expert_intermediate_size",
+    "sliding_window_pattern",
+    "num_nextn_predict_layers",
+    "enable_bias",
+    "mlp_bias",
+    "torch_dtype",
+    "dtype",
+]
+
+
+@settings(max_examples=300, deadline=None)
+@given(changes=st.dictionaries(st.sampled_from(_KEYS), _VALUES, max_size=4))
+def test_any_config_is_a_spec_or_one_bad_input_line(changes: dict[str, Any]) -> None:
+    """Whatever a config.json holds, the parser answers a ModelSpec or one BadInputError line."""
+    from vramctl.registry.models import spec_from_config
+
+    config = {**TINY, **changes}
+    try:
+        spec = spec_from_config(config, where="config.json", name="fuzz")
+    except BadInputError as exc:
+        assert "\n" not in str(exc) and str(exc).startswith("config.json")
+    else:
+        assert spec.param_count > 0 and spec.weight_bytes > 0
+
+
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        ({"num_experts": 4, "num_experts_per_tok": 2, "mlp_only_layers": 5}, "'mlp_only_layers'"),
+        ({"num_experts": 4, "num_experts_per_tok": 2, "mlp_only_layers": [1]}, "'mlp_only_layers'"),
+        ({"num_experts": 4, "num_experts_per_tok": 8}, "'num_experts_per_tok'"),
+        ({"quantization_config": {"quant_method": "awq", "group_size": "x"}}, "'group_size'"),
+        ({"quantization_config": {"quant_method": "fp8", "weight_block_size": [0]}}, "'weight_block_size'"),
+        ({"kv_lora_rank": 512}, "'qk_rope_head_dim'"),
+        ({"text_config": [1]}, "'text_config'"),
+    ],
+)
+def test_bad_moe_mla_quant_fields(extra: dict[str, Any], needle: str) -> None:
+    from vramctl.registry.models import spec_from_config
+
+    with pytest.raises(BadInputError, match=needle):
+        spec_from_config({**TINY, **extra}, where="config.json", name="x")

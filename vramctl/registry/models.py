@@ -161,7 +161,7 @@ def _moe(config: Mapping[str, Any], model_type: str, where: str) -> MoESpec | No
         shared = 1
         shared_size = get_int(config, "shared_expert_intermediate_size", where)
         shared_gate = True
-    mlp_only = config.get("mlp_only_layers") or []
+    mlp_only = get_str_list(config, "mlp_only_layers", where)
     if mlp_only:
         raise BadInputError(f"{where}: field 'mlp_only_layers' is not supported (got {len(mlp_only)} layers)")
     freq = get_int(
