@@ -50,8 +50,9 @@ def test_profile_json_has_plans_schema_and_sums(
     assert out["engine"] == "vllm" and out["verdict"] == "fits"
     terms = out["terms"]
     assert sum(t["bytes"] for t in terms.values()) == out["capacity_bytes"] == 2 * GiB
-    for name in ("weights", "activation_peak", "non_torch", "cuda_graph", "other_processes"):
+    for name in ("weights", "activation_peak", "non_torch", "cuda_graph"):
         assert terms[name]["source"] == "measured", name
+    assert "other_processes" not in terms  # an emulated device: nothing else is on it
     assert terms["cuda_graph"]["bytes"] == 0  # no graphs on the cpu device
     # weights: the measured RSS change is close to the tensor bytes (5.5 MiB for the tiny model)
     rank = out["measurements"]["ranks"][0]
@@ -67,6 +68,26 @@ def test_profile_json_has_plans_schema_and_sums(
     assert out["sglang"]["cell_size_bytes"] == 4 * 2 * 64 * 2 * 2
     assert out["environment"]["torch_version"] and out["environment"]["vramctl_version"]
     assert terms[SLACK]["bytes"] >= 0 and terms[KV_CACHE]["bytes"] > 0
+
+
+def test_profile_on_the_whole_host_books_other_processes(
+    capsys: pytest.CaptureFixture[str], tiny_model_dir: str
+) -> None:
+    fast = [a for a in FAST if a not in ("--device-memory", "2GiB")]
+    code, out = _run_json(
+        capsys, ["profile", tiny_model_dir, *fast, "--gpu-memory-utilization", "0.3", "--json"]
+    )
+    assert code == 0
+    terms = out["terms"]
+    rank = out["measurements"]["ranks"][0]
+    init = rank["snapshots"]["init"]
+    # the host's memory in use at the init snapshot = other processes + this process's RSS
+    assert terms["other_processes"]["source"] == "measured"
+    assert terms["other_processes"]["bytes"] == rank["other_processes_bytes"] > 0
+    assert (
+        terms["other_processes"]["bytes"] + init["process_bytes"] == init["total_bytes"] - init["free_bytes"]
+    )
+    assert sum(t["bytes"] for t in terms.values()) == out["capacity_bytes"]
 
 
 def test_profile_defaults_to_vllm_cpu_scheduler_limits(

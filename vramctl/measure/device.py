@@ -277,16 +277,18 @@ class CpuBackend:
         if self.capacity_bytes is None:
             total = host_total
             free = min(host_free, total)
+            base = 0
         else:
+            # The emulated device starts empty when it is opened: Python and torch's libraries are not on it.
             total = self.capacity_bytes
-            own = max(0, rss - self.base_rss_bytes)
-            free = max(0, min(total - own, host_free))
+            base = min(self.base_rss_bytes, rss)
+            free = max(0, min(total - (rss - base), host_free))
         return Snapshot(
             free_bytes=free,
             total_bytes=total,
-            torch_allocated_bytes=rss,
-            torch_peak_bytes=hwm,
-            torch_reserved_bytes=rss,
+            torch_allocated_bytes=rss - base,
+            torch_peak_bytes=hwm - base,
+            torch_reserved_bytes=rss - base,
             process_bytes=rss,
             timestamp=time.time(),
         )

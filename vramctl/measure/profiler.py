@@ -268,6 +268,8 @@ class RankMeasurement:
     cuda_graph_actual_bytes: int
     cuda_graph_samples_bytes: tuple[int, ...]
     phase_seconds: dict[str, float]
+    other_processes_bytes: int = 0
+    """Of the memory in use at the init snapshot, what other processes hold (NVML; host: total − free − RSS)."""
 
     @property
     def non_kv_bytes(self) -> int:
@@ -307,6 +309,7 @@ class RankMeasurement:
             "sglang_pre_load_free_bytes": self.sglang_pre_load_free_bytes,
             "sglang_post_load_free_bytes": self.sglang_post_load_free_bytes,
             "phase_seconds": dict(self.phase_seconds),
+            "other_processes_bytes": self.other_processes_bytes,
         }
 
     @classmethod
@@ -331,6 +334,7 @@ class RankMeasurement:
             cuda_graph_actual_bytes=int(data["cuda_graph_actual_bytes"]),
             cuda_graph_samples_bytes=tuple(int(x) for x in data["cuda_graph_samples_bytes"]),
             phase_seconds={str(k): float(v) for k, v in data["phase_seconds"].items()},
+            other_processes_bytes=int(data.get("other_processes_bytes", 0)),
         )
 
 
@@ -371,6 +375,18 @@ def _warm_up(device: str) -> None:
     b = torch.randn(16, device=device)
     _ = F.linear(a, w, b)
     del a, w, b, _
+
+
+def _others_at(init: Snapshot, backend: DeviceBackend) -> int:
+    """What other processes held at the init snapshot (the rest of total − free is this process's)."""
+    pre = max(0, init.total_bytes - init.free_bytes)
+    info = backend.info()
+    if info.kind == "cpu":
+        if info.emulated_capacity_bytes is not None:
+            return 0
+        return max(0, min(pre, pre - init.process_bytes))
+    known = info.other_processes_bytes
+    return max(0, min(pre, known)) if known is not None else 0
 
 
 def profile_rank(
@@ -512,6 +528,7 @@ def profile_rank(
             cuda_graph_actual_bytes=actual,
             cuda_graph_samples_bytes=samples,
             phase_seconds=seconds,
+            other_processes_bytes=_others_at(init, backend),
         )
     except BaseException as exc:
         model = None
@@ -798,19 +815,31 @@ def derive(
 
 
 def build_ledger(r: RankMeasurement, kv_bytes: int, graph_bytes: int, *, is_cpu: bool, eager: bool) -> Ledger:
-    """The measured terms of one rank; they sum to the device total (the slack is the free remainder)."""
+    """The measured terms of one rank; they sum to the device total (the slack is the free remainder).
+
+    What was in use at the init snapshot splits into other processes' memory and this process's own
+    (CUDA context, communicators, cuBLAS handles), which joins the non-torch term as vLLM's planner and
+    `plan` book it: outside the utilisation budget (vllm.md §2.1).
+    """
     init = r.init
     pre = init.total_bytes - init.free_bytes
-    unit = "RSS" if is_cpu else "free memory"
-    terms = [
-        Term(
-            OTHER_PROCESSES,
-            pre,
-            TermSource.MEASURED,
-            "total − free at the init snapshot",
-            note="in use before the init snapshot (context, communicators, cuBLAS, other processes); "
-            "not charged to the utilisation budget (vllm.md §2.1)",
-        ),
+    others = r.other_processes_bytes
+    own_pre = pre - others
+    unit = "RSS growth" if is_cpu else "free-memory drop"
+    terms: list[Term] = []
+    if others:
+        terms.append(
+            Term(
+                OTHER_PROCESSES,
+                others,
+                TermSource.MEASURED,
+                "host total − available − this process's RSS at the init snapshot"
+                if is_cpu
+                else "NVML: memory of the other processes on the device at the init snapshot",
+                note="held by others before the engine starts; not charged to the utilisation budget",
+            )
+        )
+    terms += [
         Term(
             WEIGHTS,
             r.weights_bytes,
@@ -819,10 +848,11 @@ def build_ledger(r: RankMeasurement, kv_bytes: int, graph_bytes: int, *, is_cpu:
         ),
         Term(
             NON_TORCH,
-            r.total_consumed_bytes - r.weights_bytes,
+            own_pre + r.total_consumed_bytes - r.weights_bytes,
             TermSource.MEASURED,
-            f"consumed ({unit} drop since the init snapshot) − weights",
-            note="non-torch growth and persistent buffers created by the profile run",
+            f"in use by this process before the init snapshot + consumed ({unit} since it) − weights",
+            note=f"{own_pre / (1 << 30):.2f} GiB of it existed before the init snapshot (context, communicators, "
+            "cuBLAS handles) and is not charged to gpu_memory_utilization",
         ),
         Term(
             ACTIVATION_PEAK,
