@@ -39,7 +39,13 @@ def test_model_param_count_equals_formula(path: Path) -> None:
 def test_gpu_profile_is_complete(path: Path) -> None:
     gpu = load_gpu(path.stem)
     sources = dict(gpu.sources)
-    for fact in ("nvidia_smi_total_mib", "hbm_bandwidth_tb_s", "dense_bf16_tflops", "host_link"):
+    for fact in (
+        "nvidia_smi_total_mib",
+        "hbm_bandwidth_tb_s",
+        "dense_bf16_tflops",
+        "host_link",
+        "compute_capability",
+    ):
         assert fact in sources, fact
     assert "cuda_total_gib" in sources or "cuda_total_bytes" in sources
     # the driver hands out less than the board's total, never more
