@@ -20,7 +20,25 @@ from vramctl.core.ledger import (
     WEIGHTS,
 )
 from vramctl.core.units import GiB
-from vramctl.diagnose.startup import parse_startup_log
+from vramctl.diagnose import startup
+from vramctl.diagnose.startup import StartupReport, startup_prefilter
+
+_FILTER = startup_prefilter()
+
+
+def parse_startup_log(lines: list[str], **kwargs: object) -> StartupReport:
+    """Parse the synthetic lines, and check the fast line filter would keep every line that matters."""
+    full = startup.parse_startup_log(lines, **kwargs)  # type: ignore[arg-type]
+    kept: list[str] = []
+    keep_next = False
+    for line in lines:
+        hit = _FILTER.search(line.encode()) is not None
+        kept.append(line if hit or keep_next else "")  # blank, not dropped: line numbers stay the same
+        keep_next = hit
+    fast = startup.parse_startup_log(kept, **kwargs)  # type: ignore[arg-type]
+    assert fast.to_json() == full.to_json()
+    return full
+
 
 H = "(EngineCore_DP0 pid=4242) "
 
@@ -308,3 +326,31 @@ def test_auto_fit_and_block_override_lines() -> None:
     assert report.settings["block_size"].value == 64
     assert report.facts["auto_fit_kv_cache"].text == "12.34 GiB"
     assert report.kv_tokens == 512 * 64
+
+
+def test_docker_timestamps_and_worker_tp_prefixes() -> None:
+    # Shape of a 0.2x multi-GPU log collected with `docker logs -t` (synthetic numbers): an RFC 3339
+    # timestamp before the process tag, one line per TP worker.
+    lines = [
+        "2026-07-08T22:40:05.705951537Z (Worker_TP1 pid=449) INFO 07-08 22:40:05 [gpu_model_runner.py:6588] "
+        "Estimated CUDA graph memory: 0.41 GiB total",
+        "2026-07-08T22:40:05.705951537Z (Worker_TP0 pid=448) INFO 07-08 22:40:05 [gpu_model_runner.py:6588] "
+        "Estimated CUDA graph memory: 0.44 GiB total",
+        "2026-07-08T22:40:06.098303108Z (Worker_TP0 pid=448) INFO 07-08 22:40:06 [gpu_worker.py:508] Available KV "
+        "cache memory: 30.12 GiB",
+        "2026-07-08T22:40:06.098303108Z (Worker_TP1 pid=449) INFO 07-08 22:40:06 [gpu_worker.py:508] Available KV "
+        "cache memory: 30.20 GiB",
+        "2026-07-08T22:40:06.098327284Z (Worker_TP0 pid=448) INFO 07-08 22:40:06 [gpu_worker.py:523] CUDA graph "
+        "memory profiling is enabled (default since v0.21.0). The current --gpu-memory-utilization=0.9000 is "
+        "equivalent to --gpu-memory-utilization=0.8950 without CUDA graph memory profiling.",
+    ]
+    report = parse_startup_log(lines)
+    assert report.facts["kv_cache"].process == "Worker_TP0 pid=448"
+    assert report.facts["kv_cache"].text == "30.12 GiB"
+    assert report.facts["cuda_graph_estimate"].text == "0.44 GiB"
+    assert report.gpu_memory_utilization == 0.9
+    assert report.engine_version == ">=0.20.0"
+    assert {o.process for o in report.observations if o.key == "kv_cache"} == {
+        "Worker_TP0 pid=448",
+        "Worker_TP1 pid=449",
+    }

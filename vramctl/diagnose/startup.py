@@ -22,7 +22,7 @@ import math
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from vramctl.core.errors import BadInputError
 from vramctl.core.ledger import (
@@ -54,6 +54,7 @@ from vramctl.diagnose.startup_formats import (
 
 __all__ = [
     "PREFILTER_ANCHORS",
+    "PREFILTER_LOWER_ANCHORS",
     "Comparison",
     "ComparisonRow",
     "LogLineLike",
@@ -372,61 +373,130 @@ def _as_lines(lines: Iterable[LogLineLike | str]) -> Iterator[_Line]:
             yield _Line(item.number, item.text, item.raw, _process_of(item.raw, item.process))
 
 
-# Short literals at least one of which is in every line read-log uses (checked by a test against every
-# format needle and every sample log): a superset filter, cheap to scan for.
+# The line filter: at least one of these is in every line read-log uses (checked by tests on every sample
+# log and every synthetic format line). Most start with a capital, a digit-free unit or punctuation, so
+# the regex engine skips the lower-case bulk of a log cheaply; the few lower-case ones are searched with
+# bytes.find (memchr speed) instead of widening the regex's first-character set.
 PREFILTER_ANCHORS: tuple[bytes, ...] = (
-    b"memory",
-    b"blocks",
-    b"concurrency",
+    b"GiB",
+    b"GB",
+    b"GPU blocks",
+    b"# cuda blocks",
     b"KV cache size",
     b"KV Cache",
-    b"took",
+    b"in KV cache (",
+    b"Maximum concurrency",
+    b"Memory",
+    b"Model loading",
+    b"Loading model weights",
     b"Graph capturing",
-    b"mem=",
-    b"mem usage",
-    b"max_total_num_tokens",
-    b"block size",
-    b"graph end",
-    b"stored in KV cache",
-    b"vLLM instance",
-    b"weight",
-    b"ersion",
-    b"graph begin",
-    b"GPU utilization",
-    b"KV sizing",
-    b"host pool",
-    b"consumed",
+    b"Capture",
+    b"Load weight",
+    b"Init torch",
+    b"Setting kv cache",
+    b"Desired GPU",
+    b"Free memory",
+    b"Initial free",
+    b"Available KV",
+    b"Estimated CUDA",
+    b"CUDA graph",
+    b"Overriding num_gpu_blocks",
     b"Auto-fit",
-    b"num_gpu_blocks",
-    b"LLM engine",
-    b"vllm",
-    b"sglang",
+    b"Post-capture",
+    b"Allocating",
+    b"Time elapsed",
+    b"LLM",
     b"Namespace(",
-    b"args",
-    b"with config:",
-    b"LLM(",
+    b"ServerArgs(",
     b"EngineArgs(",
     b"Chunked prefill",
-    b"api_server",
-    b"docker run",
-    b"python",
+    b"For requested memory",
+    b"For full GPU",
+    b"CPU blocks",
+    b"==",
+    b"_tokens=",
     b"\n|",
     b"\n |",
     b"\\\n",
     b"\\\r\n",
     b"\\ \n",
 )
+PREFILTER_LOWER_ANCHORS: tuple[bytes, ...] = (b"vllm", b"sglang", b"python", b"args")
+"""Command lines (`vllm serve`, `python -m sglang.launch_server`), environment reports (`sglang: 0.4.3`)
+and `non-default args:` / `server_args:` lines: no capital to anchor on."""
+
+
+@dataclass(frozen=True)
+class _Hit:
+    begin: int
+
+    def start(self) -> int:
+        return self.begin
+
+
+class _PrefilterPattern:
+    """`search(data, pos)`: the first hit of the anchor regex or of a lower-case literal.
+
+    The subset of `re.Pattern[bytes]` that `reader.iter_matching_lines` uses. The next hit of each part is
+    cached per buffer, so a block with a thousand hits is still scanned once per part.
+    """
+
+    def __init__(self, regex: re.Pattern[bytes], literals: tuple[bytes, ...]) -> None:
+        self.pattern = regex.pattern
+        self._regex = regex
+        self._literals = literals
+        self._data: bytes | None = None
+        self._pos = 0
+        self._next: list[int] = []
+
+    def search(self, data: bytes, pos: int = 0) -> _Hit | None:
+        if data is not self._data or pos < self._pos:
+            self._data = data
+            self._next = [-2] * (len(self._literals) + 1)
+        self._pos = pos
+        best = -1
+        for i in range(len(self._literals) + 1):
+            at = self._next[i]
+            if at == -1:
+                continue
+            if at < pos:
+                if i == 0:
+                    m = self._regex.search(data, pos)
+                    at = m.start() if m is not None else -1
+                else:
+                    at = data.find(self._literals[i - 1], pos)
+                self._next[i] = at
+                if at == -1:
+                    continue
+            if best == -1 or at < best:
+                best = at
+        if best == -1:
+            return None
+        if data[best : best + 1] == b"\n":  # `\n|`: the table row starts after the newline
+            best += 1
+        return _Hit(best)
 
 
 def startup_prefilter() -> re.Pattern[bytes]:
     """The line filter for `reader.iter_matching_lines(source, startup_prefilter(), context_after=1)`.
 
-    Every line read-log can use holds one of `PREFILTER_ANCHORS` (a test checks every format needle);
-    with `context_after=1` a wrapped line's tail, a shell command's last line and the table row after a
-    `\\n|` hit come along. Lines it skips cannot change the report (a test compares both on every sample).
-    Short literals keep the scan near 20 MiB/s where the full needle alternation crawls at 2 MiB/s.
+    Every line read-log can use holds one of `PREFILTER_ANCHORS` / `PREFILTER_LOWER_ANCHORS`; with
+    `context_after=1` a wrapped line's tail and a shell command's last line come along. Lines it skips
+    cannot change the report (tests compare the filtered and the full parse on every sample and every
+    synthetic format line).
     """
-    return re.compile(b"|".join(re.escape(a) for a in sorted(PREFILTER_ANCHORS, key=len, reverse=True)))
+    # Grouped by first byte (`G(?:iB|B|PU blocks|raph capturing)|…`): `re` tries one branch per candidate
+    # position instead of every anchor, 2-3x faster than the flat alternation.
+    groups: dict[bytes, list[bytes]] = {}
+    for anchor in sorted(set(PREFILTER_ANCHORS), key=len, reverse=True):
+        groups.setdefault(anchor[:1], []).append(anchor[1:])
+    literals = b"|".join(
+        re.escape(first) + b"(?:" + b"|".join(re.escape(rest) for rest in rests) + b")"
+        for first, rests in sorted(groups.items())
+    )
+    # `\\$`: a continued command line when the reader checks one line without its newline.
+    regex = re.compile(literals + rb"|\\[ \t]*\r?$")
+    return cast("re.Pattern[bytes]", _PrefilterPattern(regex, PREFILTER_LOWER_ANCHORS))
 
 
 def _decimals(number_text: str) -> int:
