@@ -190,3 +190,32 @@ def test_oom_cli_reports_the_peak_rss_it_can(capsys: pytest.CaptureFixture[str])
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     code, _, _ = run(capsys, str(SAMPLES / "059.log"), "--json")
     assert code == 0 and resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 50 * 1024
+
+
+def test_oom_parallel_scan_agrees_with_sequential(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Large regular files may be scanned by worker processes (VRAMCTL_SCAN_WORKERS): same answer."""
+    from vramctl.diagnose import diagnose
+
+    noise = b"".join(
+        b'INFO:     10.0.0.%d:4%04d - "POST /v1/chat/completions HTTP/1.1" 200 OK\n' % (i % 250, i)
+        for i in range(40000)
+    )
+    body = (
+        (SAMPLES / "017.log").read_bytes()
+        + noise * 2
+        + (SAMPLES / "040.log").read_bytes().replace(b"\r", b"")
+        + noise * 2
+        + (SAMPLES / "045.log").read_bytes()
+        + noise
+    )
+    log = tmp_path / "big.log"
+    log.write_bytes(body)
+    monkeypatch.setenv("VRAMCTL_SCAN_WORKERS", "1")
+    seq = diagnose(log)
+    monkeypatch.setenv("VRAMCTL_SCAN_WORKERS", "4")
+    par = diagnose(log)
+    assert seq.cause == par.cause == "no-kv-cache-memory"
+    assert seq.lines_read == par.lines_read == body.count(b"\n")
+    assert [e.line for e in seq.evidence] == [e.line for e in par.evidence]
+    assert [(o.cause, o.line) for o in seq.other_failures] == [(o.cause, o.line) for o in par.other_failures]
+    assert {o.cause for o in par.other_failures} >= {"not-oom", "non-torch-allocation-oom"}

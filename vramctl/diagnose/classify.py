@@ -19,11 +19,12 @@ Nothing here names a particular message: that is all in catalogue.yaml.
 from __future__ import annotations
 
 import io
+import itertools
 import os
 from collections import deque
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, cast
 
 from vramctl.core.errors import BadInputError
 from vramctl.diagnose.catalogue import Catalogue, Fix, Signature, load_catalogue
@@ -189,6 +190,7 @@ class _Scanner:
         self.failure_keys = frozenset(
             key for sig in cat.signatures if sig.kind in ("failure", "consequence") for key in sig.keys
         )
+        self.multiline_keys = frozenset(key for sig in cat.signatures if sig.multiline for key in sig.keys)
 
     def _candidates(self, data: bytes, lo: int, hi: int, anchors: tuple[bytes, ...]) -> list[tuple[int, int]]:
         found: dict[int, int] = {}
@@ -210,7 +212,8 @@ class _Scanner:
 
     def _make(self, data: bytes, start: int, end: int, number: int, keys: frozenset[str]) -> Hit:
         raw = data[start : min(end, start + 65536)]
-        return Hit(make_line(number, raw), keys, _following(data, end + 1, WINDOW_FOLLOWING_LINES))
+        following = _following(data, end + 1, WINDOW_FOLLOWING_LINES) if keys & self.multiline_keys else ()
+        return Hit(make_line(number, raw), keys, following)
 
     def _hit(self, data: bytes, start: int, end: int, number: int) -> Hit | None:
         keys = self._keys(data, start, end)
@@ -227,16 +230,26 @@ class _Scanner:
             if keys:
                 yield self._make(data, start, end, counter.number_at(start), keys), end
 
-    def scan(self, source: str | os.PathLike[str] | BinaryIO, stats: ScanStats) -> Iterator[Hit]:
+    def scan(
+        self,
+        source: str | os.PathLike[str] | BinaryIO,
+        stats: ScanStats,
+        *,
+        head_bytes: int | None = None,
+        tail_bytes: int | None = -1,
+    ) -> Iterator[Hit]:
+        """Hits in file order. `head_bytes` / `tail_bytes`: the start and end searched with all anchors
+        (the catalogue's head and back window by default; None for none: a middle range of a file)."""
         cat = self.cat
+        if tail_bytes == -1:
+            tail_bytes = cat.back_bytes
         offset = 0  # content offset of the current block
         prev: Block | None = None
         prev_done = 0  # position in prev up to which lines were processed
-        full_until = cat.head_bytes  # content offset up to which all anchors are used (head, near failures)
+        # content offset up to which all anchors are used (the head, and windows after failures)
+        full_until = cat.head_bytes if head_bytes is None else head_bytes
         for block, last in _with_last(iter_blocks(source, stats)):
             data = block.data
-            if last:  # the end of a log is where a process that died left its last words
-                full_until = max(full_until, offset + len(data))
             if block.truncated:
                 hit = self._hit(data, 0, len(data), block.first_number)
                 if hit is not None:
@@ -261,10 +274,15 @@ class _Scanner:
                     yield hit
                 if done >= size:
                     break
-            # 2. the rest: failure anchors only, with a window of all anchors around each failure
+            # 2. the rest: failure anchors only, with a window of all anchors around each failure;
+            # the end of the log (where a process that died left its last words) gets all anchors
+            limit = size
+            if last and tail_bytes is not None:
+                limit = max(0, size - tail_bytes)
+                limit = data.rfind(b"\n", 0, limit) + 1 if limit > 0 else 0
             pos = done
-            while pos < size:
-                candidates = self._candidates(data, pos, size, cat.failure_anchors)
+            while pos < limit:
+                candidates = self._candidates(data, pos, limit, cat.failure_anchors)
                 restart = None
                 for start, end in candidates:
                     if start < pos:
@@ -303,6 +321,10 @@ class _Scanner:
                         if hit.keys & self.failure_keys:
                             full_until = max(full_until, offset + end + cat.back_bytes)
                         yield hit
+            if pos < size and limit < size:
+                for hit, _ in self._run(data, counter, max(pos, limit), size, cat.all_anchors):
+                    yield hit
+                pos = size
             prev, prev_done = block, max(done, pos)
             offset += size
 
@@ -331,6 +353,148 @@ def _with_last(blocks: Iterator[Block]) -> Iterator[tuple[Block, bool]]:
         raise
     if previous is not None:
         yield previous, True
+
+
+# --------------------------------------------------------------------------------------------------
+# Parallel scan of a large regular file: contiguous ranges (cut at newlines), one process each.
+
+PARALLEL_MIN_BYTES = 64 << 20
+"""Below this a log is scanned in this process (starting workers costs more than it saves), unless
+VRAMCTL_SCAN_WORKERS asks for workers."""
+PARALLEL_RANGE_MIN_BYTES = 32 << 20
+MAX_WORKER_HITS = 100_000
+"""A range with more hits than this is scanned again in the parent, streaming (bounded memory)."""
+
+
+class _RangeReader:
+    """The bytes [start, end) of a file as a readable stream (just `read`, all the reader needs)."""
+
+    def __init__(self, path: str, start: int, end: int) -> None:
+        self._fh = open(path, "rb")  # noqa: SIM115 (closed in close())
+        self._fh.seek(start)
+        self._left = end - start
+        self.name = path
+
+    def read(self, size: int = -1) -> bytes:
+        if self._left <= 0:
+            return b""
+        n = self._left if size is None or size < 0 else min(size, self._left)
+        data = self._fh.read(n)
+        self._left -= len(data)
+        return data
+
+    def close(self) -> None:
+        self._fh.close()
+
+
+def _range_bounds(path: str, size: int, parts: int) -> list[tuple[int, int]]:
+    """`parts` ranges covering the file, each starting at a line start."""
+    cuts = [0]
+    with open(path, "rb") as fh:
+        for i in range(1, parts):
+            pos = max(cuts[-1], size * i // parts)
+            fh.seek(pos)
+            while True:  # find the next newline without holding a long line in memory
+                chunk = fh.read(1 << 16)
+                if not chunk:
+                    pos = size
+                    break
+                nl = chunk.find(b"\n")
+                if nl >= 0:
+                    pos += nl + 1
+                    break
+                pos += len(chunk)
+            if pos < size and pos > cuts[-1]:
+                cuts.append(pos)
+    cuts.append(size)
+    return [(a, b) for a, b in itertools.pairwise(cuts) if b > a]
+
+
+def _scan_range(args: tuple[str, int, int, bool, bool]) -> tuple[int, int, int, list[Hit] | None]:
+    """In a worker: (lines, bytes, over-long lines, hits or None when there were too many)."""
+    path, start, end, first, last = args
+    cat = load_catalogue()
+    stats = ScanStats()
+    hits: list[Hit] = []
+    reader = _RangeReader(path, start, end)
+    try:
+        for hit in _Scanner(cat).scan(
+            cast(BinaryIO, reader), stats, head_bytes=None if first else 0, tail_bytes=-1 if last else None
+        ):
+            hits.append(hit)
+            if len(hits) > MAX_WORKER_HITS:
+                return stats.lines, stats.bytes_read, stats.truncated_lines, None
+    finally:
+        reader.close()
+    return stats.lines, stats.bytes_read, stats.truncated_lines, hits
+
+
+def _parallel_plan(source: object) -> tuple[str, int, int] | None:
+    """(path, size, workers) when a log is worth scanning in parallel, else None."""
+    if not isinstance(source, (str, os.PathLike)) or os.fspath(source) == "-":
+        return None
+    path = os.fspath(source)
+    try:
+        st = os.stat(path)
+        with open(path, "rb") as fh:
+            magic = fh.read(2)
+    except OSError:
+        return None
+    import stat as stat_module
+
+    chosen = os.environ.get("VRAMCTL_SCAN_WORKERS", "")
+    small = st.st_size < PARALLEL_MIN_BYTES and not (chosen.isdigit() and int(chosen) >= 2)
+    if not stat_module.S_ISREG(st.st_mode) or small or magic == b"\x1f\x8b":
+        return None
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    # with fewer than 4 CPUs the workers only compete with each other (measured: docs/perf/explain-oom.md)
+    workers = min(cpus, st.st_size // PARALLEL_RANGE_MIN_BYTES, 16) if cpus >= 4 else 1
+    chosen = os.environ.get("VRAMCTL_SCAN_WORKERS", "")
+    if chosen.isdigit() and int(chosen) >= 1:  # the user's choice (docs/explain-oom.md)
+        workers = min(int(chosen), max(1, st.st_size // (1 << 20)), 64)
+    if workers < 2:
+        return None
+    return path, st.st_size, workers
+
+
+def _scan_parallel(path: str, size: int, workers: int, cat: Catalogue, stats: ScanStats) -> Iterator[Hit]:
+    """Scan ranges in worker processes; yield their hits in file order with file line numbers."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    ranges = _range_bounds(path, size, workers * 2)
+    jobs = [(path, a, b, i == 0, i == len(ranges) - 1) for i, (a, b) in enumerate(ranges)]
+    method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+    with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context(method)) as pool:
+        base = 0
+        for job, (lines, nbytes, cut, hits) in zip(jobs, pool.map(_scan_range, jobs), strict=True):
+            if hits is None:  # too many hits to ship: stream this range here instead
+                local = ScanStats()
+                reader = _RangeReader(path, job[1], job[2])
+                try:
+                    for hit in _Scanner(cat).scan(
+                        cast(BinaryIO, reader),
+                        local,
+                        head_bytes=None if job[3] else 0,
+                        tail_bytes=-1 if job[4] else None,
+                    ):
+                        yield _shift(hit, base)
+                finally:
+                    reader.close()
+            else:
+                for hit in hits:
+                    yield _shift(hit, base)
+            base += lines
+            stats.lines += lines
+            stats.bytes_read += nbytes
+            stats.truncated_lines += cut
+
+
+def _shift(hit: Hit, base: int) -> Hit:
+    if base:
+        line = hit.line
+        hit.line = LogLine(line.number + base, line.text, line.raw, line.process, line.truncated)
+    return hit
 
 
 def scan_log(
@@ -951,8 +1115,10 @@ def diagnose(source: str | os.PathLike[str] | BinaryIO, *, catalogue: Catalogue 
         )
     )
     truncated: TruncatedInputError | None = None
+    plan = _parallel_plan(source)
     try:
-        for hit in _Scanner(cat).scan(source, stats):
+        hits = _scan_parallel(*plan, cat, stats) if plan is not None else _Scanner(cat).scan(source, stats)
+        for hit in hits:
             analyser.feed(hit)
     except TruncatedInputError as exc:
         truncated = exc
