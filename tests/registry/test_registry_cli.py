@@ -110,3 +110,16 @@ def test_hf_id_from_the_cache_via_cli(
     monkeypatch.setenv("HF_HUB_CACHE", str(DATA / "hf-cache"))
     assert main(["models", "acme/tiny-llama"]) == 0
     assert "acme/tiny-llama" in capsys.readouterr().out
+
+
+def test_one_model_shows_breakdown_and_ranks(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["models", "deepseek-r1"]) == 0
+    out = capsys.readouterr().out
+    assert "experts 653,908,770,816" in out and "tp 8: 79.29 GiB" in out
+    assert main(["models", "llama-3-8b", "--json"]) == 0
+    (model,) = json.loads(capsys.readouterr().out)["models"]
+    assert sum(model["param_breakdown"].values()) == model["param_count"]
+    ranks = model["weight_bytes_per_tp_rank"]
+    assert (
+        ranks["1"] >= model["weight_bytes"] and ranks["2"] < ranks["1"] and set(ranks) == {"1", "2", "4", "8"}
+    )

@@ -8,7 +8,7 @@ import typer
 
 from vramctl.registry import list_gpus, list_models, load_gpu, load_model
 from vramctl.registry.describe import gpu_to_json, model_to_json
-from vramctl.render.catalog import gpus_table, models_table, print_table
+from vramctl.render.catalog import gpus_table, model_details, models_table, print_table
 from vramctl.render.jsonout import dumps
 
 
@@ -29,8 +29,7 @@ def register(app: typer.Typer) -> None:
             return
         print_table(models_table(specs))
         if name:
-            for fact, source in specs[0].sources:
-                typer.echo(f"  {fact}: {source}")
+            typer.echo(model_details(specs[0]))
 
     @app.command("gpus")
     def gpus(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from vramctl.core.params import active_param_count, num_moe_layers
+from vramctl.core.params import active_param_count, num_moe_layers, param_breakdown, rank_weight_bytes
 from vramctl.core.specs import GpuSpec, ModelSpec
 
 
@@ -62,8 +62,33 @@ def model_to_json(spec: ModelSpec) -> dict[str, Any]:
         "tie_word_embeddings": spec.tie_word_embeddings,
         "moe": moe,
         "mla": mla,
+        "param_breakdown": param_parts(spec),
+        "weight_bytes_per_tp_rank": weights_per_rank(spec),
         "sources": dict(spec.sources),
     }
+
+
+TP_SIZES = (1, 2, 4, 8)
+
+
+def param_parts(spec: ModelSpec) -> dict[str, int]:
+    """Parameters by part (embedding, lm_head, attention, dense_mlp, experts, router, shared_experts, norms)."""
+    parts = param_breakdown(spec)
+    return {
+        "embedding": parts.embedding,
+        "lm_head": parts.lm_head,
+        "attention": parts.attention,
+        "dense_mlp": parts.dense_mlp,
+        "experts": parts.experts,
+        "router": parts.router,
+        "shared_experts": parts.shared_experts,
+        "norms": parts.norms,
+    }
+
+
+def weights_per_rank(spec: ModelSpec) -> dict[str, int]:
+    """Bytes one rank holds at tp 1, 2, 4, 8 (vocab padded to 64 rows, as vLLM loads them)."""
+    return {str(tp): rank_weight_bytes(spec, tp, pad_vocab=True).total for tp in TP_SIZES}
 
 
 def gpu_to_json(spec: GpuSpec) -> dict[str, Any]:

@@ -9,7 +9,7 @@ from rich.table import Table
 
 from vramctl.core.specs import GpuSpec, ModelSpec
 from vramctl.core.units import GiB, format_bytes
-from vramctl.registry.describe import attention_kind
+from vramctl.registry.describe import attention_kind, param_parts, weights_per_rank
 
 
 def _params(count: int) -> str:
@@ -85,6 +85,16 @@ def gpus_table(gpus: Sequence[GpuSpec]) -> Table:
             gpu.compute_capability or "-",
         )
     return table
+
+
+def model_details(spec: ModelSpec) -> str:
+    """Parameters by part, weights per TP rank, and the source of each fact (one model's view)."""
+    parts = {name: count for name, count in param_parts(spec).items() if count}
+    lines = ["  parameters: " + ", ".join(f"{name} {count:,}" for name, count in parts.items())]
+    ranks = ", ".join(f"tp {tp}: {format_bytes(size)}" for tp, size in weights_per_rank(spec).items())
+    lines.append(f"  weights per rank: {ranks}")
+    lines += [f"  {fact}: {source}" for fact, source in spec.sources]
+    return "\n".join(lines)
 
 
 def print_table(table: Table) -> None:
