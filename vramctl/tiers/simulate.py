@@ -429,6 +429,12 @@ def simulate(trace: Trace, config: SimConfig) -> SimResult:
                         h.discard(b)  # type: ignore[union-attr]
                     if counting:
                         hit_count[b] = hit_count.get(b, 0) + 1
+                elif exclusive:
+                    # Recomputed, but a stale copy below would break "one copy": drop it.
+                    if in_h(b):
+                        h.discard(b)  # type: ignore[union-attr]
+                    if in_d(b):
+                        d.discard(b)  # type: ignore[union-attr]
                 elif counting and not in_h(b):
                     hit_count[b] = 1
                 if lazy:
