@@ -136,6 +136,8 @@ class ModelSpec:
     """Bits per quantised weight (AWQ/GPTQ/compressed-tensors `bits` / `num_bits`; 8 for FP8, 4 for MXFP4)."""
     quant_group_size: int | None = None
     """Weights sharing one scale: AWQ/GPTQ `group_size`; block-FP8 block edge (`weight_block_size` 128)."""
+    vision_params: int = 0
+    """Parameters of a multimodal wrapper's vision tower and projector (counted in param_count, 16-bit)."""
 
     @property
     def is_mla(self) -> bool:
