@@ -945,6 +945,10 @@ def run_disk_bench(
     layout = BlockLayout(block_bytes=block_bytes, num_blocks=num_blocks, checksum=checksum, io_bytes=io_bytes)
     where = check_directory(directory if directory is not None else tempfile.gettempdir(), layout.file_bytes)
     run_seq = seq if seq is not None else random.getrandbits(63)
+    try:
+        load = os.getloadavg()[0]  # before the bench adds its own threads
+    except OSError:
+        load = 0.0
     kept: list[str] = []
     results = [
         _bench_method(
@@ -961,6 +965,12 @@ def run_disk_bench(
         for method in methods
     ]
     notes: list[str] = []
+    cpus = os.cpu_count() or 1
+    if load > 0.75 * cpus:
+        notes.append(
+            f"load average {load:.1f} on {cpus} CPUs: checking every block needs about 0.5 CPU-seconds per GB "
+            "(CRC-32), so a busy machine slows the verified reads but not dd"
+        )
     filesystem = filesystem_of(where)
     if filesystem.split(" ", 1)[0] in ("tmpfs", "ramfs"):
         notes.append(f"{where} is {filesystem.split(' ', 1)[0]}: memory, not a disk; use --dir on a disk")
