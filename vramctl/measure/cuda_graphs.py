@@ -104,7 +104,8 @@ def capture_graphs(
                 graph.replay()
             torch.cuda.synchronize(device)
     finally:
-        del graphs, outputs, static, pool
+        graph = None
+        del graph, graphs, outputs, static, pool
         gc.collect()
         torch.cuda.empty_cache()
     return GraphMeasurement(vllm_estimate(samples), actual, tuple(samples), tuple(order))

@@ -398,7 +398,12 @@ class ReferenceModel:
             if window is not None and window < length:
                 pos = torch.arange(length, device=q.device)
                 mask = (pos[None, :] <= pos[:, None]) & (pos[:, None] - pos[None, :] < window)
-                o = F.scaled_dot_product_attention(qs, ks, vs, attn_mask=mask, enable_gqa=gqa)
+                if gqa:
+                    # a masked GQA call would fall back to the math kernel (an L×L score matrix per head):
+                    # expand K / V instead, which the memory-efficient kernel takes with a mask
+                    ks = ks.repeat_interleave(qs.shape[1] // ks.shape[1], dim=1)
+                    vs = vs.repeat_interleave(qs.shape[1] // vs.shape[1], dim=1)
+                o = F.scaled_dot_product_attention(qs, ks, vs, attn_mask=mask)
             else:
                 o = F.scaled_dot_product_attention(qs, ks, vs, is_causal=True, enable_gqa=gqa)
             outs.append(o.transpose(1, 2).reshape(n * length, -1))

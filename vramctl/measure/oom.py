@@ -156,7 +156,8 @@ def explain(ctx: OomContext) -> tuple[str, str]:
     diagnosed = _diagnose(ctx)
     if diagnosed is not None:
         cause, summary, fix = diagnosed
-    where = f"out of memory on {ctx.device} during {ctx.phase}"
+    phase = "profiling (sampler warm-up)" if ctx.phase == "sampler" else ctx.phase
+    where = f"out of memory on {ctx.device} during {phase}"
     if ctx.detail:
         where += f" ({ctx.detail})"
     numbers = ""
