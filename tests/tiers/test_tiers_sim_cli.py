@@ -262,6 +262,8 @@ def test_unsorted_trace_replays_with_sort_flag(capsys: pytest.CaptureFixture[str
         (["--write-policy", "lazy"], "--host-capacity"),
         (["--disk-capacity", "1e7"], "--disk-capacity needs --host-capacity"),
         (["--block-size", "0"], "--block-size 0"),
+        (["--prefill-rate", "-3"], "--prefill-rate -3: must be positive"),
+        (["--achieved-flops", "lots"], "--achieved-flops"),
         (["--gpu-capacity", "lots"], "--gpu-capacity"),
         (["--plot", "x.pdf", "--sweep", "1e6"], ".png or .svg"),
         (["--plot", "x.png"], "--sweep"),

@@ -53,7 +53,7 @@ _SCALED = re.compile(
 _SCALE = {"": 1.0, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12, "p": 1e15}
 
 
-def _positive(text: str | None, flag: str) -> float | None:
+def parse_rate(text: str | None, flag: str) -> float | None:
     """A positive rate: `22000`, `2.2e4`, `22k`, `400T`, `400 TFLOP/s` (decimal suffixes k M G T P)."""
     if text is None:
         return None
@@ -159,7 +159,7 @@ def register(app: typer.Typer) -> None:
         auto_pool = gpu_tokens is not None and gpu_tokens.strip().lower() == "auto"
         c_gpu = None if auto_pool else _count(gpu_tokens, "--gpu-tokens")
         c_host = _count(host_tokens, "--host-tokens")
-        arrival = _positive(arrival_rate, "--arrival-rate")
+        arrival = parse_rate(arrival_rate, "--arrival-rate")
         if (c_gpu is None and not auto_pool) != (arrival is None):
             raise BadInputError("--gpu-tokens and --arrival-rate go together (the residency window is C / λ)")
         if c_host is not None and c_gpu is None and host_memory is None:
@@ -178,8 +178,8 @@ def register(app: typer.Typer) -> None:
             spec,
             card,
             tp=tp,
-            prefill_rate_tokens_per_s=_positive(prefill_rate, "--prefill-rate"),
-            achieved_flops=_positive(achieved_flops, "--achieved-flops"),
+            prefill_rate_tokens_per_s=parse_rate(prefill_rate, "--prefill-rate"),
+            achieved_flops=parse_rate(achieved_flops, "--achieved-flops"),
             context=context,
         )
         links = nominal_tiers(card)

@@ -145,6 +145,7 @@ def register(app: typer.Typer) -> None:
         ),
     ) -> None:
         """Hit rates per tier (token-weighted and per-request), bytes written, recompute avoided vs transfer."""
+        from vramctl.cli.tiers_plan import parse_rate
         from vramctl.tiers.simulate import (
             DISK,
             EXCLUSIVE,
@@ -171,6 +172,8 @@ def register(app: typer.Typer) -> None:
             raise BadInputError(
                 f"--prefill-rate {prefill_rate} and --achieved-flops {achieved_flops}: give one"
             )
+        given_rate = parse_rate(prefill_rate, "--prefill-rate")
+        given_flops = parse_rate(achieved_flops, "--achieved-flops")
         if model is not None and kv_bytes_per_token is not None:
             raise BadInputError("--model and --kv-bytes-per-token: give one or the other")
         if kv_bytes_per_token is not None and kv_bytes_per_token <= 0:
@@ -324,16 +327,14 @@ def register(app: typer.Typer) -> None:
                         )
             rate_tokens = None
             rate_source = ""
-            if prefill_rate is not None:
-                rate_tokens = parse_number(prefill_rate, what="--prefill-rate")
+            if given_rate is not None:
+                rate_tokens = given_rate
                 rate_source = "--prefill-rate"
             elif spec is not None:
-                flops = parse_number(achieved_flops, what="--achieved-flops") if achieved_flops else None
+                flops = given_flops
                 rate = derive_rate(spec, card, tp=tensor_parallel_size, achieved_flops=flops)
                 rate_tokens, rate_source = rate.tokens_per_s, rate.formula
             if rate_tokens is not None:
-                if rate_tokens <= 0:
-                    raise BadInputError(f"--prefill-rate {prefill_rate}: must be positive")
                 money = economics(
                     result, prefill_tokens_per_s=rate_tokens, prefill_source=rate_source, links=links
                 )
