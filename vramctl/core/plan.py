@@ -753,8 +753,10 @@ def _ledger(core: _Core) -> Ledger:
         terms,
         residual=SLACK,
         residual_formula=(
-            f"total − every other term: (1 − u) × total = {(core.capacity - core.requested) / GiB:.2f} GiB held back, "
-            "less what lives outside the budget"
+            "total − every other term (with --kv-cache-memory-bytes the utilisation plays no part)"
+            if kv_given
+            else f"total − every other term: (1 − u) × total = {(core.capacity - core.requested) / GiB:.2f} GiB "
+            "held back, less what lives outside the budget"
         ),
     )
 
