@@ -41,3 +41,12 @@ def test_rank_failure_is_reported_once(capsys: pytest.CaptureFixture[str], tiny_
     assert code == 1
     assert len([line for line in err.splitlines() if line.startswith("vramctl: error:")]) == 1
     assert "Free memory on device cpu" in err
+
+
+def test_validate_a_tp_shard_alone(capsys: pytest.CaptureFixture[str], tiny_model_dir: str) -> None:
+    code = main(["validate", tiny_model_dir, *FAST, "-tp", "2", "--kv-cache-memory-bytes", "32MiB", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0 and out["passed"]
+    assert out["bytes_per_block"] == 4 * 16 * 1 * 64 * 2 * 2  # one KV head per rank
+    assert out["num_blocks"] == 32 * 1024 * 1024 // out["bytes_per_block"]
+    assert any("rank 0's shard" in note for note in out["notes"])

@@ -434,6 +434,12 @@ def register(app: typer.Typer) -> None:
         kv_cache_dtype: str = typer.Option("auto", "--kv-cache-dtype"),
         block_size: Optional[int] = typer.Option(None, "--block-size"),
         enforce_eager: bool = typer.Option(False, "--enforce-eager"),
+        tensor_parallel_size: int = typer.Option(
+            1,
+            "--tensor-parallel-size",
+            "-tp",
+            help="Validate rank 0's shard (the per-rank pool) on this device.",
+        ),
         dtype: str = typer.Option("auto", "--dtype"),
         mem_fraction_static: Optional[float] = typer.Option(None, "--mem-fraction-static"),
         as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
@@ -474,7 +480,7 @@ def register(app: typer.Typer) -> None:
                     kv_cache_dtype=kv_cache_dtype,
                     block_size=block_size,
                     enforce_eager=enforce_eager,
-                    tensor_parallel_size=1,
+                    tensor_parallel_size=tensor_parallel_size,
                     dtype=dtype,
                     mem_fraction_static=mem_fraction_static,
                 )

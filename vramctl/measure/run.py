@@ -235,10 +235,7 @@ def run_validate(
     from vramctl.core import kv as kvmath
     from vramctl.measure.model import ReferenceModel, split_tokens
 
-    if request.settings.tensor_parallel_size != 1:
-        raise BadInputError(
-            "validate: --tensor-parallel-size must be 1 (validate one device; profile measures TP)"
-        )
+    tp = request.settings.tensor_parallel_size
     if kv_cache_memory_bytes <= 0:
         raise BadInputError(f"--kv-cache-memory-bytes {kv_cache_memory_bytes}: must be positive")
 
@@ -255,6 +252,7 @@ def run_validate(
         spec,
         block_size=resolved.block_size,
         kv_cache_dtype=resolved.kv_cache_dtype,
+        tp=tp,
         model_dtype=resolved.dtype,
     )
     if resolved.num_layers is not None and resolved.num_layers < spec.num_hidden_layers:
@@ -265,6 +263,10 @@ def run_validate(
             f"--kv-cache-memory-bytes {kv_cache_memory_bytes}: smaller than one KV block ({bpb} bytes)"
         )
     notes: list[str] = []
+    if tp > 1:
+        notes.append(
+            f"tensor parallel {tp}: rank 0's shard validated alone on {backend.torch_device} (no communicators)"
+        )
     seconds: dict[str, float] = {}
     model: Any = None
     caches: Any = None
@@ -283,7 +285,11 @@ def run_validate(
         current = "weights-load"
         t0 = time.perf_counter()
         phase(current, "random weights on the device")
-        model = ReferenceModel(spec, device=backend.torch_device, dtype=resolved.dtype, seed=request.seed)
+        # With tensor parallelism, rank 0's shard alone: the per-rank KV pool and activations, without the
+        # communicators (they exist before vLLM's init snapshot, outside the budget).
+        model = ReferenceModel(
+            spec, device=backend.torch_device, dtype=resolved.dtype, tp_rank=0, tp_size=tp, seed=request.seed
+        )
         backend.synchronize()
         snap = backend.snapshot()
         seconds[current] = time.perf_counter() - t0
