@@ -167,3 +167,13 @@ def test_ledger_always_sums_to_the_total(consumed: int, transient: int, estimate
     assert sum(t.bytes for t in result.ledger.terms) == TOTAL
     assert result.num_blocks == max(0, result.kv_cache_bytes) // result.bytes_per_block
     assert result.ledger.bytes_of("kv_cache") == result.kv_cache_bytes
+
+
+def test_vllm_graph_estimate_extrapolation() -> None:
+    from vramctl.measure.cuda_graphs import vllm_estimate
+
+    # first + (n − 1) × max(second, 1 MiB) (gpu_model_runner.py:6268-6414)
+    assert vllm_estimate([]) == 0
+    assert vllm_estimate([300 * MiB]) == 300 * MiB
+    assert vllm_estimate([300 * MiB, 4 * MiB, 2 * MiB, 2 * MiB]) == 300 * MiB + 3 * 4 * MiB
+    assert vllm_estimate([300 * MiB, 0, 0]) == 300 * MiB + 2 * MiB  # the 1 MiB floor per graph
