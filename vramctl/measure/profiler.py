@@ -364,6 +364,10 @@ def kv_torch_dtype(spec: ModelSpec, resolved: Resolved, model_dtype: Any) -> Any
     return torch.float32
 
 
+class ProfilingDisturbedError(StartupMemoryError):
+    """Free memory grew during the profile run (another process released memory): vLLM's assertion. Exit 1."""
+
+
 def _warm_up(device: str) -> None:
     """vLLM's cuBLAS / cuBLASLt handle warm-up before the init snapshot (gpu_worker.py:519-528)."""
     import torch
@@ -488,6 +492,15 @@ def profile_rank(
         backend.empty_cache()
         after = backend.snapshot()
         snap = after
+        if backend.kind == "cuda" and init.free_bytes < after.free_bytes:
+            # vLLM asserts init free ≥ free after profiling (gpu_worker.py:728-741, vllm.md §5 item 4)
+            raise ProfilingDisturbedError(
+                f"Error in memory profiling. Initial free memory {vllm_format_gib(init.free_bytes)} GiB, current "
+                f"free memory {vllm_format_gib(after.free_bytes)} GiB. This happens when other processes sharing "
+                "the same container release GPU memory while vLLM is profiling during initialization. To fix "
+                "this, ensure consistent GPU memory allocation or isolate vLLM in its own container. "
+                f"[another process on {dev} freed memory during the measurement: profile again on a quiet device]"
+            )
         consumed = backend.consumed_between(init, after) + unbuilt
         transient = max(0, after.torch_peak_bytes - after.torch_allocated_bytes)
         seconds["profiling"] = time.perf_counter() - t0
