@@ -308,3 +308,37 @@ def test_capacity_spellings(capsys: pytest.CaptureFixture[str], text: str, token
 def test_bare_suffix_is_ambiguous_without_a_model(capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run(capsys, "--synthetic", "sessions=3", "--gpu-capacity", "3M")
     assert code == 2 and "'3M tokens'" in err
+
+
+# ---- fuzz: whatever the file holds, the parser answers with a trace or one BadInputError -------------
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from vramctl.tiers.trace import parse_mooncake_lines  # noqa: E402
+
+_json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-5, 10**6) | st.floats(allow_nan=True) | st.text(max_size=5),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=4),
+    max_leaves=10,
+)
+_fields = st.fixed_dictionaries(
+    {},
+    optional={
+        "timestamp": _json_values,
+        "input_length": _json_values,
+        "output_length": _json_values,
+        "hash_ids": _json_values,
+    },
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(_fields.map(json.dumps), st.text(max_size=30)), min_size=0, max_size=5), st.integers(1, 64))
+def test_parser_never_raises_anything_but_bad_input(lines: list[str], block_size: int) -> None:
+    try:
+        trace = parse_mooncake_lines(lines, block_size=block_size)
+    except BadInputError as exc:
+        assert "\n" not in str(exc)
+    else:
+        assert trace.num_requests >= 1 and all(length >= 1 for length in trace.input_lengths)

@@ -60,13 +60,23 @@ class Trace:
         return self.timestamps_s[-1] - self.timestamps_s[0]
 
 
+def _show(value: object) -> str:
+    """repr, cut to 40 characters (a malformed field can be huge)."""
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
 def _field_int(obj: dict[str, object], key: str, *, where: str, minimum: int) -> int:
     if key not in obj:
         raise BadInputError(f"{where}: missing field {key!r}")
     value = obj[key]
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not float(value).is_integer():
-        raise BadInputError(f"{where}: {key} must be an integer, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise BadInputError(f"{where}: {key} must be an integer, got {_show(value)}")
+    if isinstance(value, float) and not value.is_integer():
+        raise BadInputError(f"{where}: {key} must be an integer, got {_show(value)}")
     number = int(value)
+    if number > 2**53:
+        raise BadInputError(f"{where}: {key} {_show(number)} is absurdly large")
     if number < minimum:
         raise BadInputError(f"{where}: {key} must be >= {minimum}, got {number}")
     return number
@@ -135,8 +145,14 @@ def parse_mooncake_lines(
         if "timestamp" not in obj:
             raise BadInputError(f"{where}: missing field 'timestamp'")
         ts_raw = obj["timestamp"]
-        if isinstance(ts_raw, bool) or not isinstance(ts_raw, (int, float)) or not math.isfinite(ts_raw):
-            raise BadInputError(f"{where}: timestamp must be a number of milliseconds, got {ts_raw!r}")
+        if isinstance(ts_raw, bool) or not isinstance(ts_raw, (int, float)):
+            raise BadInputError(f"{where}: timestamp must be a number of milliseconds, got {_show(ts_raw)}")
+        try:
+            finite = math.isfinite(ts_raw)
+        except OverflowError:
+            finite = False
+        if not finite:
+            raise BadInputError(f"{where}: timestamp must be a finite number of milliseconds, got {_show(ts_raw)}")
         length = _field_int(obj, "input_length", where=where, minimum=1)
         out = _field_int(obj, "output_length", where=where, minimum=0)
         if "hash_ids" not in obj:
@@ -150,7 +166,7 @@ def parse_mooncake_lines(
             )
         for h in raw_ids:
             if isinstance(h, bool) or not isinstance(h, (int, str)):
-                raise BadInputError(f"{where}: hash_ids must hold integers or strings, got {h!r}")
+                raise BadInputError(f"{where}: hash_ids must hold integers or strings, got {_show(h)}")
         max_blocks = -(-length // block_size)
         if len(raw_ids) > max_blocks:
             raise BadInputError(
