@@ -47,6 +47,8 @@ INCIDENT_GAP_LINES = 150
 CONTEXT_BEFORE_LINES = 200
 """Frames and hints this many lines before an incident's first event belong to it."""
 MAX_OTHER_FAILURES = 20
+MAX_KEPT_TEXT = 2000
+"""Characters of a line kept for evidence (patterns see the whole line, up to 64 KiB)."""
 MAX_EVIDENCE = 10
 WINDOW_FOLLOWING_LINES = 2
 """A multi-line signature also sees this many following lines (messages that wrap)."""
@@ -594,6 +596,7 @@ class _Analyser:
         line = hit.line
         number = line.number
         text = line.text
+        short = text[:MAX_KEPT_TEXT]  # what is kept for evidence: bounded, whatever the line length
         cat = self.cat
         self._engine(line.raw)
         if self.engine_version is None:
@@ -616,17 +619,17 @@ class _Analyser:
                 base = path.rsplit("/", 1)[-1]
                 for rule in cat.frames:
                     if func in rule.functions or base in rule.files:
-                        self._context(_Context(number, "frame", func, rule.rank, rule.phase, text))
+                        self._context(_Context(number, "frame", func, rule.rank, rule.phase, short))
                         if rule.hint:
-                            self._context(_Context(number, "hint", rule.hint, text=text))
+                            self._context(_Context(number, "hint", rule.hint, text=short))
                         break
         for key in hit.keys:
             hint = self.hint_keys.get(key)
             if hint is not None:
-                self._context(_Context(number, "hint", hint, text=text))
+                self._context(_Context(number, "hint", hint, text=short))
             phase = self.marker_keys.get(key)
             if phase is not None:
-                marker = _Context(number, "marker", key, phase=phase, text=text)
+                marker = _Context(number, "marker", key, phase=phase, text=short)
                 # the later entry of the markers list wins for one line (kv-alloc after profiling, ...)
                 if self.markers and self.markers[-1].line == number:
                     self.markers[-1] = marker
@@ -648,9 +651,9 @@ class _Analyser:
                     for name, value in facts.items():
                         self.global_facts[name] = (number, value)
                     if len(self.fact_texts) < 50000:
-                        self.fact_texts[number] = text
+                        self.fact_texts[number] = short
                     continue
-                self._event(Event(index, number, text, facts))
+                self._event(Event(index, number, short, facts))
 
     def _engine(self, raw: str) -> None:
         for engine, words in self.cat.engines.items():
