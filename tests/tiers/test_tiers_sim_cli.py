@@ -285,6 +285,8 @@ def test_missing_trace_and_both_sources(capsys: pytest.CaptureFixture[str], tmp_
     assert code == 2 and "sessions=0" in err
     code, _, err = run(capsys, "--synthetic", "turns=3,think=gamma:2")
     assert code == 2 and "unknown distribution" in err
+    code, _, err = run(capsys, "--synthetic", "sessions=10,turns=10,prompt=1e12")
+    assert code == 2 and "block accesses" in err
 
 
 def test_library_errors_are_bad_input() -> None:

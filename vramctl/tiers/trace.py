@@ -30,6 +30,8 @@ from vramctl.core.errors import BadInputError
 
 MOONCAKE_BLOCK_SIZE = 512
 """Block size of the Mooncake FAST'25 traces (tokens per hash id)."""
+MAX_SYNTHETIC_BLOCK_ACCESSES = 20_000_000
+"""A synthetic trace larger than this would take minutes and gigabytes: refused up front."""
 
 
 @dataclass(frozen=True)
@@ -378,6 +380,12 @@ def synthetic_trace(spec: SyntheticSpec, *, block_size: int = MOONCAKE_BLOCK_SIZ
             context += answer
             now += answer / spec.decode_rate + spec.think.sample(rng)
     events.sort(key=lambda e: (e[0], e[1], e[2]))
+    total_blocks = sum(-(-e[3] // block_size) for e in events)
+    if total_blocks > MAX_SYNTHETIC_BLOCK_ACCESSES:
+        raise BadInputError(
+            f"--synthetic {spec.describe()}: {total_blocks:,} block accesses at --block-size {block_size} is more than "
+            f"{MAX_SYNTHETIC_BLOCK_ACCESSES:,}; use fewer sessions/turns, shorter prompts or larger blocks"
+        )
     rows: list[tuple[float, int, int, Sequence[object], int]] = []
     for index, (ts, session, _turn, length, answer) in enumerate(events):
         raw: list[object] = []
