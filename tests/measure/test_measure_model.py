@@ -111,3 +111,57 @@ def test_sliding_window_mask_limits_attention() -> None:
     # token 40 is beyond the 32-token window of token 0: it cannot see it
     assert float(out[40].abs().max()) == 0.0
     assert float(out[10].abs().max()) > 0.0
+
+
+@pytest.mark.parametrize(("quant", "matrix_bytes"), [("fp8", 1.0), ("awq", 0.5), ("mxfp4", 0.5)])
+def test_quantised_checkpoints_store_their_matrices_small(quant: str, matrix_bytes: float) -> None:
+    from vramctl.measure.model import layer_weight_bytes, weight_storage
+
+    spec = tiny_moe()
+    spec = type(spec)(**{**spec.__dict__, "quantization": quant})
+    assert weight_storage(spec) in ("fp8", "int4")
+    model = ReferenceModel(spec, device="cpu")
+    dense = ReferenceModel(tiny_moe(), device="cpu")
+    # embeddings, LM head, norms and router stay bf16; projection and expert matrices shrink
+    edge = 2 * (2 * 1024 * 256 + 256)
+    shards = model.shard
+    expected = edge + sum(layer_weight_bytes(spec, shards, i, 2) for i in range(4))
+    assert model.weight_bytes() == expected
+    assert model.weight_bytes() < dense.weight_bytes() * (matrix_bytes + 0.25)
+    lens = split_tokens(64, 4)
+    hidden = model.forward(torch.randint(0, 1024, (64,)), lens)
+    assert hidden.shape == (4, 256) and bool(torch.isfinite(hidden.float()).all())
+    caches = model.allocate_kv_cache(4, 16)
+    out = model.decode_step(kv_caches=caches, **decode_inputs(model, 2, 4, 16))
+    assert out.shape == (2, 1024)
+
+
+def test_unknown_quantisation_keeps_the_model_dtype() -> None:
+    from vramctl.measure.model import weight_storage
+
+    assert weight_storage(tiny_dense()) is None
+    assert weight_storage(tiny_dense(quantization="squeezellm")) is None
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "meta-llama/Meta-Llama-3-8B-Instruct",
+        "Qwen/Qwen3-30B-A3B",
+        "Qwen/Qwen3-30B-A3B-FP8",
+        "deepseek-ai/DeepSeek-V3",
+        "mistralai/Mixtral-8x7B-Instruct-v0.1",
+    ],
+)
+def test_reference_weights_match_the_checkpoint(name: str) -> None:
+    """The tensors the reference model would build (never allocated here) weigh what the checkpoint does."""
+    from vramctl.measure.model import layer_weight_bytes
+    from vramctl.registry import load_model
+
+    spec = load_model(name)
+    shard = Shard.of(spec)
+    edges = (
+        spec.vocab_size * spec.hidden_size * 2 * (1 if spec.tie_word_embeddings else 2) + spec.hidden_size * 2
+    )
+    ours = edges + sum(layer_weight_bytes(spec, shard, i, 2) for i in range(spec.num_hidden_layers))
+    assert abs(ours / spec.weight_bytes - 1) < 0.005, (ours, spec.weight_bytes)

@@ -159,6 +159,7 @@ class ReferenceModel:
             # vLLM's --dtype auto runs a float32 checkpoint in bfloat16 / float16.
             self.dtype = torch.bfloat16
         self.shard = Shard.of(spec, tp_rank=tp_rank, tp_size=tp_size, num_layers=num_layers)
+        self.quant = weight_storage(spec)
         self.group = group
         self.head_dim = spec.head_dim
         self._gen = torch.Generator(device=self.device)
@@ -185,6 +186,33 @@ class ReferenceModel:
         t.normal_(0.0, _INIT_STD, generator=self._gen)
         return t
 
+    def _matrix(self, *shape: int) -> Any:
+        """A projection / expert matrix in the checkpoint's storage: fp8 (1 B), packed 4-bit (0.5 B), or dtype."""
+        import torch
+
+        if self.quant == "fp8":
+            return self._param(*shape).to(torch.float8_e4m3fn)
+        if self.quant == "int4":
+            packed = torch.empty(*shape[:-1], -(-shape[-1] // 2), device=self.device, dtype=torch.uint8)
+            return packed.random_(0, 256, generator=self._gen)
+        return self._param(*shape)
+
+    def _dequant(self, w: Any) -> Any:
+        """The matrix in the compute dtype (one at a time: a transient the engines' fused kernels avoid)."""
+        import torch
+
+        if w.dtype == torch.uint8:
+            # two 4-bit values per byte
+            return (
+                torch.stack(((w & 15), (w >> 4)), dim=-1).flatten(-2).to(self.dtype).sub_(8).mul_(_INIT_STD)
+            )
+        return w.to(self.dtype)
+
+    def _lin(self, x: Any, w: Any) -> Any:
+        import torch.nn.functional as F
+
+        return F.linear(x, w if w.dtype == self.dtype else self._dequant(w))
+
     def _ones(self, n: int) -> Any:
         import torch
 
@@ -192,7 +220,12 @@ class ReferenceModel:
 
     def _build_layer(self, layer: Layer) -> None:
         for name, shape in layer_shapes(self.spec, self.shard, layer.index).items():
-            layer.w[name] = self._ones(shape[0]) if name.endswith("norm") else self._param(*shape)
+            if name.endswith("norm"):
+                layer.w[name] = self._ones(shape[0])
+            elif name == "router":
+                layer.w[name] = self._param(*shape)
+            else:
+                layer.w[name] = self._matrix(*shape)
 
     def weight_bytes(self) -> int:
         """Bytes of every weight tensor this rank holds (tied embeddings counted once)."""
@@ -258,11 +291,11 @@ class ReferenceModel:
     def _mlp(self, x: Any, gate_up: Any, down: Any) -> Any:
         import torch.nn.functional as F
 
-        gu = F.linear(x, gate_up)
+        gu = self._lin(x, gate_up)
         half = gu.shape[-1] // 2
         act = F.silu(gu[..., :half]) * gu[..., half:]
         del gu
-        return F.linear(act, down)
+        return self._lin(act, down)
 
     def _moe(self, x: Any, w: dict[str, Any]) -> Any:
         """Routed experts, fused-MoE style: [T·k, 2I] and [T·k, I] intermediates, weighted sum over k."""
@@ -273,7 +306,7 @@ class ReferenceModel:
         assert moe is not None
         tokens = x.shape[0]
         k = moe.num_experts_per_tok
-        router_logits = F.linear(x, w["router"]).float()
+        router_logits = self._lin(x, w["router"]).float()
         probs = router_logits.softmax(dim=-1)
         topk_w, topk_ids = probs.topk(k, dim=-1)
         topk_w = (topk_w / topk_w.sum(-1, keepdim=True)).to(x.dtype)
@@ -289,7 +322,7 @@ class ReferenceModel:
             if count == 0:
                 continue
             rows = order[start : start + count]
-            cache1[rows] = F.linear(x[src_tok[start : start + count]], w["w13"][expert])
+            cache1[rows] = self._lin(x[src_tok[start : start + count]], w["w13"][expert])
             start += count
         cache2 = F.silu(cache1[:, :inter]) * cache1[:, inter:]
         del cache1
@@ -298,7 +331,7 @@ class ReferenceModel:
             if count == 0:
                 continue
             rows = order[start : start + count]
-            cache3[rows] = F.linear(cache2[rows], w["w2"][expert])
+            cache3[rows] = self._lin(cache2[rows], w["w2"][expert])
             start += count
         del cache2
         out = (cache3.view(tokens, k, -1) * topk_w[:, :, None]).sum(dim=1)
@@ -310,11 +343,10 @@ class ReferenceModel:
     def _moe_dense(self, x: Any, w: dict[str, Any]) -> Any:
         """Capturable MoE for the decode graph: every expert on the batch, weighted by the routing mask."""
         import torch
-        import torch.nn.functional as F
 
         moe = self.spec.moe
         assert moe is not None
-        probs = F.linear(x, w["router"]).float().softmax(dim=-1)
+        probs = self._lin(x, w["router"]).float().softmax(dim=-1)
         topk_w, topk_ids = probs.topk(moe.num_experts_per_tok, dim=-1)
         dense_w = (
             torch.zeros_like(probs).scatter_(1, topk_ids, topk_w / topk_w.sum(-1, keepdim=True)).to(x.dtype)
@@ -337,7 +369,6 @@ class ReferenceModel:
     # ------------------------------------------------------------------ attention (prefill)
     def _qkv(self, layer: Layer, x: Any, positions: Any) -> tuple[Any, Any, Any]:
         """q [T, H, Dq], k [T, Hk, Dq], v [T, Hk, Dv] for this rank."""
-        import torch.nn.functional as F
 
         spec, sh, w = self.spec, self.shard, layer.w
         t = x.shape[0]
@@ -345,21 +376,21 @@ class ReferenceModel:
             mla = spec.mla
             nope, rope, vdim = mla.qk_nope_head_dim, mla.qk_rope_head_dim, mla.v_head_dim
             if "q_a" in w:
-                q = F.linear(self._rms_norm(F.linear(x, w["q_a"]), w["q_a_norm"]), w["q_b"])
+                q = self._lin(self._rms_norm(self._lin(x, w["q_a"]), w["q_a_norm"]), w["q_b"])
             else:
-                q = F.linear(x, w["q"])
+                q = self._lin(x, w["q"])
             q = q.view(t, sh.heads, nope + rope)
-            latent = F.linear(x, w["kv_a"])  # [T, kv_lora_rank + rope]: what the KV cache stores
+            latent = self._lin(x, w["kv_a"])  # [T, kv_lora_rank + rope]: what the KV cache stores
             c_kv = self._rms_norm(latent[:, : mla.kv_lora_rank], w["kv_a_norm"])
             cos, sin = self._rope(positions, rope)
             k_pe = self._apply_rope(latent[:, None, mla.kv_lora_rank :], cos, sin)
             q = self._cat_rope(q, nope, cos, sin)
-            kv = F.linear(c_kv, w["kv_b"]).view(t, sh.heads, nope + vdim)
+            kv = self._lin(c_kv, w["kv_b"]).view(t, sh.heads, nope + vdim)
             k = self._cat(kv[..., :nope], k_pe.expand(t, sh.heads, rope))
             v = kv[..., nope:]
             return q, k, v
         d = spec.head_dim
-        qkv = F.linear(x, w["qkv"])
+        qkv = self._lin(x, w["qkv"])
         q = qkv[:, : sh.heads * d].view(t, sh.heads, d)
         k = qkv[:, sh.heads * d : (sh.heads + sh.kv_heads) * d].view(t, sh.kv_heads, d)
         v = qkv[:, (sh.heads + sh.kv_heads) * d :].view(t, sh.kv_heads, d)
@@ -414,7 +445,6 @@ class ReferenceModel:
     def forward(self, token_ids: Any, seq_lens: list[int]) -> Any:
         """The profile run: hidden states of the last token of every sequence, [len(seq_lens), hidden]."""
         import torch
-        import torch.nn.functional as F
 
         with torch.inference_mode():
             positions = torch.cat([torch.arange(n, device=self.device) for n in seq_lens])
@@ -424,7 +454,7 @@ class ReferenceModel:
                 q, k, v = self._qkv(layer, x, positions)
                 attn = self._attend(layer, q, k, v, seq_lens)
                 del q, k, v, x
-                h = h + self._all_reduce(F.linear(attn, layer.w["o"]))
+                h = h + self._all_reduce(self._lin(attn, layer.w["o"]))
                 del attn
                 x = self._rms_norm(h, layer.w["post_norm"])
                 h = h + self._ffn(layer, x)
@@ -519,14 +549,14 @@ class ReferenceModel:
                     mla = spec.mla
                     nope, rope, vdim = mla.qk_nope_head_dim, mla.qk_rope_head_dim, mla.v_head_dim
                     if "q_a" in layer.w:
-                        q = F.linear(
-                            self._rms_norm(F.linear(x, layer.w["q_a"]), layer.w["q_a_norm"]), layer.w["q_b"]
+                        q = self._lin(
+                            self._rms_norm(self._lin(x, layer.w["q_a"]), layer.w["q_a_norm"]), layer.w["q_b"]
                         )
                     else:
-                        q = F.linear(x, layer.w["q"])
+                        q = self._lin(x, layer.w["q"])
                     cos, sin = self._rope(positions, rope)
                     q = self._cat_rope(q.view(b, sh.heads, nope + rope), nope, cos, sin)
-                    latent = F.linear(x, layer.w["kv_a"])
+                    latent = self._lin(x, layer.w["kv_a"])
                     latent = self._cat(
                         latent[:, : mla.kv_lora_rank],
                         self._apply_rope(latent[:, None, mla.kv_lora_rank :], cos, sin)[:, 0],
@@ -534,7 +564,7 @@ class ReferenceModel:
                     cache.view(-1, mla.latent_dim).index_copy_(0, slot_mapping, latent.to(cache.dtype))
                     ctx = cache[block_table].view(b, span, mla.latent_dim).to(self.dtype)
                     c_kv = self._rms_norm(ctx[..., : mla.kv_lora_rank], layer.w["kv_a_norm"])
-                    kv = F.linear(c_kv, layer.w["kv_b"]).view(b, span, sh.heads, nope + vdim)
+                    kv = self._lin(c_kv, layer.w["kv_b"]).view(b, span, sh.heads, nope + vdim)
                     k = self._cat(
                         kv[..., :nope], ctx[..., None, mla.kv_lora_rank :].expand(b, span, sh.heads, rope)
                     )
@@ -548,7 +578,7 @@ class ReferenceModel:
                     attn = o.reshape(b, sh.heads * vdim)
                 else:
                     d = spec.head_dim
-                    qkv = F.linear(x, layer.w["qkv"])
+                    qkv = self._lin(x, layer.w["qkv"])
                     cos, sin = self._rope(positions, d)
                     q = self._apply_rope(qkv[:, : sh.heads * d].view(b, sh.heads, d), cos, sin)
                     k_new = self._apply_rope(
@@ -571,7 +601,7 @@ class ReferenceModel:
                         enable_gqa=sh.heads != sh.kv_heads,
                     )
                     attn = o.reshape(b, sh.heads * d)
-                h = h + self._all_reduce(F.linear(attn, layer.w["o"]))
+                h = h + self._all_reduce(self._lin(attn, layer.w["o"]))
                 x = self._rms_norm(h, layer.w["post_norm"])
                 h = h + self._ffn(layer, x, capturable=True)
             h = self._rms_norm(h, self.final_norm)
@@ -612,6 +642,35 @@ def layer_shapes(spec: ModelSpec, shard: Shard, index: int) -> dict[str, tuple[i
         shapes["gate_up"] = (2 * shard.intermediate, hidden)
         shapes["down"] = (hidden, shard.intermediate)
     return shapes
+
+
+def weight_storage(spec: ModelSpec) -> str | None:
+    """How the checkpoint stores its projection / expert matrices: `fp8`, `int4` (AWQ, GPTQ, MXFP4...), or
+    None (the model dtype). Embeddings, norms, the router and the LM head stay in the model dtype, as in
+    those checkpoints."""
+    q = (spec.quantization or "").lower()
+    if not q:
+        return None
+    if "fp8" in q or q in ("fbgemm_fp8", "compressed-tensors-fp8", "modelopt"):
+        return "fp8"
+    if q in ("awq", "gptq", "mxfp4", "nvfp4", "int4", "awq_marlin", "gptq_marlin", "bitsandbytes", "fp4"):
+        return "int4"
+    return None
+
+
+def layer_weight_bytes(spec: ModelSpec, shard: Shard, index: int, element_bytes: int) -> int:
+    """Bytes of layer `index`'s weights on one rank, in the checkpoint's storage (see `weight_storage`)."""
+    quant = weight_storage(spec)
+    total = 0.0
+    for name, shape in layer_shapes(spec, shard, index).items():
+        n = math.prod(shape)
+        if name.endswith("norm") or name == "router" or quant is None:
+            total += n * element_bytes
+        elif quant == "fp8":
+            total += n
+        else:
+            total += math.prod(shape[:-1]) * -(-shape[-1] // 2)
+    return int(total)
 
 
 def layer_elements(spec: ModelSpec, shard: Shard, index: int) -> int:

@@ -406,7 +406,7 @@ def profile_rank(
     """Run the sequence on one rank. Returns the measurement (and the model when `keep_model`)."""
     import torch
 
-    from vramctl.measure.model import ReferenceModel, layer_elements, split_tokens
+    from vramctl.measure.model import ReferenceModel, layer_weight_bytes, split_tokens
 
     def phase(name: str, message: str) -> None:
         if on_phase is not None:
@@ -461,12 +461,9 @@ def profile_rank(
         after_weights = backend.snapshot()
         snap = after_weights
         element = int(torch.empty((), dtype=model.dtype).element_size())
-        unbuilt = (
-            sum(
-                layer_elements(spec, model.shard, i)
-                for i in range(model.shard.layers, spec.num_hidden_layers)
-            )
-            * element
+        unbuilt = sum(
+            layer_weight_bytes(spec, model.shard, i, element)
+            for i in range(model.shard.layers, spec.num_hidden_layers)
         )
         seconds[current] = time.perf_counter() - t0
 
@@ -783,10 +780,20 @@ def derive(
             "activation peak and graph pool are measured on the slice"
         )
     if spec.quantization:
-        notes.append(
-            f"{spec.name} is a {spec.quantization} checkpoint: the reference model holds its weights in "
-            f"{resolved.dtype if resolved.dtype != 'auto' else spec.torch_dtype}, not the quantised format"
-        )
+        from vramctl.measure.model import weight_storage
+
+        storage = weight_storage(spec)
+        if storage is None:
+            notes.append(
+                f"{spec.name} is a {spec.quantization} checkpoint: the reference model holds its weights in "
+                f"{resolved.dtype if resolved.dtype != 'auto' else spec.torch_dtype}, not the quantised format"
+            )
+        else:
+            notes.append(
+                f"{spec.name} is a {spec.quantization} checkpoint: projection and expert matrices are held as "
+                f"{'fp8 (1 byte)' if storage == 'fp8' else 'packed 4-bit (0.5 byte, no scales)'} and "
+                "dequantised one matrix at a time for each matmul, a transient the engine's kernels do not have"
+            )
     if resolved.capture_sizes and not applied and r.cuda_graph_estimate_bytes:
         notes.append(
             "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS off: the graph estimate is measured but not subtracted"
