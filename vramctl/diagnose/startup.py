@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, cast
 
 from vramctl.core.errors import BadInputError
@@ -1533,7 +1533,7 @@ def parse_startup_log(
             f"(lines {runs[chosen].first_line}-{runs[chosen].last_line}); pick another with --run"
         )
     all_obs = tuple(o for r in runs for o in r.observations)
-    return _replace(
+    return replace(
         report,
         runs=summaries,
         run_index=chosen,
@@ -1541,16 +1541,6 @@ def parse_startup_log(
         runs_dropped=parser.runs_dropped,
         all_observations=all_obs,
     )
-
-
-def _replace(report: StartupReport, **changes: Any) -> StartupReport:
-    from dataclasses import replace
-
-    return replace(report, **changes)
-
-
-def iter_runs(report: StartupReport) -> Iterator[RunSummary]:
-    yield from report.runs
 
 
 # ==================================================================================================
