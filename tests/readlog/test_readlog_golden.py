@@ -272,3 +272,52 @@ def test_tokens_agree_with_concurrency(entry: dict[str, Any]) -> None:
         expected = report.max_concurrency * ctx.value
         tolerance = 0.005 * ctx.value + 16 * report.max_concurrency + 1
         assert abs(report.kv_tokens - expected) <= tolerance, (entry["log_file"], report.kv_tokens, expected)
+
+
+SETTING_KEYS = {
+    "tp": "tensor_parallel_size",
+    "pp": "pipeline_parallel_size",
+    "gpu_memory_utilization": "gpu_memory_utilization",
+    "max_model_len": "max_model_len",
+    "max_num_batched_tokens": "max_num_batched_tokens",
+    "max_num_seqs": "max_num_seqs",
+    "enforce_eager": "enforce_eager",
+    "block_size": "block_size",
+    "mem_fraction_static": "mem_fraction_static",
+    "chunked_prefill_size": "chunked_prefill_size",
+}
+
+
+def _index_setting(value: Any) -> float | bool | None:
+    if isinstance(value, bool) or isinstance(value, (int, float)):
+        return value
+    m = re.match(r"^\s*(\d+(?:\.\d+)?|true|false|True|False)\b", str(value))
+    if m is None:
+        return None  # "null (131072)", "default" …: not a value the log states
+    text = m.group(1)
+    return {"true": True, "false": False, "True": True, "False": False}.get(text, float(text))
+
+
+@pytest.mark.parametrize("entry", ENTRIES, ids=[f"{e['id']}-{e['log_file']}" for e in ENTRIES])
+def test_settings_match_the_index(entry: dict[str, Any]) -> None:
+    """Every setting read-log reads from the log equals the index's setting for that run."""
+    report = _report(entry["log_file"])
+    for key, name in SETTING_KEYS.items():
+        expected = _index_setting(entry.get(key)) if entry.get(key) is not None else None
+        got = report.settings.get(name)
+        if expected is None or got is None:
+            continue
+        if isinstance(expected, bool) or isinstance(got.value, bool):
+            assert got.value == expected, (entry["log_file"], key, got)
+        else:
+            assert float(got.value) == float(expected), (entry["log_file"], key, got)
+
+
+def test_settings_are_read_from_most_logs() -> None:
+    read = sum(
+        1
+        for e in ENTRIES
+        for key, name in SETTING_KEYS.items()
+        if e.get(key) is not None and _report(e["log_file"]).settings.get(name) is not None
+    )
+    assert read >= 170  # 174 of the index's stated settings are in the log excerpts and read
