@@ -200,8 +200,9 @@ class ARCCache:
 
     @staticmethod
     def _lru(lst: OrderedDict[int, None], pinned: Container[int] | None) -> int | None:
-        if pinned is None:
-            return next(iter(lst), None)
+        first = next(iter(lst), None)
+        if pinned is None or first is None or first not in pinned:
+            return first
         return next((b for b in lst if b not in pinned), None)
 
     def _replace(self, in_b2: bool, pinned: Container[int] | None) -> int | None:

@@ -272,7 +272,11 @@ def simulate(trace: Trace, config: SimConfig) -> SimResult:
     counting = write_threshold > 1 and h is not None
     backup_on_insert = write_threshold == 1 and h is not None
     evict_hook = h is not None and (exclusive or policy == WRITE_BACK or counting)
-    host_pin: Container[int] | None = g.members if (sglang_recency and h is not None) else None
+    # SGLang's host (LRU by the node's last access) never drops the copy of a node still on the device; vLLM's
+    # CPU policies (the only home of lfu/arc here) evict by their own order.
+    host_pin: Container[int] | None = (
+        g.members if (sglang_recency and h is not None and config.eviction == "lru") else None
+    )
     load_back_threshold = config.load_back_threshold
     prefetch_threshold = config.prefetch_threshold
     lazy_blocks = max(1, config.lazy_window_tokens // bs)
