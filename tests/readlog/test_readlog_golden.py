@@ -289,7 +289,7 @@ SETTING_KEYS = {
 
 
 def _index_setting(value: Any) -> float | bool | None:
-    if isinstance(value, bool) or isinstance(value, (int, float)):
+    if isinstance(value, (bool, int, float)):
         return value
     m = re.match(r"^\s*(\d+(?:\.\d+)?|true|false|True|False)\b", str(value))
     if m is None:
