@@ -284,10 +284,14 @@ class ARCCache:
         t1[block] = None
         self._all[block] = None
         # Keep the ghosts bounded (|T1|+|B1| <= c, total <= 2c) even when pins forced unusual choices.
-        while len(t1) + len(b1) > cap and b1:
+        n1, nb1 = len(t1), len(b1)
+        while n1 + nb1 > cap and nb1:
             b1.popitem(last=False)
-        while len(t1) + len(t2) + len(b1) + len(b2) > 2 * cap and b2:
+            nb1 -= 1
+        extra = n1 + len(t2) + nb1 + len(b2) - 2 * cap
+        while extra > 0 and b2:
             b2.popitem(last=False)
+            extra -= 1
         return True, evicted
 
     def discard(self, block: int) -> None:
