@@ -573,7 +573,6 @@ def _match_signature(sig: Signature, hit: Hit) -> dict[str, FactValue] | None:
 class _Analyser:
     def __init__(self, cat: Catalogue) -> None:
         self.cat = cat
-        self.incidents: list[_Incident] = []
         self.root: _Incident | None = None
         self.fallback: _Incident | None = None
         self.current: _Incident | None = None
