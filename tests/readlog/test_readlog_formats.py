@@ -354,3 +354,23 @@ def test_docker_timestamps_and_worker_tp_prefixes() -> None:
         "Worker_TP0 pid=448",
         "Worker_TP1 pid=449",
     }
+
+
+def test_v2_runner_prints_graph_capture_twice_the_real_one_counts() -> None:
+    # vllm.md §2.3: with the V2 model runner "Graph capturing finished … took" appears for the
+    # profiling capture and again for the real one.
+    lines = [
+        "INFO 1 [gpu_model_runner.py:1163] Graph capturing finished in 3 secs, took 0.61 GiB",
+        "INFO 2 [gpu_worker.py:772] Available KV cache memory: 40.00 GiB",
+        "INFO 3 [gpu_model_runner.py:1163] Graph capturing finished in 4 secs, took 0.35 GiB",
+    ]
+    report = parse_startup_log(lines)
+    assert report.facts["cuda_graph_actual"].text == "0.35 GiB"
+    with_pool = parse_startup_log(
+        [
+            *lines,
+            "INFO 4 [gpu_worker.py:1004] CUDA graph pool memory: 0.36 GiB (actual), 0.61 GiB (estimated), "
+            "difference: -0.25 GiB (-41.0%).",
+        ]
+    )
+    assert with_pool.facts["cuda_graph_actual"].text == "0.36 GiB"

@@ -1206,6 +1206,17 @@ def _finish_run(
     gpu_memory_source: str | None,
 ) -> StartupReport:
     facts, primary = _primary(run.observations)
+    # The real capture's graph memory: the pool line or the suggestion line when logged; else the LAST
+    # "Graph capturing finished" of that process (the V2 runner of 0.33 prints one for the profiling
+    # capture first, vllm.md §2.3).
+    graph_obs = [
+        o
+        for o in run.observations
+        if o.key == "cuda_graph_actual" and o.process == facts.get("cuda_graph_actual", o).process
+    ]
+    if graph_obs:
+        exact = [o for o in graph_obs if o.format != "graph-capturing"]
+        facts["cuda_graph_actual"] = exact[0] if exact else graph_obs[-1]
     notes: list[str] = []
     missing: list[str] = []
 
