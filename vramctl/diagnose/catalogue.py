@@ -175,6 +175,7 @@ class Catalogue:
     frames: tuple[FrameRule, ...]
     markers: tuple[Marker, ...]
     hints: dict[str, tuple[str, ...]]
+    global_hints: dict[str, tuple[str, ...]]
     engines: dict[str, tuple[str, ...]]
     versions: tuple[VersionLine, ...]
     settings: tuple[Setting, ...]
@@ -202,7 +203,7 @@ class Catalogue:
             keys.update(sig.keys)
         for marker in self.markers:
             keys.update(marker.keys)
-        for words in self.hints.values():
+        for words in (*self.hints.values(), *self.global_hints.values()):
             keys.update(words)
         for version in self.versions:
             keys.update(version.keys)
@@ -437,6 +438,7 @@ def _load(path: Path) -> Catalogue:
         for m in data.get("markers") or ()
     )
     hints = {str(k): tuple(v) for k, v in (data.get("hints") or {}).items()}
+    global_hints = {str(k): tuple(v) for k, v in (data.get("global_hints") or {}).items()}
     engines = {str(k): tuple(v) for k, v in (data.get("engines") or {}).items()}
     versions = tuple(
         VersionLine(tuple(v["keys"]), _compile(v["pattern"], "versions"), str(v["engine"]))
@@ -466,7 +468,7 @@ def _load(path: Path) -> Catalogue:
                 f"signature {sig.id}: no key contains a failure anchor {failure_anchors}: "
                 "it would not be found past the head of a large log"
             )
-    cat_keys = _collect_keys(signatures, markers, hints, versions, settings_keys)
+    cat_keys = _collect_keys(signatures, markers, {**hints, **global_hints}, versions, settings_keys)
     for key in sorted(cat_keys):
         if not any(a in key for a in all_anchors):
             all_anchors.append(key)
@@ -482,6 +484,7 @@ def _load(path: Path) -> Catalogue:
         frames=frames,
         markers=markers,
         hints=hints,
+        global_hints=global_hints,
         engines=engines,
         versions=versions,
         settings=tuple(settings),

@@ -584,6 +584,8 @@ class _Analyser:
         self.other: list[tuple[_Incident, Event]] = []
         self.other_count = 0
         self.hint_keys = {word: name for name, words in cat.hints.items() for word in words}
+        self.global_hint_keys = {word: name for name, words in cat.global_hints.items() for word in words}
+        self.global_hints: dict[str, int] = {}  # hint -> first line
         self.marker_keys = {key: m.phase for m in cat.markers for key in m.keys}
         self.version_keys = {key: v for v in cat.versions for key in v.keys}
         self.settings_keys = frozenset(cat.settings_keys)
@@ -626,6 +628,9 @@ class _Analyser:
             hint = self.hint_keys.get(key)
             if hint is not None:
                 self._context(_Context(number, "hint", hint, text=short))
+            ghint = self.global_hint_keys.get(key)
+            if ghint is not None:
+                self.global_hints.setdefault(ghint, number)
             phase = self.marker_keys.get(key)
             if phase is not None:
                 marker = _Context(number, "marker", key, phase=phase, text=short)
@@ -810,6 +815,9 @@ def _names(
     for c in incident.context:
         if c.kind == "hint" and lo <= c.line <= hi:
             names["hint_" + c.value] = True
+    for hint, line in an.global_hints.items():
+        if line <= incident.end:
+            names["hint_" + hint] = True
     if ctx_phase is None:
         names["phase_unknown"] = True
     else:
