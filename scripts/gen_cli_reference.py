@@ -8,18 +8,20 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
-import click
+import typer
 import typer.main
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _walk(command: click.Command, path: list[str]) -> list[tuple[list[str], click.Command]]:
+def _walk(command: Any, path: list[str]) -> list[tuple[list[str], Any]]:
     found = [(path, command)]
-    if isinstance(command, click.Group):
-        for name in sorted(command.commands):
-            found.extend(_walk(command.commands[name], [*path, name]))
+    if hasattr(command, "list_commands"):
+        ctx = typer.Context(command, info_name=path[-1])
+        for name in command.list_commands(ctx):
+            found.extend(_walk(command.get_command(ctx, name), [*path, name]))
     return found
 
 
@@ -33,7 +35,7 @@ def render() -> str:
         "fails when it is out of date.\n",
     ]
     for path, command in _walk(root, ["vramctl"]):
-        ctx = click.Context(command, info_name=" ".join(path), terminal_width=100, max_content_width=100)
+        ctx = typer.Context(command, info_name=" ".join(path), terminal_width=100, max_content_width=100)
         parts.append(f"\n## `{' '.join(path)}`\n\n```text\n{command.get_help(ctx).rstrip()}\n```\n")
     return "".join(parts)
 

@@ -6,15 +6,57 @@ Nothing here (or in any cli module at import time) imports torch: `plan`, `check
 
 from __future__ import annotations
 
+import functools
+import importlib
 import os
 import sys
+from typing import Any
 
 import typer
+import typer.main
+from typer.core import TyperGroup
 
 from vramctl import __version__
-from vramctl.cli import catalog, check, explain_oom, plan, profile, read_log, tiers
 from vramctl.core.errors import VramctlError
 from vramctl.core.exit_codes import ExitCode
+
+# Command name → the module whose `register(app)` defines it. Modules are imported only when their
+# command runs (or for `--help`), so `vramctl plan` never pays for the log catalogue, torch, etc.
+COMMAND_MODULES: dict[str, str] = {
+    "plan": "vramctl.cli.plan",
+    "check": "vramctl.cli.check",
+    "profile": "vramctl.cli.profile",
+    "suggest": "vramctl.cli.profile",
+    "validate": "vramctl.cli.profile",
+    "explain-oom": "vramctl.cli.explain_oom",
+    "read-log": "vramctl.cli.read_log",
+    "tiers": "vramctl.cli.tiers",
+    "models": "vramctl.cli.catalog",
+    "gpus": "vramctl.cli.catalog",
+}
+
+
+@functools.cache
+def _module_commands(module_name: str) -> dict[str, Any]:
+    module = importlib.import_module(module_name)
+    sub_app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None)
+    module.register(sub_app)
+    group = typer.main.get_group(sub_app)
+    return dict(group.commands)
+
+
+class LazyCommandGroup(TyperGroup):
+    """The root group: lists every command, imports a command's module only when it is needed."""
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        return list(COMMAND_MODULES)
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        module_name = COMMAND_MODULES.get(cmd_name)
+        if module_name is None:
+            return None
+        return _module_commands(module_name).get(cmd_name)
+
 
 app = typer.Typer(
     name="vramctl",
@@ -23,6 +65,7 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
+    cls=LazyCommandGroup,
 )
 
 
@@ -39,10 +82,6 @@ def _root(
     ),
 ) -> None:
     """vramctl: GPU memory for vLLM and SGLang, before, during and after."""
-
-
-for _module in (plan, check, explain_oom, read_log, profile, tiers, catalog):
-    _module.register(app)
 
 
 def main(argv: list[str] | None = None) -> int:
