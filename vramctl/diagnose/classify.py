@@ -565,8 +565,7 @@ def _match_signature(sig: Signature, hit: Hit) -> dict[str, FactValue] | None:
                 except BadInputError:
                     continue
             if best is None or len(facts) > len(best):
-                best = facts
-            break
+                best = facts  # the pattern that reads the most numbers wins (torch 1.x vs 2.x wording)
     return best
 
 
