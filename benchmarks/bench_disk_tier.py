@@ -15,7 +15,6 @@ Results are recorded in docs/perf/tiers-bench.md.
 from __future__ import annotations
 
 import argparse
-import mmap
 import os
 import platform
 import resource
@@ -32,9 +31,8 @@ from vramctl.tiers import disk_bench as db
 def raw_read_s(path: Path, layout: db.BlockLayout, direct: bool) -> float:
     flags = os.O_RDONLY | (os.O_DIRECT if direct else 0)
     fd = os.open(path, flags)
-    buf = mmap.mmap(-1, layout.chunk_bytes)
-    buf[:] = bytes(len(buf))
-    view = memoryview(buf)
+    buf = db._aligned_buffer(layout.chunk_bytes)  # the same buffers vramctl reads into
+    view = memoryview(buf)[: layout.chunk_bytes]
     try:
         start = time.perf_counter()
         for _, count, offset in layout.chunks():
