@@ -219,3 +219,25 @@ def test_oom_parallel_scan_agrees_with_sequential(tmp_path: Path, monkeypatch: p
     assert [e.line for e in seq.evidence] == [e.line for e in par.evidence]
     assert [(o.cause, o.line) for o in seq.other_failures] == [(o.cause, o.line) for o in par.other_failures]
     assert {o.cause for o in par.other_failures} >= {"not-oom", "non-torch-allocation-oom"}
+
+
+def test_oom_cli_no_argument_on_a_terminal_is_bad_usage(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    monkeypatch.setattr(sys, "stdin", Tty())
+    code = main(["explain-oom"])
+    _, err = capsys.readouterr()
+    assert code == 2 and "no log" in err
+
+
+def test_oom_cli_markup_in_names_and_lines_is_printed_verbatim(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    log = tmp_path / "[red]weird.log"
+    log.write_text("RuntimeError: [bold]CUDA error: an illegal memory access was encountered[/bold]\n")
+    code, out, _ = run(capsys, str(log))
+    assert code == 0 and "[red]weird.log" in out and "[bold]CUDA error" in out

@@ -132,7 +132,7 @@ def render_diagnosis(diagnosis: Diagnosis) -> RenderableType:
     for warning in d.warnings:
         parts.append(Text(f"warning: {warning}", style="yellow"))
     title = f"explain-oom: {d.source}" if d.source else "explain-oom"
-    return Panel(Group(*parts), title=title, title_align="left", expand=False)
+    return Panel(Group(*parts), title=Text(title), title_align="left", expand=False)
 
 
 def diagnosis_markdown(diagnosis: Diagnosis) -> str:
