@@ -179,11 +179,17 @@ class ReferenceModel:
         self._rope_cache: dict[tuple[int, int], tuple[Any, Any]] = {}
 
     # ------------------------------------------------------------------ weights
-    def _param(self, *shape: int) -> Any:
+    def _param(self, *shape: int, random: bool = False) -> Any:
+        """A weight of the model dtype, every page written. On CUDA normal(0, 0.02); on the CPU a constant
+        (writing random bf16 runs at ~0.1 GB/s there, and the values do not change the memory), except
+        where the values steer the computation (`random`: the MoE router)."""
         import torch
 
         t = torch.empty(*shape, device=self.device, dtype=self.dtype)
-        t.normal_(0.0, _INIT_STD, generator=self._gen)
+        if random or self.device.type != "cpu":
+            t.normal_(0.0, _INIT_STD, generator=self._gen)
+        else:
+            t.fill_(_INIT_STD)
         return t
 
     def _matrix(self, *shape: int) -> Any:
@@ -223,7 +229,7 @@ class ReferenceModel:
             if name.endswith("norm"):
                 layer.w[name] = self._ones(shape[0])
             elif name == "router":
-                layer.w[name] = self._param(*shape)
+                layer.w[name] = self._param(*shape, random=True)
             else:
                 layer.w[name] = self._matrix(*shape)
 
@@ -671,6 +677,31 @@ def layer_weight_bytes(spec: ModelSpec, shard: Shard, index: int, element_bytes:
         else:
             total += math.prod(shape[:-1]) * -(-shape[-1] // 2)
     return int(total)
+
+
+def planned_weight_bytes(spec: ModelSpec, shard: Shard, element_bytes: int) -> int:
+    """What building the reference model (shard.layers layers, this rank) will allocate, before allocating it."""
+    embed = shard.vocab * spec.hidden_size * element_bytes
+    edges = embed * (1 if spec.tie_word_embeddings else 2) + spec.hidden_size * element_bytes
+    return edges + sum(layer_weight_bytes(spec, shard, i, element_bytes) for i in range(shard.layers))
+
+
+def check_host_room(what: str, need_bytes: int, free_bytes: int) -> None:
+    """On the cpu device, refuse (as an out-of-memory) what would not fit: touching pages past the host's
+    memory summons the kernel's OOM killer, not an exception, and other processes may be the ones killed."""
+    from vramctl.measure.device import host_memory
+
+    host_free, _ = host_memory()
+    room = min(free_bytes, int(host_free * HOST_HEADROOM_FRACTION))
+    if need_bytes > room:
+        raise MemoryError(
+            f"cannot allocate {need_bytes} bytes for {what}: {free_bytes} bytes free on the device, "
+            f"{host_free} bytes available on the host"
+        )
+
+
+HOST_HEADROOM_FRACTION = 0.9
+"""At most this share of the host's available memory is touched by one cpu-device allocation."""
 
 
 def layer_elements(spec: ModelSpec, shard: Shard, index: int) -> int:

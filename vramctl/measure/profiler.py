@@ -446,6 +446,18 @@ def profile_rank(
         t0 = time.perf_counter()
         phase(current, "random weights on the device")
         w0 = backend.allocated_reading()
+        if backend.kind == "cpu":
+            from vramctl.measure.model import Shard, check_host_room, planned_weight_bytes, torch_dtype_of
+
+            shard = Shard.of(
+                spec, tp_rank=rank, tp_size=resolved.tensor_parallel_size, num_layers=resolved.num_layers
+            )
+            element = (
+                2
+                if resolved.dtype == "auto"
+                else int(torch.empty((), dtype=torch_dtype_of(resolved.dtype)).element_size())
+            )
+            check_host_room("the weights", planned_weight_bytes(spec, shard, element), init.free_bytes)
         model = ReferenceModel(
             spec,
             device=dev,

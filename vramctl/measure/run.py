@@ -219,9 +219,6 @@ class ValidateResult:
         }
 
 
-_HOST_HEADROOM_FRACTION = 0.9
-
-
 def run_validate(
     request: ProfileRequest,
     *,
@@ -285,6 +282,19 @@ def run_validate(
         current = "weights-load"
         t0 = time.perf_counter()
         phase(current, "random weights on the device")
+        if info.kind == "cpu":
+            from vramctl.measure.model import Shard, check_host_room, planned_weight_bytes, torch_dtype_of
+
+            element = (
+                2
+                if resolved.dtype == "auto"
+                else int(torch.empty((), dtype=torch_dtype_of(resolved.dtype)).element_size())
+            )
+            check_host_room(
+                "the weights",
+                planned_weight_bytes(spec, Shard.of(spec, tp_size=tp), element),
+                init.free_bytes,
+            )
         # With tensor parallelism, rank 0's shard alone: the per-rank KV pool and activations, without the
         # communicators (they exist before vLLM's init snapshot, outside the budget).
         model = ReferenceModel(
@@ -300,15 +310,9 @@ def run_validate(
         detail = f"allocating a {format_bytes(pool_bytes)} KV pool of {num_blocks} blocks"
         phase(current, detail)
         if info.kind == "cpu":
-            from vramctl.measure.device import host_memory
+            from vramctl.measure.model import check_host_room
 
-            host_free, _ = host_memory()
-            if pool_bytes > min(snap.free_bytes, int(host_free * _HOST_HEADROOM_FRACTION)):
-                # Touching pages beyond the host's memory would summon the OOM killer, not an exception.
-                raise MemoryError(
-                    f"cannot allocate {pool_bytes} bytes for the KV pool: {snap.free_bytes} bytes free on the device, "
-                    f"{host_free} bytes available on the host"
-                )
+            check_host_room("the KV pool", pool_bytes, snap.free_bytes)
         caches = model.allocate_kv_cache(
             num_blocks, resolved.block_size, dtype=kv_torch_dtype(spec, resolved, model.dtype), touch=True
         )
