@@ -1072,7 +1072,13 @@ def _evidence(
             break
         if line not in items:
             items[line] = an.fact_texts.get(line, "")
-    return tuple(Evidence(line, text[:400]) for line, text in sorted(items.items()) if text)
+    out: list[Evidence] = []
+    seen_texts: set[str] = set()
+    for line, text in sorted(items.items()):
+        if text and (text not in seen_texts or line == root.line):  # the same message from another rank
+            seen_texts.add(text)
+            out.append(Evidence(line, text[:400]))
+    return tuple(out)
 
 
 def _no_failure(an: _Analyser, stats: ScanStats, warnings: list[str], source: str) -> Diagnosis:
