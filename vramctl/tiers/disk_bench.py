@@ -898,7 +898,7 @@ def _bench_method(
             if resident >= 0.5:
                 note += " (the pages could not be dropped: these reads came from memory, not the device)"
     else:
-        note = "O_DIRECT, 4096-aligned mmap buffers, page cache bypassed"
+        note = "O_DIRECT into aligned private huge-page buffers, page cache bypassed"
     if not use_dd:
         dd_note = "dd baseline skipped"
     return MethodResult(
