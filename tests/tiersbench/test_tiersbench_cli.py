@@ -224,3 +224,32 @@ def test_without_torch_the_disk_tier_still_runs(
     assert "torch is not installed" in out and "disk-buffered" in out
     code, _, err = run(capsys, *SMALL, "--dir", str(tmp_path), "--device", "cpu")
     assert code == 4 and "torch is not installed" in err
+
+
+def test_json_keys_are_stable(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The keys docs/tiers-bench.md documents; renaming one is a breaking change."""
+    code, out, _ = run(capsys, *SMALL, "--dir", str(tmp_path), "--json")
+    assert code == 0
+    data = json.loads(out)
+    assert set(data) == {
+        "schema", "tiers", "environment", "ok", "verified_blocks", "bad_blocks",
+        "geometry", "link", "device", "disk", "notes",
+    }  # fmt: skip
+    assert set(data["disk"]) == {
+        "directory", "filesystem", "block_bytes", "slot_bytes", "blocks", "file_bytes", "io_bytes",
+        "checksum", "repeat", "verified_blocks", "bad_blocks", "methods", "kept_files", "notes",
+    }  # fmt: skip
+    assert set(data["disk"]["methods"][0]) == {
+        "method", "tier", "measured", "note", "write", "read", "baseline", "baseline_command",
+        "baseline_note", "read_vs_baseline", "latency_s", "verified_blocks", "bad_blocks",
+        "page_cache_resident_after_drop",
+    }  # fmt: skip
+    if data["device"] is not None:
+        assert set(data["device"]) == {
+            "device", "device_name", "torch_version", "layers", "page_bytes", "block_bytes", "blocks",
+            "pool_blocks", "repeat", "verified_blocks", "bad_blocks", "rows", "overlap", "latency_s", "notes",
+        }  # fmt: skip
+        assert set(data["device"]["rows"][0]) == {
+            "tier", "direction", "method", "bytes", "seconds", "median_s", "bytes_per_s", "copies",
+            "verified_blocks", "bad_blocks", "vs_contiguous", "vs_link",
+        }  # fmt: skip

@@ -343,3 +343,23 @@ def test_page_cache_residency_drops_on_a_disk(tmp_path: Path) -> None:
         os.close(fd)
     after = disk_bench.page_cache_resident_fraction(path)
     assert after is not None and after < 0.5
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    block_bytes=st.integers(min_value=disk_bench.MIN_BLOCK_BYTES, max_value=3 * 2**20),
+    num_blocks=st.integers(min_value=1, max_value=2000),
+    io_bytes=st.integers(min_value=4096, max_value=16 * 2**20),
+)
+def test_layout_chunks_cover_every_block_once_aligned(
+    block_bytes: int, num_blocks: int, io_bytes: int
+) -> None:
+    layout = BlockLayout(block_bytes=block_bytes, num_blocks=num_blocks, io_bytes=io_bytes)
+    seen: list[int] = []
+    for first, count, offset in layout.chunks():
+        assert offset == first * layout.slot_bytes
+        assert offset % disk_bench.ALIGN == 0 and (count * layout.slot_bytes) % disk_bench.ALIGN == 0
+        assert count * layout.slot_bytes <= max(layout.chunk_bytes, layout.slot_bytes)
+        seen.extend(range(first, first + count))
+    assert seen == list(range(num_blocks))
+    assert layout.slot_bytes >= block_bytes and layout.slot_bytes - block_bytes < disk_bench.ALIGN
