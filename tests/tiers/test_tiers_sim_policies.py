@@ -213,3 +213,23 @@ def test_every_policy_runs_two_tiers(eviction: str) -> None:
     assert 0 < r.token_hit_rate <= 1
     assert r.hit_tokens == sum(t.hit_tokens for t in r.tiers)
     assert r.tiers[0].peak_used_blocks <= 4 and r.tiers[1].peak_used_blocks <= 8
+
+
+def test_exclusive_three_tiers_demote_down_the_chain() -> None:
+    # GPU 1 block, host 1 block, disk unlimited, 16-token blocks. r1 demotes A to the host; r2 demotes B to the
+    # host, which pushes A down to disk. r3 finds A on disk only: 16 tokens < the 256-token prefetch threshold
+    # (revoked); with the threshold at 0 it is prefetched and leaves the disk (one copy).
+    trace = trace_of([["A"], ["B"], ["C"], ["A"]])
+    tiers = (TierConfig("gpu", 16), TierConfig("host", 16), TierConfig("disk", None))
+    base = SimConfig(tiers=tiers, hierarchy=EXCLUSIVE, write_policy=WRITE_BACK)
+    revoked = simulate(trace, base)
+    assert revoked.hit_tokens == 0
+    disk = revoked.tier("disk")
+    assert (
+        disk is not None and disk.written_tokens == 16 + 16
+    )  # A, then B (pushed down by r3's demotion of C)
+    taken = simulate(
+        trace, SimConfig(tiers=tiers, hierarchy=EXCLUSIVE, write_policy=WRITE_BACK, prefetch_threshold=0)
+    )
+    disk = taken.tier("disk")
+    assert disk is not None and disk.hit_tokens == 16 and taken.hit_tokens == 16
