@@ -336,7 +336,10 @@ _fields = st.fixed_dictionaries(
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.one_of(_fields.map(json.dumps), st.text(max_size=30)), min_size=0, max_size=5), st.integers(1, 64))
+@given(
+    st.lists(st.one_of(_fields.map(json.dumps), st.text(max_size=30)), min_size=0, max_size=5),
+    st.integers(1, 64),
+)
 def test_parser_never_raises_anything_but_bad_input(lines: list[str], block_size: int) -> None:
     try:
         trace = parse_mooncake_lines(lines, block_size=block_size)

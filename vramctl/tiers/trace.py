@@ -154,7 +154,9 @@ def parse_mooncake_lines(
         except OverflowError:
             finite = False
         if not finite:
-            raise BadInputError(f"{where}: timestamp must be a finite number of milliseconds, got {_show(ts_raw)}")
+            raise BadInputError(
+                f"{where}: timestamp must be a finite number of milliseconds, got {_show(ts_raw)}"
+            )
         length = _field_int(obj, "input_length", where=where, minimum=1)
         out = _field_int(obj, "output_length", where=where, minimum=0)
         if "hash_ids" not in obj:
