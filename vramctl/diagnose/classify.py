@@ -988,6 +988,8 @@ def _decide(
         warnings.append(f"{an.other_count - len(an.other)} more later failures not listed")
 
     what = sig.what if cause == "not-oom" else None
+    if cause == "not-oom" and not what:
+        what = why[0] if why else "a failure that is not a memory allocation failure"
     if cause == "not-oom" and sig.id == "python-exception":
         exc = names.get("exception")
         what = f"an exception that is not about memory: {exc}" if exc else what

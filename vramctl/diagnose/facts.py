@@ -149,6 +149,8 @@ def evaluate(tree: ast.Expression, names: Mapping[str, Any]) -> float | bool | N
         return None
     if isinstance(result, (bool, int, float)):
         return result
+    if isinstance(result, str):
+        return bool(result)
     return None
 
 
@@ -160,8 +162,8 @@ def _eval(node: ast.expr, names: Mapping[str, Any]) -> Any:
             value = names[node.id]
             if isinstance(value, bool):
                 return value
-            if isinstance(value, (int, float)):
-                return value
+            if isinstance(value, (int, float, str)):
+                return value  # a word fact is true when present (arithmetic on it is unknown)
             raise _Unknown(node.id)
         if node.id in _CONSTANTS:
             return _CONSTANTS[node.id]
