@@ -62,13 +62,16 @@ def test_a_corrupted_gather_is_detected(monkeypatch: pytest.MonkeyPatch) -> None
         if out is None:
             return real(src, dim, index)
         result = real(src, dim, index, out=out)
-        out[5, 3] += 1  # one element of one page of one block
+        out[0, 3] += 1  # one element of the first page of each gathered chunk
         return result
 
     monkeypatch.setattr(torch, "index_select", corrupting)
     result = run_transfer_bench(device="cpu", page_bytes=4096, layers=2, num_blocks=4, repeat=2)
     gather = result.row(HOST_MEMCPY, OFFLOAD, GATHER)
-    assert gather is not None and gather.bad_blocks == 3  # the same block, in each of 3 passes
+    # rows are layer-major (row = layer × 4 + block); chunk starts map to these blocks, in each of 3 passes
+    pipe = transfer._Pipeline(torch, torch.device("cpu"), 2 * 4, transfer.GATHER_CHUNKS_CPU)
+    damaged = {lo % 4 for lo, _ in pipe.bounds}
+    assert gather is not None and gather.bad_blocks == 3 * len(damaged) > 0
     assert not result.ok
     others = [r for r in result.rows if r is not gather]
     assert all(r.bad_blocks == 0 for r in others)
