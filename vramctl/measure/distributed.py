@@ -80,7 +80,7 @@ def _rank_main(rank: int, world: int, port: int, request: ProfileRequest, out: A
             if rank == 0:
                 out.put(("phase", rank, name, message))
 
-        measurement, _ = profile_rank(
+        measurement = profile_rank(
             request, resolved, backend, rank=rank, group=dist.group.WORLD, on_phase=on_phase
         )
         out.put(("result", rank, measurement, resolved, info))

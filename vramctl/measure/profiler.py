@@ -401,9 +401,8 @@ def profile_rank(
     rank: int = 0,
     group: Any = None,
     on_phase: PhaseCallback | None = None,
-    keep_model: bool = False,
-) -> tuple[RankMeasurement, Any]:
-    """Run the sequence on one rank. Returns the measurement (and the model when `keep_model`)."""
+) -> RankMeasurement:
+    """Run the sequence on one rank; every tensor it made is released before it returns."""
     import torch
 
     from vramctl.measure.model import ReferenceModel, layer_weight_bytes, split_tokens
@@ -558,11 +557,9 @@ def profile_rank(
         if isinstance(exc, Exception) and is_oom(exc):
             raise to_error(oom_context(exc, phase=current, device=dev, snapshot=snap)) from None
         raise
-    if keep_model:
-        return measurement, model
     del model
     release()
-    return measurement, None
+    return measurement
 
 
 # ------------------------------------------------------------------------------------------------- result

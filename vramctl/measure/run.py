@@ -50,7 +50,7 @@ def run_profile(
         backend = open_device(request.device, capacity_bytes=request.device_memory_bytes)
         info = backend.info()
         resolved = resolve(request, info, backend.snapshot().total_bytes)
-        measurement, _ = profile_rank(request, resolved, backend, on_phase=on_phase)
+        measurement = profile_rank(request, resolved, backend, on_phase=on_phase)
         ranks = [measurement]
     return derive(
         request,
