@@ -311,3 +311,15 @@ def test_cli_gpu_tokens_auto_uses_the_vllm_plan(capsys: pytest.CaptureFixture[st
     res = json.loads(out)["residency"]
     assert res["gpu_tokens"] == expected > 0 and res["gpu_tokens_source"].startswith("vramctl plan")
     assert res["host_tokens"] == 2 * expected
+
+
+def test_cli_plot_without_matplotlib_is_one_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` now raises ImportError
+    plot = tmp_path / "c.png"
+    code, out, err = run(capsys, "--plot", str(plot))
+    assert code == 2 and "pip install 'vramctl[plot]'" in err and err.count("\n") == 1
+    assert out == "" and not plot.exists()
