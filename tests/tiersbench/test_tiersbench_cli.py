@@ -152,6 +152,7 @@ def test_keep(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
         (["--skip-disk", "--skip-device"], "nothing left to measure"),
         (["--save", "/nonexistent/dir/bw.json"], "--save /nonexistent/dir/bw.json"),
         (["--repeat", "0"], "--repeat 0"),
+        (["--block-bytes", "1GiB", "--blocks", "100000", "--skip-disk"], "of host memory"),
         (["--checksum", "md5"], "--checksum"),
         (["--io-size", "1KiB"], "--io-size"),
         (["--size", "1KiB"], "smaller than one KV block"),

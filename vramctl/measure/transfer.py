@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from vramctl.core.errors import BadInputError, DeviceOutOfMemoryError, NoDeviceError
+from vramctl.core.units import format_bytes
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -280,6 +281,17 @@ def run_transfer_bench(
         device_name = "cpu"
     else:
         raise BadInputError(f"--device {device!r}: use cuda or cpu")
+    moved = page_bytes * layers * num_blocks
+    # host buffers: CPU holds pool (pool_factor×), expected, staging and the host tier (4 + pool_factor
+    # transfers, plus a verification copy); CUDA holds pinned + pageable host copies.
+    host_need = moved * (pool_factor + 4) if dev.type == "cpu" else 2 * moved
+    available = _mem_available_bytes()
+    if available is not None and host_need > 0.8 * available:
+        raise BadInputError(
+            f"transfer bench: {num_blocks} blocks of {format_bytes(page_bytes * layers)} need about "
+            f"{format_bytes(host_need)} of host memory, {format_bytes(available)} available: "
+            "use a smaller --size or --blocks"
+        )
     try:
         return _run(
             torch,
@@ -297,6 +309,11 @@ def run_transfer_bench(
             overlap=overlap,
             methods=methods,
         )
+    except MemoryError:
+        raise DeviceOutOfMemoryError(
+            f"transfer bench: out of host memory for {num_blocks} blocks of {page_bytes * layers} bytes: "
+            "use a smaller --size"
+        ) from None
     except torch.OutOfMemoryError as exc:
         need = page_bytes * layers * num_blocks
         raise DeviceOutOfMemoryError(
@@ -348,6 +365,18 @@ GATHER_CHUNKS_CUDA = 8
 """Pipeline depth of the gather path on CUDA (256 MiB per transfer → 32 MiB chunks)."""
 GATHER_CHUNKS_CPU = 4
 """On CPU the chunks only exercise the same code path."""
+
+
+def _mem_available_bytes() -> int | None:
+    """MemAvailable from /proc/meminfo (None where there is none)."""
+    try:
+        with open("/proc/meminfo", encoding="utf-8") as handle:
+            for line in handle:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
 
 
 @dataclass
