@@ -535,6 +535,8 @@ class _Context:
 class _Incident:
     events: list[Event] = field(default_factory=list)
     context: list[_Context] = field(default_factory=list)
+    later_facts: list[tuple[int, str, FactValue]] = field(default_factory=list)
+    """Fact lines printed while the incident is open (TRT-LLM prints the numbers after the error)."""
 
     @property
     def start(self) -> int:
@@ -653,6 +655,8 @@ class _Analyser:
                 if sig.kind == "facts":
                     for name, value in facts.items():
                         self.global_facts[name] = (number, value)
+                        if self.current is not None and len(self.current.later_facts) < 200:
+                            self.current.later_facts.append((number, name, value))
                     if len(self.fact_texts) < 50000:
                         self.fact_texts[number] = short
                     continue
@@ -787,6 +791,9 @@ def _names(
         if esig.kind != "failure" or esig.weight < STRONG_WEIGHT:
             continue
         for name, value in event.facts.items():
+            names.setdefault(name, value)
+    for line, name, value in incident.later_facts:
+        if line > root.line:
             names.setdefault(name, value)
     names.update(root.facts)
     sig = cat.signatures[root.sig_index]
