@@ -177,3 +177,26 @@ def test_vllm_graph_estimate_extrapolation() -> None:
     assert vllm_estimate([300 * MiB]) == 300 * MiB
     assert vllm_estimate([300 * MiB, 4 * MiB, 2 * MiB, 2 * MiB]) == 300 * MiB + 3 * 4 * MiB
     assert vllm_estimate([300 * MiB, 0, 0]) == 300 * MiB + 2 * MiB  # the 1 MiB floor per graph
+
+
+def test_sglang_default_fraction_for_the_measured_card() -> None:
+    from vramctl.measure.profiler import sglang_default_fraction
+    from vramctl.registry import load_model
+
+    spec = load_model("meta-llama/Meta-Llama-3-8B-Instruct")
+    h100 = DeviceInfo(kind="cuda", name="NVIDIA H100 80GB HBM3")
+    # sglang.md §1.7 worked defaults (0.5.18 rules): H100 tp1 0.830, tp2 0.828
+    assert sglang_default_fraction(spec, 85_031_714_816, 1, h100) == 0.83
+    assert sglang_default_fraction(spec, 85_031_714_816, 2, h100) == 0.828
+
+
+def test_sglang_numbers_from_the_same_readings() -> None:
+    request = ProfileRequest(spec=tiny_dense())
+    r = _rank()
+    result = derive(request, _resolved(mem_fraction_static=0.8), CUDA, [r])
+    s = result.sglang
+    assert s is not None and s.fraction_source == "given"
+    assert s.pre_load_free_bytes == 79 * GiB and s.post_load_free_bytes == 69 * GiB
+    assert s.kv_cache_bytes == int(69 * GiB - 79 * GiB * (1 - 0.8))
+    assert s.cell_bytes_per_token == 4 * 2 * 64 * 2 * 2
+    assert s.max_total_num_tokens == s.kv_cache_bytes // s.cell_bytes_per_token

@@ -680,9 +680,8 @@ def sglang_default_fraction(spec: ModelSpec, total_bytes: int, tp: int, info: De
     from vramctl.core.engines import sglang as sglang_rules
 
     gpu = gpu_spec_for(info, total_bytes) or registry.gpu_from_capacity(total_bytes)
-    if gpu.cuda_total_bytes != total_bytes:
-        gpu = registry.gpu_from_capacity(total_bytes)
-    settings = ServeSettings(engine="sglang", tensor_parallel_size=tp)
+    # the measured total, with the card's nvidia-smi − CUDA offset kept (sglang.gpu_mem_mib_for)
+    settings = ServeSettings(engine="sglang", tensor_parallel_size=tp, gpu_memory_bytes=total_bytes)
     return float(sglang_rules.plan_sglang(spec, gpu, settings).mem_fraction_static)
 
 
