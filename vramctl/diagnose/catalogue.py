@@ -180,6 +180,7 @@ class Catalogue:
     versions: tuple[VersionLine, ...]
     settings: tuple[Setting, ...]
     settings_keys: tuple[str, ...]
+    method_keys: tuple[str, ...]
     constants: tuple[tuple[str, ast.Expression], ...]
     phase_guess: tuple[PhaseGuess, ...]
     head_bytes: int
@@ -192,6 +193,7 @@ class Catalogue:
     """One alternation of every key: the exact line-level filter after the anchors."""
     keys_to_signatures: dict[str, tuple[int, ...]]
     frame_regex: re.Pattern[str]
+    method_regex: re.Pattern[str]
 
     def key_phrases(self) -> list[str]:
         """Every literal key phrase (for `grep -F` / `grep -E` baselines and docs)."""
@@ -208,6 +210,7 @@ class Catalogue:
         for version in self.versions:
             keys.update(version.keys)
         keys.update(self.settings_keys)
+        keys.update(self.method_keys)
         keys.add('File "')
         return keys
 
@@ -453,6 +456,7 @@ def _load(path: Path) -> Catalogue:
         for g in data.get("phase_guess") or ()
     )
     settings_keys = tuple(str(k) for k in data.get("settings_keys") or ())
+    method_keys = tuple(str(k) for k in data.get("method_keys") or ())
 
     # Anchors: the declared ones, plus every key no anchor covers (it becomes its own head anchor).
     declared = [(str(a["text"]), bool(a.get("failure", False))) for a in data.get("anchors") or ()]
@@ -468,7 +472,7 @@ def _load(path: Path) -> Catalogue:
                 f"signature {sig.id}: no key contains a failure anchor {failure_anchors}: "
                 "it would not be found past the head of a large log"
             )
-    cat_keys = _collect_keys(signatures, markers, {**hints, **global_hints}, versions, settings_keys)
+    cat_keys = _collect_keys(signatures, markers, {**hints, **global_hints}, versions, settings_keys + method_keys)
     for key in sorted(cat_keys):
         if not any(a in key for a in all_anchors):
             all_anchors.append(key)
@@ -489,6 +493,7 @@ def _load(path: Path) -> Catalogue:
         versions=versions,
         settings=tuple(settings),
         settings_keys=settings_keys,
+        method_keys=method_keys,
         constants=constants,
         phase_guess=phase_guess,
         head_bytes=int(data.get("head_bytes", 8 << 20)),
@@ -498,6 +503,7 @@ def _load(path: Path) -> Catalogue:
         key_regex=re.compile(alternation),
         keys_to_signatures={k: tuple(v) for k, v in keys_to_signatures.items()},
         frame_regex=re.compile(r'File "(?P<file>[^"]+)", line \d+, in (?P<func>[\w<>.]+)'),
+        method_regex=re.compile(r"(?:while processing method|Error executing method) '?(?P<func>\w+)"),
     )
 
 

@@ -590,6 +590,7 @@ class _Analyser:
         self.marker_keys = {key: m.phase for m in cat.markers for key in m.keys}
         self.version_keys = {key: v for v in cat.versions for key in v.keys}
         self.settings_keys = frozenset(cat.settings_keys)
+        self.method_keys = frozenset(cat.method_keys)
         self.engine_order = list(cat.engines)
         self.fact_texts: dict[int, str] = {}
 
@@ -614,17 +615,18 @@ class _Analyser:
                 value = read_setting(line.raw, setting.regex, setting.unit)
                 if value is not None:
                     self.global_facts[setting.name] = (number, value)
-        if 'File "' in hit.keys:
-            m = cat.frame_regex.search(text)
-            if m is not None:
-                func, path = m.group("func"), m.group("file")
-                base = path.rsplit("/", 1)[-1]
-                for rule in cat.frames:
-                    if func in rule.functions or base in rule.files:
-                        self._context(_Context(number, "frame", func, rule.rank, rule.phase, short))
-                        if rule.hint:
-                            self._context(_Context(number, "hint", rule.hint, text=short))
-                        break
+        frame = cat.frame_regex.search(text) if 'File "' in hit.keys else None
+        if frame is None and hit.keys & self.method_keys:
+            frame = cat.method_regex.search(text)
+        if frame is not None:
+            func = frame.group("func")
+            base = (frame.groupdict().get("file") or "").rsplit("/", 1)[-1]
+            for rule in cat.frames:
+                if func in rule.functions or base in rule.files:
+                    self._context(_Context(number, "frame", func, rule.rank, rule.phase, short))
+                    if rule.hint:
+                        self._context(_Context(number, "hint", rule.hint, text=short))
+                    break
         for key in hit.keys:
             hint = self.hint_keys.get(key)
             if hint is not None:
