@@ -177,3 +177,21 @@ def test_rank_weights_shard_and_replicate() -> None:
     assert l8 - l16 == (l8 - kv_layer // 8 - 2 * 4096 * 2) // 2
     with pytest.raises(ValueError):
         rank_weight_bytes(llama, 0)
+
+
+@given(layers=st.integers(1, 300), first=st.integers(0, 320), freq=st.integers(1, 5))
+def test_num_moe_layers_matches_the_rule(layers: int, first: int, freq: int) -> None:
+    from vramctl.core.params import is_moe_layer, num_moe_layers
+    from vramctl.core.specs import MoESpec
+
+    spec = replace(
+        load_model("mixtral-8x7b"),
+        num_hidden_layers=layers,
+        moe=MoESpec(8, 2, 14336, first_k_dense_replace=first, moe_layer_freq=freq),
+    )
+    assert num_moe_layers(spec) == sum(1 for i in range(layers) if is_moe_layer(spec, i))
+
+
+def test_implausible_layer_count_is_bad_input() -> None:
+    with pytest.raises(BadInputError, match="implausibly large"):
+        spec_from_config({**BASE, "num_hidden_layers": 10**9}, where="config.json", name="x")

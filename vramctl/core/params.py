@@ -55,11 +55,14 @@ class ParamBreakdown:
     router: int
     shared_experts: int
     norms: int
+    vision: int = 0
+    """A multimodal wrapper's vision tower and projector (ModelSpec.vision_params)."""
 
     @property
     def total(self) -> int:
         return (
-            self.embedding
+            self.vision
+            + self.embedding
             + self.lm_head
             + self.attention
             + self.dense_mlp
@@ -78,7 +81,12 @@ def is_moe_layer(spec: ModelSpec, layer: int) -> bool:
 
 
 def num_moe_layers(spec: ModelSpec) -> int:
-    return sum(1 for layer in range(spec.num_hidden_layers) if is_moe_layer(spec, layer))
+    """Layers >= first_k_dense_replace whose index is a multiple of moe_layer_freq (counted without a loop)."""
+    if spec.moe is None:
+        return 0
+    first, freq, layers = spec.moe.first_k_dense_replace, spec.moe.moe_layer_freq, spec.num_hidden_layers
+    start = -(-first // freq) * freq  # the first multiple of freq at or after first
+    return 0 if start >= layers else (layers - 1 - start) // freq + 1
 
 
 # ---- one description of every tensor of a layer, shared by the counts and the bytes ------------------
@@ -236,6 +244,7 @@ def param_breakdown(spec: ModelSpec) -> ParamBreakdown:
         router=router,
         shared_experts=shared,
         norms=(spec.num_hidden_layers * spec.norms_per_layer + 1) * _norm_size(spec),
+        vision=spec.vision_params,
     )
 
 
@@ -316,10 +325,12 @@ class RankWeights:
     lm_head: int
     layers: tuple[int, ...]
     final_norm: int
+    vision: int = 0
+    """The vision tower and projector (split by tp like the decoder's Linears; first pipeline stage)."""
 
     @property
     def total(self) -> int:
-        return self.embedding + self.lm_head + sum(self.layers) + self.final_norm
+        return self.vision + self.embedding + self.lm_head + sum(self.layers) + self.final_norm
 
 
 def _tensor_bytes(spec: ModelSpec, tensor: _Linear | _Vector, tp: int) -> int:
@@ -355,7 +366,10 @@ def _rank_bytes(spec: ModelSpec, tp: int, pad_vocab: bool) -> RankWeights:
             ffn = sum(_tensor_bytes(spec, t, tp) for t in (*dense, *experts, *router, *shared))
             by_kind[kind] = attention + ffn + spec.norms_per_layer * norm
         layers.append(by_kind[kind])
-    return RankWeights(embedding=embedding, lm_head=lm_head, layers=tuple(layers), final_norm=norm)
+    vision = _cdiv(spec.vision_params * high, tp)
+    return RankWeights(
+        embedding=embedding, lm_head=lm_head, layers=tuple(layers), final_norm=norm, vision=vision
+    )
 
 
 def rank_weight_bytes(spec: ModelSpec, tp: int = 1, *, pad_vocab: bool = False) -> RankWeights:
@@ -380,6 +394,7 @@ def rank_weight_bytes(spec: ModelSpec, tp: int = 1, *, pad_vocab: bool = False) 
         lm_head=round(result.lm_head * ratio),
         layers=tuple(round(b * ratio) for b in result.layers),
         final_norm=round(result.final_norm * ratio),
+        vision=round(result.vision * ratio),
     )
 
 

@@ -16,9 +16,15 @@ def _describe(value: Any) -> str:
 
 
 def get_int(
-    data: Mapping[str, Any], key: str, where: str, *, default: Any = _MISSING, minimum: int = 1
+    data: Mapping[str, Any],
+    key: str,
+    where: str,
+    *,
+    default: Any = _MISSING,
+    minimum: int = 1,
+    maximum: int | None = None,
 ) -> int:
-    """An integer field >= minimum (bools and floats with a fraction are rejected)."""
+    """An integer field in [minimum, maximum] (bools and floats with a fraction are rejected)."""
     value = data.get(key, _MISSING)
     if value is _MISSING or value is None:
         if default is _MISSING:
@@ -33,6 +39,8 @@ def get_int(
     if value < minimum:
         kind = "positive" if minimum == 1 else f">= {minimum}"
         raise BadInputError(f"{where}: field {key!r} must be {kind}, got {value}")
+    if maximum is not None and value > maximum:
+        raise BadInputError(f"{where}: field {key!r} is implausibly large ({value} > {maximum})")
     return int(value)
 
 

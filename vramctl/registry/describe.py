@@ -72,7 +72,8 @@ TP_SIZES = (1, 2, 4, 8)
 
 
 def param_parts(spec: ModelSpec) -> dict[str, int]:
-    """Parameters by part (embedding, lm_head, attention, dense_mlp, experts, router, shared_experts, norms)."""
+    """Parameters by part (embedding, lm_head, attention, dense_mlp, experts, router, shared_experts, norms,
+    vision); they sum to the formula's param_count."""
     parts = param_breakdown(spec)
     return {
         "embedding": parts.embedding,
@@ -83,6 +84,7 @@ def param_parts(spec: ModelSpec) -> dict[str, int]:
         "router": parts.router,
         "shared_experts": parts.shared_experts,
         "norms": parts.norms,
+        "vision": parts.vision,
     }
 
 

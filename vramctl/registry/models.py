@@ -30,6 +30,8 @@ from vramctl.registry._fields import (
 
 # model_type → defaults of its transformers config class where config.json may omit the field.
 _TIED_BY_DEFAULT = {"gemma", "gemma2", "gemma3", "gemma3_text", "opt"}
+MAX_LAYERS = 10_000
+"""More decoder layers than any model has (Llama-3.1-405B: 126); a corrupt value would make per-layer loops hang."""
 _OPT_POSITION_OFFSET = 2
 """transformers OPTLearnedPositionalEmbedding keeps max_position_embeddings + 2 rows."""
 _QKV_BIAS_ALWAYS = {"qwen2", "qwen2_moe", "qwen2_vl", "qwen2_5_vl"}
@@ -195,6 +197,49 @@ def _mla(config: Mapping[str, Any], where: str) -> MLASpec | None:
     )
 
 
+def _vision_layer(hidden: int, inter: int) -> int:
+    """One ViT encoder layer: q, k, v, o with biases, fc1 + fc2 with biases, 2 LayerNorms (weight + bias)."""
+    return 4 * (hidden * hidden + hidden) + (hidden * inter + inter) + (inter * hidden + hidden) + 4 * hidden
+
+
+def _vision_params(config: Mapping[str, Any], text_hidden: int, where: str) -> tuple[int, str | None]:
+    """(vision tower + projector parameters, a note) of a multimodal wrapper, from `vision_config`.
+
+    SigLIP (Gemma-3: patch conv with bias, a position table, post-LayerNorm; projector = one
+    vision × text matrix + an RMSNorm) and CLIP (LLaVA: class embedding, conv without bias, positions + 1,
+    pre- and post-LayerNorm; projector = two Linear layers with biases, + LLaVA-NeXT's image_newline). Other
+    towers are not counted and the note says so.
+    """
+    vision = get_mapping(config, "vision_config", where)
+    if vision is None:
+        return 0, None
+    vwhere = f"{where}: vision_config"
+    kind = str(vision.get("model_type") or "")
+    wrapper = str(config.get("model_type") or "")
+    if kind not in ("siglip_vision_model", "clip_vision_model"):
+        return 0, f"vision tower {kind or 'of unknown type'} not counted (formula covers SigLIP and CLIP)"
+    hidden = get_int(vision, "hidden_size", vwhere)
+    inter = get_int(vision, "intermediate_size", vwhere)
+    layers = get_int(vision, "num_hidden_layers", vwhere)
+    patch = get_int(vision, "patch_size", vwhere)
+    image = get_int(vision, "image_size", vwhere)
+    positions = (image // patch) ** 2
+    total = layers * _vision_layer(hidden, inter) + 2 * hidden  # + post-LayerNorm
+    if kind == "siglip_vision_model":
+        total += 3 * patch * patch * hidden + hidden + positions * hidden
+    else:
+        total += hidden + 3 * patch * patch * hidden + (positions + 1) * hidden + 2 * hidden
+    if wrapper == "gemma3":
+        total += hidden * text_hidden + hidden
+    elif wrapper in ("llava", "llava_next"):
+        total += (hidden * text_hidden + text_hidden) + (text_hidden * text_hidden + text_hidden)
+        if wrapper == "llava_next":
+            total += text_hidden
+    else:
+        return total, f"projector of {wrapper or 'this wrapper'} not counted"
+    return total, None
+
+
 def _attention_pattern(
     config: Mapping[str, Any], model_type: str, layers: int, max_pos: int, where: str
 ) -> tuple[tuple[str, ...], int | None]:
@@ -250,7 +295,7 @@ def spec_from_config(
     architectures = get_str_list(cfg, "architectures", where)
     architecture = architectures[0] if architectures else (model_type or "unknown")
     hidden = get_int(cfg, "hidden_size", where)
-    layers = get_int(cfg, "num_hidden_layers", where)
+    layers = get_int(cfg, "num_hidden_layers", where, maximum=MAX_LAYERS)
     heads = get_int(cfg, "num_attention_heads", where)
     kv_heads = get_int(cfg, "num_key_value_heads", where, default=heads)
     if kv_heads > heads or heads % kv_heads:
@@ -271,6 +316,7 @@ def spec_from_config(
         head_dim = hidden // heads
     max_pos = get_int(cfg, "max_position_embeddings", where)
     layer_types, window = _attention_pattern(cfg, model_type, layers, max_pos, where)
+    vision_params, vision_note = _vision_params(config, hidden, where)
     is_opt = model_type == "opt"
     attention_bias = get_bool(cfg, "enable_bias" if is_opt else "attention_bias", where, default=is_opt)
     quant = _quantization(cfg, where)
@@ -312,6 +358,7 @@ def spec_from_config(
         learned_position_embeddings=max_pos + _OPT_POSITION_OFFSET if is_opt else 0,
         norms_per_layer=4 if model_type in _FOUR_NORMS else 2,
         num_mtp_layers=get_int(cfg, "num_nextn_predict_layers", where, default=0, minimum=0),
+        vision_params=vision_params,
     )
     if _dtype(cfg, where) == "float32":  # vLLM/SGLang --dtype auto serve a float32 checkpoint in 16 bits
         spec = _replace(
@@ -322,6 +369,8 @@ def spec_from_config(
                 ("torch_dtype", "config.json float32; --dtype auto serves it as bfloat16"),
             ),
         )
+    if vision_note:
+        spec = _replace(spec, sources=(*spec.sources, ("vision_params", vision_note)))
     count = param_count if param_count is not None else param_count_from_spec(spec)
     spec = _replace(spec, param_count=count)
     size = weight_bytes if weight_bytes is not None else weight_bytes_from_spec(spec)
