@@ -18,6 +18,7 @@ from vramctl.diagnose.startup import (
 from vramctl.diagnose.startup_formats import ALL_FORMATS, RUN_START_NEEDLES, VERSION_PATTERNS
 
 SAMPLES = Path(__file__).resolve().parents[2].parent / "shared" / "samples" / "startup"
+COLLECTED = Path(__file__).resolve().parents[1] / "fixtures" / "startup_collected"
 
 
 # Needles without an anchor of their own, and the anchor every line they appear in carries.
@@ -32,7 +33,8 @@ ANCHORED_BY: dict[str, str] = {
     "maximum number of tokens that can be stored in KV cache": "`in KV cache (`",
     "with num_gpu_blocks_override=": "`Overriding num_gpu_blocks`",
     "Current kv cache memory in use is": "`Free memory` (the suggestion line starts with it)",
-    "to fit into requested memory": "`Free memory` (the suggestion line starts with it)",
+    "padding layers, may waste at most": "`KV cache memory` (… may waste at most 5.00% KV cache memory)",
+    "to fit in": "`Free memory` (the suggestion line starts with it)",
     "to fully utilize gpu memory": "`Free memory` (the suggestion line starts with it)",
 }
 
@@ -54,7 +56,11 @@ def test_every_needle_holds_an_anchor() -> None:
     assert lacking == []
 
 
-@pytest.mark.parametrize("path", sorted(SAMPLES.glob("*.log")), ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "path",
+    sorted(SAMPLES.glob("*.log")) + sorted(COLLECTED.glob("*.log")),
+    ids=lambda p: f"{p.parent.name}/{p.name}",
+)
 def test_filtered_parse_equals_full_parse(path: Path) -> None:
     full = parse_startup_log(iter_log_lines(path)).to_json()
     fast = parse_startup_log(iter_matching_lines(path, startup_prefilter(), context_after=1)).to_json()

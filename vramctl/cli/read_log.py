@@ -48,8 +48,19 @@ def _compare(report: StartupReport, model_name: str | None, gpu_name: str | None
     try:
         model = load_model(name)
     except VramctlError as exc:
-        hint = "" if model_name else " (the model the log names); pass --model NAME"
-        raise BadInputError(f"--compare-plan: {exc}{hint}") from None
+        # A local checkpoint path the log names (`/models/Qwen3-14B`): its last component is often the
+        # repository name the registry knows.
+        base = name.rstrip("/").rsplit("/", 1)[-1]
+        found = None
+        if model_name is None and "/" in name and base:
+            try:
+                found = load_model(base)
+            except VramctlError:
+                found = None
+        if found is None:
+            hint = "" if model_name else " (the model the log names); pass --model NAME"
+            raise BadInputError(f"--compare-plan: {exc}{hint}") from None
+        model = found
     if gpu_name is not None:
         gpu = load_gpu(gpu_name)
     elif report.capacity_bytes is not None:

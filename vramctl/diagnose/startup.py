@@ -128,7 +128,8 @@ class Setting:
     value: str | int | float | bool
     line: int
     source: str
-    """`engine-config`, `args`, `non-default-args`, `server-args`, `command-line`, `log-line`."""
+    """`engine-config`, `args`, `non-default-args`, `server-args`, `command-line`, `log-line`, `implied` (a
+    memory line names it in passing, e.g. SGLang's KV dtype: used only when nothing states it)."""
 
 
 _SETTING_PRIORITY = {
@@ -138,6 +139,7 @@ _SETTING_PRIORITY = {
     "args": 3,
     "non-default-args": 3,
     "command-line": 1,
+    "implied": 0,
 }
 
 
@@ -394,6 +396,12 @@ PREFILTER_ANCHORS: tuple[bytes, ...] = (
     b"Load weight",
     b"Init torch",
     b"Setting kv cache",
+    b"Setting attention block",
+    b"KV cache scaling",
+    b"Padding mamba",
+    b"KV cache memory",
+    b"Encoder cache will",
+    b"Loading weights took",
     b"Desired GPU",
     b"Free memory",
     b"Initial free",
@@ -734,6 +742,9 @@ class _Parser:
             new: list[Observation] = []
             for m in matches:
                 groups = m.groupdict()
+                for name, text in groups.items():
+                    if name.startswith("set_") and text is not None:
+                        run.set_setting(name[4:], _parse_value(text), line.number, "implied")
                 if "key" in groups:
                     key = groups["key"]
                     fact = SNAPSHOT_KEYS.get(key, key)

@@ -1,7 +1,8 @@
 """The start-up log lines vLLM and SGLang print about memory, as data: one entry per line format.
 
 Each entry names a literal `needle` (a cheap pre-filter: the line must contain it), a regular expression
-whose named groups are fact keys (see `FACTS`), the engine, the vLLM variant (V0 / V1 worker) and the
+whose named groups are fact keys (see `FACTS`; a group named `set_<setting>` is a setting the line implies,
+e.g. SGLang's KV dtype), the engine, the vLLM variant (V0 / V1 worker) and the
 range of versions that print that wording. `read-log` infers the engine version from the formats it
 sees when the log prints no version line. Adding a format is one entry here and one test line.
 
@@ -57,6 +58,8 @@ FACTS: dict[str, FactInfo] = {
     "weights": FactInfo(Kind.SIZE, "model weights (profiling result)"),
     "weights_loaded": FactInfo(Kind.SIZE, "memory taken while loading the model", load_phase=True),
     "load_seconds": FactInfo(Kind.SECONDS, "model loading time"),
+    "loading_weights_seconds": FactInfo(Kind.SECONDS, "time the loader took to read the weights"),
+    "profiling_seconds": FactInfo(Kind.SECONDS, "memory profiling time"),
     "non_torch": FactInfo(Kind.SIZE, "non-torch memory increase"),
     "activation_peak": FactInfo(Kind.SIZE, "activation peak during the profile run"),
     "peak_activation_incl_graph": FactInfo(
@@ -79,6 +82,14 @@ FACTS: dict[str, FactInfo] = {
     "kv_cache_memory_to_gpu": FactInfo(Kind.SIZE, "--kv-cache-memory that fills the GPU"),
     "cuda_graph_estimate": FactInfo(Kind.SIZE, "profiled CUDA-graph memory estimate"),
     "cuda_graph_actual": FactInfo(Kind.SIZE, "CUDA-graph memory of the real capture"),
+    "gpu_memory_utilization_without_graph_profiling": FactInfo(
+        Kind.RATIO,
+        "the utilisation that gives the same KV cache without CUDA-graph profiling (util − estimate/total)",
+    ),
+    "gpu_memory_utilization_to_keep_kv": FactInfo(
+        Kind.RATIO,
+        "the utilisation that keeps the pre-0.21 KV cache with CUDA-graph profiling (util + estimate/total)",
+    ),
     "graph_seconds": FactInfo(Kind.SECONDS, "CUDA-graph capture time"),
     "num_gpu_blocks": FactInfo(Kind.COUNT, "GPU KV blocks", kv_phase=True),
     "num_cpu_blocks": FactInfo(Kind.COUNT, "CPU (swap) KV blocks"),
@@ -87,6 +98,10 @@ FACTS: dict[str, FactInfo] = {
     "concurrency_max_model_len": FactInfo(Kind.COUNT, "tokens per request of the concurrency line"),
     "kv_tokens_capacity": FactInfo(Kind.COUNT, "tokens the KV cache can store (max_model_len error)"),
     "block_size": FactInfo(Kind.COUNT, "KV block size set for the attention backend"),
+    "mamba_page_padding_pct": FactInfo(Kind.RATIO, "padding of the mamba page to the attention page, in %"),
+    "kv_padding_layers": FactInfo(Kind.COUNT, "padding layers added to equalise hybrid KV cache groups"),
+    "kv_padding_waste_pct": FactInfo(Kind.RATIO, "KV cache memory the padding layers may waste, in %"),
+    "encoder_cache_budget_tokens": FactInfo(Kind.COUNT, "multimodal encoder cache budget, in tokens"),
     "auto_fit_max_model_len": FactInfo(Kind.COUNT, "max_model_len chosen by --max-model-len auto"),
     "auto_fit_kv_cache": FactInfo(Kind.SIZE, "KV cache memory the auto-fit used"),
     "snapshot_torch_peak": FactInfo(Kind.SIZE, "init snapshot torch_peak"),
@@ -106,6 +121,9 @@ FACTS: dict[str, FactInfo] = {
     "graph_begin_avail": FactInfo(Kind.SIZE, "free memory before CUDA-graph capture"),
     "graph_end_avail": FactInfo(Kind.SIZE, "free memory after CUDA-graph capture"),
     "graph_mem_usage": FactInfo(Kind.SIZE, "memory the CUDA-graph capture took"),
+    "graph_capture_avail": FactInfo(
+        Kind.SIZE, "free memory while capturing (the progress bar's first batch)"
+    ),
     "max_total_num_tokens": FactInfo(
         Kind.COUNT, "max_total_num_tokens (KV pool size in tokens)", kv_phase=True
     ),
@@ -343,6 +361,24 @@ VLLM_FORMATS: tuple[LineFormat, ...] = (
         search_all=True,
     ),
     _f(
+        "v1-blocks",
+        "vllm",
+        "GPU blocks: ",
+        r"#\s*GPU blocks: (?P<num_gpu_blocks>{NUM})\s*$",
+        "vLLM 0.7.x V1 v1/core/kv_cache_utils.py:522 (`# GPU blocks: %d`; replaced by `GPU KV cache size: %s tokens` "
+        "in PR #13596, Feb 2025)",
+        min_version=(0, 7, 0),
+        max_version=(0, 7, 99),
+        variant="V1",
+    ),
+    _f(
+        "profiling-seconds",
+        "vllm",
+        "Memory profiling takes",
+        r"Memory profiling takes (?P<profiling_seconds>{NUM}) seconds",
+        "vLLM V0 worker.py:241 (0.6.5-0.8.x, INFO) and the ≥0.11 MemoryProfilingResult repr (DEBUG), vllm.md §4",
+    ),
+    _f(
         "concurrency",
         "vllm",
         "Maximum concurrency for",
@@ -435,6 +471,13 @@ VLLM_FORMATS: tuple[LineFormat, ...] = (
         "logs, 0.8 prints `Model loading took`)",
         max_version=(0, 7, 99),
     ),
+    _f(
+        "loading-weights-seconds",
+        "vllm",
+        "Loading weights took",
+        r"Loading weights took (?P<loading_weights_seconds>{NUM}) seconds",
+        "vLLM model_loader/default_loader.py:507 (0.33.0)",
+    ),
     # ---- CUDA graphs
     _f(
         "cg-estimate",
@@ -468,8 +511,22 @@ VLLM_FORMATS: tuple[LineFormat, ...] = (
         "cg-hint",
         "vllm",
         "is equivalent to --gpu-memory-utilization",
-        r"The current --gpu-memory-utilization=(?P<gpu_memory_utilization>{NUM}) is equivalent to",
-        "vLLM ≥0.20 gpu_worker.py:777-814 (0.33.0): CUDA graph memory profiling enabled hint",
+        r"The current --gpu-memory-utilization=(?P<gpu_memory_utilization>{NUM}) is equivalent to "
+        r"--gpu-memory-utilization=(?P<gpu_memory_utilization_without_graph_profiling>{NUM}) without CUDA graph "
+        r"memory profiling(?:\. To maintain the same effective KV cache size as before, increase "
+        r"--gpu-memory-utilization to (?P<gpu_memory_utilization_to_keep_kv>{NUM}))?",
+        "vLLM ≥0.20 gpu_worker.py:777-814 (0.33.0): CUDA graph memory profiling enabled hint (util, util − "
+        "estimate/total, min(util + estimate/total, 1))",
+        min_version=(0, 20, 0),
+        variant="V1",
+    ),
+    _f(
+        "cg-disabled",
+        "vllm",
+        "CUDA graph memory profiling is disabled",
+        r"increasing --gpu-memory-utilization from (?P<gpu_memory_utilization>{NUM}) to "
+        r"(?P<gpu_memory_utilization_to_keep_kv>{NUM})",
+        "vLLM ≥0.20 gpu_worker.py:777-814 (0.33.0): the WARNING when VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0",
         min_version=(0, 20, 0),
         variant="V1",
     ),
@@ -509,11 +566,23 @@ VLLM_FORMATS: tuple[LineFormat, ...] = (
         "usage-pre028",
         "vllm",
         "GiB for weight,",
-        r"Actual usage is (?P<weights>{NUM}) GiB for weight, (?P<activation_peak>{NUM}) GiB for peak activation, "
+        r"Actual usage is (?P<weights>{NUM}) GiB for weights?, (?P<activation_peak>{NUM}) GiB for peak activation, "
         r"(?P<non_torch>{NUM}) GiB for non-torch memory, and (?P<cuda_graph_actual>{NUM}) GiB for CUDAGraph memory",
         "vLLM 0.10-0.26 gpu_worker.py:355-392 [0.11.0]",
         min_version=(0, 10, 0),
         max_version=(0, 26, 99),
+        variant="V1",
+        semantics="v1",
+    ),
+    _f(
+        "usage-colon",
+        "vllm",
+        "Actual usage: ",
+        r"Actual usage: (?P<weights>{NUM}) GiB for weights?, (?P<activation_peak>{NUM}) GiB for peak activation, "
+        r"(?P<non_torch>{NUM}) GiB for non-torch memory,(?: and)? (?P<cuda_graph_actual>{NUM}) GiB for "
+        r"(?:CUDA ?[Gg]raph|[A-Z]+ graph|[A-Za-z]*Graph) memory",
+        "vllm-ascend worker.py:575 (main, April 2026): the ≤0.26 wording with a colon, `weights` and the "
+        "device's graph (`NPU graph memory`)",
         variant="V1",
         semantics="v1",
     ),
@@ -532,8 +601,8 @@ VLLM_FORMATS: tuple[LineFormat, ...] = (
     _f(
         "suggest-requested",
         "vllm",
-        "to fit into requested memory",
-        r"--kv-cache-memory=(?P<kv_cache_memory_to_requested>\d+)`?\s*(?:\({NUM} GiB\)\s*)?to fit into requested",
+        "to fit in",
+        r"--kv-cache-memory=(?P<kv_cache_memory_to_requested>\d+)`?\s*(?:\({NUM} GiB\)\s*)?to fit in(?:to)?\b",
         "vLLM ≥0.10 gpu_worker.py:1066 (0.33.0)",
         min_version=(0, 10, 0),
         variant="V1",
@@ -653,6 +722,45 @@ VLLM_FORMATS: tuple[LineFormat, ...] = (
         "vLLM interface.py:777 (0.33.0)",
     ),
     _f(
+        "attention-block-size",
+        "vllm",
+        "Setting attention block size to",
+        r"Setting attention block size to (?P<block_size>\d+) tokens",
+        "vLLM interface.py:940-1140 _align_hybrid_block_size (0.33.0): hybrid attention + mamba models",
+        variant="V1",
+    ),
+    _f(
+        "mamba-padding",
+        "vllm",
+        "Padding mamba page size by",
+        r"Padding mamba page size by (?P<mamba_page_padding_pct>{NUM})%",
+        "vLLM interface.py _align_hybrid_block_size (0.33.0)",
+        variant="V1",
+    ),
+    _f(
+        "padding-layers",
+        "vllm",
+        "padding layers, may waste at most",
+        r"Add (?P<kv_padding_layers>\d+) padding layers, may waste at most (?P<kv_padding_waste_pct>{NUM})%",
+        "vLLM kv_cache_planning.py:416-556 (0.33.0); kv_cache_utils.py ≤0.11 (hybrid KV cache groups)",
+        variant="V1",
+    ),
+    _f(
+        "encoder-cache-budget",
+        "vllm",
+        "Encoder cache will be initialized with a budget of",
+        r"Encoder cache will be initialized with a budget of (?P<encoder_cache_budget_tokens>\d+) tokens",
+        "vLLM V1 gpu_model_runner.py profile_run (multimodal models)",
+        variant="V1",
+    ),
+    _f(
+        "kv-scale-fp8",
+        "vllm",
+        "Using KV cache scaling factor",
+        r"Using KV cache scaling factor 1\.0 for (?P<set_kv_cache_dtype>fp8\w*)",
+        "vLLM quantization/kv_cache.py BaseKVCacheMethod (printed only when kv_cache_dtype is not auto)",
+    ),
+    _f(
         "capacity-error",
         "vllm",
         "maximum number of tokens that can be stored in KV cache",
@@ -717,14 +825,15 @@ SGLANG_FORMATS: tuple[LineFormat, ...] = (
         "sgl-load-end",
         "sglang",
         "Load weight end.",
-        r"Load weight end\..*?avail mem=(?P<load_end_avail>{NUM}) GB(?:, mem usage=(?P<load_mem_usage>{NUM}) GB)?",
+        r"Load weight end\.(?: elapsed=(?P<load_seconds>{NUM}) s,)?.*?avail mem=(?P<load_end_avail>{NUM}) GB"
+        r"(?:, mem usage=(?P<load_mem_usage>{NUM}) GB)?",
         "SGLang model_runner.py (0.5.18 L1156; 0.5.23 L1373); `mem usage` since 0.4.3.post4",
     ),
     _f(
         "sgl-kv-kv",
         "sglang",
         "KV Cache ",
-        r"KV Cache (?:is allocated|VA upper bound)\.(?: dtype: [\w.]+,)?(?: #tokens: (?P<kv_tokens>{NUM}),)? "
+        r"KV Cache (?:is allocated|VA upper bound)\.(?: dtype: (?P<set_kv_cache_dtype>[\w.]+),)?(?: #tokens: (?P<kv_tokens>{NUM}),)? "
         r"K size: (?P<k_size>{NUM}) GB, V size: (?P<v_size>{NUM}) GB",
         "SGLang memory_pool.py (0.5.18 L1684-L1688); `#tokens` since 0.4.3.post4, `dtype` since 0.5",
     ),
@@ -732,7 +841,7 @@ SGLANG_FORMATS: tuple[LineFormat, ...] = (
         "sgl-kv-mla",
         "sglang",
         "KV Cache ",
-        r"KV Cache (?:is allocated|VA upper bound)\.(?: dtype: [\w.]+,)?(?: #tokens: (?P<kv_tokens>{NUM}),)? "
+        r"KV Cache (?:is allocated|VA upper bound)\.(?: dtype: (?P<set_kv_cache_dtype>[\w.]+),)?(?: #tokens: (?P<kv_tokens>{NUM}),)? "
         r"KV size: (?P<kv_size>{NUM}) GB",
         "SGLang memory_pool.py MLA single buffer",
     ),
@@ -740,7 +849,7 @@ SGLANG_FORMATS: tuple[LineFormat, ...] = (
         "sgl-post-capture",
         "sglang",
         "Post-capture KV sizing: KV cache allocated.",
-        r"Post-capture KV sizing: KV cache allocated\. dtype: [\w.]+, #tokens: (?P<kv_tokens>{NUM}), "
+        r"Post-capture KV sizing: KV cache allocated\. dtype: (?P<set_kv_cache_dtype>[\w.]+), #tokens: (?P<kv_tokens>{NUM}), "
         r"KV size: (?P<kv_size>{NUM}) GB, avail mem=(?P<pool_end_avail>{NUM}) GB",
         "SGLang 0.5.18+ kv_pool_runtime.py (SGLANG_ENABLE_POST_CAPTURE_KV_SIZING)",
         min_version=(0, 5, 18),
@@ -787,6 +896,13 @@ SGLANG_FORMATS: tuple[LineFormat, ...] = (
         "graph end.",
         r"Capture (?:cuda graph|(?:\w+ )?decode CUDA graph) end\.(?: Time)? elapsed[:=] ?(?P<graph_seconds>{NUM}) s",
         "SGLang model_runner.py / cuda_graph_setup.py (0.5.18 L481)",
+    ),
+    _f(
+        "sgl-capture-progress",
+        "sglang",
+        "Capturing batches (",
+        r"Capturing batches \((?:bs|num_tokens)=\d+ avail_mem=(?P<graph_capture_avail>{NUM}) GB\)",
+        "SGLang ≥0.4.4 cuda_graph_runner.py tqdm description (`Capturing batches (bs=%d avail_mem=%.2f GB)`)",
     ),
     _f(
         "sgl-summary",
