@@ -165,3 +165,17 @@ def test_every_sample_runs(capsys: pytest.CaptureFixture[str]) -> None:
         data = json.loads(out)
         if data["capacity_bytes"] is not None and "kv_cache" in data["terms"]:
             assert sum(t["bytes"] for t in data["terms"].values()) == data["capacity_bytes"]
+
+
+def test_small_uncertainty_bands_print_in_mib(capsys: pytest.CaptureFixture[str]) -> None:
+    """A log's ±0.005 GiB rounding shows as `± 5.1 MiB`, never `± 0.00` (rich and Markdown)."""
+    from vramctl.render.ledger import format_band
+
+    assert format_band(0) == ""
+    assert format_band(round(0.005 * 2**30)) == "5.1 MiB"
+    assert format_band(round(0.25 * 2**30)) == "0.25 GiB"
+    assert format_band(1000) == "1,000 B"
+    code, out, _ = run(capsys, str(SAMPLES / "026.log"))
+    assert code == 0 and "± 5.1 MiB" in out and "± 0.00" not in out
+    code, out, _ = run(capsys, str(SAMPLES / "026.log"), "--markdown")
+    assert code == 0 and "| 5.1 MiB |" in out and "| 0.00 |" not in out

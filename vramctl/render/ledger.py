@@ -23,7 +23,7 @@ from vramctl.core.ledger import (
     Ledger,
     Term,
 )
-from vramctl.core.units import GiB
+from vramctl.core.units import GiB, MiB
 
 TERM_STYLE: dict[str, tuple[str, str]] = {
     OTHER_PROCESSES: ("bright_black", "X"),
@@ -41,8 +41,20 @@ def _gib(num: int) -> str:
     return f"{num / GiB:,.2f}"
 
 
+def format_band(uncertainty_bytes: int) -> str:
+    """An uncertainty band with its unit: GiB with two decimals when that shows it, else MiB (a log's
+    ±0.005 GiB rounding is `5.1 MiB`, not `0.00`), else bytes."""
+    if not uncertainty_bytes:
+        return ""
+    if abs(uncertainty_bytes) >= 0.095 * GiB:
+        return f"{uncertainty_bytes / GiB:.2f} GiB"
+    mib = uncertainty_bytes / MiB
+    return f"{mib:.1f} MiB" if abs(mib) >= 0.05 else f"{uncertainty_bytes:,} B"
+
+
 def _band(term: Term) -> str:
-    return f"± {term.uncertainty_bytes / GiB:.2f}" if term.uncertainty_bytes else ""
+    band = format_band(term.uncertainty_bytes)
+    return f"± {band}" if band else ""
 
 
 def ledger_table(ledger: Ledger, title: str) -> Table:
@@ -111,11 +123,11 @@ def render_ledger(ledger: Ledger, title: str) -> Group:
 
 def ledger_markdown(ledger: Ledger) -> str:
     """A GitHub Markdown table of the ledger (GiB with two decimals, band, share, source, formula)."""
-    lines = ["| term | GiB | ± GiB | share | source | how |", "| --- | ---: | ---: | ---: | --- | --- |"]
+    lines = ["| term | GiB | ± | share | source | how |", "| --- | ---: | ---: | ---: | --- | --- |"]
     cap = ledger.capacity_bytes or 1
     for term in ledger.terms:
         how = term.formula + (f" ({term.note})" if term.note else "")
-        band = f"{term.uncertainty_bytes / GiB:.2f}" if term.uncertainty_bytes else ""
+        band = format_band(term.uncertainty_bytes)
         lines.append(
             f"| {term.name} | {_gib(term.bytes)} | {band} | {term.bytes / cap:.1%} | {term.source.value} | "
             f"{how.replace('|', '/')} |"

@@ -10,7 +10,7 @@ from rich.text import Text
 from vramctl.core.ledger import Term
 from vramctl.core.units import GiB, format_count
 from vramctl.diagnose.startup import Comparison, ComparisonRow, StartupReport
-from vramctl.render.ledger import ledger_markdown, render_ledger
+from vramctl.render.ledger import format_band, ledger_markdown, render_ledger
 
 
 def _gib(num: int | float) -> str:
@@ -55,7 +55,7 @@ def _terms_table(terms: tuple[Term, ...]) -> Table:
     table.add_column("source")
     table.add_column("how", overflow="fold", max_width=80)
     for term in terms:
-        band = f"{term.uncertainty_bytes / GiB:.2f}" if term.uncertainty_bytes else ""
+        band = format_band(term.uncertainty_bytes)
         how = term.formula + (f" ({term.note})" if term.note else "")
         table.add_row(term.name, f"{term.bytes / GiB:,.2f}", band, term.source.value, how)
     return table
@@ -179,10 +179,10 @@ def startup_markdown(report: StartupReport, comparison: Comparison | None = None
     if report.ledger is not None:
         out.append(ledger_markdown(report.ledger))
     elif report.terms:
-        out.append("| term | GiB | ± GiB | source | how |")
+        out.append("| term | GiB | ± | source | how |")
         out.append("| --- | ---: | ---: | --- | --- |")
         for term in report.terms:
-            band = f"{term.uncertainty_bytes / GiB:.2f}" if term.uncertainty_bytes else ""
+            band = format_band(term.uncertainty_bytes)
             how = (term.formula + (f" ({term.note})" if term.note else "")).replace("|", "/")
             out.append(f"| {term.name} | {term.bytes / GiB:,.2f} | {band} | {term.source.value} | {how} |")
         out.append("")
