@@ -374,3 +374,106 @@ def test_v2_runner_prints_graph_capture_twice_the_real_one_counts() -> None:
         ]
     )
     assert with_pool.facts["cuda_graph_actual"].text == "0.36 GiB"
+
+
+@pytest.mark.parametrize(
+    ("line", "key", "value"),
+    [
+        # vllm.md §2.2 item 10: both utilisations of the enabled hint, and the disabled WARNING.
+        (
+            "INFO 1 [gpu_worker.py:790] CUDA graph memory profiling is enabled (default since v0.21.0). The current "
+            "--gpu-memory-utilization=0.9200 is equivalent to --gpu-memory-utilization=0.9147 without CUDA graph "
+            "memory profiling. To maintain the same effective KV cache size as before, increase "
+            "--gpu-memory-utilization to 0.9253. To disable, set VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0.",
+            "gpu_memory_utilization_to_keep_kv",
+            0.9253,
+        ),
+        (
+            "WARNING 1 [gpu_worker.py:800] CUDA graph memory profiling is disabled "
+            "(VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0). Without it, CUDA graph memory is not accounted for "
+            "during KV cache allocation, which may require lowering --gpu-memory-utilization to avoid OOM. Consider "
+            "re-enabling it (the default as of v0.21.0) and increasing --gpu-memory-utilization from 0.9000 to 0.9071.",
+            "gpu_memory_utilization_to_keep_kv",
+            0.9071,
+        ),
+        # vllm.md §3.1: hybrid attention + mamba, hybrid KV groups.
+        (
+            "INFO 1 [interface.py:645] Setting attention block size to 672 tokens to ensure that attention page "
+            "size is >= mamba page size.",
+            "block_size",
+            672,
+        ),
+        (
+            "INFO 1 [interface.py:669] Padding mamba page size by 1.49% to ensure that mamba page size and attention "
+            "page size are exactly equal.",
+            "mamba_page_padding_pct",
+            1.49,
+        ),
+        (
+            "WARNING 1 [kv_cache_utils.py:979] Add 2 padding layers, may waste at most 7.69% KV cache memory",
+            "kv_padding_waste_pct",
+            7.69,
+        ),
+        ("INFO 1 [worker.py:241] Memory profiling takes 5.31 seconds", "profiling_seconds", 5.31),
+        ("INFO 1 [default_loader.py:507] Loading weights took 3.20 seconds", "loading_weights_seconds", 3.2),
+        (
+            "INFO 1 [gpu_model_runner.py:6465] Encoder cache will be initialized with a budget of 16384 tokens, and "
+            "profiled with 1 image items of the maximum feature size.",
+            "encoder_cache_budget_tokens",
+            16384,
+        ),
+        ("INFO 02-20 00:01:02 kv_cache_utils.py:522] # GPU blocks: 4,096", "num_gpu_blocks", 4096),
+        (
+            "INFO 1 [gpu_worker.py:1066] Free memory on device (78.84/79.18 GiB) on startup. Desired GPU memory "
+            "utilization is (0.9, 71.26 GiB). Actual usage: 15.00 GiB for weights, 1.20 GiB for peak activation, "
+            "0.30 GiB for non-torch memory, 0.50 GiB for CUDA graph memory. Replace gpu_memory_utilization with "
+            "`--kv-cache-memory=58001234567` (54.02 GiB) to fit into requested memory",
+            "kv_cache_memory_to_requested",
+            58001234567,
+        ),
+    ],
+)
+def test_more_vllm_lines(line: str, key: str, value: float) -> None:
+    report = parse_startup_log([line])
+    assert report.facts[key].value == pytest.approx(value, abs=1e-6)
+
+
+def test_v1_blocks_line_is_not_v0() -> None:
+    report = parse_startup_log(["INFO 02-20 00:01:02 kv_cache_utils.py:522] # GPU blocks: 127626"])
+    assert report.variant == "V1" and report.num_blocks == 127626 and "num_cpu_blocks" not in report.facts
+    old = parse_startup_log(["INFO 1 executor_base.py:111] # cuda blocks: 2000, # CPU blocks: 512"])
+    assert old.variant == "V0" and old.num_blocks == 2000
+
+
+def test_fp8_kv_scale_warning_implies_the_kv_dtype_but_never_overrides_a_stated_one() -> None:
+    warn = (
+        "WARNING 08-17 20:38:37 [kv_cache.py:151] Using KV cache scaling factor 1.0 for fp8_e4m3. If this is "
+        "unintended, verify that k/v_scale scaling factors are properly set in the checkpoint."
+    )
+    kv = "INFO 1 [gpu_worker.py:1] Available KV cache memory: 12.00 GiB"
+    assert parse_startup_log([warn, kv]).settings["kv_cache_dtype"].value == "fp8_e4m3"
+    stated = "INFO 1 [utils.py:1] non-default args: {'kv_cache_dtype': 'fp8'}"
+    assert parse_startup_log([stated, warn, kv]).settings["kv_cache_dtype"].value == "fp8"
+
+
+def test_sglang_prefill_and_decode_graphs_both_count() -> None:
+    # sglang.md §3: 0.5.18 captures a prefill graph (breakable, the CUDA default) besides the decode graph.
+    lines = [
+        "[TP0] Load weight begin. avail mem=78.66 GB",
+        "[TP0] Load weight end. elapsed=3.21 s, type=LlamaForCausalLM, avail mem=63.57 GB, mem usage=15.09 GB.",
+        "[TP0] KV Cache is allocated. dtype: torch.bfloat16, #tokens: 416000, K size: 25.39 GB, V size: 25.39 GB",
+        "[TP0] Memory pool end. avail mem=11.95 GB",
+        "[TP0] Capture target prefill CUDA graph begin. backend=breakable, num_tokens=[4, 8], avail mem=11.85 GB",
+        "[TP0] Capture target prefill CUDA graph end. elapsed=9.10 s, mem usage=0.40 GB, avail mem=11.45 GB.",
+        "[TP0] Capture target decode CUDA graph begin. backend=flashinfer, num_tokens_per_req=1, avail mem=11.40 GB",
+        "[TP0] Capture target decode CUDA graph end. elapsed=6.57 s, mem usage=1.12 GB, avail mem=10.28 GB.",
+    ]
+    report = parse_startup_log(lines, gpu_memory_bytes=round(79.19 * GiB))
+    assert report.settings["kv_cache_dtype"].value == "bfloat16"
+    assert report.facts["load_seconds"].value == 3.21
+    ledger = report.ledger
+    assert ledger is not None
+    assert _gib(ledger.bytes_of(CUDA_GRAPH)) == 1.52
+    # non-torch: up to the FIRST capture (the prefill one, so its graph is not counted twice) and between them
+    assert _gib(ledger.bytes_of(NON_TORCH)) == round(63.57 - 50.78 - 11.85 + (11.45 - 11.40), 2)
+    assert _gib(ledger.bytes_of(SLACK)) == 10.28

@@ -22,6 +22,7 @@ import math
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
+from itertools import pairwise
 from typing import Any, Protocol, cast
 
 from vramctl.core.errors import BadInputError
@@ -1175,11 +1176,24 @@ def _sglang_terms(b: _Builder, settings: Mapping[str, Setting]) -> tuple[int | N
         extra = end.bytes - pool.bytes - kv
         unc = end.uncertainty + pool.uncertainty + kv_unc
         formula = f"free after weights {_ref(end)} − KV − free after the pools {_ref(pool)}"
-        gb = f("graph_begin_avail")
-        if gb is not None:
+        # Free memory before the first capture (decode, or a prefill / piecewise capture before it), plus
+        # what was allocated between two captures (the end of one to the begin of the next).
+        captures: list[tuple[Observation, Observation | None]] = []
+        for prefix in ("", "prefill_"):
+            capture_begin = f(f"{prefix}graph_begin_avail")
+            if capture_begin is not None:
+                captures.append((capture_begin, f(f"{prefix}graph_end_avail")))
+        captures.sort(key=lambda pair: pair[0].line)
+        if captures:
+            gb = captures[0][0]
             extra += pool.bytes - gb.bytes
             unc += pool.uncertainty + gb.uncertainty
             formula = f"free after weights {_ref(end)} − KV − free before CUDA-graph capture {_ref(gb)}"
+            for (_, prev_end), (next_begin, _) in pairwise(captures):
+                if prev_end is not None and prev_end.line < next_begin.line:
+                    extra += prev_end.bytes - next_begin.bytes
+                    unc += prev_end.uncertainty + next_begin.uncertainty
+                    formula += f" + between captures: {_ref(prev_end)} − {_ref(next_begin)}"
         b.terms.append(
             b.derived(
                 NON_TORCH,
@@ -1190,17 +1204,31 @@ def _sglang_terms(b: _Builder, settings: Mapping[str, Setting]) -> tuple[int | N
                 "metadata) and before graph capture (attention workspaces)",
             )
         )
-    usage = f("graph_mem_usage")
-    gb, ge = f("graph_begin_avail"), f("graph_end_avail")
-    if usage is not None:
-        b.terms.append(b.given(CUDA_GRAPH, usage, "free-memory drop across CUDA-graph capture"))
-    elif gb is not None and ge is not None:
+    graphs: list[tuple[float, float, str]] = []  # (bytes, uncertainty, how) per capture: decode, prefill
+    for prefix, what in (("", "decode"), ("prefill_", "prefill")):
+        usage = f(f"{prefix}graph_mem_usage")
+        g_begin, g_end = f(f"{prefix}graph_begin_avail"), f(f"{prefix}graph_end_avail")
+        if usage is not None:
+            graphs.append((usage.value, usage.uncertainty, f"{what} capture mem usage {_ref(usage)}"))
+        elif g_begin is not None and g_end is not None:
+            graphs.append(
+                (
+                    g_begin.value - g_end.value,
+                    g_begin.uncertainty + g_end.uncertainty,
+                    f"{what}: free before capture {_ref(g_begin)} − free after {_ref(g_end)}",
+                )
+            )
+    decode_usage = f("graph_mem_usage")
+    if len(graphs) == 1 and decode_usage is not None:
+        b.terms.append(b.given(CUDA_GRAPH, decode_usage, "free-memory drop across CUDA-graph capture"))
+    elif graphs:
         b.terms.append(
             b.derived(
                 CUDA_GRAPH,
-                gb.bytes - ge.bytes,
-                f"free before capture {_ref(gb)} − free after {_ref(ge)}",
-                gb.uncertainty + ge.uncertainty,
+                sum(g[0] for g in graphs),
+                " + ".join(g[2] for g in graphs),
+                sum(g[1] for g in graphs),
+                "free-memory drop across the CUDA-graph captures" if len(graphs) > 1 else "",
             )
         )
     mfs = settings.get("mem_fraction_static")

@@ -121,6 +121,11 @@ FACTS: dict[str, FactInfo] = {
     "graph_begin_avail": FactInfo(Kind.SIZE, "free memory before CUDA-graph capture"),
     "graph_end_avail": FactInfo(Kind.SIZE, "free memory after CUDA-graph capture"),
     "graph_mem_usage": FactInfo(Kind.SIZE, "memory the CUDA-graph capture took"),
+    "prefill_graph_begin_avail": FactInfo(
+        Kind.SIZE, "free memory before the prefill (piecewise) graph capture"
+    ),
+    "prefill_graph_end_avail": FactInfo(Kind.SIZE, "free memory after the prefill (piecewise) graph capture"),
+    "prefill_graph_mem_usage": FactInfo(Kind.SIZE, "memory the prefill (piecewise) graph capture took"),
     "graph_capture_avail": FactInfo(
         Kind.SIZE, "free memory while capturing (the progress bar's first batch)"
     ),
@@ -865,7 +870,7 @@ SGLANG_FORMATS: tuple[LineFormat, ...] = (
         "sgl-graph-begin",
         "sglang",
         "CUDA graph begin.",
-        r"Capture (?:\w+ )?decode CUDA graph begin\..*?avail mem=(?P<graph_begin_avail>{NUM}) GB",
+        r"Capture (?:\w+ )?(?:decode|verify) CUDA graph begin\..*?avail mem=(?P<graph_begin_avail>{NUM}) GB",
         "SGLang ≥0.5 cuda_graph_setup.py (0.5.18 L458)",
         min_version=(0, 5, 0),
     ),
@@ -880,22 +885,47 @@ SGLANG_FORMATS: tuple[LineFormat, ...] = (
         "sgl-graph-end-usage",
         "sglang",
         "graph end.",
-        r"Capture (?:cuda graph|(?:\w+ )?decode CUDA graph) end\..*?mem usage=(?P<graph_mem_usage>{NUM}) GB",
+        r"Capture (?:cuda graph|(?:\w+ )?(?:decode|verify) CUDA graph) end\..*?mem usage=(?P<graph_mem_usage>{NUM}) GB",
         "SGLang model_runner.py / cuda_graph_setup.py (0.5.18 L481)",
     ),
     _f(
         "sgl-graph-end-avail",
         "sglang",
         "graph end.",
-        r"Capture (?:cuda graph|(?:\w+ )?decode CUDA graph) end\..*?avail mem=(?P<graph_end_avail>{NUM}) GB",
+        r"Capture (?:cuda graph|(?:\w+ )?(?:decode|verify) CUDA graph) end\..*?avail mem=(?P<graph_end_avail>{NUM}) GB",
         "SGLang model_runner.py / cuda_graph_setup.py (0.5.18 L481)",
     ),
     _f(
         "sgl-graph-end-time",
         "sglang",
         "graph end.",
-        r"Capture (?:cuda graph|(?:\w+ )?decode CUDA graph) end\.(?: Time)? elapsed[:=] ?(?P<graph_seconds>{NUM}) s",
+        r"Capture (?:cuda graph|(?:\w+ )?(?:decode|verify) CUDA graph) end\.(?: Time)? elapsed[:=] ?(?P<graph_seconds>{NUM}) s",
         "SGLang model_runner.py / cuda_graph_setup.py (0.5.18 L481)",
+    ),
+    _f(
+        "sgl-prefill-graph-begin",
+        "sglang",
+        "CUDA graph begin.",
+        r"Capture (?:\w+ )?(?:prefill|piecewise) CUDA graph begin\..*?avail mem=(?P<prefill_graph_begin_avail>{NUM}) GB",
+        "SGLang 0.5.18 cuda_graph_setup.py (`Capture {role} prefill CUDA graph begin. backend=…, num_tokens=…, "
+        "avail mem=…`); 0.5.9 `Capture piecewise CUDA graph begin. avail mem=…` (sglang.md §3)",
+        min_version=(0, 5, 9),
+    ),
+    _f(
+        "sgl-prefill-graph-end-usage",
+        "sglang",
+        "CUDA graph end.",
+        r"Capture (?:\w+ )?(?:prefill|piecewise) CUDA graph end\..*?mem usage=(?P<prefill_graph_mem_usage>{NUM}) GB",
+        "SGLang 0.5.18 cuda_graph_setup.py (`… prefill CUDA graph end. elapsed=…, mem usage=…, avail mem=….`)",
+        min_version=(0, 5, 9),
+    ),
+    _f(
+        "sgl-prefill-graph-end-avail",
+        "sglang",
+        "CUDA graph end.",
+        r"Capture (?:\w+ )?(?:prefill|piecewise) CUDA graph end\..*?avail mem=(?P<prefill_graph_end_avail>{NUM}) GB",
+        "SGLang 0.5.18 cuda_graph_setup.py",
+        min_version=(0, 5, 9),
     ),
     _f(
         "sgl-capture-progress",
