@@ -195,3 +195,33 @@ def test_compare_plan_on_known_models(log_file: str, capsys: pytest.CaptureFixtu
     # The plan's weights for the model are within 15% of the weights the engine logged.
     if rows.get(WEIGHTS) and rows[WEIGHTS]["logged"] is not None:
         assert abs(rows[WEIGHTS]["percent"]) < 15, rows[WEIGHTS]
+
+
+def test_graph_hint_bounds_the_device_total() -> None:
+    """010.log ran on RTX 3090s (23.58 GiB): the hint's util − util_without = estimate ÷ total brackets it."""
+    import re
+
+    rep = report(COLLECTED, "010.log")
+    note = next(n for n in rep.notes if "implies a device total" in n)
+    m = re.search(r"of ([\d.]+)-([\d.]+) GiB", note)
+    assert m is not None and float(m.group(1)) <= 23.58 <= float(m.group(2))
+    # With a capacity there is nothing to hint.
+    from vramctl.diagnose.reader import iter_log_lines
+    from vramctl.diagnose.startup import parse_startup_log
+
+    given = parse_startup_log(iter_log_lines(COLLECTED / "010.log"), gpu_memory_bytes=round(23.58 * 2**30))
+    assert not [n for n in given.notes if "implies a device total" in n]
+
+
+def test_sglang_torch_kv_dtype_is_planned_with_the_flag_spelling() -> None:
+    from vramctl.diagnose.startup import parse_startup_log, settings_from_report
+
+    rep = parse_startup_log(
+        [
+            "[TP0] Load weight begin. avail mem=78.66 GB",
+            "[TP0] KV Cache is allocated. dtype: torch.float8_e4m3fn, #tokens: 832000, K size: 25.39 GB, "
+            "V size: 25.39 GB",
+        ]
+    )
+    assert rep.settings["kv_cache_dtype"].value == "float8_e4m3fn"
+    assert settings_from_report(rep).kv_cache_dtype == "fp8_e4m3"

@@ -1318,6 +1318,21 @@ def _finish_run(
     elif gpu_memory_bytes is not None:
         capacity, capacity_source = gpu_memory_bytes, gpu_memory_source
 
+    # The CUDA-graph hint prints util and util − estimate/total (4 decimals): with the estimate, that
+    # bounds the device total when the log does not print it (a hint for --gpu, not a ledger capacity).
+    est, hint_util = facts.get("cuda_graph_estimate"), facts.get("gpu_memory_utilization")
+    without = facts.get("gpu_memory_utilization_without_graph_profiling")
+    if capacity is None and est is not None and hint_util is not None and without is not None:
+        delta = hint_util.value - without.value
+        delta_unc = hint_util.uncertainty + without.uncertainty
+        if delta > 2 * delta_unc > 0 and est.value > 0:
+            total_low = (est.value - est.uncertainty) / (delta + delta_unc)
+            total_high = (est.value + est.uncertainty) / (delta - delta_unc)
+            notes.append(
+                f"the CUDA-graph hint implies a device total of {total_low / GiB:.1f}-{total_high / GiB:.1f} GiB: "
+                "estimate "
+                f"{_ref(est)} ÷ ({hint_util.text} − {without.text}) (line {without.line}); pass --gpu NAME"
+            )
     builder = _Builder(dict(facts), capacity, capacity_unc, capacity_source, notes, missing)
     settings = dict(run.settings)
     util_obs = facts.get("gpu_memory_utilization")
@@ -1597,6 +1612,16 @@ def parse_startup_log(
 # Settings for plan(), and the comparison with a plan
 
 
+_TORCH_KV_DTYPES = {
+    "float8_e4m3fn": "fp8_e4m3",
+    "float8_e4m3fnuz": "fp8_e4m3",
+    "float8_e5m2": "fp8_e5m2",
+    "float8_e5m2fnuz": "fp8_e5m2",
+    "uint8": "fp8",
+}
+"""torch dtype names an engine prints for its KV pool → the `--kv-cache-dtype` spelling."""
+
+
 def settings_from_report(report: StartupReport, *, engine_version: str | None = None) -> ServeSettings:
     """The ServeSettings a plan for the same deployment needs, from what the log states."""
     s = report.settings
@@ -1630,13 +1655,16 @@ def settings_from_report(report: StartupReport, *, engine_version: str | None = 
         version = ".".join(str(p) for p in parse_version(report.engine_version))
     engine = "sglang" if report.engine == "sglang" else "vllm"
     dtype = get_str("dtype") or "auto"
+    kv_dtype = get_str("kv_cache_dtype") or "auto"
+    # SGLang prints the KV pool's torch dtype (`torch.float8_e4m3fn`); the flag spells it `fp8_e4m3`.
+    kv_dtype = _TORCH_KV_DTYPES.get(kv_dtype.lower(), kv_dtype)
     changes: dict[str, Any] = {
         "engine": engine,
         "engine_version": version,
         "tensor_parallel_size": get_int("tensor_parallel_size") or 1,
         "pipeline_parallel_size": get_int("pipeline_parallel_size") or 1,
         "max_model_len": get_int("max_model_len"),
-        "kv_cache_dtype": get_str("kv_cache_dtype") or "auto",
+        "kv_cache_dtype": kv_dtype,
         "dtype": dtype,
         "gpu_memory_bytes": report.capacity_bytes,
     }

@@ -830,7 +830,8 @@ SGLANG_FORMATS: tuple[LineFormat, ...] = (
         "sgl-load-end",
         "sglang",
         "Load weight end.",
-        r"Load weight end\.(?: elapsed=(?P<load_seconds>{NUM}) s,)?.*?avail mem=(?P<load_end_avail>{NUM}) GB"
+        r"Load weight end\.(?: elapsed=(?P<load_seconds>{NUM}) s,)?(?: type=\w+,)?(?: dtype=(?P<set_dtype>[\w.]+),)?"
+        r".*?avail mem=(?P<load_end_avail>{NUM}) GB"
         r"(?:, mem usage=(?P<load_mem_usage>{NUM}) GB)?",
         "SGLang model_runner.py (0.5.18 L1156; 0.5.23 L1373); `mem usage` since 0.4.3.post4",
     ),
