@@ -70,3 +70,9 @@ def test_oom_not_oom_never_suggests_memory_settings() -> None:
         d = diagnose(FIXTURES / case["file"])
         assert d.what
         assert all(f.flag not in ("--gpu-memory-utilization", "--mem-fraction-static") for f in d.fixes)
+
+
+def test_oom_version_change_in_one_log_is_a_regression_with_the_failing_version() -> None:
+    d = diagnose(FIXTURES / "vllm_upgrade_two_runs.log")
+    assert d.cause == "version-regression" and d.engine_version == "0.6.4.post1"
+    assert d.fixes[0].action.startswith("pin vllm 0.6.3.post1")

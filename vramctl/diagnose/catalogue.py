@@ -310,7 +310,16 @@ def _load(path: Path) -> Catalogue:
         raise CatalogueError(f"{path}: not a version-1 catalogue")
 
     # Every fact name any pattern, derive, setting or constant can produce: placeholders must use these.
-    known: set[str] = {"count", "requested_pct", "allocated_pct", "weights_pct", "engine", "engine_version"}
+    known: set[str] = {
+        "count",
+        "requested_pct",
+        "allocated_pct",
+        "weights_pct",
+        "engine",
+        "engine_version",
+        "previous_version",
+        "new_version",
+    }
     constants = _lets(data.get("constants"), "constants")
     known.update(name for name, _ in constants)
     settings: list[Setting] = []
@@ -472,7 +481,9 @@ def _load(path: Path) -> Catalogue:
                 f"signature {sig.id}: no key contains a failure anchor {failure_anchors}: "
                 "it would not be found past the head of a large log"
             )
-    cat_keys = _collect_keys(signatures, markers, {**hints, **global_hints}, versions, settings_keys + method_keys)
+    cat_keys = _collect_keys(
+        signatures, markers, {**hints, **global_hints}, versions, settings_keys + method_keys
+    )
     for key in sorted(cat_keys):
         if not any(a in key for a in all_anchors):
             all_anchors.append(key)

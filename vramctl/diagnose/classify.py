@@ -582,6 +582,7 @@ class _Analyser:
         self.markers: list[_Context] = []
         self.engine_votes: dict[str, int] = {}
         self.engine_version: tuple[str, str] | None = None
+        self.versions: list[tuple[int, str, str]] = []  # (line, engine, version) each time it changes
         self.other: list[tuple[_Incident, Event]] = []
         self.other_count = 0
         self.hint_keys = {word: name for name, words in cat.hints.items() for word in words}
@@ -602,14 +603,17 @@ class _Analyser:
         short = text[:MAX_KEPT_TEXT]  # what is kept for evidence: bounded, whatever the line length
         cat = self.cat
         self._engine(line.raw)
-        if self.engine_version is None:
-            for key in hit.keys:
-                version = self.version_keys.get(key)
-                if version is not None:
-                    m = version.pattern.search(text)
-                    if m is not None:
-                        self.engine_version = (version.engine, m.group("version"))
-                        break
+        for key in hit.keys:
+            version = self.version_keys.get(key)
+            if version is not None:
+                m = version.pattern.search(text)
+                if m is not None:
+                    found = (version.engine, m.group("version"))
+                    if self.engine_version is None:
+                        self.engine_version = found
+                    if (not self.versions or self.versions[-1][1:] != found) and len(self.versions) < 100:
+                        self.versions.append((number, *found))
+                    break
         if hit.keys & self.settings_keys:
             for setting in cat.settings:
                 value = read_setting(line.raw, setting.regex, setting.unit)
@@ -906,6 +910,16 @@ def _decide(
             if text:
                 why.append(text)
             refined = True
+    # the same log ran an earlier version without this failure, then a newer one that fails
+    regression = _version_change(an, incident)
+    if regression is not None and cause in REGRESSION_CANDIDATES:
+        old_version, new_version = regression
+        why.append(
+            f"the log first runs {old_version} without a failure, then {new_version} fails: "
+            "the memory used before the engine's own allocations grew with the upgrade"
+        )
+        cause, confidence, refined = "version-regression", "medium", True
+        names["previous_version"], names["new_version"] = old_version, new_version
     phase_inferred = False
     if phase == "context":
         phase = ctx_phase or sig.default_phase or "unknown"
@@ -1003,9 +1017,12 @@ def _decide(
         exc = names.get("exception")
         what = f"an exception that is not about memory: {exc}" if exc else what
     summary = info.summary if info is not None else cause
-    version = an.engine_version[1] if an.engine_version is not None else None
-    if an.engine_version is not None and engine is None:
-        engine = an.engine_version[0]
+    # the version of the run that failed: the last one printed before the failure
+    running = [v for v in an.versions if v[0] <= incident.end]
+    current = (running[-1][1], running[-1][2]) if running else an.engine_version
+    version = current[1] if current is not None else None
+    if current is not None and engine is None:
+        engine = current[0]
     return Diagnosis(
         cause=cause,
         phase=phase,
@@ -1027,6 +1044,43 @@ def _decide(
         warnings=tuple(warnings),
         source=source,
     )
+
+
+REGRESSION_CANDIDATES = frozenset(
+    {
+        "gpu-util-exceeds-free-memory",
+        "no-kv-cache-memory",
+        "weights-do-not-fit",
+        "batch-budget-too-large",
+        "cuda-graph-capture-oom",
+        "sampler-warmup-oom",
+        "activation-spike",
+        "kv-cache-too-small-for-max-model-len",
+    }
+)
+"""Start-up memory failures that a version change in the same log turns into `version-regression`."""
+
+
+def _version_change(an: _Analyser, incident: _Incident) -> tuple[str, str] | None:
+    """(older, newer) when the engine version changed before this (the first) failure, else None."""
+    before = [v for v in an.versions if v[0] <= incident.start]
+    if len(before) < 2:
+        return None
+    (_, engine_a, old), (_, engine_b, new) = before[-2], before[-1]
+    if engine_a != engine_b or old == new or parse_version_tuple(new) <= parse_version_tuple(old):
+        return None
+    return f"{engine_a} {old}", f"{engine_b} {new}"
+
+
+def parse_version_tuple(text: str) -> tuple[int, ...]:
+    """`0.6.4.post1` -> (0, 6, 4): the numeric release part, for ordering."""
+    parts: list[int] = []
+    for piece in text.split("."):
+        digits = "".join(ch for ch in piece if ch.isdigit()) if piece[:1].isdigit() else ""
+        if not digits:
+            break
+        parts.append(int(digits))
+    return tuple(parts)
 
 
 def _resolve(
