@@ -42,8 +42,8 @@ from vramctl.core.ledger import (
 )
 from vramctl.core.settings import LATEST_SGLANG_VERSION, ServeSettings, parse_version
 from vramctl.core.specs import GpuSpec, ModelSpec
-from vramctl.core.specs import dtype_bytes as dtype_bytes_of
 from vramctl.core.units import GiB, MiB, format_bytes, format_count
+from vramctl.core.weights import stage_rank_weight_bytes
 
 SGLANG_REF = "../shared/reference/sglang.md"
 
@@ -740,28 +740,14 @@ def stage_layout(model: ModelSpec, tp: int, pp: int) -> tuple[tuple[int, int], .
     """(layers, weight bytes per rank) of each pipeline stage.
 
     Layers split as `get_pp_indices` splits them (vramctl.core.kv.pp_partition); the embedding sits on the first
-    stage and the lm_head on the last (a tied head is materialised there too when pp > 1); everything is
-    sharded over TP (vocab-parallel embedding, column/row-parallel layers; norms are a few MiB).
+    stage and the lm_head on the last (a tied head is materialised there too when pp > 1). Per rank exactly
+    (`vramctl.core.weights.stage_rank_weight_bytes`): column/row-parallel layers and the vocab-parallel
+    embedding (rows padded to 64, as SGLang's `VocabParallelEmbedding`) split over TP, norms, routers and MLA's
+    q_a / kv_a replicated on every rank.
     """
-    if pp == 1:
-        return ((model.num_hidden_layers, -(-model.weight_bytes // tp)),)
     parts = pp_partition(model.num_hidden_layers, pp)
-    try:
-        elem = dtype_bytes_of(model.torch_dtype)
-    except KeyError:
-        elem = 2
-    embed = int(model.vocab_size * model.hidden_size * elem)
-    head = 0 if model.tie_word_embeddings else embed
-    body = max(0, model.weight_bytes - embed - head)
-    out: list[tuple[int, int]] = []
-    for stage, layers in enumerate(parts):
-        stage_bytes = body * layers // model.num_hidden_layers
-        if stage == 0:
-            stage_bytes += embed
-        if stage == pp - 1:
-            stage_bytes += head or embed
-        out.append((layers, -(-stage_bytes // tp)))
-    return tuple(out)
+    weights = stage_rank_weight_bytes(model, tp=tp, pp=pp)
+    return tuple(zip(parts, weights, strict=True))
 
 
 def gpu_mem_mib_for(gpu: GpuSpec, settings: ServeSettings) -> tuple[int | None, int]:
@@ -938,7 +924,9 @@ def plan_sglang(
     stage_index = 0
     stage_layers, weights = stages[0]
     weights_source = TermSource.ESTIMATED
-    weights_formula = f"checkpoint {format_bytes(model.weight_bytes)} / tp {tp}"
+    weights_formula = (
+        f"checkpoint {format_bytes(model.weight_bytes)} on tp {tp}: split tensors / tp + replicated ones"
+    )
     if opts.free_before_load_bytes is not None:
         pre = opts.free_before_load_bytes
         ctx_bytes = max(0, start_free - pre)
