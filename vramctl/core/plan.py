@@ -39,6 +39,7 @@ from vramctl.core.settings import ServeSettings, parse_version
 from vramctl.core.specs import FULL_ATTENTION, GpuSpec, ModelSpec, dtype_bytes
 from vramctl.core.units import GiB, cdiv, vllm_format_gib
 from vramctl.core.utilization import UtilizationRow, utilization_trade
+from vramctl.core.weights import stage_rank_weight_bytes
 
 # Verdict labels (../shared/taxonomy.md); `fits` when the engine would start.
 FITS = "fits"
@@ -380,36 +381,15 @@ def kv_view_of_model(model: ModelSpec, version: str) -> ModelSpec:
 
 
 def stage_weight_bytes(model: ModelSpec, *, tp: int, pp: int, dtype: str) -> tuple[int, ...]:
-    """Weight bytes on one rank of each pipeline stage.
+    """Weight bytes on one rank of each pipeline stage (`vramctl.core.weights.stage_rank_weight_bytes`).
 
-    The decoder layers split as `get_pp_indices` splits them; the embedding sits on the first stage and the
-    lm_head on the last (a tied head is loaded on the last stage too when pp > 1); everything is sharded by TP.
-    A `--dtype` other than the checkpoint's rescales an unquantised checkpoint.
+    Exact per rank: what TP splits is divided, what every rank holds in full (norms, routers, MLA's q_a /
+    kv_a, KV heads when TP exceeds them, the vocab padding to 64 rows) is not. The decoder layers split as
+    `get_pp_indices` splits them; the embedding sits on the first stage and the lm_head on the last (a tied
+    head is loaded on the last stage too when pp > 1). A `--dtype` other than the checkpoint's rescales an
+    unquantised checkpoint.
     """
-    weights = model.weight_bytes
-    if model.quantization is None:
-        try:
-            ratio = dtype_bytes(dtype) / dtype_bytes(model.torch_dtype)
-        except KeyError:
-            ratio = 1.0
-        weights = int(weights * ratio)
-    try:
-        elem = dtype_bytes(dtype)
-    except KeyError:
-        elem = 2
-    embed = int(model.vocab_size * model.hidden_size * elem)
-    head = 0 if model.tie_word_embeddings else embed
-    body = max(0, weights - embed - head)
-    parts = kvmath.pp_partition(model.num_hidden_layers, pp)
-    out: list[int] = []
-    for stage, layers in enumerate(parts):
-        stage_bytes = body * layers // model.num_hidden_layers
-        if stage == 0:
-            stage_bytes += embed
-        if stage == pp - 1:
-            stage_bytes += head if (head or pp == 1) else embed
-        out.append(cdiv(stage_bytes, tp))
-    return tuple(out)
+    return stage_rank_weight_bytes(model, tp=tp, pp=pp, dtype=dtype)
 
 
 @dataclass(frozen=True)
