@@ -58,19 +58,27 @@ _HYBRID_GROUP_RATIO = 1.5
 def kv_dtype_bytes(
     model: ModelSpec, kv_cache_dtype: str = "auto", *, model_dtype: str | None = None
 ) -> float:
-    """Bytes per cached element. `auto` = the model dtype (`vllm/config/cache.py:235`).
+    """Bytes per cached element. `--kv-cache-dtype auto` = the dtype the model runs in (`vllm/config/cache.py:235`,
+    vllm.md §3.3).
 
-    A float32 checkpoint runs in bf16/fp16 under vLLM's `--dtype auto`, so its cache element is 2 bytes.
+    `model_dtype` is the served `--dtype`. An explicit one is what the model runs (and caches) in: `--dtype
+    float32` caches 4-byte elements. `auto` (or None) is the checkpoint's dtype, except that a float32 checkpoint
+    is downcast to 16 bits (`_get_and_verify_dtype` in vllm/config.py, 0.6.x: "Following the common practice, we
+    use float16 for float32 models"; later versions pick the platform's first supported 16-bit dtype,
+    bfloat16): 2 bytes. vllm.md states only the `auto` = model dtype half of this rule.
     """
     key = kv_cache_dtype.strip().lower()
     if key == "auto":
-        dtype = model_dtype if model_dtype not in (None, "auto") else model.torch_dtype
+        explicit = model_dtype is not None and model_dtype.strip().lower() not in ("auto", "")
+        dtype = model_dtype if explicit else model.torch_dtype
         assert dtype is not None
         try:
             size = dtype_bytes(dtype)
         except KeyError:
-            raise BadInputError(f"--dtype: unknown model dtype {dtype!r}") from None
-        return 2 if size > 2 else size
+            raise BadInputError(
+                f"--dtype {dtype}: unknown model dtype (use auto, bfloat16, float16, float32)"
+            ) from None
+        return size if explicit else min(size, 2)
     if key in _MLA_PACKED_BYTES_PER_TOKEN:
         if not model.is_mla:
             raise BadInputError(
