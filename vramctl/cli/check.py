@@ -24,6 +24,8 @@ def _read_spec(path: str) -> str:
 
         return sys.stdin.read(MAX_SPEC_BYTES + 1)
     spec = Path(path)
+    if spec.is_dir():
+        raise BadInputError(f"{path}: is a directory, expected a deployment spec (YAML file)")
     if not spec.is_file():
         raise BadInputError(f"{path}: no such spec file")
     try:

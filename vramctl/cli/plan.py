@@ -11,13 +11,13 @@ No torch import anywhere on this path.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import typer
 
 from vramctl.core.errors import BadInputError
 from vramctl.core.exit_codes import ExitCode
+from vramctl.core.host_tier import machine_memory_bytes
 from vramctl.core.settings import ServeSettings
 from vramctl.core.units import parse_bytes, parse_number
 
@@ -26,6 +26,20 @@ DEFAULT_GPU = "h100-sxm"
 DEFAULT_MAX_MODEL_LEN = 8192
 DEFAULT_MAX_NUM_BATCHED_TOKENS = 8192
 _LAUNCHERS = ("vllm", "python", "python3", "sglang", "env")
+_OPTION_OF = {
+    "free_memory_bytes": "free_memory",
+    "gpu_memory_bytes": "gpu_memory",
+    "hicache_size_gb": "hicache_size",
+    "kv_offloading_size_gib": "kv_offloading_size",
+    "host_memory_bytes": "host_memory",
+}
+"""ServeSettings field → the `plan` option it comes from, where the names differ."""
+
+
+def _is_launcher(word: str) -> bool:
+    """`vllm`, `python3`, `/usr/bin/python3.11`, `sglang`, `env` or a `VAR=value` prefix: a serve command starts."""
+    head = word.rsplit("/", 1)[-1]
+    return head in _LAUNCHERS or head.startswith("python") or ("=" in word and not word.startswith("-"))
 
 
 def _int(text: str | None, flag: str) -> int | None:
@@ -55,17 +69,6 @@ def _size(text: str | None, flag: str, default_unit: str = "B") -> int | None:
     return None if text is None else parse_bytes(text, what=flag, default_unit=default_unit)
 
 
-def _host_memory_bytes() -> int | None:
-    """MemTotal from /proc/meminfo (Linux); None elsewhere."""
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
-
-
 def run_plan(
     words: list[str],
     options: dict[str, Any],
@@ -74,24 +77,29 @@ def run_plan(
     (PlanResult, model name used, notes about the command)."""
     from vramctl import registry
     from vramctl.core.plan import plan
-    from vramctl.core.serve_command import parse_serve_command
+    from vramctl.core.serve_command import parse_serve_command, split_words
 
     settings = ServeSettings()
     model_name: str | None = None
     notes: tuple[str, ...] = ()
+    command = None
     if words:
-        first = words[0].rsplit("/", 1)[-1]
-        is_command = (
-            len(words) > 1 or first in _LAUNCHERS or ("=" in words[0] and not words[0].startswith("-"))
-        )
+        if len(words) == 1 and words[0].split()[:1] != [words[0]] and _is_launcher(words[0].split()[0]):
+            words = split_words(words[0])  # the whole command pasted as one quoted argument
+        is_command = len(words) > 1 or _is_launcher(words[0])
         if is_command:
             command = parse_serve_command(words)
             settings = command.apply(settings)
             model_name = command.model
             notes = command.notes
+            if model_name is None and not options.get("model"):
+                flag = "MODEL after `vllm serve`" if command.engine == "vllm" else "--model-path MODEL"
+                raise BadInputError(f"serve command: no model (give {flag}, or --model)")
         else:
             model_name = words[0]
     if options.get("model"):
+        if model_name is not None and model_name != options["model"]:
+            notes = (*notes, f"--model {options['model']} overrides {model_name!r} from the command")
         model_name = options["model"]
     embedded = model_name is None
     if model_name is None:
@@ -128,6 +136,15 @@ def run_plan(
         "host_memory_bytes": _size(options.get("host_memory"), "--host-memory"),
     }
     changes.update({k: v for k, v in numeric.items() if v is not None})
+    if command is not None:
+        given = dict(command.changes)
+        for key, value in numeric.items():
+            if value is not None and key in given and given[key] != value:
+                flag = "--" + key.replace("_", "-")
+                notes = (
+                    *notes,
+                    f"{flag} {options[_OPTION_OF.get(key, key)]} overrides {given[key]} from the command",
+                )
     if options.get("entrypoint") is not None:
         if options["entrypoint"] not in ("server", "llm"):
             raise BadInputError(f"--entrypoint {options['entrypoint']!r}: use server or llm")
@@ -159,7 +176,7 @@ def run_plan(
         or bool(settings.hicache_size_gb)
     )
     if wants_host and settings.host_memory_bytes is None:
-        settings = settings.with_changes(host_memory_bytes=_host_memory_bytes())
+        settings = settings.with_changes(host_memory_bytes=machine_memory_bytes())
 
     model = registry.load_model(model_name)
     gpu_name = options.get("gpu")

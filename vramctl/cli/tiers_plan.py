@@ -12,28 +12,17 @@ does not fit the machine's RAM is exit 1.
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from typing import Optional
 
 import typer
 
 from vramctl.core.errors import BadInputError
 from vramctl.core.exit_codes import ExitCode
+from vramctl.core.host_tier import machine_memory_bytes
 from vramctl.core.units import parse_bytes, parse_number
 
 DEFAULT_MODEL = "meta-llama/Meta-Llama-3-8B-Instruct"
 DEFAULT_GPU = "h100-sxm"
-
-
-def machine_memory_bytes() -> int | None:
-    """MemTotal from /proc/meminfo (Linux); None where there is none."""
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
 
 
 def _count(text: str | None, flag: str) -> int | None:
@@ -130,7 +119,7 @@ def register(app: typer.Typer) -> None:
         ),
     ) -> None:
         """When fetching KV from host, disk or network beats recomputing it; residency windows; host RAM."""
-        from vramctl.core.kv import kv_bytes_per_token
+        from vramctl.core.kv import check_tensor_parallel, kv_bytes_per_token
         from vramctl.registry import load_gpu, load_model
         from vramctl.tiers.bandwidths import load_bandwidths
         from vramctl.tiers.crossover import (
@@ -173,6 +162,7 @@ def register(app: typer.Typer) -> None:
 
         spec = load_model(model or DEFAULT_MODEL)
         card = load_gpu(gpu)
+        check_tensor_parallel(spec, tp)
         bpt = kv_bytes_per_token(spec, kv_cache_dtype=kv_cache_dtype, tp=tp, pp=pp)
         rate = derive_rate(
             spec,

@@ -187,13 +187,22 @@ def register(app: typer.Typer) -> None:
 
             check_plot_target(plot)
 
+        from vramctl.registry import load_gpu
+        from vramctl.tiers.bandwidths import load_bandwidths
+
+        # Read --gpu and --bandwidths up front: a misspelt card or a missing file is an error even where the
+        # run does not reach the economics that use them.
+        card = load_gpu(gpu)
+        measured = load_bandwidths(bandwidths) if bandwidths is not None else None
         spec = None
         bpt: int | None = kv_bytes_per_token
         if model is not None:
+            from vramctl.core.kv import check_tensor_parallel
             from vramctl.core.kv import kv_bytes_per_token as kv_bpt
             from vramctl.registry import load_model
 
             spec = load_model(model)
+            check_tensor_parallel(spec, tensor_parallel_size)
             bpt = kv_bpt(spec, kv_cache_dtype=kv_cache_dtype, tp=tensor_parallel_size)
 
         policy = write_policy or (WRITE_BACK if hierarchy == EXCLUSIVE else WRITE_THROUGH)
@@ -221,14 +230,20 @@ def register(app: typer.Typer) -> None:
         validate_config(config, block_size=block_size)
         capacities: list[int | None] = []
         if sweep is not None:
-            items = [item for item in sweep.split(",") if item.strip()]
-            if not items:
+            items = [item.strip() for item in sweep.split(",")]
+            if not any(items):
                 raise BadInputError(f"--sweep {sweep!r}: no capacities")
+            if not all(items):
+                raise BadInputError(f"--sweep {sweep!r}: an empty capacity between commas")
             capacities = [parse_capacity(item, flag="--sweep", bytes_per_token=bpt) for item in items]
-            for cap in capacities:
-                validate_config(
-                    SimConfig(tiers=(TierConfig(GPU, cap),), bytes_per_token=bpt), block_size=block_size
-                )
+            for item, cap in zip(items, capacities, strict=True):
+                try:
+                    validate_config(
+                        SimConfig(tiers=(TierConfig(GPU, cap),), bytes_per_token=bpt), block_size=block_size
+                    )
+                except BadInputError as exc:
+                    problem = str(exc).partition(": ")[2] or str(exc)
+                    raise BadInputError(f"--sweep {item}: {problem}") from None
 
         if trace is not None:
             data = load_mooncake(trace, block_size=block_size, sort_by_time=sort_trace)
@@ -292,7 +307,6 @@ def register(app: typer.Typer) -> None:
         result = simulate(data, config)
         money = None
         if bpt is not None:
-            from vramctl.registry import load_gpu
             from vramctl.tiers.crossover import (
                 HOST_LATENCY_S,
                 HOST_LATENCY_SOURCE,
@@ -302,7 +316,6 @@ def register(app: typer.Typer) -> None:
                 prefill_rate as derive_rate,
             )
 
-            card = load_gpu(gpu)
             links: dict[str, TierLinkRate] = {
                 HOST: TierLinkRate(
                     card.host_link_bytes_per_s,
@@ -312,10 +325,7 @@ def register(app: typer.Typer) -> None:
                 ),
                 DISK: TierLinkRate(14e9, None, NVME_LATENCY_S, "NVMe Gen5 x4 vendor spec 14 GB/s (nominal)"),
             }
-            if bandwidths is not None:
-                from vramctl.tiers.bandwidths import load_bandwidths
-
-                measured = load_bandwidths(bandwidths)
+            if measured is not None:
                 for tier_name, bench_name in ((HOST, "host-pinned"), (DISK, "disk-direct")):
                     m = measured.get(bench_name)
                     if m is not None:

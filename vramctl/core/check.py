@@ -19,7 +19,6 @@ and evaluates each requirement per engine into a CheckResult; exit code 0 when a
 from __future__ import annotations
 
 import math
-import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
@@ -31,6 +30,7 @@ from vramctl.core.errors import BadInputError
 from vramctl.core.exit_codes import ExitCode
 from vramctl.core.host_tier import HostTierPlan, plan_host_tier
 from vramctl.core.ledger import SLACK, WEIGHTS
+from vramctl.core.serve_command import parse_serve_command
 from vramctl.core.settings import ServeSettings
 from vramctl.core.specs import GpuSpec, ModelSpec
 from vramctl.core.units import cdiv, format_bytes, format_count, parse_bytes, parse_number
@@ -209,6 +209,30 @@ class DeploySpec:
 
 
 # --- parsing -------------------------------------------------------------------------------------------------
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """yaml.SafeLoader that refuses a key given twice in one mapping (PyYAML keeps the last one silently: a spec
+    with two `model:` lines would check a model its author did not mean)."""
+
+
+def _construct_unique_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool = False) -> Any:
+    seen: dict[Any, int] = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=True)
+        try:
+            first = seen.get(key)
+        except TypeError:  # an unhashable key: construct_mapping reports it
+            break
+        if first is not None:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate key {key!r} (first given at line {first})", key_node.start_mark
+            )
+        seen[key] = key_node.start_mark.line + 1
+    return loader.construct_mapping(node, deep=deep)
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_unique_mapping)
+
+
 def _bad(source: str, where: str, problem: str) -> BadInputError:
     return BadInputError(f"{source}: {where}: {problem}")
 
@@ -307,69 +331,33 @@ def _convert(kind: FlagKind, value: Any, where: str, source: str) -> Any:
     return str(value)
 
 
+_FLAG_TAKES_VALUE: dict[str, bool] = {
+    **{name: spec.kind != "bool" for name, spec in FLAGS.items()},
+    **{name: False for name in BOOL_NEGATIONS},
+}
+"""How `command:` splits the flags this module knows (the rest as vramctl.core.serve_command guesses)."""
+
+
 def split_serve_command(
     command: str, *, source: str = "spec"
 ) -> tuple[EngineName, str | None, dict[str, Any]]:
-    """`vllm serve MODEL --flags` / `python -m sglang.launch_server --model-path MODEL --flags` → parts."""
+    """`vllm serve MODEL --flags` / `python -m sglang.launch_server --model-path MODEL --flags` → (engine, model,
+    flags by name), split by vramctl.core.serve_command.parse_serve_command (the one serve-command parser) and
+    held to this module's stricter rules: a stray word is an error, and `apply_flags` rejects unknown flags."""
     try:
-        tokens = shlex.split(command, comments=True)
-    except ValueError as exc:
-        raise _bad(source, "command", f"cannot split it ({exc})") from None
-    tokens = [t for t in tokens if t != "\\"]
-    engine: EngineName
-    rest: list[str]
-    model: str | None = None
-    if len(tokens) >= 2 and tokens[0].endswith("vllm") and tokens[1] == "serve":
-        engine, rest = "vllm", tokens[2:]
-        if rest and not rest[0].startswith("-"):
-            model, rest = rest[0], rest[1:]
-    else:
-        for i, tok in enumerate(tokens):
-            if tok in ("sglang.launch_server", "sglang.srt.server") or tok.endswith("sglang.launch_server"):
-                engine, rest = "sglang", tokens[i + 1 :]
-                break
-            if tok.endswith("sglang") and i + 1 < len(tokens) and tokens[i + 1] == "serve":
-                engine, rest = "sglang", tokens[i + 2 :]
-                break
-        else:
-            raise _bad(
-                source,
-                "command",
-                "expected `vllm serve MODEL ...` or `python -m sglang.launch_server --model-path MODEL ...`",
-            )
-    flags: dict[str, Any] = {}
-    i = 0
-    while i < len(rest):
-        tok = rest[i]
-        if not tok.startswith("-"):
-            raise _bad(source, "command", f"unexpected argument {tok!r}")
-        name = tok.lstrip("-")
-        value: Any = None
-        if "=" in name:
-            name, value = name.split("=", 1)
-        name = name.replace("_", "-")
-        spec = FLAGS.get(name)
-        if value is None and spec is not None and spec.kind != "bool":
-            if i + 1 >= len(rest):
-                raise _bad(source, f"command --{name}", "needs a value")
-            value = rest[i + 1]
-            i += 1
-        elif (
-            value is None
-            and spec is None
-            and name not in BOOL_NEGATIONS
-            and i + 1 < len(rest)
-            and not rest[i + 1].startswith("-")
-        ):
-            # Not a memory flag: it takes the next token as its value unless that is another flag.
-            value = rest[i + 1]
-            i += 1
-        if name in ("model", "model-path"):
-            model = str(value)
-        else:
-            flags[name] = True if value is None else value
-        i += 1
-    return engine, model, flags
+        parsed = parse_serve_command(command, flag_takes_value=_FLAG_TAKES_VALUE)
+    except BadInputError as exc:
+        problem = str(exc).removeprefix("serve command: ")
+        where = "command"
+        if problem.startswith("-"):
+            flag, _, problem = problem.partition(": ")
+            where = f"command {flag}"
+        raise _bad(source, where, problem) from None
+    if parsed.stray:
+        raise _bad(source, "command", f"unexpected argument {parsed.stray[0]!r}")
+    engine: EngineName = "vllm" if parsed.engine == "vllm" else "sglang"
+    flags: dict[str, Any] = {name: True if value is None else value for name, value in parsed.flags}
+    return engine, parsed.model, flags
 
 
 def apply_flags(
@@ -476,7 +464,7 @@ def _parse_requirements(raw: Any, source: str) -> Requirements:
 def parse_spec(text: str, *, source: str = "spec") -> DeploySpec:
     """YAML text → DeploySpec. Any problem raises BadInputError naming the file and the field."""
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader subclass: safe
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark is not None else "YAML"
@@ -634,6 +622,8 @@ class EngineOutcome:
     max_sequences: int = 0
     """The scheduler's cap on running sequences: vLLM max_num_seqs, SGLang max_running_requests."""
     max_sequences_flag: str = ""
+    model_max_len: int = 0
+    """The model's own context limit (config.json max_position_embeddings)."""
 
     def blocks_for(self, context: int) -> float:
         """vLLM blocks one request of `context` tokens needs: the planner's blocks_per_request at max_model_len
@@ -652,7 +642,10 @@ class EngineOutcome:
         return self.kv_tokens / context
 
     def concurrency_at(self, context: int) -> float:
-        """What can run at once: the KV pool's concurrency, capped by the scheduler's sequence limit."""
+        """What can run at once: the KV pool's concurrency, capped by the scheduler's sequence limit; none when
+        `context` is longer than the server's max_model_len / context_length (the engine refuses such requests)."""
+        if context > self.context_len:
+            return 0.0
         kv = self.kv_concurrency_at(context)
         return min(kv, float(self.max_sequences)) if self.max_sequences else kv
 
@@ -770,6 +763,7 @@ def _vllm_outcome(result: Any, settings: ServeSettings, model: ModelSpec, gpu: G
         tensor_parallel_size=settings.tensor_parallel_size,
         kv_heads_per_rank=max(1, model.num_key_value_heads // settings.tensor_parallel_size),
         is_mla=model.is_mla,
+        model_max_len=model.max_position_embeddings,
     )
 
 
@@ -812,6 +806,7 @@ def _sglang_outcome(
         tensor_parallel_size=settings.tensor_parallel_size,
         kv_heads_per_rank=max(1, model.num_key_value_heads // settings.tensor_parallel_size),
         is_mla=model.is_mla,
+        model_max_len=model.max_position_embeddings,
     )
 
 
@@ -862,11 +857,42 @@ def _more_kv_advice(o: EngineOutcome, kv_needed: int, settings: ServeSettings) -
     head = f"needs {format_bytes(kv_needed)} of KV per rank at tp {o.tensor_parallel_size} ({format_bytes(short)} more)"
     if not options:
         can = max(1.0, _kv_available(o, o.utilization, 1))
+        wider = next(
+            (
+                factor
+                for factor in (16, 32, 64)
+                if _kv_available(o, o.utilization, factor) >= _kv_needed_per_rank(o, kv_needed, factor)
+            ),
+            None,
+        )
+        more = (
+            f"use more GPUs ({tp_flag} ≥ {o.tensor_parallel_size * wider})"
+            if wider is not None
+            else f"no tensor-parallel size up to {tp_flag} {o.tensor_parallel_size * 64} reaches it either"
+        )
         return (
             f"{head}: no single change reaches it on this card (about {kv_needed / can:.1f}× what it holds); "
-            f"lower the requirement or use more GPUs ({tp_flag} ≥ {o.tensor_parallel_size * 16})"
+            f"lower the requirement or {more}"
         )
     return f"{head}: " + ", or ".join(options)
+
+
+def _context_too_long(o: EngineOutcome, c: ConcurrencyRequirement) -> CheckItem:
+    """A requirement at a context longer than the server's max_model_len / context_length: the engine refuses
+    every such request (vLLM: "longer than the maximum model length"), so none run at once, whatever the KV."""
+    len_flag = "--max-model-len" if o.engine == "vllm" else "--context-length"
+    if o.model_max_len and c.context > o.model_max_len:
+        advice = (
+            f"the model itself stops at {format_count(o.model_max_len)} tokens (max_position_embeddings): "
+            "lower the requirement's context or pick a longer-context model"
+        )
+    else:
+        advice = f"raise {len_flag} to {c.context} (then check the KV again)"
+    message = (
+        f"the server refuses requests longer than {len_flag} {format_count(o.context_len)}: no sequence of "
+        f"{format_count(c.context)} tokens runs; {advice}"
+    )
+    return CheckItem(f"min_concurrency@{c.context}", o.engine, False, "0.00", f"≥ {c.value:g}", message)
 
 
 def evaluate(spec: DeploySpec, outcomes: tuple[EngineOutcome, ...]) -> tuple[CheckItem, ...]:
@@ -888,6 +914,9 @@ def evaluate(spec: DeploySpec, outcomes: tuple[EngineOutcome, ...]) -> tuple[Che
                 )
             )
         for c in req.min_concurrency:
+            if c.context > o.context_len:
+                items.append(_context_too_long(o, c))
+                continue
             actual = o.concurrency_at(c.context) if fits else 0.0
             ok = actual >= c.value
             message = ""

@@ -26,6 +26,7 @@ MemTotal when unset). Status: `fail` above the RAM (SGLang: above RAM − 10 GiB
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 from vramctl.core.errors import BadInputError
@@ -93,6 +94,17 @@ class HostTierPlan:
             "log_line": self.log_line,
             "notes": list(self.notes),
         }
+
+
+def machine_memory_bytes() -> int | None:
+    """This machine's RAM: MemTotal from /proc/meminfo (Linux); None where there is none."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
 
 
 def _host_status(

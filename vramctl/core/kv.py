@@ -92,6 +92,24 @@ def kv_dtype_bytes(
     return _KV_DTYPE_BYTES[key]
 
 
+def check_tensor_parallel(model: ModelSpec, tp: int) -> None:
+    """The shapes vLLM and SGLang accept for `tp` ranks: attention heads split evenly, KV heads split or replicated
+    evenly (vllm/model_executor/models/llama.py:147-156). BadInputError naming --tensor-parallel-size otherwise."""
+    if tp < 1:
+        raise BadInputError(f"--tensor-parallel-size {tp}: must be at least 1")
+    if model.num_attention_heads % tp != 0:
+        raise BadInputError(
+            f"--tensor-parallel-size {tp}: Total number of attention heads ({model.num_attention_heads}) must be "
+            f"divisible by tensor parallel size ({tp})."
+        )
+    kv_heads = model.num_key_value_heads
+    if model.mla is None and kv_heads and (kv_heads % tp if kv_heads >= tp else tp % kv_heads):
+        raise BadInputError(
+            f"--tensor-parallel-size {tp}: the model's {kv_heads} KV heads can be neither split evenly over nor "
+            f"replicated evenly across {tp} ranks (vLLM asserts kv_heads % tp == 0 or tp % kv_heads == 0)"
+        )
+
+
 def kv_heads_per_rank(model: ModelSpec, tp: int = 1) -> int:
     """KV heads one TP rank holds: max(1, kv_heads // tp); MLA holds one latent on every rank."""
     if model.is_mla:

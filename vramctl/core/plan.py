@@ -235,19 +235,7 @@ def validate(model: ModelSpec, gpu: GpuSpec, settings: ServeSettings) -> None:
         raise BadInputError(
             f"--block-size {settings.block_size}: vLLM accepts {', '.join(str(b) for b in VALID_BLOCK_SIZES)}"
         )
-    tp = settings.tensor_parallel_size
-    if model.num_attention_heads % tp != 0:
-        raise BadInputError(
-            f"--tensor-parallel-size {tp}: Total number of attention heads ({model.num_attention_heads}) must be "
-            f"divisible by tensor parallel size ({tp})."
-        )
-    kv_heads = model.num_key_value_heads
-    if model.mla is None and kv_heads and (kv_heads % tp if kv_heads >= tp else tp % kv_heads):
-        # The attention layers assert this (e.g. vllm/model_executor/models/llama.py:147-156).
-        raise BadInputError(
-            f"--tensor-parallel-size {tp}: the model's {kv_heads} KV heads can be neither split evenly over nor "
-            f"replicated evenly across {tp} ranks (vLLM asserts kv_heads % tp == 0 or tp % kv_heads == 0)"
-        )
+    kvmath.check_tensor_parallel(model, settings.tensor_parallel_size)
     if settings.pipeline_parallel_size > model.num_hidden_layers:
         raise BadInputError(
             f"--pipeline-parallel-size {settings.pipeline_parallel_size}: more stages than the model's "

@@ -3,14 +3,16 @@
 `sglang serve --model-path MODEL …`, with `VAR=value` environment prefixes.
 
 Flags are read as the engines name them (`--flag value` and `--flag=value`); flags that do not change the memory
-plan are ignored with a note, never an error. Values use the engines' own parsers' rules: vLLM's human-readable
+plan are ignored with a note, never an error. Every flag is also kept as written (`ServeCommand.flags`, in order) so
+that a stricter reader (`vramctl check`'s `command:`, `vramctl.core.check.apply_flags`) can apply its own rules to
+the same split: this is the one place a serve command line is split into its launcher, model and flags. Values use the engines' own parsers' rules: vLLM's human-readable
 integers (`32k` = 32,000, `32K` = 32,768; `vllm/utils/argparse_utils.py:30-70`), SGLang's plain numbers.
 """
 
 from __future__ import annotations
 
 import shlex
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +29,11 @@ class ServeCommand:
     changes: tuple[tuple[str, Any], ...]
     """ServeSettings field → value, in the order given."""
     notes: tuple[str, ...]
+    flags: tuple[tuple[str, str | None], ...] = ()
+    """Every flag as written, in order: (name without the leading dashes, `_` as `-`; its value, None when
+    bare). The model flag (`--model`, `--model-path`) is not repeated here."""
+    stray: tuple[str, ...] = ()
+    """Words that are neither a flag nor a flag's value (after the model)."""
 
     def apply(self, settings: ServeSettings) -> ServeSettings:
         values = dict(self.changes)
@@ -161,9 +168,28 @@ _VLLM_ENTRY = ("vllm.entrypoints.openai.api_server", "vllm.entrypoints.api_serve
 _SGLANG_ENTRY = ("sglang.launch_server",)
 
 
-def parse_serve_command(command: str | Sequence[str]) -> ServeCommand:
-    """Parse a vLLM or SGLang serve command (a string or its words)."""
-    words = shlex.split(command) if isinstance(command, str) else [str(w) for w in command]
+def split_words(command: str | Sequence[str]) -> list[str]:
+    """A serve command's words: shell rules (quotes, `#` comments), line continuations (`\\` + newline) dropped."""
+    if isinstance(command, str):
+        try:
+            words = shlex.split(command, comments=True)
+        except ValueError as exc:
+            raise BadInputError(f"serve command: cannot split it ({exc})") from None
+    else:
+        words = [str(w) for w in command]
+    return [w for w in words if w != "\\" and w.strip()]
+
+
+def parse_serve_command(
+    command: str | Sequence[str], *, flag_takes_value: Mapping[str, bool] | None = None
+) -> ServeCommand:
+    """Parse a vLLM or SGLang serve command (a string or its words).
+
+    `flag_takes_value` (flag name without dashes → whether it takes a value) tells how to split flags this module
+    does not model (e.g. `vramctl check`'s SGLang options); other unknown flags take the next word as their value
+    unless it is itself a flag."""
+    words = split_words(command)
+    extra = flag_takes_value or {}
     notes: list[str] = []
     env: dict[str, str] = {}
     while (
@@ -183,6 +209,8 @@ def parse_serve_command(command: str | Sequence[str]) -> ServeCommand:
         raise BadInputError("serve command: empty (expected e.g. `vllm serve MODEL --flags` after `--`)")
     engine, rest = _engine_and_args(words)
     changes: list[tuple[str, Any]] = []
+    raw_flags: list[tuple[str, str | None]] = []
+    stray: list[str] = []
     model: str | None = None
     if engine == "vllm" and rest and not rest[0].startswith("-"):
         model = rest.pop(0)
@@ -194,16 +222,20 @@ def parse_serve_command(command: str | Sequence[str]) -> ServeCommand:
         i += 1
         if not word.startswith("-"):
             notes.append(f"ignored the stray argument {word!r}")
+            stray.append(word)
             continue
         flag, eq, inline = word.partition("=")
+        name = flag.lstrip("-").replace("_", "-")
         if flag.startswith("-O") and flag != "-O" and len(flag) > 2:
             notes.append(f"ignored {word}: {_IGNORED_WITH_REASON['-O']}")
+            raw_flags.append((name, None))
             continue
         if flag in bool_flags:
             bool_field, bool_value = bool_flags[flag]
             if eq:
                 bool_value = inline.strip().lower() in ("1", "true", "yes", "on")
             changes.append((bool_field, bool_value))
+            raw_flags.append((name, inline if eq else None))
             continue
         if flag in value_flags:
             field, parser = value_flags[flag]
@@ -213,17 +245,29 @@ def parse_serve_command(command: str | Sequence[str]) -> ServeCommand:
                 text = rest[i]
                 i += 1
             else:
-                raise BadInputError(f"{flag}: expects a value in the serve command")
+                raise BadInputError(f"{flag}: needs a value in the serve command")
             parsed = parser(text)
             if field == "model":
                 model = str(parsed)
             else:
                 changes.append((field, parsed))
+                raw_flags.append((name, text))
             continue
         # Unknown or irrelevant flag: skip its value if it has one.
-        takes_value = not eq and i < len(rest) and not rest[i].startswith("--") and not _is_flag(rest[i])
-        if takes_value:
+        known_arity = extra.get(name)
+        if eq:
+            flag_value: str | None = inline
+        elif known_arity is True:
+            if i >= len(rest):
+                raise BadInputError(f"{flag}: needs a value in the serve command")
+            flag_value = rest[i]
             i += 1
+        elif known_arity is None and i < len(rest) and not _is_flag(rest[i]):
+            flag_value = rest[i]
+            i += 1
+        else:
+            flag_value = None
+        raw_flags.append((name, flag_value))
         reason = _IGNORED_WITH_REASON.get(flag, "does not change the memory plan (or is not modelled)")
         notes.append(f"ignored {flag}: {reason}")
     if env.get("VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS") is not None and engine == "vllm":
@@ -233,7 +277,14 @@ def parse_serve_command(command: str | Sequence[str]) -> ServeCommand:
     for key in env:
         if key != "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS":
             notes.append(f"ignored the environment variable {key}")
-    return ServeCommand(engine=engine, model=model, changes=tuple(changes), notes=tuple(notes))
+    return ServeCommand(
+        engine=engine,
+        model=model,
+        changes=tuple(changes),
+        notes=tuple(notes),
+        flags=tuple(raw_flags),
+        stray=tuple(stray),
+    )
 
 
 def _is_flag(word: str) -> bool:
@@ -271,6 +322,6 @@ def _engine_and_args(words: list[str]) -> tuple[str, list[str]]:
             "`python -m sglang.launch_server …`"
         )
     raise BadInputError(
-        f"serve command: {words[0]!r} is not a vLLM or SGLang launcher (expected `vllm serve MODEL …`, "
-        "`python -m sglang.launch_server --model-path MODEL …` or `sglang serve …`)"
+        "serve command: expected `vllm serve MODEL …`, `python -m sglang.launch_server --model-path MODEL …` or "
+        f"`sglang serve …`; {words[0]!r} is not a vLLM or SGLang launcher"
     )
