@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from pathlib import Path
@@ -58,7 +59,10 @@ def assert_sizes_are_ints(obj: Any, path: str = "") -> None:
             if (key.endswith(("_bytes", "_tokens")) or key.startswith("num_") or key == "bytes") and not (
                 key.endswith("_per_s")
             ):
-                assert value is None or (isinstance(value, int) and not isinstance(value, bool)), (where, value)
+                assert value is None or (isinstance(value, int) and not isinstance(value, bool)), (
+                    where,
+                    value,
+                )
             assert_sizes_are_ints(value, where)
     elif isinstance(obj, list):
         for n, value in enumerate(obj):
@@ -139,7 +143,7 @@ def test_qa_plan_70b_tensor_parallel_by_hand(capsys: pytest.CaptureFixture[str])
         weights.append(d["terms"]["weights"]["bytes"])
         assert d["kv_bytes_per_token"] == 80 * (8 // tp) * 128 * 2 * 2
         assert d["bytes_per_block"] == 16 * d["kv_bytes_per_token"]
-    assert all(b < a for a, b in zip(weights, weights[1:], strict=False))
+    assert all(b < a for a, b in itertools.pairwise(weights))
     assert weights[3] == pytest.approx(weights[0] / 8, rel=0.01)
 
 

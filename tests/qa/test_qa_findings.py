@@ -148,7 +148,9 @@ def test_qa_check_duplicate_yaml_key_is_an_error(tmp_path: Path, capsys: pytest.
     spec.write_text("model: llama-3-8b\nmodel: llama-3-70b\ngpu: h100-sxm\n")
     line = one_error_line(*run(capsys, "check", str(spec)))
     assert "line 2" in line and "duplicate key 'model'" in line and "line 1" in line
-    spec.write_text("model: llama-3-8b\ngpu: h100-sxm\nflags:\n  max-model-len: 4096\n  max-model-len: 8192\n")
+    spec.write_text(
+        "model: llama-3-8b\ngpu: h100-sxm\nflags:\n  max-model-len: 4096\n  max-model-len: 8192\n"
+    )
     line = one_error_line(*run(capsys, "check", str(spec)))
     assert "duplicate key 'max-model-len'" in line
 
@@ -182,7 +184,11 @@ def test_qa_check_concurrency_beyond_max_model_len_fails(
     )
     code, out, _ = run(capsys, "check", str(spec), "--json")
     (item,) = json.loads(out)["checks"]
-    assert code == 1 and "--context-length" in item["message"] and "model itself stops at 8,192" in item["message"]
+    assert (
+        code == 1
+        and "--context-length" in item["message"]
+        and "model itself stops at 8,192" in item["message"]
+    )
 
 
 def test_qa_check_hopeless_requirement_does_not_promise_tp16(
@@ -209,7 +215,9 @@ def test_qa_tiers_simulate_checks_gpu_and_bandwidths_always(
     line = one_error_line(*run(capsys, "tiers", "simulate", "--trace", str(trace), "--gpu", "h100-sxx"))
     assert "unknown GPU 'h100-sxx'" in line and "h100-sxm" in line
     missing = tmp_path / "nope.json"
-    line = one_error_line(*run(capsys, "tiers", "simulate", "--trace", str(trace), "--bandwidths", str(missing)))
+    line = one_error_line(
+        *run(capsys, "tiers", "simulate", "--trace", str(trace), "--bandwidths", str(missing))
+    )
     assert "--bandwidths" in line
     line = one_error_line(
         *run(capsys, "tiers", "simulate", "--trace", str(trace), "--sweep", "1024,2048", "--gpu", "h100-sxx")
