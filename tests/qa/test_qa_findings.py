@@ -244,3 +244,21 @@ def test_qa_tiers_sweep_items_are_named(trace: Path, capsys: pytest.CaptureFixtu
     assert "--sweep" in line and "empty" in line
     line = one_error_line(*run(capsys, "tiers", "simulate", "--trace", str(trace), "--sweep", "1024,1"))
     assert line.startswith("vramctl: error: --sweep 1:") and "--gpu-capacity" not in line
+
+
+@pytest.mark.parametrize("text", ["8192", "32k", "32K", "1.5k", "16_000", "1e4"])
+def test_qa_one_token_count_parser(text: str) -> None:
+    """plan's options, plan's serve command and check's flags read token counts with one function
+    (vramctl.core.serve_command.parse_human_int): the same text is the same number everywhere."""
+    from vramctl.cli.plan import _int
+    from vramctl.core.serve_command import parse_human_int
+
+    try:
+        expected = parse_human_int(text, "--max-num-batched-tokens")
+    except BadInputError:
+        pytest.skip(f"{text!r} is not a count")
+    assert _int(text, "--max-num-batched-tokens") == expected
+    cmd = parse_serve_command(["vllm", "serve", "m", "--max-num-batched-tokens", text])
+    assert dict(cmd.changes)["max_num_batched_tokens"] == expected
+    spec = parse_spec(f"model: llama-3-8b\ngpu: h100-sxm\nflags:\n  max-num-batched-tokens: '{text}'\n")
+    assert spec.settings.max_num_batched_tokens == expected

@@ -18,6 +18,7 @@ import typer
 from vramctl.core.errors import BadInputError
 from vramctl.core.exit_codes import ExitCode
 from vramctl.core.host_tier import machine_memory_bytes
+from vramctl.core.serve_command import parse_human_int, parse_max_model_len
 from vramctl.core.settings import ServeSettings
 from vramctl.core.units import parse_bytes, parse_number
 
@@ -43,22 +44,13 @@ def _is_launcher(word: str) -> bool:
 
 
 def _int(text: str | None, flag: str) -> int | None:
-    if text is None:
-        return None
-    raw = text.strip()
-    if raw and raw[-1] in "kKmMgG" and raw[:-1].replace("_", "").replace(".", "", 1).isdigit():
-        return parse_bytes(raw, what=flag)  # vLLM's human-readable ints: 32k = 32,000, 32K = 32,768
-    value = parse_number(raw, what=flag)
-    if value != int(value):
-        raise BadInputError(f"{flag} {text!r}: not an integer")
-    return int(value)
+    """vLLM's human-readable ints (32k = 32,000, 32K = 32,768), as in a serve command."""
+    return None if text is None else parse_human_int(text, flag)
 
 
 def _max_model_len(text: str | None) -> int | None:
     """`auto` / `-1` = vLLM's auto-fit (kept as -1, vLLM's own value)."""
-    if text is not None and text.strip().lower() in ("auto", "-1"):
-        return -1
-    return _int(text, "--max-model-len")
+    return None if text is None else parse_max_model_len(text)
 
 
 def _float(text: str | None, flag: str) -> float | None:

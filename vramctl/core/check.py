@@ -30,7 +30,7 @@ from vramctl.core.errors import BadInputError
 from vramctl.core.exit_codes import ExitCode
 from vramctl.core.host_tier import HostTierPlan, plan_host_tier
 from vramctl.core.ledger import SLACK, WEIGHTS
-from vramctl.core.serve_command import parse_serve_command
+from vramctl.core.serve_command import parse_human_int, parse_serve_command
 from vramctl.core.settings import ServeSettings
 from vramctl.core.specs import GpuSpec, ModelSpec
 from vramctl.core.units import cdiv, format_bytes, format_count, parse_bytes, parse_number
@@ -304,9 +304,11 @@ def _as_size(value: Any, where: str, source: str, *, default_unit: str = "B") ->
 
 def _as_tokens(value: Any, where: str, source: str) -> int:
     """vLLM's human-readable token counts: `8192`, `8k` (decimal), `8K` (binary)."""
-    if isinstance(value, str) and value and value[-1] in "kKmM" and value[:-1].replace(".", "", 1).isdigit():
-        scale = {"k": 1000, "m": 1_000_000, "K": 1024, "M": 1 << 20}[value[-1]]
-        return _as_int(int(float(value[:-1]) * scale), where, source)
+    if isinstance(value, str) and value.strip()[-1:] in tuple("kKmMgGtT"):
+        try:
+            return _as_int(parse_human_int(value, where), where, source)
+        except BadInputError as exc:
+            raise BadInputError(f"{source}: {exc}") from None
     return _as_int(value, where, source)
 
 

@@ -43,13 +43,12 @@ class ServeCommand:
 
 def _int(flag: str) -> Callable[[str], int]:
     def parse(text: str) -> int:
-        value = _human_int(text, flag)
-        return value
+        return parse_human_int(text, flag)
 
     return parse
 
 
-def _human_int(text: str, flag: str) -> int:
+def parse_human_int(text: str, flag: str) -> int:
     """vLLM's human-readable int: `8192`, `32k` (10^3), `32K` (2^10), `1_000`."""
     raw = text.strip()
     if raw and raw[-1] in "kKmMgGtT" and raw[:-1].replace("_", "").replace(".", "", 1).isdigit():
@@ -87,16 +86,21 @@ def _sizes(flag: str) -> Callable[[str], tuple[int, ...]]:
         parts = [p for p in cleaned.replace(",", " ").split() if p]
         if not parts:
             raise BadInputError(f"{flag} {text!r}: expected a list of batch sizes")
-        return tuple(_human_int(p, flag) for p in parts)
+        return tuple(parse_human_int(p, flag) for p in parts)
 
     return parse
 
 
+def parse_max_model_len(text: str, flag: str = "--max-model-len") -> int:
+    """`auto` / `-1` = vLLM's auto-fit (kept as -1, vLLM's own value; vramctl.core.plan.AUTO_MAX_MODEL_LEN)."""
+    if text.strip().lower() in ("auto", "-1"):
+        return -1
+    return parse_human_int(text, flag)
+
+
 def _max_model_len(flag: str) -> Callable[[str], int | None]:
     def parse(text: str) -> int | None:
-        if text.strip().lower() in ("auto", "-1"):
-            return -1  # vLLM's auto-fit (vramctl.core.plan.AUTO_MAX_MODEL_LEN)
-        return _human_int(text, flag)
+        return parse_max_model_len(text, flag)
 
     return parse
 

@@ -85,6 +85,11 @@ def plot_crossover(plan: Any, path: str) -> None:
     ax.set_xlabel("prefix length (tokens)")
     ax.set_ylabel("time to have the KV on the GPU (s)")
     ax.set_title(f"{plan.model} on {plan.gpu}: fetch vs recompute ({bpt:,} B/token per rank)")
+    _finish(plt, fig, ax, path)
+
+
+def _finish(plt: Any, fig: Any, ax: Any, path: str) -> None:
+    """Grid, legend, write the file, free the figure (even when writing fails)."""
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
     try:
@@ -112,9 +117,4 @@ def plot_hit_curve(results: Sequence[Any], path: str, *, title: str) -> None:
     ax.set_xlabel("GPU tier capacity (tokens)")
     ax.set_ylabel("prefix hit rate")
     ax.set_title(title)
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
-    try:
-        _save(fig, path)
-    finally:
-        plt.close(fig)
+    _finish(plt, fig, ax, path)
