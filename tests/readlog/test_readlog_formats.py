@@ -477,3 +477,14 @@ def test_sglang_prefill_and_decode_graphs_both_count() -> None:
     # non-torch: up to the FIRST capture (the prefill one, so its graph is not counted twice) and between them
     assert _gib(ledger.bytes_of(NON_TORCH)) == round(63.57 - 50.78 - 11.85 + (11.45 - 11.40), 2)
     assert _gib(ledger.bytes_of(SLACK)) == 10.28
+
+
+def test_version_at_the_end_of_a_sentence() -> None:
+    report = parse_startup_log(
+        [
+            "A leak is detected when using sglang==0.5.3.post3. both backends",
+            "[2025-10-21 10:00:00 TP0] max_total_num_tokens=270331, chunked_prefill_size=8192, "
+            "max_prefill_tokens=16384, max_running_requests=2048, context_len=131072",
+        ]
+    )
+    assert report.engine == "sglang" and report.engine_version == "0.5.3.post3"

@@ -495,7 +495,8 @@ def startup_prefilter() -> re.Pattern[bytes]:
     synthetic format line).
     """
     # Grouped by first byte (`G(?:iB|B|PU blocks|raph capturing)|…`): `re` tries one branch per candidate
-    # position instead of every anchor, 2-3x faster than the flat alternation.
+    # position instead of every anchor, 2-3x faster than the flat alternation. (A trie on longer common
+    # prefixes measured the same; wrapping the top level in a group loses `re`'s first-byte skip: 4x slower.)
     groups: dict[bytes, list[bytes]] = {}
     for anchor in sorted(set(PREFILTER_ANCHORS), key=len, reverse=True):
         groups.setdefault(anchor[:1], []).append(anchor[1:])
@@ -677,7 +678,8 @@ class _Parser:
             m = pattern.search(line.text)
             if m is None:
                 continue
-            version = m.group("v").lstrip("v").split("@")[0]
+            # `sglang==0.5.3.post3.` at the end of a sentence: the dot is not part of the version.
+            version = m.group("v").lstrip("v").split("@")[0].rstrip(".-+")
             entry = (engine, version, line.number)
             if needle in ("vLLM Version:", "sglang: ", "vllm==", "sglang=="):
                 self.global_versions.append(entry)  # environment reports: they apply to every run

@@ -446,8 +446,9 @@ VLLM_FORMATS: tuple[LineFormat, ...] = (
         "vllm",
         "Model loading took",
         r"Model loading took[:*\s]+(?P<weights_loaded>{NUM}) GiB memory and (?P<load_seconds>{NUM}) seconds",
-        "vLLM ≥0.12 gpu_model_runner.py:5088-5092 (0.33.0)",
+        "vLLM ≥0.12 gpu_model_runner.py:5088-5092 (0.33.0); V1 only (the V0 engine was removed in 0.11)",
         min_version=(0, 12, 0),
+        variant="V1",
     ),
     _f(
         "model-loading-gib",
