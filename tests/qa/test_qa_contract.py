@@ -36,6 +36,7 @@ VERDICTS = {
     "kv-cache-too-small-for-max-model-len",
     "gpu-util-exceeds-free-memory",
     "weights-do-not-fit",
+    "kv-pool-overcommit",
 }
 H100_SXM_CUDA_TOTAL = 85_018_542_080  # 79.18 GiB, what CUDA reports (reference/gpu_capacity.yaml)
 
@@ -83,6 +84,7 @@ CASES = {
     "sglang": ["qwen3-8b", "--engine", "sglang", "--mem-fraction-static", "0.85"],
     "free-memory": ["--free-memory", "40GiB"],
     "tiny-kv": ["--kv-cache-memory-bytes", "1MiB"],
+    "huge-kv": ["--kv-cache-memory-bytes", "200GiB"],
     "hicache": ["--engine", "sglang", "--enable-hierarchical-cache", "--host-memory", "64GiB"],
 }
 

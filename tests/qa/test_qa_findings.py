@@ -262,3 +262,16 @@ def test_qa_one_token_count_parser(text: str) -> None:
     assert dict(cmd.changes)["max_num_batched_tokens"] == expected
     spec = parse_spec(f"model: llama-3-8b\ngpu: h100-sxm\nflags:\n  max-num-batched-tokens: '{text}'\n")
     assert spec.settings.max_num_batched_tokens == expected
+
+
+def test_qa_plan_explicit_kv_larger_than_the_card_does_not_fit(capsys: pytest.CaptureFixture[str]) -> None:
+    """`plan --kv-cache-memory-bytes 200GiB` on an 80 GB H100 said `fits` (exit 0; a warning only): vLLM skips
+    profiling and fails allocating a 200 GiB pool. By hand: 200 GiB + 14.96 GiB of weights > 79.18 GiB."""
+    code, out, err = run(capsys, "plan", "--json", "--kv-cache-memory-bytes", "200GiB")
+    assert code == 1, err
+    data = json.loads(out)
+    assert data["verdict"] == "kv-pool-overcommit"
+    assert "lower --kv-cache-memory-bytes below" in data["verdict_message"]
+    # The seed's 54.4 GiB still fits; so does a pool that leaves the estimated terms no room (a warning only).
+    code, out, _ = run(capsys, "plan", "--json", "--kv-cache-memory-bytes", "54.4GiB")
+    assert code == 0 and json.loads(out)["verdict"] == "fits"

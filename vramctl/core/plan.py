@@ -47,6 +47,9 @@ NO_KV_CACHE_MEMORY = "no-kv-cache-memory"
 KV_TOO_SMALL = "kv-cache-too-small-for-max-model-len"
 GPU_UTIL_EXCEEDS_FREE = "gpu-util-exceeds-free-memory"
 WEIGHTS_DO_NOT_FIT = "weights-do-not-fit"
+KV_POOL_OVERCOMMIT = "kv-pool-overcommit"
+"""`--kv-cache-memory-bytes` larger than the card holds beside the weights: vLLM skips profiling and fails
+allocating the pool it was told to size (explain-oom: an OOM at KV allocation, phase kv-alloc)."""
 
 VALID_BLOCK_SIZES = (1, 8, 16, 32, 64, 128, 256)
 """`CacheConfig.block_size` accepts these (vllm/config/cache.py, BlockSize)."""
@@ -610,6 +613,19 @@ def _core(
             f"{'requested budget' if s.kv_cache_memory_bytes is None else 'free memory'} ({limit / GiB:.2f} GiB): "
             "Failed to load model - not enough GPU memory."
         )
+    elif (
+        s.kv_cache_memory_bytes is not None
+        and (over := max(st.weights + st.kv_bytes + st.outside.bytes for st in stages) - (capacity - other))
+        > 0
+    ):
+        # Certain, not an estimate: the weights, the given pool and the CUDA context alone exceed the card.
+        verdict = KV_POOL_OVERCOMMIT
+        message = (
+            f"--kv-cache-memory-bytes {s.kv_cache_memory_bytes / GiB:.2f} GiB + the weights ({max(weights) / GiB:.2f} "
+            f"GiB per rank) + the CUDA context exceed the {(capacity - other) / GiB:.2f} GiB free by "
+            f"{over / GiB:.2f} GiB: vLLM skips profiling and runs out of memory allocating the KV cache; lower "
+            f"--kv-cache-memory-bytes below {max(0, s.kv_cache_memory_bytes - over) / GiB:.2f} GiB"
+        )
     elif available <= 0 or num_blocks <= 0:
         verdict = NO_KV_CACHE_MEMORY
         message = V.no_cache_memory_error(s.version)
@@ -856,7 +872,7 @@ def _auto_fit(
         )
     available = core.binding.kv_bytes - core.binding.bytes_per_block
     where = f"{vllm_format_gib(max(0, available))} GiB GPU"
-    if core.verdict in (GPU_UTIL_EXCEEDS_FREE, WEIGHTS_DO_NOT_FIT, NO_KV_CACHE_MEMORY):
+    if core.verdict in (GPU_UTIL_EXCEEDS_FREE, WEIGHTS_DO_NOT_FIT, NO_KV_CACHE_MEMORY, KV_POOL_OVERCOMMIT):
         return core, None
     if core.verdict == FITS:
         return core, (
@@ -1060,6 +1076,7 @@ def _sglang_top_level(result: PlanResult, sgp: Any) -> PlanResult:
 __all__ = [
     "FITS",
     "GPU_UTIL_EXCEEDS_FREE",
+    "KV_POOL_OVERCOMMIT",
     "KV_TOO_SMALL",
     "NO_KV_CACHE_MEMORY",
     "WEIGHTS_DO_NOT_FIT",
