@@ -488,3 +488,31 @@ def test_version_at_the_end_of_a_sentence() -> None:
         ]
     )
     assert report.engine == "sglang" and report.engine_version == "0.5.3.post3"
+
+
+def test_kv_too_small_error_gives_the_available_kv_and_the_length() -> None:
+    # vllm.md §5.2: ≤0.11 `models's` typo without the URL; 0.33 `model's`, format_gib values, the docs URL.
+    old = (
+        "ValueError: To serve at least one request with the models's max seq len (262144), (62.00 GiB KV cache is "
+        "needed, which is larger than the available KV cache memory (48.66 GiB). Based on the available memory, "
+        "the estimated maximum model length is 205728. Try increasing `gpu_memory_utilization` or decreasing "
+        "`max_model_len` when initializing the engine."
+    )
+    new = (
+        "(EngineCore pid=1) ValueError: To serve at least one request with the model's max seq len (131072), (16.0 "
+        "GiB KV cache is needed, which is larger than the available KV cache memory (0.71 GiB). Try increasing "
+        "`gpu_memory_utilization` (which also controls CPU memory on the CPU backend) or decreasing `max_model_len` "
+        "when initializing the engine. See https://docs.vllm.ai/en/latest/configuration/conserving_memory/ for more "
+        "details."
+    )
+    report = parse_startup_log([old])
+    assert report.kv_cache_bytes == round(48.66 * GiB)
+    assert report.facts["estimated_max_model_len"].value == 205728
+    assert report.settings["max_model_len"].value == 262144
+    report = parse_startup_log([new])
+    assert report.facts["kv_needed_per_request"].value == 16 * GiB
+    assert report.kv_cache_bytes == round(0.71 * GiB) and report.variant == "V1"
+    # An `Available KV cache memory` line of the same run is the KV term; the error's number stays a fact.
+    report = parse_startup_log(["INFO 1 [gpu_worker.py:1] Available KV cache memory: 48.70 GiB", old])
+    assert report.kv_cache_bytes == round(48.70 * GiB)
+    assert report.facts["kv_available_at_error"].value == round(48.66 * GiB)

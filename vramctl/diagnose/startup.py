@@ -1103,8 +1103,11 @@ def _vllm_terms(b: _Builder, semantics: str | None, variant: str | None) -> tupl
     # ---- KV cache: exact bytes when logged, else the logged GiB, else requested − the other terms
     in_use = f("kv_cache_in_use")
     kv_obs = in_use if in_use is not None and in_use.uncertainty == 0 else (f("kv_cache") or in_use)
+    kv_obs = kv_obs or f("kv_available_at_error")
     if kv_obs is not None:
         note = "negative: the engine refused to start" if kv_obs.value < 0 else ""
+        if kv_obs.key == "kv_available_at_error":
+            note = "the available KV cache memory the start-up error states: too small for one max-length request"
         b.terms.append(b.given(KV_CACHE, kv_obs, note))
     elif (
         requested is not None

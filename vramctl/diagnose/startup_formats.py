@@ -97,6 +97,15 @@ FACTS: dict[str, FactInfo] = {
     "max_concurrency": FactInfo(Kind.RATIO, "maximum concurrency for a max-length request"),
     "concurrency_max_model_len": FactInfo(Kind.COUNT, "tokens per request of the concurrency line"),
     "kv_tokens_capacity": FactInfo(Kind.COUNT, "tokens the KV cache can store (max_model_len error)"),
+    "kv_needed_per_request": FactInfo(
+        Kind.SIZE, "KV cache one max_model_len request needs (the start-up error)"
+    ),
+    "kv_available_at_error": FactInfo(
+        Kind.SIZE, "available KV cache memory the start-up error states (excludes the null block)"
+    ),
+    "estimated_max_model_len": FactInfo(
+        Kind.COUNT, "the max_model_len the available KV cache fits (start-up error)"
+    ),
     "block_size": FactInfo(Kind.COUNT, "KV block size set for the attention backend"),
     "mamba_page_padding_pct": FactInfo(Kind.RATIO, "padding of the mamba page to the attention page, in %"),
     "kv_padding_layers": FactInfo(Kind.COUNT, "padding layers added to equalise hybrid KV cache groups"),
@@ -773,6 +782,16 @@ VLLM_FORMATS: tuple[LineFormat, ...] = (
         r"maximum number of tokens that can be stored in KV cache \((?P<kv_tokens_capacity>{NUM})\)",
         "vLLM ≤0.8 V0 max_model_len check",
         max_version=(0, 10, 0),
+    ),
+    _f(
+        "kv-too-small",
+        "vllm",
+        "KV cache is needed, which is larger than the available KV cache memory",
+        r"max seq len \((?P<set_max_model_len>\d+)\), \((?P<kv_needed_per_request>{NUM}) GiB KV cache is needed, "
+        r"which is larger than the available KV cache memory \((?P<kv_available_at_error>{NUM}) GiB\)\.(?: Based on the "
+        r"available memory, the estimated maximum model length is (?P<estimated_max_model_len>\d+)\.)?",
+        "vLLM V1 kv_cache_utils.py:716-723 [0.11.0] (`models's` typo) / kv_cache_planning.py:66-87 (0.33.0) ValueError",
+        variant="V1",
     ),
     _f(
         "blocks-override",
