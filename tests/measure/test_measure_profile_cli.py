@@ -61,8 +61,9 @@ def test_profile_json_has_plans_schema_and_sums(
     # vLLM's subtraction: kv = requested − (consumed + transient) − graphs; blocks = kv // bytes per block
     assert out["kv_cache_bytes"] == out["requested_bytes"] - rank["non_kv_bytes"]
     assert out["num_blocks"] == out["kv_cache_bytes"] // out["bytes_per_block"]
-    # layers × block × kv heads × head dim × K,V × 2 bytes (auto KV dtype: a float32 model caches in 16 bits)
-    assert out["bytes_per_block"] == 4 * 16 * 2 * 64 * 2 * 2
+    # layers × block × kv heads × head dim × K,V × 4 bytes: FAST serves with an explicit --dtype float32, and
+    # vLLM's auto KV dtype is the served dtype (only --dtype auto downcasts a float32 checkpoint to 16 bits)
+    assert out["bytes_per_block"] == 4 * 16 * 2 * 64 * 2 * 4
     assert out["settings"]["max_num_batched_tokens"] == 256
     assert out["settings"]["cudagraph_capture_sizes"] == []
     assert out["sglang"]["cell_size_bytes"] == 4 * 2 * 64 * 2 * 2
