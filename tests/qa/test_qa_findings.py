@@ -275,3 +275,37 @@ def test_qa_plan_explicit_kv_larger_than_the_card_does_not_fit(capsys: pytest.Ca
     # The seed's 54.4 GiB still fits; so does a pool that leaves the estimated terms no room (a warning only).
     code, out, _ = run(capsys, "plan", "--json", "--kv-cache-memory-bytes", "54.4GiB")
     assert code == 0 and json.loads(out)["verdict"] == "fits"
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (
+            ["--mem-fraction-static", "0.8"],
+            "--mem-fraction-static 0.8: an SGLang flag, but the plan is for vllm",
+        ),
+        (["--enable-hierarchical-cache"], "--enable-hierarchical-cache: an SGLang flag"),
+        (
+            ["--engine", "sglang", "--gpu-memory-utilization", "0.8"],
+            "--gpu-memory-utilization 0.8: a vLLM flag",
+        ),
+        (["--engine", "sglang", "--enforce-eager"], "--enforce-eager: a vLLM flag"),
+    ],
+)
+def test_qa_plan_other_engines_flag_is_refused(
+    args: list[str], needle: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`plan --mem-fraction-static 0.8` (vLLM by default) and `plan --engine sglang --gpu-memory-utilization 0.8`
+    printed a plan that silently ignored the flag."""
+    line = one_error_line(*run(capsys, "plan", *args))
+    assert needle in line
+
+
+def test_qa_plan_both_engines_take_both_engines_flags(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(
+        capsys, "plan", "--json", "--engine", "both", "--mem-fraction-static", "0.8",
+        "--gpu-memory-utilization", "0.9",
+    )  # fmt: skip
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["settings"]["gpu_memory_utilization"] == 0.9 and data["sglang"]["mem_fraction_static"] == 0.8

@@ -61,6 +61,47 @@ def _size(text: str | None, flag: str, default_unit: str = "B") -> int | None:
     return None if text is None else parse_bytes(text, what=flag, default_unit=default_unit)
 
 
+_VLLM_ONLY = (
+    "gpu_memory_utilization",
+    "max_num_batched_tokens",
+    "max_num_seqs",
+    "block_size",
+    "enforce_eager",
+    "kv_cache_memory_bytes",
+    "entrypoint",
+    "kv_offloading_size",
+)
+_SGLANG_ONLY = (
+    "mem_fraction_static",
+    "chunked_prefill_size",
+    "max_running_requests",
+    "max_total_tokens",
+    "page_size",
+    "cuda_graph_max_bs",
+    "disable_cuda_graph",
+    "enable_hierarchical_cache",
+    "hicache_ratio",
+    "hicache_size",
+)
+
+
+def _refuse_other_engines_options(options: dict[str, Any], engine: str) -> None:
+    """A flag of the engine not planned changes nothing: say so rather than print a plan that ignores it."""
+    other, other_name = (_SGLANG_ONLY, "SGLang") if engine == "vllm" else (_VLLM_ONLY, "vLLM")
+    if engine == "both":
+        return
+    for name in other:
+        value = options.get(name)
+        if value is not None and value is not False:
+            flag = "--" + name.replace("_", "-")
+            shown = "" if value is True else f" {value}"
+            raise BadInputError(
+                f"{flag}{shown}: {'an' if other_name == 'SGLang' else 'a'} {other_name} flag, but the plan is for "
+                f"{engine} only (add --engine "
+                f"{'sglang' if other_name == 'SGLang' else 'vllm'} or --engine both)"
+            )
+
+
 def run_plan(
     words: list[str],
     options: dict[str, Any],
@@ -155,6 +196,7 @@ def run_plan(
         )
         raise BadInputError(f"{bad}: must be at least 1")
     settings = settings.with_changes(**changes)
+    _refuse_other_engines_options(options, settings.engine)
     if embedded:
         # The embedded default (issue 2): max_model_len 8192, max_num_batched_tokens 8192 unless given.
         if settings.max_model_len is None:
