@@ -686,7 +686,10 @@ def _ledger(core: _Core) -> Ledger:
             st.weights,
             TermSource.DERIVED,
             f"checkpoint bytes on this rank (tp {s.tensor_parallel_size}, pp stage {st.index + 1}/"
-            f"{s.pipeline_parallel_size})",
+            f"{s.pipeline_parallel_size}): split tensors / tp, replicated ones (norms, routers, MLA q_a/kv_a) whole",
+            0,
+            "from the checkpoint's shapes: median 0.5 %, worst 8 % from the weights real start-up logs report "
+            "(docs/accuracy.md)",
         )
     )
     terms.append(
