@@ -309,3 +309,20 @@ def test_qa_plan_both_engines_take_both_engines_flags(capsys: pytest.CaptureFixt
     assert code == 0, err
     data = json.loads(out)
     assert data["settings"]["gpu_memory_utilization"] == 0.9 and data["sglang"]["mem_fraction_static"] == 0.8
+
+
+def test_qa_plan_engine_version_outside_the_known_range_warns(capsys: pytest.CaptureFixture[str]) -> None:
+    """`--engine-version 99.0.0` printed "vLLM 99.0.0's default utilisation" with 0.33.0's rules and no word that
+    the version is unknown; 0.1.0 (before the V0 0.6 rules modelled) likewise; SGLang 99 / 0.1 the same."""
+    code, out, _ = run(capsys, "plan", "--json", "--engine-version", "99.0.0")
+    assert code == 0 and any(
+        "newer than the latest version vramctl models" in w for w in json.loads(out)["warnings"]
+    )
+    code, out, _ = run(capsys, "plan", "--json", "--engine-version", "0.1.0")
+    assert any("predates the oldest version" in w for w in json.loads(out)["warnings"])
+    code, out, _ = run(capsys, "plan", "--json", "--engine-version", "0.33.0")
+    assert not any("vramctl models" in w for w in json.loads(out)["warnings"])
+    code, out, _ = run(capsys, "plan", "--json", "--engine", "sglang", "--engine-version", "99")
+    assert any("newer than the latest version" in n for n in json.loads(out)["sglang"]["notes"])
+    code, out, _ = run(capsys, "plan", "--json", "--engine", "sglang", "--engine-version", "0.1")
+    assert any("predates the oldest version" in n for n in json.loads(out)["sglang"]["notes"])

@@ -35,7 +35,7 @@ from vramctl.core.ledger import (
     Term,
     TermSource,
 )
-from vramctl.core.settings import ServeSettings, parse_version
+from vramctl.core.settings import LATEST_VLLM_VERSION, ServeSettings, parse_version
 from vramctl.core.specs import FULL_ATTENTION, GpuSpec, ModelSpec, dtype_bytes
 from vramctl.core.units import GiB, cdiv, vllm_format_gib
 from vramctl.core.utilization import UtilizationRow, utilization_trade
@@ -772,11 +772,34 @@ def _utilization_rows(core: _Core) -> tuple[UtilizationRow, ...]:
     )
 
 
+OLDEST_VLLM_VERSION = "0.6.0"
+"""The oldest vLLM whose memory rules vramctl models (V0 0.6.x; ../shared/reference/vllm.md §6)."""
+
+
+def _version_outside_known(version: str) -> str:
+    """A warning when `version` lies outside the versions modelled: the nearest known rules are applied."""
+    v = parse_version(version)
+    if v > parse_version(LATEST_VLLM_VERSION):
+        return (
+            f"vLLM {version} is newer than the latest version vramctl models ({LATEST_VLLM_VERSION}): planned with "
+            f"{LATEST_VLLM_VERSION}'s rules; check the release notes for memory-profiling changes"
+        )
+    if v < parse_version(OLDEST_VLLM_VERSION):
+        return (
+            f"vLLM {version} predates the oldest version vramctl models ({OLDEST_VLLM_VERSION}): planned with V0 "
+            "0.6's rules, which may not be this version's"
+        )
+    return ""
+
+
 def _explanations(model: ModelSpec, gpu: GpuSpec, core: _Core, ledger: Ledger) -> tuple[list[str], list[str]]:
     s = core.s
     st = core.binding
     notes: list[str] = []
     warnings: list[str] = []
+    known = _version_outside_known(s.version)
+    if known:
+        warnings.append(known)
     u_default = "gpu_memory_utilization" in s.defaults_used
     notes.append(
         f"requested = ceil({core.capacity / GiB:.2f} GiB × {s.gpu_memory_utilization}) = {core.requested / GiB:.2f} GiB"

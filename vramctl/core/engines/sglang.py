@@ -793,6 +793,10 @@ def _vlm_factor(options: SglangOptions) -> float | None:
     return 0.95 * min(max(1 - 0.1 * (complexity - 1), 0.8), 1.05)
 
 
+OLDEST_SGLANG_VERSION = "0.4.0"
+"""The oldest SGLang whose memory rules vramctl models (../shared/reference/sglang.md §1.6)."""
+
+
 def plan_sglang(
     model: ModelSpec, gpu: GpuSpec, settings: ServeSettings, *, options: SglangOptions | None = None
 ) -> SglangPlan:
@@ -814,6 +818,16 @@ def plan_sglang(
     gpu_mem, capacity = gpu_mem_mib_for(gpu, settings)
     branch: list[str] = [f"SGLang {version}: rules of {rules} ({SGLANG_REF} §1.6)"]
     notes: list[str] = []
+    if parse_version(version) > parse_version(LATEST_SGLANG_VERSION):
+        notes.append(
+            f"SGLang {version} is newer than the latest version vramctl models ({LATEST_SGLANG_VERSION}): planned "
+            f"with {rules}'s rules"
+        )
+    elif parse_version(version) < parse_version(OLDEST_SGLANG_VERSION):
+        notes.append(
+            f"SGLang {version} predates the oldest version vramctl models ({OLDEST_SGLANG_VERSION}): planned with "
+            f"{rules}'s rules, which may not be this version's"
+        )
     role = opts.disaggregation_mode
     is_mla = model.mla is not None
 
