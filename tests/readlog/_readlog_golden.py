@@ -71,6 +71,8 @@ KEY_FACTS: dict[str, tuple[tuple[str, ...], ...]] = {
     "mamba_page_padding_pct": (("mamba_page_padding_pct",),),
     "padding_layers_warning": (("kv_padding_layers",), ("kv_padding_waste_pct",)),
     "encoder_cache_budget_tokens": (("encoder_cache_budget_tokens",),),
+    "cuda_graph_profiling": (("cuda_graphs_profiled",), ("cuda_graph_largest_size",)),
+    "cuda_graph_addresses": (("cuda_graph_addresses",),),
     # SGLang
     "load_weight_begin_avail_gb": (("load_begin_avail",),),
     "load_weight_end_avail_gb": (("load_end_avail",),),
@@ -111,8 +113,6 @@ NOT_LOG_LINES: dict[str, str] = {
     "cudagraph_gib_llama2_7b": "a Markdown table in the issue prose (the log line itself is tested in test_035)",
     "cudagraph_gib_llama2_70b": "a Markdown table in the issue prose (the log line itself is tested in test_035)",
     "v1_second_instance": "an error message (explain-oom's domain), not a number",
-    "cuda_graph_profiling": "the list of graph modes and batch sizes profiled (`PIECEWISE=16 (largest=16)`), not a size",
-    "cuda_graph_addresses": "SGLang's count of all-reduce buffer addresses registered at capture, not a size",
 }
 
 _NUMBER_RE = re.compile(r"(?<![\w.])-?\d[\d,]*(?:\.\d+)?")

@@ -400,6 +400,7 @@ PREFILTER_ANCHORS: tuple[bytes, ...] = (
     b"Setting attention block",
     b"KV cache scaling",
     b"Padding mamba",
+    b"Registering",
     b"KV cache memory",
     b"Encoder cache will",
     b"Loading weights took",
@@ -837,6 +838,10 @@ _BUDGET_KEYS = frozenset(
         "max_total_num_tokens",
         "cuda_graph_actual",
         "consumed_memory",
+        "load_mem_usage",
+        "graph_begin_avail",
+        "graph_mem_usage",
+        "graph_end_avail",
     }
 )
 

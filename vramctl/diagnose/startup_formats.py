@@ -91,6 +91,15 @@ FACTS: dict[str, FactInfo] = {
         "the utilisation that keeps the pre-0.21 KV cache with CUDA-graph profiling (util + estimate/total)",
     ),
     "graph_seconds": FactInfo(Kind.SECONDS, "CUDA-graph capture time"),
+    "cuda_graphs_profiled": FactInfo(
+        Kind.COUNT, "CUDA graphs of the first mode the memory profiling captures"
+    ),
+    "cuda_graph_largest_size": FactInfo(
+        Kind.COUNT, "largest batch size (tokens) the profiled graphs capture"
+    ),
+    "cuda_graph_addresses": FactInfo(
+        Kind.COUNT, "buffer addresses registered for custom all-reduce at capture"
+    ),
     "num_gpu_blocks": FactInfo(Kind.COUNT, "GPU KV blocks", kv_phase=True),
     "num_cpu_blocks": FactInfo(Kind.COUNT, "CPU (swap) KV blocks"),
     "kv_tokens": FactInfo(Kind.COUNT, "KV cache size in tokens", kv_phase=True),
@@ -494,6 +503,16 @@ VLLM_FORMATS: tuple[LineFormat, ...] = (
         "vLLM model_loader/default_loader.py:507 (0.33.0)",
     ),
     # ---- CUDA graphs
+    _f(
+        "cg-profiling",
+        "vllm",
+        "Profiling CUDA graph memory:",
+        r"Profiling CUDA graph memory: \w+=(?P<cuda_graphs_profiled>\d+) \(largest=(?P<cuda_graph_largest_size>\d+)\)",
+        "vLLM ≥0.19 gpu_model_runner.py:6304 (0.33.0): `Profiling CUDA graph memory: %s` (`MODE=count (largest=N)`, "
+        "one per mode)",
+        min_version=(0, 19, 0),
+        variant="V1",
+    ),
     _f(
         "cg-estimate",
         "vllm",
@@ -947,6 +966,14 @@ SGLANG_FORMATS: tuple[LineFormat, ...] = (
         r"Capture (?:\w+ )?(?:prefill|piecewise) CUDA graph end\..*?avail mem=(?P<prefill_graph_end_avail>{NUM}) GB",
         "SGLang 0.5.18 cuda_graph_setup.py",
         min_version=(0, 5, 9),
+    ),
+    _f(
+        "sgl-graph-addresses",
+        "sglang",
+        "Registering ",
+        r"Registering (?P<cuda_graph_addresses>\d+) cuda graph addresses",
+        "SGLang custom_all_reduce.py register_graph_buffers (also vLLM's, DEBUG; vllm.md: counted in the capture's "
+        "free-memory drop)",
     ),
     _f(
         "sgl-capture-progress",
