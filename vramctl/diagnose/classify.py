@@ -18,6 +18,7 @@ Nothing here names a particular message: that is all in catalogue.yaml.
 
 from __future__ import annotations
 
+import bisect
 import io
 import itertools
 import os
@@ -580,6 +581,7 @@ class _Analyser:
         self.recent: deque[_Context] = deque(maxlen=4000)
         self.global_facts: dict[str, tuple[int, FactValue]] = {}
         self.markers: list[_Context] = []
+        self.marker_lines: list[int] = []  # the markers' line numbers (for bisect)
         self.engine_votes: dict[str, int] = {}
         self.engine_version: tuple[str, str] | None = None
         self.versions: list[tuple[int, str, str]] = []  # (line, engine, version) each time it changes
@@ -646,6 +648,7 @@ class _Analyser:
                     self.markers[-1] = marker
                 elif len(self.markers) < 100000:
                     self.markers.append(marker)
+                    self.marker_lines.append(number)
         seen: set[int] = set()
         for key in hit.keys:
             for index in cat.keys_to_signatures.get(key, ()):
@@ -703,7 +706,14 @@ class _Analyser:
         if self.root is None and strong:
             self.root = cur
             return
-        if self.root is None and self.fallback is None:
+        if self.root is None and (
+            self.fallback is None or (not self._has_failure(self.fallback) and self._has_failure(cur))
+        ):
+            if self.fallback is not None:  # the consequence-only incident becomes a later failure
+                top = _top_event(self.cat, self.fallback)
+                self.other_count += 1
+                if top is not None and len(self.other) < MAX_OTHER_FAILURES:
+                    self.other.append((self.fallback, top))
             self.fallback = cur
             return
         # a later failure: keep its top event for other_failures
@@ -711,6 +721,9 @@ class _Analyser:
         self.other_count += 1
         if top is not None and len(self.other) < MAX_OTHER_FAILURES:
             self.other.append((cur, top))
+
+    def _has_failure(self, incident: _Incident) -> bool:
+        return any(self.cat.signatures[e.sig_index].kind == "failure" for e in incident.events)
 
     def engine(self) -> str | None:
         if not self.engine_votes:
@@ -771,14 +784,26 @@ def _context_phase(an: _Analyser, incident: _Incident, root_line: int) -> tuple[
     if frames:
         best = max(frames, key=lambda c: (c.rank, -c.line))
         return best.phase, best
-    marker = None
-    for m in an.markers:
-        if m.line > root_line:
-            break
-        marker = m
+    marker = _last_marker(an, root_line)
     if marker is not None:
         return marker.phase, marker
+    # Nothing before the failure places it: the failure is quoted ahead of the lines that led up to it (an issue
+    # title or a summary line on top of the pasted log). It happened after them: the last progress marker within
+    # the incident's reach places it (reported as inferred).
+    later = None
+    for m in an.markers[bisect.bisect_right(an.marker_lines, root_line) :]:
+        if m.line > hi:
+            break
+        later = m
+    if later is not None:
+        return later.phase, later
     return None, None
+
+
+def _last_marker(an: _Analyser, line: int) -> _Context | None:
+    """The last progress marker at or before `line` (markers are kept in file order)."""
+    index = bisect.bisect_right(an.marker_lines, line)
+    return an.markers[index - 1] if index else None
 
 
 def _names(
@@ -834,6 +859,11 @@ def _names(
         names["phase_unknown"] = True
     else:
         names[_phase_name(ctx_phase)] = True
+    # where the progress lines say the engine was, even when frames decide the phase (a sampler warm-up after the
+    # KV cache was sized is the post-capture one)
+    marker = _last_marker(an, root.line)
+    if marker is not None and marker.phase is not None:
+        names["marker_" + marker.phase.replace("-", "_")] = True
     names["engine_known"] = engine is not None
     return names
 
@@ -923,6 +953,16 @@ def _decide(
     phase_inferred = False
     if phase == "context":
         phase = ctx_phase or sig.default_phase or "unknown"
+        if (
+            ctx_item is not None
+            and ctx_item.kind == "marker"
+            and ctx_item.line > root.line
+            and phase == ctx_phase
+        ):
+            phase_inferred = True
+            why.append(
+                f"phase inferred from line {ctx_item.line}: the failure is quoted above the lines that led to it"
+            )
         if phase == "unknown":
             for guess in cat.phase_guess:
                 if evaluate(guess.when, names):
@@ -1150,12 +1190,19 @@ def _no_failure(an: _Analyser, stats: ScanStats, warnings: list[str], source: st
     engine = an.engine()
     version = an.engine_version[1] if an.engine_version is not None else None
     facts = {name: value for name, (_, value) in an.global_facts.items()}
+    # how far the engine got: the phase of the last progress line (the log may end before the failure it is about)
+    last = an.markers[-1] if an.markers else None
+    why = (
+        (f"the last progress line (line {last.line}) is in phase {last.phase}: the log ends there",)
+        if last is not None and last.phase is not None
+        else ()
+    )
     return Diagnosis(
         cause="no-failure",
-        phase="unknown",
+        phase=last.phase if last is not None and last.phase is not None else "unknown",
         confidence="high" if stats.lines else "low",
         summary="the log holds no failure" if stats.lines else "the log is empty",
-        why=(),
+        why=why,
         evidence=(),
         facts=facts,
         fixes=(),
