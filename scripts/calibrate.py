@@ -806,25 +806,30 @@ def score(rows: list[Row]) -> float:
     return sum(meds) / len(meds) if meds else 0.0
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--samples", default=str(ROOT.parent / "shared" / "samples" / "startup"))
-    parser.add_argument("--collected", default=str(COLLECTED), help="held-out logs (index.yaml)")
-    parser.add_argument("--write", default=None, help="write the report here (e.g. docs/accuracy.md)")
-    parser.add_argument(
-        "--sampler-replay", action="store_true", help="replay vLLM's sampler warm-up on the CPU (needs torch)"
-    )
-    args = parser.parse_args(argv)
-    if args.sampler_replay:
-        print(
-            f"{sampler_replay():.2f} fp32 [num_reqs, vocab] copies alive at the sampler warm-up peak (CPU replay)"
-        )
-        return 0
-    index_doc = yaml.safe_load((Path(args.samples) / "index.yaml").read_text())
+@dataclass(frozen=True)
+class Evaluation:
+    """Everything the report shows: the final constants, the rows, the refit decision, the bands."""
+
+    calibration: est.Calibration
+    refit: bool
+    score_samples_only: float
+    score_with_collected: float
+    bands: dict[str, float]
+    """Term -> 90th percentile of the out-of-sample |error| %."""
+    medians: dict[str, float]
+    held_rows: list[Row]
+    """(point, term, logged, before = PRE_COLLECTED, samples-only fit)."""
+    final_rows: list[Row]
+    report: str
+
+
+def evaluate(samples: str | Path, collected: str | Path = COLLECTED) -> Evaluation:
+    """Fit on the samples, evaluate held out on the collected logs, decide the refit, derive the bands."""
+    index_doc = yaml.safe_load((Path(samples) / "index.yaml").read_text())
     by_id = {str(p["id"]).zfill(3): p for p in index_doc["datapoints"]}
     points = [p for p in POINTS if p.id[:3] in by_id]
     logged = {p.id: logged_values(p, by_id[p.id[:3]]) for p in points}
-    held_doc = yaml.safe_load((Path(args.collected) / "index.yaml").read_text())
+    held_doc = yaml.safe_load((Path(collected) / "index.yaml").read_text())
     by_c = {"c" + str(e["id"]).zfill(3): e for e in held_doc["datapoints"]}
     held = [p for p in HELD_OUT if p.id in by_c]
     logged.update({p.id: collected_logged(p, by_c[p.id]) for p in held})
@@ -878,6 +883,27 @@ def main(argv: list[str] | None = None) -> int:
         medians=medians,
         final_rows=final_rows,
     )
+    return Evaluation(
+        final, refit, score(scheme_s), score(scheme_c), bands, medians, held_rows, final_rows, report
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--samples", default=str(ROOT.parent / "shared" / "samples" / "startup"))
+    parser.add_argument("--collected", default=str(COLLECTED), help="held-out logs (index.yaml)")
+    parser.add_argument("--write", default=None, help="write the report here (e.g. docs/accuracy.md)")
+    parser.add_argument(
+        "--sampler-replay", action="store_true", help="replay vLLM's sampler warm-up on the CPU (needs torch)"
+    )
+    args = parser.parse_args(argv)
+    if args.sampler_replay:
+        print(
+            f"{sampler_replay():.2f} fp32 [num_reqs, vocab] copies alive at the sampler warm-up peak (CPU replay)"
+        )
+        return 0
+    ev = evaluate(args.samples, args.collected)
+    report = ev.report
     print(report)
     if args.write:
         from vramctl.core.atomic import write_text_atomic
