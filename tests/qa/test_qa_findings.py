@@ -326,3 +326,21 @@ def test_qa_plan_engine_version_outside_the_known_range_warns(capsys: pytest.Cap
     assert any("newer than the latest version" in n for n in json.loads(out)["sglang"]["notes"])
     code, out, _ = run(capsys, "plan", "--json", "--engine", "sglang", "--engine-version", "0.1")
     assert any("predates the oldest version" in n for n in json.loads(out)["sglang"]["notes"])
+
+
+def test_qa_plan_json_and_markdown_together_is_bad_input(capsys: pytest.CaptureFixture[str]) -> None:
+    """`plan --json --markdown` printed JSON and exited 0 (check, explain-oom and read-log refuse the pair)."""
+    line = one_error_line(*run(capsys, "plan", "--json", "--markdown"))
+    assert "pick one" in line
+
+
+def test_qa_tiers_plan_context_within_the_model(capsys: pytest.CaptureFixture[str]) -> None:
+    """`tiers plan --context 1000000` for an 8,192-token model priced a prefill that cannot run; and the default
+    8,192 was used for Llama-2-7B, whose limit is 4,096."""
+    line = one_error_line(*run(capsys, "tiers", "plan", "--context", "1000000"))
+    assert "--context 1000000" in line and "max_position_embeddings (8192)" in line
+    code, out, err = run(capsys, "tiers", "plan", "llama-2-7b", "--json")
+    assert code in (0, 1), err
+    assert json.loads(out)["prefill_rate"]["context_tokens"] == 4096
+    code, out, _ = run(capsys, "tiers", "plan", "--json")
+    assert json.loads(out)["prefill_rate"]["context_tokens"] == 8192

@@ -280,6 +280,8 @@ def register(app: typer.Typer) -> None:
         json_out: bool = typer.Option(False, "--json", help="One JSON object (docs/json.md)."),
         markdown: bool = typer.Option(False, "--markdown", help="GitHub Markdown."),
     ) -> None:
+        if json_out and markdown:
+            raise BadInputError("--json and --markdown: pick one output format")
         options = {k: v for k, v in locals().items() if k not in ("words", "json_out", "markdown")}
         result, _, notes = run_plan(list(words or []), options)
         if notes:

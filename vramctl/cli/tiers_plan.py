@@ -23,6 +23,7 @@ from vramctl.core.units import parse_bytes, parse_number
 
 DEFAULT_MODEL = "meta-llama/Meta-Llama-3-8B-Instruct"
 DEFAULT_GPU = "h100-sxm"
+DEFAULT_CONTEXT = 8192
 
 
 def _count(text: str | None, flag: str) -> int | None:
@@ -87,8 +88,12 @@ def register(app: typer.Typer) -> None:
             "--achieved-flops",
             help="Achieved FLOP/s per GPU, e.g. 400e12 [default: 40% of the card's dense bf16].",
         ),
-        context: int = typer.Option(
-            8192, "--context", help="Prefill length the FLOPs per token are averaged over."
+        context: Optional[int] = typer.Option(
+            None,
+            "--context",
+            help="Prefill length the FLOPs per token are averaged over [default: 8192, or the model's "
+            "max_position_embeddings if shorter].",
+            show_default=False,
         ),
         tier: Optional[list[str]] = typer.Option(
             None, "--tier", help="Another tier, NAME=GB/s (repeatable)."
@@ -140,7 +145,7 @@ def register(app: typer.Typer) -> None:
             raise BadInputError(
                 f"--prefill-rate {prefill_rate} and --achieved-flops {achieved_flops}: give one or the other"
             )
-        if context <= 0:
+        if context is not None and context <= 0:
             raise BadInputError(f"--context {context}: must be a positive number of tokens")
         n_tokens = _count(tokens, "--tokens")
         assert n_tokens is not None
@@ -163,6 +168,13 @@ def register(app: typer.Typer) -> None:
         spec = load_model(model or DEFAULT_MODEL)
         card = load_gpu(gpu)
         check_tensor_parallel(spec, tp)
+        if context is None:
+            context = min(DEFAULT_CONTEXT, spec.max_position_embeddings)
+        elif context > spec.max_position_embeddings:
+            raise BadInputError(
+                f"--context {context}: longer than {spec.name}'s max_position_embeddings "
+                f"({spec.max_position_embeddings}); no prefill runs that long"
+            )
         bpt = kv_bytes_per_token(spec, kv_cache_dtype=kv_cache_dtype, tp=tp, pp=pp)
         rate = derive_rate(
             spec,
