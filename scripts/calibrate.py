@@ -19,7 +19,7 @@ import statistics
 import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 
@@ -46,12 +46,12 @@ class Point:
     version: str
     """The vLLM semantics the run used: V0 runs of 0.8.x are planned as 0.7.3 (V0, NCCL after the snapshot)."""
     settings: dict[str, Any] = field(default_factory=dict)
-    logged: dict[str, float] = field(default_factory=dict)
+    logged: dict[str, float | None] = field(default_factory=dict)
     """Overrides / derived logged values (e.g. activation = peak_torch − weights for the one-line V0 format)."""
     fit_activation: bool = True
     fit_graph: bool = True
     note: str = ""
-    engine: str = "vllm"
+    engine: Literal["vllm", "sglang"] = "vllm"
     only: tuple[str, ...] = ()
     """Compare only these terms (the card is unknown, so only card-independent conversions are meaningful)."""
 
@@ -783,7 +783,12 @@ def _rows(points: list[Point], logged: dict[str, dict[str, float]], first: Any, 
 
 def abs_errors(rows: list[Row], key: str, which: int = 4) -> list[float]:
     """|error| % of column `which` (3: first estimate, 4: second) for term `key`."""
-    return [abs(pct(r[which], r[2]) or 0.0) for r in rows if r[1] == key and r[2]]
+    return [abs(pct(_est(r, which), r[2]) or 0.0) for r in rows if r[1] == key and r[2]]
+
+
+def _est(row: Row, which: int) -> float:
+    """Column 3 (first estimate) or 4 (second estimate) of a row."""
+    return row[3] if which == 3 else row[4]
 
 
 def p90(values: list[float]) -> float:
@@ -924,7 +929,9 @@ def _unit(key: str) -> str:
 
 def _errs(rows: list[Row], key: str, which: int) -> list[tuple[float, str, float]]:
     return [
-        (abs(pct(r[which], r[2]) or 0.0), r[0].id, abs(r[which] - r[2])) for r in rows if r[1] == key and r[2]
+        (abs(pct(_est(r, which), r[2]) or 0.0), r[0].id, abs(_est(r, which) - r[2]))
+        for r in rows
+        if r[1] == key and r[2]
     ]
 
 
