@@ -115,7 +115,8 @@ class Signature:
     keys: tuple[str, ...]
     patterns: tuple[re.Pattern[str], ...]
     units: tuple[tuple[str, str], ...]
-    multiline: bool
+    multiline: int
+    """How many following lines the patterns also see (0: the line alone; `true` in the YAML is 2)."""
     when: ast.Expression | None
     derive: tuple[tuple[str, ast.Expression], ...]
     refine: tuple[Rule, ...]
@@ -282,6 +283,19 @@ def _fix(raw: dict[str, Any], where: str, known: set[str]) -> Fix:
     )
 
 
+MULTILINE_DEFAULT = 2
+MULTILINE_MAX = 8
+
+
+def _multiline(value: Any, where: str) -> int:
+    """`multiline: true` (the next 2 lines) or a number of following lines (messages printed over more lines)."""
+    if isinstance(value, bool):
+        return MULTILINE_DEFAULT if value else 0
+    if isinstance(value, int) and 0 <= value <= MULTILINE_MAX:
+        return value
+    raise CatalogueError(f"{where}: multiline must be true/false or 0..{MULTILINE_MAX}, got {value!r}")
+
+
 def _compile(pattern: Any, where: str) -> re.Pattern[str]:
     if not isinstance(pattern, str):
         raise CatalogueError(f"{where}: pattern must be a string")
@@ -405,7 +419,7 @@ def _load(path: Path) -> Catalogue:
                 keys=keys,
                 patterns=patterns,
                 units=tuple(units.items()),
-                multiline=bool(raw.get("multiline", False)),
+                multiline=_multiline(raw.get("multiline", False), where),
                 when=_expr(raw["when"], f"{where}.when") if raw.get("when") is not None else None,
                 derive=_lets(raw.get("derive"), f"{where}.derive"),
                 refine=refine,

@@ -51,8 +51,6 @@ MAX_OTHER_FAILURES = 20
 MAX_KEPT_TEXT = 2000
 """Characters of a line kept for evidence (patterns see the whole line, up to 64 KiB)."""
 MAX_EVIDENCE = 10
-WINDOW_FOLLOWING_LINES = 2
-"""A multi-line signature also sees this many following lines (messages that wrap)."""
 
 
 # --------------------------------------------------------------------------------------------------
@@ -194,6 +192,7 @@ class _Scanner:
             key for sig in cat.signatures if sig.kind in ("failure", "consequence") for key in sig.keys
         )
         self.multiline_keys = frozenset(key for sig in cat.signatures if sig.multiline for key in sig.keys)
+        self.window = max((sig.multiline for sig in cat.signatures), default=0)
 
     def _candidates(self, data: bytes, lo: int, hi: int, anchors: tuple[bytes, ...]) -> list[tuple[int, int]]:
         found: dict[int, int] = {}
@@ -215,7 +214,7 @@ class _Scanner:
 
     def _make(self, data: bytes, start: int, end: int, number: int, keys: frozenset[str]) -> Hit:
         raw = data[start : min(end, start + 65536)]
-        following = _following(data, end + 1, WINDOW_FOLLOWING_LINES) if keys & self.multiline_keys else ()
+        following = _following(data, end + 1, self.window) if keys & self.multiline_keys else ()
         return Hit(make_line(number, raw), keys, following)
 
     def _hit(self, data: bytes, start: int, end: int, number: int) -> Hit | None:
@@ -551,7 +550,7 @@ class _Incident:
 def _match_signature(sig: Signature, hit: Hit) -> dict[str, FactValue] | None:
     texts = [hit.line.text]
     if sig.multiline and hit.following:
-        texts.append(" ".join((hit.line.text, *hit.following)))
+        texts.append(" ".join((hit.line.text, *hit.following[: sig.multiline])))
     best: dict[str, FactValue] | None = None
     for text in texts:
         for pattern in sig.patterns:
