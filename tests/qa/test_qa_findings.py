@@ -344,3 +344,22 @@ def test_qa_tiers_plan_context_within_the_model(capsys: pytest.CaptureFixture[st
     assert json.loads(out)["prefill_rate"]["context_tokens"] == 4096
     code, out, _ = run(capsys, "tiers", "plan", "--json")
     assert json.loads(out)["prefill_rate"]["context_tokens"] == 8192
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["plan", ""], "empty model name"),
+        (["plan", "--model", ""], "empty model name"),
+        (["plan", "--gpu", ""], "empty GPU name"),
+        (["tiers", "plan", ""], "empty model name"),
+        (["tiers", "bench", "", "--skip-device"], "empty model name"),
+    ],
+)
+def test_qa_empty_names_are_bad_input(
+    args: list[str], needle: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`plan --model ''`, `plan --gpu ''` and `tiers plan ''` planned the defaults (an empty name is falsy) and
+    exited 0; `plan ''` failed with an internal error (exit 70) after the quoted-command change."""
+    line = one_error_line(*run(capsys, *args))
+    assert needle in line

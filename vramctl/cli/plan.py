@@ -117,7 +117,8 @@ def run_plan(
     notes: tuple[str, ...] = ()
     command = None
     if words:
-        if len(words) == 1 and words[0].split()[:1] != [words[0]] and _is_launcher(words[0].split()[0]):
+        pasted = words[0].split() if len(words) == 1 else []
+        if len(pasted) > 1 and _is_launcher(pasted[0]):
             words = split_words(words[0])  # the whole command pasted as one quoted argument
         is_command = len(words) > 1 or _is_launcher(words[0])
         if is_command:
@@ -125,12 +126,12 @@ def run_plan(
             settings = command.apply(settings)
             model_name = command.model
             notes = command.notes
-            if model_name is None and not options.get("model"):
+            if model_name is None and options.get("model") is None:
                 flag = "MODEL after `vllm serve`" if command.engine == "vllm" else "--model-path MODEL"
                 raise BadInputError(f"serve command: no model (give {flag}, or --model)")
         else:
             model_name = words[0]
-    if options.get("model"):
+    if options.get("model") is not None:
         if model_name is not None and model_name != options["model"]:
             notes = (*notes, f"--model {options['model']} overrides {model_name!r} from the command")
         model_name = options["model"]
@@ -217,7 +218,7 @@ def run_plan(
     if gpu_name is None and settings.gpu_memory_bytes is not None:
         gpu = registry.gpu_from_capacity(settings.gpu_memory_bytes)
     else:
-        gpu = registry.load_gpu(gpu_name or DEFAULT_GPU)
+        gpu = registry.load_gpu(DEFAULT_GPU if gpu_name is None else gpu_name)
     return plan(model, gpu, settings), model_name, notes
 
 

@@ -43,7 +43,7 @@ def _geometry(
     from vramctl.core.kv import page_size_bytes
     from vramctl.registry import load_model
 
-    spec = load_model(model or DEFAULT_MODEL)
+    spec = load_model(DEFAULT_MODEL if model is None else model)
     page = page_size_bytes(spec, block_size=block_size, kv_cache_dtype=kv_cache_dtype, tp=tp)
     tp_note = f", tp={tp} (per rank)" if tp > 1 else ""
     dtype_note = f", kv-cache-dtype {kv_cache_dtype}" if kv_cache_dtype != "auto" else ""

@@ -165,7 +165,7 @@ def register(app: typer.Typer) -> None:
 
             check_plot_target(plot)
 
-        spec = load_model(model or DEFAULT_MODEL)
+        spec = load_model(DEFAULT_MODEL if model is None else model)
         card = load_gpu(gpu)
         check_tensor_parallel(spec, tp)
         if context is None:
