@@ -363,3 +363,34 @@ def test_qa_empty_names_are_bad_input(
     exited 0; `plan ''` failed with an internal error (exit 70) after the quoted-command change."""
     line = one_error_line(*run(capsys, *args))
     assert needle in line
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (
+            ["--chunked-prefill-size", "99999999999999999999"],
+            "--chunked-prefill-size 100000000000000000000: absurdly",
+        ),
+        (["--cuda-graph-max-bs", "1e9"], "--cuda-graph-max-bs 1000000000: absurdly large"),
+        (["--max-total-tokens", "1e15"], "--max-total-tokens 1000000000000000: absurdly large"),
+        (["--enable-hierarchical-cache", "--hicache-size", "1e300"], "--hicache-size 1e+300: absurdly large"),
+        (
+            ["--enable-hierarchical-cache", "--hicache-ratio", "1e300"],
+            "--hicache-ratio 1e+300: absurdly large",
+        ),
+    ],
+)
+def test_qa_sglang_huge_values_are_bad_input(
+    args: list[str], needle: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Found by fuzzing `plan --engine sglang`: --chunked-prefill-size 1e20 ran out of memory building the graph
+    buckets (internal error, exit 70); --hicache-size 1e300 hit `float NaN to integer` (exit 70);
+    --cuda-graph-max-bs 1e9 printed mem_fraction_static=-86827.479 as "heuristic"."""
+    line = one_error_line(*run(capsys, "plan", "--engine", "sglang", "--gpu", "l4", *args))
+    assert needle in line
+
+
+def test_qa_vllm_offload_huge_value_is_bad_input(capsys: pytest.CaptureFixture[str]) -> None:
+    line = one_error_line(*run(capsys, "plan", "--kv-offloading-size", "1e300"))
+    assert "--kv-offloading-size 1e+300: absurdly large" in line

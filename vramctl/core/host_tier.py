@@ -96,6 +96,11 @@ class HostTierPlan:
         }
 
 
+MAX_HOST_TIER_BYTES = 1 << 50
+"""1 PiB: a host tier above it is a typo (and its token count overflows a float)."""
+MAX_HICACHE_RATIO = 1000.0
+
+
 def machine_memory_bytes() -> int | None:
     """This machine's RAM: MemTotal from /proc/meminfo (Linux); None where there is none."""
     try:
@@ -161,6 +166,10 @@ def plan_hicache(
     size_gb = settings.hicache_size_gb or 0.0
     if size_gb < 0:
         raise BadInputError(f"--hicache-size {size_gb}: must be ≥ 0 (decimal GB per rank)")
+    if size_gb * GB > MAX_HOST_TIER_BYTES:
+        raise BadInputError(
+            f"--hicache-size {size_gb:g}: absurdly large (at most {MAX_HOST_TIER_BYTES // GB:,} GB)"
+        )
     if size_gb > 0:
         tokens = int(size_gb * GB // kv_bytes_per_token)
         ratio = tokens / device_kv_tokens if device_kv_tokens else 0.0
@@ -171,6 +180,8 @@ def plan_hicache(
         ratio = settings.hicache_ratio if settings.hicache_ratio is not None else default
         if ratio <= 0:
             raise BadInputError(f"--hicache-ratio {ratio}: must be > 0")
+        if ratio > MAX_HICACHE_RATIO:
+            raise BadInputError(f"--hicache-ratio {ratio:g}: absurdly large (at most {MAX_HICACHE_RATIO:g})")
         flag = f"--hicache-ratio {ratio:g}"
         device_bytes = device_kv_tokens * kv_bytes_per_token
         if (
@@ -271,6 +282,10 @@ def plan_vllm_offload(
     size_gib = settings.kv_offloading_size_gib
     if size_gib <= 0:
         raise BadInputError(f"--kv-offloading-size {size_gib}: must be > 0 (GiB, total across TP ranks)")
+    if size_gib * GiB > MAX_HOST_TIER_BYTES:
+        raise BadInputError(
+            f"--kv-offloading-size {size_gib:g}: absurdly large (at most {MAX_HOST_TIER_BYTES // GiB:,} GiB)"
+        )
     if blocks_per_chunk < 1:
         raise BadInputError(f"blocks_per_chunk {blocks_per_chunk}: must be ≥ 1")
     flag = f"--kv-offloading-size {size_gib:g}"

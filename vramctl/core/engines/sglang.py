@@ -760,6 +760,11 @@ def gpu_mem_mib_for(gpu: GpuSpec, settings: ServeSettings) -> tuple[int | None, 
     return smi, capacity
 
 
+_ABSURD_TOKENS = 1 << 26
+"""A token count above 67,108,864 is a typo (vramctl.core.plan uses the same bound for vLLM)."""
+_ABSURD_REQUESTS = 1 << 20
+
+
 def _validate(settings: ServeSettings, options: SglangOptions) -> None:
     if settings.tensor_parallel_size < 1:
         raise BadInputError(f"--tp-size {settings.tensor_parallel_size}: must be ≥ 1")
@@ -778,6 +783,16 @@ def _validate(settings: ServeSettings, options: SglangOptions) -> None:
     ):
         if value is not None and value < 1:
             raise BadInputError(f"{name} {value}: must be ≥ 1")
+    for name, value, upper in (
+        ("--max-total-tokens", settings.max_total_tokens, _ABSURD_TOKENS),
+        ("--chunked-prefill-size", settings.chunked_prefill_size, _ABSURD_TOKENS),
+        ("--max-prefill-tokens", settings.max_prefill_tokens, _ABSURD_TOKENS),
+        ("--page-size", settings.page_size, _ABSURD_TOKENS),
+        ("--max-running-requests", settings.max_running_requests, _ABSURD_REQUESTS),
+        ("--cuda-graph-max-bs", settings.cuda_graph_max_bs, _ABSURD_REQUESTS),
+    ):
+        if value is not None and value > upper:
+            raise BadInputError(f"{name} {value}: absurdly large (at most {upper:,})")
     if options.dp_size < 1:
         raise BadInputError(f"--dp-size {options.dp_size}: must be ≥ 1")
     if not 0 < options.swa_full_tokens_ratio <= 1:
