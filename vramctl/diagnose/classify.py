@@ -926,7 +926,7 @@ def _decide(
     names = _names(an, incident, root, ctx_phase, engine)
     cause, phase, confidence, why, refined = _resolve(cat, sig, names, ctx_phase)
     # the same small failure again and again: something is never given back
-    if sig.repeat is not None and not refined:
+    if sig.repeat is not None and not refined and root.facts:  # the same numbers again, not just the same words
         same = [
             e for e in incident.events if e.sig_index == root.sig_index and _same_facts(e.facts, root.facts)
         ]
@@ -1002,10 +1002,11 @@ def _decide(
     if info is not None and not do_not_src:
         do_not_src.extend(info.do_not)
     do_not: list[str] = []
-    for text in do_not_src:
+    for text in do_not_src:  # alternatives: the first whose numbers the log gives (a fallback without numbers last)
         filled = fill(text, names)
-        if filled and filled not in do_not:
+        if filled:
             do_not.append(filled)
+            break
 
     evidence = _evidence(an, incident, root, ctx_item)
     facts = {k: v for k, v in names.items() if isinstance(v, (int, float, str)) and not isinstance(v, bool)}
