@@ -926,7 +926,8 @@ def _decide(
     names = _names(an, incident, root, ctx_phase, engine)
     cause, phase, confidence, why, refined = _resolve(cat, sig, names, ctx_phase)
     # the same small failure again and again: something is never given back
-    if sig.repeat is not None and not refined and root.facts:  # the same numbers again, not just the same words
+    # (the same numbers again, not just the same words)
+    if sig.repeat is not None and not refined and root.facts:
         same = [
             e for e in incident.events if e.sig_index == root.sig_index and _same_facts(e.facts, root.facts)
         ]
@@ -1002,7 +1003,8 @@ def _decide(
     if info is not None and not do_not_src:
         do_not_src.extend(info.do_not)
     do_not: list[str] = []
-    for text in do_not_src:  # alternatives: the first whose numbers the log gives (a fallback without numbers last)
+    # alternatives: the first whose numbers the log gives (a fallback without numbers last)
+    for text in do_not_src:
         filled = fill(text, names)
         if filled:
             do_not.append(filled)
