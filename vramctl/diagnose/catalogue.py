@@ -139,6 +139,9 @@ class FrameRule:
 class Marker:
     keys: tuple[str, ...]
     phase: str
+    """The phase the engine is in AFTER this line (what a failure after it interrupts)."""
+    done: str | None = None
+    """The phase this line reports finished (a result line): where a log that ends here stopped."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -460,6 +463,7 @@ def _load(path: Path) -> Catalogue:
         Marker(
             keys=tuple(m["keys"]),
             phase=str(_check_phase(m.get("phase"), "markers", allow_context=False, allow_none=False)),
+            done=_check_phase(m.get("done"), "markers", allow_context=False),
         )
         for m in data.get("markers") or ()
     )

@@ -529,6 +529,8 @@ class _Context:
     rank: int = 0
     phase: str | None = None
     text: str = ""
+    done: str | None = None
+    """For a marker: the phase it reports finished (where a log that ends on it stopped)."""
 
 
 @dataclass(slots=True)
@@ -589,7 +591,7 @@ class _Analyser:
         self.hint_keys = {word: name for name, words in cat.hints.items() for word in words}
         self.global_hint_keys = {word: name for name, words in cat.global_hints.items() for word in words}
         self.global_hints: dict[str, int] = {}  # hint -> first line
-        self.marker_keys = {key: m.phase for m in cat.markers for key in m.keys}
+        self.marker_keys = {key: m for m in cat.markers for key in m.keys}
         self.version_keys = {key: v for v in cat.versions for key in v.keys}
         self.settings_keys = frozenset(cat.settings_keys)
         self.method_keys = frozenset(cat.method_keys)
@@ -639,9 +641,9 @@ class _Analyser:
             ghint = self.global_hint_keys.get(key)
             if ghint is not None:
                 self.global_hints.setdefault(ghint, number)
-            phase = self.marker_keys.get(key)
-            if phase is not None:
-                marker = _Context(number, "marker", key, phase=phase, text=short)
+            found = self.marker_keys.get(key)
+            if found is not None:
+                marker = _Context(number, "marker", key, phase=found.phase, text=short, done=found.done)
                 # the later entry of the markers list wins for one line (kv-alloc after profiling, ...)
                 if self.markers and self.markers[-1].line == number:
                     self.markers[-1] = marker
@@ -924,6 +926,7 @@ def _decide(
         engine = sig.engine  # the message itself names its engine
     ctx_phase, ctx_item = _context_phase(an, incident, root.line)
     names = _names(an, incident, root, ctx_phase, engine)
+    names["lines_to_end"] = max(0, stats.lines - incident.end)  # a cut-off log ends inside its failure
     cause, phase, confidence, why, refined = _resolve(cat, sig, names, ctx_phase)
     # the same small failure again and again: something is never given back
     # (the same numbers again, not just the same words)
@@ -1012,7 +1015,7 @@ def _decide(
 
     evidence = _evidence(an, incident, root, ctx_item)
     facts = {k: v for k, v in names.items() if isinstance(v, (int, float, str)) and not isinstance(v, bool)}
-    for internal in ("margin_bytes", "count"):
+    for internal in ("margin_bytes", "count", "lines_to_end"):
         facts.pop(internal, None)
     for k, v in list(facts.items()):
         if k.endswith("_bytes") and isinstance(v, float):
@@ -1192,16 +1195,18 @@ def _no_failure(an: _Analyser, stats: ScanStats, warnings: list[str], source: st
     engine = an.engine()
     version = an.engine_version[1] if an.engine_version is not None else None
     facts = {name: value for name, (_, value) in an.global_facts.items()}
-    # how far the engine got: the phase of the last progress line (the log may end before the failure it is about)
+    # how far the engine got: the last progress line (the log may end before the failure it is about): the phase
+    # it reports finished (a result line such as `Available KV cache memory` ends profiling), else the one it starts
     last = an.markers[-1] if an.markers else None
+    reached = (last.done or last.phase) if last is not None else None
     why = (
-        (f"the last progress line (line {last.line}) is in phase {last.phase}: the log ends there",)
-        if last is not None and last.phase is not None
+        (f"the last progress line (line {last.line}) is in phase {reached}: the log ends there",)
+        if last is not None and reached is not None
         else ()
     )
     return Diagnosis(
         cause="no-failure",
-        phase=last.phase if last is not None and last.phase is not None else "unknown",
+        phase=reached or "unknown",
         confidence="high" if stats.lines else "low",
         summary="the log holds no failure" if stats.lines else "the log is empty",
         why=why,

@@ -400,7 +400,6 @@ PREFILTER_ANCHORS: tuple[bytes, ...] = (
     b"Setting attention block",
     b"KV cache scaling",
     b"Padding mamba",
-    b"Registering",
     b"KV cache memory",
     b"Encoder cache will",
     b"Loading weights took",

@@ -97,9 +97,6 @@ FACTS: dict[str, FactInfo] = {
     "cuda_graph_largest_size": FactInfo(
         Kind.COUNT, "largest batch size (tokens) the profiled graphs capture"
     ),
-    "cuda_graph_addresses": FactInfo(
-        Kind.COUNT, "buffer addresses registered for custom all-reduce at capture"
-    ),
     "num_gpu_blocks": FactInfo(Kind.COUNT, "GPU KV blocks", kv_phase=True),
     "num_cpu_blocks": FactInfo(Kind.COUNT, "CPU (swap) KV blocks"),
     "kv_tokens": FactInfo(Kind.COUNT, "KV cache size in tokens", kv_phase=True),
@@ -966,14 +963,6 @@ SGLANG_FORMATS: tuple[LineFormat, ...] = (
         r"Capture (?:\w+ )?(?:prefill|piecewise) CUDA graph end\..*?avail mem=(?P<prefill_graph_end_avail>{NUM}) GB",
         "SGLang 0.5.18 cuda_graph_setup.py",
         min_version=(0, 5, 9),
-    ),
-    _f(
-        "sgl-graph-addresses",
-        "sglang",
-        "Registering ",
-        r"Registering (?P<cuda_graph_addresses>\d+) cuda graph addresses",
-        "SGLang custom_all_reduce.py register_graph_buffers (also vLLM's, DEBUG; vllm.md: counted in the capture's "
-        "free-memory drop)",
     ),
     _f(
         "sgl-capture-progress",
