@@ -641,9 +641,9 @@ class _Analyser:
             ghint = self.global_hint_keys.get(key)
             if ghint is not None:
                 self.global_hints.setdefault(ghint, number)
-            found = self.marker_keys.get(key)
-            if found is not None:
-                marker = _Context(number, "marker", key, phase=found.phase, text=short, done=found.done)
+            mark = self.marker_keys.get(key)
+            if mark is not None:
+                marker = _Context(number, "marker", key, phase=mark.phase, text=short, done=mark.done)
                 # the later entry of the markers list wins for one line (kv-alloc after profiling, ...)
                 if self.markers and self.markers[-1].line == number:
                     self.markers[-1] = marker
