@@ -235,3 +235,17 @@ def test_qa_tiers_simulate_json_contract(tmp_path: Path, capsys: pytest.CaptureF
     for point in sweep["sweep"]:
         for key in ("token_hit_rate", "request_hit_rate", "tiers"):
             assert key in point
+
+
+def test_qa_plan_largest_fitting_len_by_hand(capsys: pytest.CaptureFixture[str]) -> None:
+    """Llama-3.1-8B on an L4 at max_model_len 131,072: one request needs 131,072 × 131,072 B = 16.0 GiB; the pool is
+    smaller (exit 1, kv-cache-too-small-for-max-model-len). vLLM ≥0.12 keeps one null block out of the pool, so
+    the longest request that fits is floor((KV − block) / block) × 16 tokens."""
+    code, d = plan_json(capsys, "llama-3.1-8b", "--gpu", "l4", "--max-model-len", "131072")
+    assert code == 1 and d["verdict"] == "kv-cache-too-small-for-max-model-len"
+    bpb = d["bytes_per_block"]
+    assert bpb == 16 * 131_072
+    assert d["num_blocks"] == d["kv_cache_bytes"] // bpb
+    assert d["max_model_len_fit"] == (d["kv_cache_bytes"] - bpb) // bpb * 16
+    assert "16.0 GiB KV cache is needed" in d["verdict_message"]
+    assert f"estimated maximum model length is {d['max_model_len_fit']}" in d["verdict_message"]
