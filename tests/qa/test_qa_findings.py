@@ -394,3 +394,46 @@ def test_qa_sglang_huge_values_are_bad_input(
 def test_qa_vllm_offload_huge_value_is_bad_input(capsys: pytest.CaptureFixture[str]) -> None:
     line = one_error_line(*run(capsys, "plan", "--kv-offloading-size", "1e300"))
     assert "--kv-offloading-size 1e+300: absurdly large" in line
+
+
+def test_qa_check_and_plan_know_the_same_flags() -> None:
+    """Every flag plan's serve-command parser models is accepted by check's `command:` with the same effect.
+    Before: check refused vLLM's `--device-memory-utilization` alias and `--cuda-graph-sizes`, and plan ignored
+    SGLang 0.5.23's `--enable-hicache` alias (no host tier planned)."""
+    from vramctl.core import serve_command as sc
+
+    samples = {"float": "0.9", "int": "2", "sizes": "1,2,4", "str": "fp8", "bytes": "8GiB", "len": "4096"}
+    for engine, value_flags, bool_flags in (
+        ("vllm", sc._VLLM_VALUE_FLAGS, sc._VLLM_BOOL_FLAGS),
+        ("sglang", sc._SGLANG_VALUE_FLAGS, sc._SGLANG_BOOL_FLAGS),
+    ):
+        head = (
+            "vllm serve llama-3-8b"
+            if engine == "vllm"
+            else "python -m sglang.launch_server --model-path llama-3-8b"
+        )
+        for flag, (field, _) in value_flags.items():
+            if field == "model":
+                continue
+            if field in ("kv_cache_dtype",):
+                text = "fp8"
+            elif field == "dtype":
+                text = "bfloat16"
+            elif field == "cudagraph_capture_sizes":
+                text = samples["sizes"]
+            elif field == "kv_cache_memory_bytes":
+                text = samples["bytes"]
+            elif field in ("gpu_memory_utilization", "mem_fraction_static"):
+                text = "0.8"
+            elif field in ("hicache_ratio", "hicache_size_gb", "kv_offloading_size_gib"):
+                text = "4"
+            else:
+                text = samples["len"] if "len" in field or "tokens" in field else samples["int"]
+            command = f"{head} {flag} {text}"
+            expected = dict(parse_serve_command(command).changes)[field]
+            spec = parse_spec(f"gpu: h100-sxm\nengine: {engine}\ncommand: {command}\n")
+            assert getattr(spec.settings, field) == expected, command
+        for flag, (field, value) in bool_flags.items():
+            command = f"{head} {flag}"
+            spec = parse_spec(f"gpu: h100-sxm\nengine: {engine}\ncommand: {command}\n")
+            assert getattr(spec.settings, field) == value, command

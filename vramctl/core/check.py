@@ -90,6 +90,7 @@ FLAGS: dict[str, FlagSpec] = {
     "dtype": FlagSpec("dtype", "str", _BOTH),
     # vLLM (vllm/engine/arg_utils.py names)
     "gpu-memory-utilization": FlagSpec("gpu_memory_utilization", "float", _V),
+    "device-memory-utilization": FlagSpec("gpu_memory_utilization", "float", _V),  # vLLM's alias (vllm.md §6)
     "max-model-len": FlagSpec("max_model_len", "tokens", _V),
     "max-num-batched-tokens": FlagSpec("max_num_batched_tokens", "tokens", _V),
     "max-num-seqs": FlagSpec("max_num_seqs", "int", _V),
@@ -101,6 +102,7 @@ FLAGS: dict[str, FlagSpec] = {
     "kv-offloading-size": FlagSpec("kv_offloading_size_gib", "float", _V),
     "max-cudagraph-capture-size": FlagSpec("max_cudagraph_capture_size", "int", _V),
     "cudagraph-capture-sizes": FlagSpec("cudagraph_capture_sizes", "ints", _V),
+    "cuda-graph-sizes": FlagSpec("cudagraph_capture_sizes", "ints", _V),
     # SGLang (python/sglang/srt/server_args.py names)
     "model-path": FlagSpec("model", "str", _S),
     "tp-size": FlagSpec("tensor_parallel_size", "int", _S),

@@ -158,6 +158,7 @@ _SGLANG_VALUE_FLAGS: dict[str, tuple[str, Callable[[str], Any]]] = {
 _SGLANG_BOOL_FLAGS: dict[str, tuple[str, bool]] = {
     "--disable-cuda-graph": ("disable_cuda_graph", True),
     "--enable-hierarchical-cache": ("enable_hierarchical_cache", True),
+    "--enable-hicache": ("enable_hierarchical_cache", True),  # 0.5.23's alias (sglang.md §5 table)
 }
 
 _IGNORED_WITH_REASON = {
