@@ -249,3 +249,13 @@ def test_qa_plan_largest_fitting_len_by_hand(capsys: pytest.CaptureFixture[str])
     assert d["max_model_len_fit"] == (d["kv_cache_bytes"] - bpb) // bpb * 16
     assert "16.0 GiB KV cache is needed" in d["verdict_message"]
     assert f"estimated maximum model length is {d['max_model_len_fit']}" in d["verdict_message"]
+
+
+@pytest.mark.parametrize(
+    "model", ["llama-3-8b", "qwen3-8b", "deepseek-v2-lite", "gpt-oss-20b", "mixtral-8x7b-awq"]
+)
+def test_qa_engine_both_gap_adds_up(model: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """`--engine both` explains the KV gap term by term: the terms sum to vLLM's KV − SGLang's KV exactly."""
+    _, d = plan_json(capsys, model, "--engine", "both")
+    assert sum(item["bytes"] for item in d["gap"]) == d["kv_cache_bytes"] - d["sglang"]["kv_cache_bytes"]
+    assert all(item["sentence"] for item in d["gap"])

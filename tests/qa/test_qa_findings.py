@@ -437,3 +437,14 @@ def test_qa_check_and_plan_know_the_same_flags() -> None:
             command = f"{head} {flag}"
             spec = parse_spec(f"gpu: h100-sxm\nengine: {engine}\ncommand: {command}\n")
             assert getattr(spec.settings, field) == value, command
+
+
+def test_qa_tiers_capacity_absurdly_large(trace: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`--gpu-capacity 1e300` replayed and printed a 301-digit `capacity_tokens` in the JSON (beyond what JSON
+    readers outside Python hold as a number): a capacity above 2^50 tokens is a typo for `unlimited`."""
+    line = one_error_line(*run(capsys, "tiers", "simulate", "--trace", str(trace), "--gpu-capacity", "1e300"))
+    assert "absurdly large" in line and "unlimited" in line
+    code, out, err = run(
+        capsys, "tiers", "simulate", "--trace", str(trace), "--gpu-capacity", "unlimited", "--json"
+    )
+    assert code == 0 and json.loads(out)["tiers"][0]["capacity_tokens"] is None, err

@@ -26,9 +26,22 @@ _TOKENS = re.compile(r"^\s*([\d.,_eE+]+)\s*([kKmMgG]?)\s*(?:tok|toks|tokens?)\s*
 _COUNT_SCALE = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9}
 
 
+_MAX_CAPACITY_TOKENS = 1 << 50
+"""Above a quadrillion tokens a capacity is a typo for `unlimited` (and overflows JSON readers' numbers)."""
+
+
 def parse_capacity(text: str, *, flag: str, bytes_per_token: int | None) -> int | None:
     """Tokens (`3e6`, `445,632`), bytes with a unit (`40GiB`, converted with the model's bytes per token),
-    or `unlimited`. Zero or negative is an error."""
+    or `unlimited`. Zero or negative is an error; so is a capacity above 2^50 tokens."""
+    tokens = _parse_capacity(text, flag=flag, bytes_per_token=bytes_per_token)
+    if tokens is not None and tokens > _MAX_CAPACITY_TOKENS:
+        raise BadInputError(
+            f"{flag} {text}: absurdly large (at most {_MAX_CAPACITY_TOKENS:,} tokens; write `unlimited` for no limit)"
+        )
+    return tokens
+
+
+def _parse_capacity(text: str, *, flag: str, bytes_per_token: int | None) -> int | None:
     raw = text.strip()
     if raw.lower() in _UNLIMITED:
         return None
