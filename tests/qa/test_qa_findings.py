@@ -448,3 +448,11 @@ def test_qa_tiers_capacity_absurdly_large(trace: Path, capsys: pytest.CaptureFix
         capsys, "tiers", "simulate", "--trace", str(trace), "--gpu-capacity", "unlimited", "--json"
     )
     assert code == 0 and json.loads(out)["tiers"][0]["capacity_tokens"] is None, err
+
+
+def test_qa_check_deeply_nested_yaml(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A spec of 5,000 nested lists crashed with RecursionError (internal error, exit 70)."""
+    spec = tmp_path / "deep.yaml"
+    spec.write_text("a: " + "[" * 5000 + "]" * 5000 + "\n")
+    line = one_error_line(*run(capsys, "check", str(spec)))
+    assert "nested too deeply" in line

@@ -474,6 +474,8 @@ def parse_spec(text: str, *, source: str = "spec") -> DeploySpec:
         where = f"line {mark.line + 1}" if mark is not None else "YAML"
         problem = getattr(exc, "problem", None) or "malformed"
         raise _bad(source, where, f"malformed YAML ({problem})") from None
+    except RecursionError:
+        raise _bad(source, "YAML", "nested too deeply to be a deployment spec") from None
     if not isinstance(data, dict):
         raise _bad(source, "top level", "must be a mapping with at least `model` and `gpu`")
     for key in data:
