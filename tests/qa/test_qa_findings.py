@@ -456,3 +456,15 @@ def test_qa_check_deeply_nested_yaml(tmp_path: Path, capsys: pytest.CaptureFixtu
     spec.write_text("a: " + "[" * 5000 + "]" * 5000 + "\n")
     line = one_error_line(*run(capsys, "check", str(spec)))
     assert "nested too deeply" in line
+
+
+def test_qa_tiers_deeply_nested_json(trace: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A trace line or a bandwidths file of 100,000 nested arrays crashed with RecursionError (exit 70)."""
+    deep = "[" * 100_000 + "]" * 100_000
+    trace.write_text(trace.read_text() + deep + "\n")
+    line = one_error_line(*run(capsys, "tiers", "simulate", "--trace", str(trace)))
+    assert "line 4" in line and "nested too deeply" in line
+    bandwidths = tmp_path / "bw.json"
+    bandwidths.write_text(deep)
+    line = one_error_line(*run(capsys, "tiers", "plan", "--bandwidths", str(bandwidths)))
+    assert "nested too deeply" in line

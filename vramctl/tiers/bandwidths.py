@@ -169,6 +169,8 @@ def loads_bandwidths(text: str, *, source: str = "bandwidths") -> BenchBandwidth
         raise BadInputError(
             f"{source}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})"
         ) from None
+    except RecursionError:
+        raise BadInputError(f"{source}: JSON nested too deeply to be a `tiers bench` file") from None
     return parse_bandwidths(obj, source=source)
 
 

@@ -142,6 +142,8 @@ def parse_mooncake_lines(
             obj = json.loads(text)
         except json.JSONDecodeError as exc:
             raise BadInputError(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+        except RecursionError:
+            raise BadInputError(f"{where}: JSON nested too deeply to be a request") from None
         if not isinstance(obj, dict):
             raise BadInputError(f"{where}: expected a JSON object, got {type(obj).__name__}")
         if "timestamp" not in obj:
