@@ -72,7 +72,6 @@ KEY_FACTS: dict[str, tuple[tuple[str, ...], ...]] = {
     "padding_layers_warning": (("kv_padding_layers",), ("kv_padding_waste_pct",)),
     "encoder_cache_budget_tokens": (("encoder_cache_budget_tokens",),),
     "cuda_graph_profiling": (("cuda_graphs_profiled",), ("cuda_graph_largest_size",)),
-    "cuda_graph_addresses": (("cuda_graph_addresses",),),
     # SGLang
     "load_weight_begin_avail_gb": (("load_begin_avail",),),
     "load_weight_end_avail_gb": (("load_end_avail",),),
@@ -113,6 +112,9 @@ NOT_LOG_LINES: dict[str, str] = {
     "cudagraph_gib_llama2_7b": "a Markdown table in the issue prose (the log line itself is tested in test_035)",
     "cudagraph_gib_llama2_70b": "a Markdown table in the issue prose (the log line itself is tested in test_035)",
     "v1_second_instance": "an error message (explain-oom's domain), not a number",
+    "cuda_graph_addresses": "SGLang's count of all-reduce buffers registered at capture (`Registering N cuda graph "
+    "addresses`), not a size; reading it would put a new first byte (`R`, as in every `Running:` stats line) into the "
+    "prefilter",
 }
 
 _NUMBER_RE = re.compile(r"(?<![\w.])-?\d[\d,]*(?:\.\d+)?")
