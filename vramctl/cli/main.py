@@ -6,6 +6,7 @@ Nothing here (or in any cli module at import time) imports torch: `plan`, `check
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
 import os
@@ -84,21 +85,40 @@ def _root(
     """vramctl: GPU memory for vLLM and SGLang, before, during and after."""
 
 
+def _usage_error_line(exc: typer.TyperException) -> str:
+    """Click's usage errors, as one line: the problem and where to look."""
+    ctx = getattr(exc, "ctx", None)
+    command = ctx.command_path if ctx is not None else "vramctl"
+    message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
+    return f"{message} (see `{command} --help`)"
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; every failure becomes one line on stderr and a documented exit code."""
     try:
-        app(args=argv, prog_name="vramctl", standalone_mode=True)
+        result = app(args=argv, prog_name="vramctl", standalone_mode=False)
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else ExitCode.BAD_INPUT)
         return int(code)
     except VramctlError as exc:
         print(f"vramctl: error: {exc}", file=sys.stderr)
         return int(exc.exit_code)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, typer.Abort):
         print("vramctl: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
         return 0
+    except typer.TyperException as exc:
+        if type(exc).__name__ == "NoArgsIsHelpError" and getattr(exc, "ctx", None) is not None:
+            with contextlib.suppress(BrokenPipeError):
+                print(exc.ctx.get_help())  # type: ignore[attr-defined]
+            return 0
+        print(f"vramctl: error: {_usage_error_line(exc)}", file=sys.stderr)
+        return int(getattr(exc, "exit_code", ExitCode.BAD_INPUT))
+    except RecursionError:
+        # A JSON / YAML input nested thousands deep reaches here from any reader: it is bad input.
+        print("vramctl: error: input is nested too deeply to read", file=sys.stderr)
+        return int(ExitCode.BAD_INPUT)
     except Exception as exc:  # the last line of defence: one line, never a traceback
         if os.environ.get("VRAMCTL_DEBUG"):
             raise
@@ -107,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return int(ExitCode.INTERNAL_ERROR)
-    return 0
+    return result if isinstance(result, int) and not isinstance(result, bool) else 0
 
 
 def entry() -> None:
