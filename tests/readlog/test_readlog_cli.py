@@ -179,3 +179,15 @@ def test_small_uncertainty_bands_print_in_mib(capsys: pytest.CaptureFixture[str]
     assert code == 0 and "± 5.1 MiB" in out and "± 0.00" not in out
     code, out, _ = run(capsys, str(SAMPLES / "026.log"), "--markdown")
     assert code == 0 and "| 5.1 MiB |" in out and "| 0.00 |" not in out
+
+
+def test_kv_rows_show_what_the_start_up_error_and_the_graph_hint_say(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, out, _ = run(capsys, str(SAMPLES.parent / "oom" / "022.log"), "--markdown")
+    assert code == 0
+    assert "| KV cache | 48.66 GiB | line 3 |" in out
+    assert "| max_model_len that fits | 205,728 | line 3 |" in out
+    collected = Path(__file__).resolve().parents[1] / "fixtures" / "startup_collected"
+    code, out, _ = run(capsys, str(collected / "010.log"))
+    assert code == 0 and "0.9129" in out and "0.9271" in out and "implies a device total" in out

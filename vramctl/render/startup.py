@@ -69,7 +69,11 @@ def _kv_rows(report: StartupReport) -> list[tuple[str, str, str]]:
         return f"line {obs.line}" if obs is not None else "derived"
 
     if report.kv_cache_bytes is not None:
-        rows.append(("KV cache", _gib(report.kv_cache_bytes), line_of("kv_cache")))
+        kv_key = next(
+            (k for k in ("kv_cache", "kv_cache_in_use", "kv_available_at_error") if k in report.facts),
+            "kv_cache",
+        )
+        rows.append(("KV cache", _gib(report.kv_cache_bytes), line_of(kv_key)))
     if report.num_blocks is not None:
         rows.append(("GPU blocks", format_count(report.num_blocks), line_of("num_gpu_blocks")))
     if report.kv_tokens is not None:
@@ -79,6 +83,47 @@ def _kv_rows(report: StartupReport) -> list[tuple[str, str, str]]:
         ctx = report.facts.get("concurrency_max_model_len") or report.facts.get("context_len")
         at = f" @ {format_count(ctx.bytes)} tokens" if ctx is not None else ""
         rows.append(("max concurrency", f"{report.max_concurrency:.2f}x{at}", line_of("max_concurrency")))
+    facts = report.facts
+    if "kv_needed_per_request" in facts:
+        rows.append(
+            (
+                "KV one max-length request needs",
+                _gib(facts["kv_needed_per_request"].bytes),
+                line_of("kv_needed_per_request"),
+            )
+        )
+    if "estimated_max_model_len" in facts:
+        rows.append(
+            (
+                "max_model_len that fits",
+                format_count(facts["estimated_max_model_len"].bytes),
+                line_of("estimated_max_model_len"),
+            )
+        )
+    if "kv_padding_waste_pct" in facts:
+        rows.append(
+            (
+                "hybrid padding may waste",
+                f"≤ {facts['kv_padding_waste_pct'].text}% of the KV cache",
+                line_of("kv_padding_waste_pct"),
+            )
+        )
+    if "gpu_memory_utilization_without_graph_profiling" in facts:
+        rows.append(
+            (
+                "utilisation without graph profiling",
+                facts["gpu_memory_utilization_without_graph_profiling"].text,
+                line_of("gpu_memory_utilization_without_graph_profiling"),
+            )
+        )
+    if "gpu_memory_utilization_to_keep_kv" in facts:
+        rows.append(
+            (
+                "utilisation for the pre-0.21 KV cache",
+                facts["gpu_memory_utilization_to_keep_kv"].text,
+                line_of("gpu_memory_utilization_to_keep_kv"),
+            )
+        )
     if report.kv_cache_memory_bytes_suggestion is not None:
         rows.append(
             (
