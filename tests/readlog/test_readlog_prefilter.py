@@ -35,7 +35,7 @@ ANCHORED_BY: dict[str, str] = {
     "Current kv cache memory in use is": "`Free memory` (the suggestion line starts with it)",
     "padding layers, may waste at most": "`KV cache memory` (… may waste at most 5.00% KV cache memory)",
     "to fit in": "`Free memory` (the suggestion line starts with it)",
-    "to fully utilize gpu memory": "`Free memory` (the suggestion line starts with it)",
+    "to fully utilize": "`Free memory` (the suggestion line starts with it)",
 }
 
 

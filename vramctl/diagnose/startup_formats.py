@@ -642,7 +642,7 @@ VLLM_FORMATS: tuple[LineFormat, ...] = (
     _f(
         "suggest-gpu",
         "vllm",
-        "to fully utilize gpu memory",
+        "to fully utilize",
         r"--kv-cache-memory=(?P<kv_cache_memory_to_gpu>\d+)`?\s*(?:\({NUM} GiB\)\s*)?to fully utilize",
         "vLLM ≥0.10 gpu_worker.py:1066 (0.33.0)",
         min_version=(0, 10, 0),
