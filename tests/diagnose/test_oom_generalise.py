@@ -230,3 +230,14 @@ def test_oom_cli_json_on_the_new_formats(name: str, cause: str, capsys: pytest.C
     assert code in (0, None)
     assert out["cause"] == cause
     assert out["fixes"] and out["evidence"]
+
+
+def test_oom_v1_profiling_assert_with_raw_byte_counts() -> None:
+    d = diagnose_text(
+        "AssertionError: Error in memory profiling. Initial free memory 80123456512, current free memory "
+        "81234567168. This happens when the GPU memory was not properly cleaned up before initializing the vLLM "
+        "instance."
+    )
+    assert (d.cause, d.signature) == ("not-oom", "vllm-profiling-assert")
+    assert d.facts["initial_free_bytes"] == 80123456512
+    assert "74.62 GiB to 75.66 GiB" in d.fixes[0].reason
