@@ -531,3 +531,14 @@ def test_suggestion_for_another_device_fills_its_memory() -> None:
     report = parse_startup_log([line])
     assert report.kv_cache_memory_bytes_suggestion == 57403864576
     assert report.kv_cache_memory_bytes_to_fill_gpu == 63527389184
+
+
+def test_sglang_01_summary_in_the_singular() -> None:
+    lines = [
+        "INFO:model_rpc:Rank 0: max_total_num_token=426666, max_prefill_num_token=71111, context_len=4096, ",
+    ]
+    report = parse_startup_log(lines)
+    assert report.engine == "sglang"
+    assert report.kv_tokens == 426666
+    assert report.facts["max_prefill_tokens"].value == 71111
+    assert report.settings["max_model_len"].value == 4096

@@ -424,6 +424,7 @@ PREFILTER_ANCHORS: tuple[bytes, ...] = (
     b"CPU blocks",
     b"==",
     b"_tokens=",
+    b"_token=",
     b"\n|",
     b"\n |",
     b"\\\n",

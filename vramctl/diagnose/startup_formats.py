@@ -981,6 +981,15 @@ SGLANG_FORMATS: tuple[LineFormat, ...] = (
         search_all=True,
     ),
     _f(
+        "sgl-summary-01",
+        "sglang",
+        "max_total_num_token=",
+        r"\b(?P<key>max_total_num_token|max_prefill_num_token|context_len)=(?P<value>{NUM})",
+        "SGLang 0.1.x srt/managers/router/model_rpc.py (`Rank {tp_rank}: max_total_num_token=…, "
+        "max_prefill_num_token=…, context_len=…`)",
+        search_all=True,
+    ),
+    _f(
         "sgl-hicache",
         "sglang",
         "hierarchical KV host pool:",
@@ -1085,7 +1094,7 @@ SUMMARY_TABLE_COLUMNS: dict[str, str] = {
     "available kv cache": "kv_cache",
 }
 
-# Keys of the DEBUG snapshot repr → fact keys.
+# Keys of key=value lines (the DEBUG snapshot repr, SGLang 0.1 summary spellings) → fact keys.
 SNAPSHOT_KEYS: dict[str, str] = {
     "torch_peak": "snapshot_torch_peak",
     "free_memory": "free_memory_at_start",
@@ -1094,6 +1103,9 @@ SNAPSHOT_KEYS: dict[str, str] = {
     "rocm_memory": "snapshot_cuda_memory",
     "torch_memory": "snapshot_torch_memory",
     "non_torch_memory": "snapshot_non_torch_memory",
+    # SGLang 0.1.x spelled two of its summary keys in the singular.
+    "max_total_num_token": "max_total_num_tokens",
+    "max_prefill_num_token": "max_prefill_tokens",
 }
 
 # ---- version lines and run boundaries ---------------------------------------------------------------------
