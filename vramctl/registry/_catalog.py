@@ -34,12 +34,14 @@ class ProfileCatalog:
         return _read_cached(path)
 
     def names_of(self, path: Path) -> tuple[str, ...]:
-        """Every name a profile answers to: its id, the part after `org/`, its file stem, its aliases."""
+        """Every name a profile answers to: its id, its file stem, its aliases, and each without its `org/`."""
         if path not in self._names:
             doc = _read_head(path)
             where = str(path)
             ident = get_str(doc, "id", where)
-            names = [ident, ident.rsplit("/", 1)[-1], path.stem, *get_str_list(doc, "aliases", where)]
+            aliases = get_str_list(doc, "aliases", where)
+            # An HF id answers without its org too (`Meta-Llama-3.1-8B-Instruct`), as users paste both.
+            names = [ident, path.stem, *aliases, *(name.rsplit("/", 1)[-1] for name in (ident, *aliases))]
             self._names[path] = tuple(dict.fromkeys(names))
         return self._names[path]
 
