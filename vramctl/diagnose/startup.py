@@ -1680,7 +1680,8 @@ def settings_from_report(report: StartupReport, *, engine_version: str | None = 
     }
     if engine == "vllm":
         changes.update(
-            gpu_memory_utilization=report.gpu_memory_utilization or get_float("gpu_memory_utilization"),
+            # The args line states the exact value (0.8938626454842437); the budget lines round it (0.89).
+            gpu_memory_utilization=get_float("gpu_memory_utilization") or report.gpu_memory_utilization,
             max_num_batched_tokens=get_int("max_num_batched_tokens"),
             max_num_seqs=get_int("max_num_seqs"),
             block_size=get_int("block_size"),
