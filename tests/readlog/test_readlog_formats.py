@@ -519,10 +519,11 @@ def test_kv_too_small_error_gives_the_available_kv_and_the_length() -> None:
 
 
 def test_suggestion_for_another_device_fills_its_memory() -> None:
-    # The first half is collected 022.log (vllm-ascend) verbatim; its stored copy ends at "to fit in", so the
-    # "fully utilize" half mirrors vLLM's wording with the device named (an assumption, numbers made up).
+    # The first half is the line of collected 022.log (vllm-ascend's wording, reconstructed with the posted
+    # numbers); the post ends at "to fit in", so the "fully utilize" half mirrors vLLM's wording with the
+    # device named (an assumption, numbers made up).
     line = (
-        "(EngineCore pid=1) INFO 04-15 06:30:01 [worker.py:575] Free memory on device (60.86/61.27 GiB) on startup. "
+        "(EngineCore pid=1) INFO 04-15 11:02:36 [worker.py:575] Free memory on device (60.86/61.27 GiB) on startup. "
         "Desired GPU memory utilization is (0.9, 55.14 GiB). Actual usage: 1.14 GiB for weights, 0.22 GiB for peak "
         "activation, 0.13 GiB for non-torch memory, 0.04 GiB for NPU graph memory. Replace gpu_memory_utilization "
         "with `--kv-cache-memory=57403864576` (53.46 GiB) to fit in requested memory, or "
