@@ -343,7 +343,7 @@ SKIPPED = {
 }
 
 
-# --- held-out: tests/fixtures/startup_collected (22 real logs from public GitHub threads, collected 2026-11-30) ----
+# --- held-out: tests/fixtures/startup_collected (22 real start-ups from public GitHub threads, collected 2026-11-30; index.yaml holds their settings and logged numbers) ----
 # None of them was looked at when CALIBRATION was fitted: their errors under the committed constants are the honest
 # out-of-sample numbers. Only the ones whose model and card (or, for the KV-size conversion, model alone) are known
 # map onto the planner; ids carry a "c" prefix.
@@ -963,7 +963,7 @@ def render(
         "",
         "- **in-sample**: the coefficients fitted on every point, the point included (optimistic);",
         "- **leave-one-out (LOO)**: every fit redone without the point it predicts;",
-        "- **held-out**: 22 further real start-up logs from public GitHub threads (`tests/fixtures/startup_collected`,",
+        "- **held-out**: 22 further real start-ups from public GitHub threads (settings and logged numbers in `tests/fixtures/startup_collected/index.yaml`,",
         "  collected after the constants were fitted), planned with the constants committed before they were seen",
         "  (**before**) and with the final constants (**after**: if they joined the fit, their LOO estimate).",
         f"  {len(held)} of them map onto the planner ({', '.join(p.id for p in held)}); the others name no model",
