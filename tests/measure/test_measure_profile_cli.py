@@ -66,7 +66,8 @@ def test_profile_json_has_plans_schema_and_sums(
     assert out["bytes_per_block"] == 4 * 16 * 2 * 64 * 2 * 4
     assert out["settings"]["max_num_batched_tokens"] == 256
     assert out["settings"]["cudagraph_capture_sizes"] == []
-    assert out["sglang"]["cell_size_bytes"] == 4 * 2 * 64 * 2 * 2
+    # SGLang's auto KV dtype is the served dtype too (model_runner: kv_cache_dtype "auto" → model_config.dtype)
+    assert out["sglang"]["cell_size_bytes"] == 4 * 2 * 64 * 2 * 4
     assert out["environment"]["torch_version"] and out["environment"]["vramctl_version"]
     assert terms[SLACK]["bytes"] >= 0 and terms[KV_CACHE]["bytes"] > 0
 

@@ -146,6 +146,30 @@ def test_unreadable_files_exit_2(
     assert err.count("\n") == 1
 
 
+@pytest.mark.parametrize(
+    ("name", "content", "needle"),
+    [
+        ("deep.json", "[" * 100_000 + "]" * 100_000, "JSON nested too deeply"),
+        ("deep2.json", '{"a":' * 5_000 + "1" + "}" * 5_000, "JSON nested too deeply"),
+        ("deep.yaml", "- " * 3_000 + "1\n", "YAML nested too deeply"),
+    ],
+)
+@pytest.mark.parametrize("command", ["suggest", "validate"])
+def test_deeply_nested_profile_is_bad_input(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, name: str, content: str, needle: str, command: str
+) -> None:
+    deep = tmp_path / name
+    deep.write_text(content)
+    args = [command, "--from-profile", str(deep)] + (["--device", "cpu"] if command == "validate" else [])
+    code = main(args)
+    err = capsys.readouterr().err
+    assert code == 2
+    assert needle in err and str(deep) in err
+    assert "Traceback" not in err and err.count("\n") == 1
+    with pytest.raises(BadInputError, match="nested too deeply"):
+        load_profile(deep)
+
+
 def test_missing_file_and_folder(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     assert main(["suggest", "--from-profile", str(tmp_path / "nope.json")]) == 2
     assert "no such file" in capsys.readouterr().err

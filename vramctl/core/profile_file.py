@@ -133,8 +133,12 @@ def _parse(path: Path) -> Any:
             raise BadInputError(
                 f"--from-profile {path}: not valid JSON (line {exc.lineno}: {exc.msg})"
             ) from None
+        except RecursionError:
+            raise BadInputError(f"--from-profile {path}: JSON nested too deeply to be a profile file") from None
     try:
         return yaml.safe_load(text)
+    except RecursionError:
+        raise BadInputError(f"--from-profile {path}: YAML nested too deeply to be a profile file") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" (line {mark.line + 1})" if mark is not None else ""

@@ -930,7 +930,13 @@ def sglang_numbers(
     from vramctl.core.engines import sglang as sglang_rules
 
     cell = sglang_rules.cell_size(
-        spec, ServeSettings(engine="sglang", tensor_parallel_size=tp, kv_cache_dtype=resolved.kv_cache_dtype)
+        spec,
+        ServeSettings(
+            engine="sglang",
+            tensor_parallel_size=tp,
+            kv_cache_dtype=resolved.kv_cache_dtype,
+            dtype=resolved.dtype,
+        ),
     )
     tokens = max(0, kv) // cell if cell else 0
     return SglangNumbers(mfs, source, pre, post, kv, cell, tokens)
