@@ -113,6 +113,7 @@ def run_plan(
     from vramctl.core.serve_command import parse_serve_command, split_words
 
     settings = ServeSettings()
+    sglang_options: Any = None
     model_name: str | None = None
     notes: tuple[str, ...] = ()
     command = None
@@ -126,6 +127,8 @@ def run_plan(
             settings = command.apply(settings)
             model_name = command.model
             notes = command.notes
+            if command.engine == "sglang":
+                sglang_options, notes = _sglang_options(command)
             if model_name is None and options.get("model") is None:
                 flag = "MODEL after `vllm serve`" if command.engine == "vllm" else "--model-path MODEL"
                 raise BadInputError(f"serve command: no model (give {flag}, or --model)")
@@ -219,7 +222,34 @@ def run_plan(
         gpu = registry.gpu_from_capacity(settings.gpu_memory_bytes)
     else:
         gpu = registry.load_gpu(DEFAULT_GPU if gpu_name is None else gpu_name)
-    return plan(model, gpu, settings), model_name, notes
+    return plan(model, gpu, settings, sglang_options=sglang_options), model_name, notes
+
+
+def _sglang_options(command: Any) -> tuple[Any, tuple[str, ...]]:
+    """SGLang's flags that ServeSettings does not hold (`--enable-dp-attention`, `--dp-size`,
+    `--moe-a2a-backend`, `--speculative-*`, `--disaggregation-mode`, `--attention-backend`, …) and the env
+    `SGLANG_ENABLE_POST_CAPTURE_KV_SIZING=1`, folded into SglangOptions the way `vramctl check` folds them; the
+    serve command's "ignored" notes for them are dropped."""
+    from vramctl.core.check import FLAGS, apply_flags
+    from vramctl.core.engines.sglang import SglangOptions
+
+    modelled = {
+        name: value
+        for name, value in command.flags
+        if name in FLAGS and FLAGS[name].target.startswith("options.")
+    }
+    flags: dict[str, Any] = {name: True if value is None else value for name, value in modelled.items()}
+    _, options, _, _ = apply_flags(
+        ("sglang",), flags, ServeSettings(), SglangOptions(), source="serve command"
+    )
+    env = dict(command.env)
+    if "SGLANG_ENABLE_POST_CAPTURE_KV_SIZING" in env:
+        value = env["SGLANG_ENABLE_POST_CAPTURE_KV_SIZING"].strip().lower()
+        options = options.with_changes(post_capture_kv_sizing=value in ("1", "true", "yes", "on"))
+    notes = tuple(
+        n for n in command.notes if not any(n.startswith(f"ignored --{name}:") for name in modelled)
+    )
+    return options, notes
 
 
 def register(app: typer.Typer) -> None:

@@ -1011,13 +1011,17 @@ def plan_vllm(
     )
 
 
-def plan(model: ModelSpec, gpu: GpuSpec, settings: ServeSettings) -> PlanResult:
+def plan(
+    model: ModelSpec, gpu: GpuSpec, settings: ServeSettings, *, sglang_options: Any = None
+) -> PlanResult:
     """Plan one deployment for `settings.engine` (`vllm`, `sglang` or `both`).
 
     `vllm`: the vLLM plan. `sglang`: the top-level terms, KV and verdict come from SGLang's sizing
     (`vramctl.core.engines.sglang.plan_sglang`), with the vLLM plan of the same flags kept for reference under
     nothing else. `both`: the vLLM plan at the top, SGLang's under `sglang`, and the gap explained term by term.
     A host tier (`--kv-offloading-size`, `--enable-hierarchical-cache`, `--hicache-*`) is sized when asked for.
+    `sglang_options` (a `vramctl.core.engines.sglang.SglangOptions`) carries SGLang's flags beyond ServeSettings
+    (DP attention, DeepEP, speculative decoding, disaggregation role, post-capture sizing).
     """
     from vramctl.core.engines import sglang as sg
     from vramctl.core.host_tier import plan_host_tier
@@ -1026,7 +1030,7 @@ def plan(model: ModelSpec, gpu: GpuSpec, settings: ServeSettings) -> PlanResult:
     sglang_plan = None
     gap: tuple[Any, ...] = ()
     if settings.engine in ("sglang", "both"):
-        sglang_plan = sg.plan_sglang(model, gpu, settings)
+        sglang_plan = sg.plan_sglang(model, gpu, settings, options=sglang_options)
     if settings.engine == "both" and sglang_plan is not None:
         gap = sg.explain_gap(result, sglang_plan)
     host = None

@@ -34,6 +34,8 @@ class ServeCommand:
     bare). The model flag (`--model`, `--model-path`) is not repeated here."""
     stray: tuple[str, ...] = ()
     """Words that are neither a flag nor a flag's value (after the model)."""
+    env: tuple[tuple[str, str], ...] = ()
+    """`VAR=value` prefixes, in order."""
 
     def apply(self, settings: ServeSettings) -> ServeSettings:
         values = dict(self.changes)
@@ -279,8 +281,12 @@ def parse_serve_command(
         changes.append(
             ("estimate_cudagraphs", env["VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS"].strip() == "1")
         )
+    honoured = {
+        "vllm": "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS",
+        "sglang": "SGLANG_ENABLE_POST_CAPTURE_KV_SIZING",
+    }
     for key in env:
-        if key != "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS":
+        if key != honoured.get(engine):
             notes.append(f"ignored the environment variable {key}")
     return ServeCommand(
         engine=engine,
@@ -289,6 +295,7 @@ def parse_serve_command(
         notes=tuple(notes),
         flags=tuple(raw_flags),
         stray=tuple(stray),
+        env=tuple(env.items()),
     )
 
 

@@ -138,6 +138,15 @@ class ModelSpec:
     """Weights sharing one scale: AWQ/GPTQ `group_size`; block-FP8 block edge (`weight_block_size` 128)."""
     vision_params: int = 0
     """Parameters of a multimodal wrapper's vision tower and projector (counted in param_count, 16-bit)."""
+    vision_layers: int | None = None
+    """`vision_config.num_hidden_layers` of a multimodal wrapper (None: a text model, or not given)."""
+    vision_hidden_size: int | None = None
+    """`vision_config.hidden_size` of a multimodal wrapper (SGLang's VLM mem_fraction_static adjustment)."""
+
+    @property
+    def is_multimodal(self) -> bool:
+        """The config has a vision tower (SGLang applies its VLM adjustment to mem_fraction_static)."""
+        return self.vision_params > 0 or self.vision_layers is not None or self.vision_hidden_size is not None
 
     @property
     def is_mla(self) -> bool:

@@ -240,6 +240,20 @@ def _vision_params(config: Mapping[str, Any], text_hidden: int, where: str) -> t
     return total, None
 
 
+def _vision_shape(config: Mapping[str, Any], where: str) -> tuple[int | None, int | None]:
+    """(ViT layers, ViT hidden size) of a multimodal wrapper's `vision_config`, (None, None) for a text model.
+
+    SGLang scales a VLM's default mem_fraction_static by the tower's size (sglang.md §1.3 item 4); a missing field
+    is its default (24 layers, hidden 1024), so an empty `vision_config` still marks the model multimodal."""
+    vision = get_mapping(config, "vision_config", where)
+    if vision is None:
+        return None, None
+    vwhere = f"{where}: vision_config"
+    layers = get_opt_int(vision, "num_hidden_layers", vwhere) or get_opt_int(vision, "depth", vwhere) or 24
+    hidden = get_opt_int(vision, "hidden_size", vwhere) or get_opt_int(vision, "embed_dim", vwhere) or 1024
+    return layers, hidden
+
+
 def _attention_pattern(
     config: Mapping[str, Any], model_type: str, layers: int, max_pos: int, where: str
 ) -> tuple[tuple[str, ...], int | None]:
@@ -317,6 +331,7 @@ def spec_from_config(
     max_pos = get_int(cfg, "max_position_embeddings", where)
     layer_types, window = _attention_pattern(cfg, model_type, layers, max_pos, where)
     vision_params, vision_note = _vision_params(config, hidden, where)
+    vision_layers, vision_hidden = _vision_shape(config, where)
     is_opt = model_type == "opt"
     attention_bias = get_bool(cfg, "enable_bias" if is_opt else "attention_bias", where, default=is_opt)
     quant = _quantization(cfg, where)
@@ -359,6 +374,8 @@ def spec_from_config(
         norms_per_layer=4 if model_type in _FOUR_NORMS else 2,
         num_mtp_layers=get_int(cfg, "num_nextn_predict_layers", where, default=0, minimum=0),
         vision_params=vision_params,
+        vision_layers=vision_layers,
+        vision_hidden_size=vision_hidden,
     )
     if _dtype(cfg, where) == "float32":  # vLLM/SGLang --dtype auto serve a float32 checkpoint in 16 bits
         spec = _replace(

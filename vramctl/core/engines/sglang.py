@@ -817,6 +817,12 @@ def plan_sglang(
 ) -> SglangPlan:
     """Size SGLang's KV pool for `model` on `gpu` with `settings`, in the semantics of the chosen version."""
     opts = options or SglangOptions()
+    if opts.vit_layers is None and opts.vit_hidden_size is None and model.is_multimodal:
+        # A multimodal checkpoint gets SGLang's VLM adjustment (sglang.md §1.3 item 4; 0.5.18 L9527
+        # `adjust_mem_fraction_for_vlm`), the tower's shape from its vision_config (defaults 24 × 1024).
+        opts = opts.with_changes(
+            vit_layers=model.vision_layers or 24, vit_hidden_size=model.vision_hidden_size or 1024
+        )
     _validate(settings, opts)
     if settings.max_model_len is not None and settings.max_model_len > model.max_position_embeddings:
         raise BadInputError(
