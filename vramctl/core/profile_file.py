@@ -134,7 +134,9 @@ def _parse(path: Path) -> Any:
                 f"--from-profile {path}: not valid JSON (line {exc.lineno}: {exc.msg})"
             ) from None
         except RecursionError:
-            raise BadInputError(f"--from-profile {path}: JSON nested too deeply to be a profile file") from None
+            raise BadInputError(
+                f"--from-profile {path}: JSON nested too deeply to be a profile file"
+            ) from None
     try:
         return yaml.safe_load(text)
     except RecursionError:

@@ -62,7 +62,25 @@ class StartupMemoryError(VramctlError):
 
 
 def is_oom(exc: BaseException) -> bool:
-    """torch.OutOfMemoryError, a RuntimeError that says out of memory / can't allocate, or MemoryError."""
+    """torch.OutOfMemoryError, a RuntimeError that says out of memory / can't allocate, or MemoryError,
+    raised itself or underneath another error (an OOM inside `torch.cuda.graph` surfaces as the
+    capture_end failure that follows it, with the OOM as its `__context__`)."""
+    return oom_root(exc) is not None
+
+
+def oom_root(exc: BaseException) -> BaseException | None:
+    """The out-of-memory error in `exc`'s cause / context chain (itself first), or None."""
+    seen: set[int] = set()
+    node: BaseException | None = exc
+    while node is not None and id(node) not in seen and len(seen) < 16:
+        seen.add(id(node))
+        if _is_oom_one(node):
+            return node
+        node = node.__cause__ or node.__context__
+    return None
+
+
+def _is_oom_one(exc: BaseException) -> bool:
     if isinstance(exc, MemoryError):
         return True
     try:
@@ -120,6 +138,7 @@ def oom_context(
 ) -> OomContext:
     free = getattr(snapshot, "free_bytes", None)
     total = getattr(snapshot, "total_bytes", None)
+    exc = oom_root(exc) or exc
     return OomContext(phase, device, f"{type(exc).__name__}: {_first_line(exc)}", free, total, detail)
 
 
