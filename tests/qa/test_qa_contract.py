@@ -37,6 +37,7 @@ VERDICTS = {
     "gpu-util-exceeds-free-memory",
     "weights-do-not-fit",
     "kv-pool-overcommit",
+    "host-pinned-memory-failure",
 }
 H100_SXM_CUDA_TOTAL = 85_018_542_080  # 79.18 GiB, what CUDA reports (reference/gpu_capacity.yaml)
 

@@ -48,6 +48,9 @@ KV_TOO_SMALL = "kv-cache-too-small-for-max-model-len"
 GPU_UTIL_EXCEEDS_FREE = "gpu-util-exceeds-free-memory"
 WEIGHTS_DO_NOT_FIT = "weights-do-not-fit"
 KV_POOL_OVERCOMMIT = "kv-pool-overcommit"
+HOST_PINNED_MEMORY_FAILURE = "host-pinned-memory-failure"
+"""The host tier's pinned pool does not fit the host's RAM: SGLang refuses to start ("Not enough host memory
+available…"), vLLM's pinned allocation fails (../shared/taxonomy.md, host tier)."""
 """`--kv-cache-memory-bytes` larger than the card holds beside the weights: vLLM skips profiling and fails
 allocating the pool it was told to size (explain-oom: an OOM at KV allocation, phase kv-alloc)."""
 
@@ -1059,6 +1062,14 @@ def plan(
         result = _sglang_top_level(result, sglang_plan)
     warnings = list(result.warnings)
     status = getattr(host, "status", None)
+    if status == "fail" and result.verdict == FITS:
+        # The GPU side fits but the host pool cannot be pinned: the server does not start (exit 1).
+        return replace(
+            result,
+            warnings=tuple(warnings),
+            verdict=HOST_PINNED_MEMORY_FAILURE,
+            verdict_message=str(getattr(host, "message", "")),
+        )
     if status in ("warning", "fail"):
         warnings.append(str(getattr(host, "message", "")))
     return replace(result, warnings=tuple(warnings))
