@@ -323,3 +323,34 @@ def test_cli_plot_without_matplotlib_is_one_line(
     code, out, err = run(capsys, "--plot", str(plot))
     assert code == 2 and "pip install 'vramctl[plot]'" in err and err.count("\n") == 1
     assert out == "" and not plot.exists()
+
+
+def test_cli_table_fits_80_columns_with_measured_and_given_tiers(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # A measured tier's and a --tier's names stay on one line (no wrapped "(measured)" rows) and no cell is
+    # cut with an ellipsis; the legend line spells out the marks.
+    path = tmp_path / "bench.json"
+    path.write_text(
+        json.dumps(
+            {
+                "schema": SCHEMA,
+                "tiers": {
+                    "disk-buffered": {
+                        "read_bytes_per_s": 1.58e9,
+                        "write_bytes_per_s": 0.9e9,
+                        "method": "page cache",
+                        "verified": True,
+                    }
+                },
+            }
+        )
+    )
+    code, out, err = run(capsys, "--bandwidths", str(path), "--tier", "cxl=30", "--host-memory", "1TiB")
+    assert code == 0, err
+    lines = out.splitlines()
+    assert all(len(line) <= 80 for line in lines), max(lines, key=len)
+    assert "…" not in out
+    assert any(line.startswith("disk-buffered (m) ") and "recompute" in line for line in lines)
+    assert any(line.startswith("cxl (g) ") and "fetch" in line for line in lines)
+    assert "(m) measured by `tiers bench`" in out and "(g) given with --tier" in out

@@ -347,3 +347,29 @@ def test_parser_never_raises_anything_but_bad_input(lines: list[str], block_size
         assert "\n" not in str(exc)
     else:
         assert trace.num_requests >= 1 and all(length >= 1 for length in trace.input_lengths)
+
+
+@needs_data
+def test_three_tier_table_in_bytes_is_not_cut(capsys: pytest.CaptureFixture[str]) -> None:
+    # With --model every amount is in bytes ("366.19 GiB"): the table must still fit 80 columns uncut.
+    code, out, err = run(
+        capsys,
+        "--trace",
+        SYNTHETIC,
+        "--gpu-capacity",
+        "1e6",
+        "--host-capacity",
+        "3e6",
+        "--disk-capacity",
+        "1e7",
+        "--model",
+        "llama-3-8b",
+    )
+    assert code == 0, err
+    assert "…" not in out
+    rows: dict[str, str] = {}
+    for line in out.splitlines():  # the table's rows come before the terminal chart's
+        if line.split() and line.split()[0] in ("gpu", "host", "disk"):
+            rows.setdefault(line.split()[0], line)
+    assert rows["host"].rstrip().endswith("366.19 GiB")  # peak host memory: 3e6 tokens × 131,072 B
+    assert rows["disk"].rstrip().endswith("1.19 TiB")

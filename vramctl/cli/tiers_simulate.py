@@ -294,7 +294,9 @@ def register(app: typer.Typer) -> None:
             if plot is not None:
                 from vramctl.render.plots import plot_hit_curve
 
-                plot_hit_curve(results, plot, title=f"{source}: prefix hit rate vs GPU capacity")
+                short_source = source.rsplit("/", 1)[-1] if trace is not None else source
+
+                plot_hit_curve(results, plot, title=f"{short_source}: prefix hit rate vs GPU capacity")
             if json_out:
                 from vramctl.render.jsonout import dumps
 

@@ -78,20 +78,31 @@ def plot_crossover(plan: Any, path: str) -> None:
             lengths,
             times,
             style,
-            label=f"{link.name} {link.read_bytes_per_s / 1e9:,.2f} GB/s ({verdict.advantage:.1f}x)",
+            label=f"{link.name} {link.read_bytes_per_s / 1e9:,.2f} GB/s: "
+            + (
+                f"fetch {verdict.advantage:.1f}x faster"
+                if verdict.fetch_wins
+                else f"recompute {1 / verdict.advantage:.1f}x faster"
+            ),
         )
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("prefix length (tokens)")
     ax.set_ylabel("time to have the KV on the GPU (s)")
-    ax.set_title(f"{plan.model} on {plan.gpu}: fetch vs recompute ({bpt:,} B/token per rank)")
-    _finish(plt, fig, ax, path)
+    ax.set_title(f"{plan.model} on {plan.gpu}\nfetch vs recompute, {bpt:,} B of KV per token per rank")
+    _finish(plt, fig, ax, path, legend_outside=True)
 
 
-def _finish(plt: Any, fig: Any, ax: Any, path: str) -> None:
-    """Grid, legend, write the file, free the figure (even when writing fails)."""
+def _finish(plt: Any, fig: Any, ax: Any, path: str, *, legend_outside: bool = False) -> None:
+    """Grid, legend, write the file, free the figure (even when writing fails).
+
+    `legend_outside`: the legend goes to the right of the axes (the crossover chart's lines fill every corner).
+    """
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
+    if legend_outside:
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
+    else:
+        ax.legend(fontsize=8)
     try:
         _save(fig, path)
     finally:
@@ -114,6 +125,7 @@ def plot_hit_curve(results: Sequence[Any], path: str, *, title: str) -> None:
     if xs and min(xs) > 0 and max(xs) / min(xs) >= 10:
         ax.set_xscale("log")
     ax.set_ylim(0, 1)
+    ax.yaxis.set_major_formatter(plt.FuncFormatter(lambda v, _pos: f"{v:.0%}"))
     ax.set_xlabel("GPU tier capacity (tokens)")
     ax.set_ylabel("prefix hit rate")
     ax.set_title(title)

@@ -99,6 +99,20 @@ def linear_bars(rows: Sequence[tuple[str, float]], *, scale: float = 1.0, fmt: s
 # tiers plan
 
 
+_KIND_MARK = {"measured": " (m)", "given": " (g)"}
+"""Short marks after a tier's name, so the table fits 80 columns (the legend line spells them out)."""
+
+
+def _kind_legend(plan: TiersPlan) -> str:
+    kinds = {t.link.kind for t in plan.tiers}
+    marks = []
+    if "measured" in kinds:
+        marks.append("(m) measured by `tiers bench` (--bandwidths)")
+    if "given" in kinds:
+        marks.append("(g) given with --tier")
+    return (" " + "; ".join(marks) + ".") if marks else ""
+
+
 def render_tiers_plan(plan: TiersPlan) -> Group:
     parts: list[RenderableType] = []
     rate = plan.rate
@@ -109,7 +123,14 @@ def render_tiers_plan(plan: TiersPlan) -> Group:
     )
     parts.append(head)
     parts.append(Text(f"prefill rate R = {_rate(rate.tokens_per_s)} ({rate.formula})"))
-    table = Table(title=None, box=box.SIMPLE_HEAD, show_edge=False, header_style="bold", pad_edge=False)
+    table = Table(
+        title=None,
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        header_style="bold",
+        pad_edge=False,
+        padding=(0, 1, 0, 0),
+    )
     for column, justify in (
         ("tier", "left"),
         ("GB/s", "right"),
@@ -119,13 +140,13 @@ def render_tiers_plan(plan: TiersPlan) -> Group:
         ("min tok", "right"),
         ("faster", "left"),
     ):
-        table.add_column(column, justify=justify, no_wrap=column != "tier", overflow="fold")  # type: ignore[arg-type]
+        table.add_column(column, justify=justify, no_wrap=True)  # type: ignore[arg-type]
     for t in plan.tiers:
         threshold = "never" if t.min_tokens_worth_fetching is None else f"{t.min_tokens_worth_fetching:,.1f}"
         style = "green" if t.fetch_wins else "red"
         summary = f"fetch {t.advantage:.1f}x" if t.fetch_wins else f"recompute {1 / t.advantage:.1f}x"
         table.add_row(
-            t.link.name + ("" if t.link.kind == "nominal" else f" ({t.link.kind})"),
+            t.link.name + _KIND_MARK.get(t.link.kind, ""),
             f"{t.link.read_bytes_per_s / GB:,.2f}",
             _short_rate(t.r_star_read),
             _short_rate(t.r_star_swap),
@@ -137,7 +158,7 @@ def render_tiers_plan(plan: TiersPlan) -> Group:
     parts.append(
         Text(
             "R*read = B / b_tok (a cached prefix is only read back), R*swap = B / (2·b_tok) (out and back); "
-            "min tok: below it the fixed latency makes the fetch slower than recompute.",
+            "min tok: below it the fixed latency makes the fetch slower than recompute." + _kind_legend(plan),
             style="dim",
         )
     )
@@ -259,7 +280,9 @@ def render_simulation(
         )
     else:
         parts.append(Text(f"eviction {cfg.eviction}, one tier"))
-    table = Table(box=box.SIMPLE_HEAD, show_edge=False, header_style="bold", pad_edge=False)
+    table = Table(
+        box=box.SIMPLE_HEAD, show_edge=False, header_style="bold", pad_edge=False, padding=(0, 1, 0, 0)
+    )
     for column in (
         "tier",
         "capacity",
