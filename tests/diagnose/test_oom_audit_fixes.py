@@ -1,0 +1,91 @@
+"""Audit of issue 3: the fixes computed from the log's own numbers for wordings the first fixtures lacked
+(tests/fixtures/oom/index.yaml, "audit round"), and the JSON contract on them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from vramctl.cli.main import main
+from vramctl.diagnose import diagnose
+
+FIXTURES = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "oom"
+
+
+def _fix(name: str, flag: str | None) -> list[tuple[str | None, str | None, str]]:
+    d = diagnose(FIXTURES / name)
+    return [(f.flag, f.value, f.action) for f in d.fixes if f.flag == flag]
+
+
+def test_oom_torch1_fragmentation_suggests_max_split_not_expandable_segments() -> None:
+    # torch 1.x has no expandable_segments (torch 2.1+): the option its own message names comes first
+    d = diagnose(FIXTURES / "torch1_fragmentation_max_split.log")
+    assert d.cause == "allocator-fragmentation"
+    first = d.fixes[0]
+    assert (first.flag, first.value) == ("PYTORCH_CUDA_ALLOC_CONF", "max_split_size_mb:128")
+    assert "3.41 GiB reserved but unallocated" in first.reason and "626.00 MiB requested" in first.reason
+    assert all(f.value != "expandable_segments:True" for f in d.fixes)
+    assert any("torch >= 2.1" in f.action for f in d.fixes)
+
+
+def test_oom_torch2_fragmentation_still_suggests_expandable_segments() -> None:
+    d = diagnose(Path(__file__).resolve().parents[3] / "shared" / "samples" / "oom" / "037.log")
+    assert d.cause == "allocator-fragmentation"
+    assert d.fixes[0].value == "expandable_segments:True"
+
+
+def test_oom_other_process_in_the_torch_message_is_a_free_memory_problem() -> None:
+    d = diagnose(FIXTURES / "torch_other_process_holds_card.log")
+    assert (d.cause, d.phase) == ("gpu-util-exceeds-free-memory", "weights-load")
+    assert d.facts["other_process_pid"] == 3321
+    assert d.facts["other_process_bytes"] == round(18.21 * 2**30)
+    assert "process 3321 holds 18.21 GiB" in d.fixes[0].action
+    # (23.55 - 18.21 - max(1 GiB, 2% of 23.55)) / 23.55 = 0.184 -> 0.18
+    assert ("--gpu-memory-utilization", "0.18") in [(f.flag, f.value) for f in d.fixes]
+
+
+def test_oom_own_process_alone_is_not_another_process() -> None:
+    # in a container torch prints `Process N has` for itself: without `this process has` no other-process fact
+    d = diagnose(FIXTURES / "vllm_v05_profile_run_frames.log")
+    assert "other_process_bytes" not in d.facts
+    assert d.cause == "batch-budget-too-large"
+
+
+def test_oom_cgroup_killer_wording(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["explain-oom", str(FIXTURES / "cgroup_oom_killer.log"), "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0
+    assert out["cause"] == "host-oom-killer"
+    assert out["facts"]["killed_pid"] == 40211
+    assert out["facts"]["anon_rss_bytes"] == 61880012 * 1024
+    assert isinstance(out["facts"]["anon_rss_bytes"], int)
+
+
+def test_oom_sglang_capture_advice_computes_a_lower_fraction() -> None:
+    d = diagnose(FIXTURES / "sglang_capture_failed_advice_v059.log")
+    assert d.engine == "sglang"
+    values = {f.flag: f.value for f in d.fixes}
+    assert float(values["--mem-fraction-static"]) < 0.91
+    assert "--cuda-graph-max-bs" in values
+    assert any("raise" in text for text in d.do_not)
+
+
+def test_oom_tgi_warmup_prefill_tokens_halved() -> None:
+    d = diagnose(FIXTURES / "tgi_shard_warmup_prefill.log")
+    assert d.cause == "batch-budget-too-large"
+    assert _fix("tgi_shard_warmup_prefill.log", "--max-batch-prefill-tokens")[0][1] == "8,025"
+
+
+def test_oom_trtllm_max_tokens_assertion_gives_the_token_bound() -> None:
+    d = diagnose(FIXTURES / "trtllm_max_tokens_paged_kv.log")
+    assert d.cause == "kv-cache-too-small-for-max-model-len"
+    assert ("--max_seq_len", "9,216") in [(f.flag, f.value) for f in d.fixes]
+
+
+def test_oom_ray_oom_killer_table_names_the_threshold() -> None:
+    d = diagnose(FIXTURES / "ray_oom_killer_table.log")
+    assert (d.cause, d.phase) == ("host-oom-killer", "weights-load")
+    assert "RAY_memory_usage_threshold" in [f.flag for f in d.fixes]
+    assert all("gpu-memory-utilization" not in (f.flag or "") for f in d.fixes)
