@@ -283,6 +283,10 @@ def test_missing_trace_and_both_sources(capsys: pytest.CaptureFixture[str], tmp_
     assert code == 2 and "exactly one of --trace" in err
     code, _, err = run(capsys, "--synthetic", "sessions=0")
     assert code == 2 and "sessions=0" in err
+    code, _, err = run(capsys, "--synthetic", "think=exp:-1")
+    assert code == 2 and err.startswith("vramctl: error: --synthetic think='exp:-1'") and err.count("\n") == 1
+    code, _, err = run(capsys, "--synthetic", "prompt=zz:1")
+    assert code == 2 and "--synthetic prompt='zz:1': unknown distribution" in err
     code, _, err = run(capsys, "--synthetic", "turns=3,think=gamma:2")
     assert code == 2 and "unknown distribution" in err
     code, _, err = run(capsys, "--synthetic", "sessions=10,turns=10,prompt=1e12")

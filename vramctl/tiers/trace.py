@@ -348,9 +348,15 @@ def parse_synthetic(text: str) -> SyntheticSpec:
     return SyntheticSpec(
         sessions=integer("sessions", spec.sessions, 1),
         turns=integer("turns", spec.turns, 1),
-        think=parse_distribution(values["think"], what="think") if "think" in values else spec.think,
-        prompt=parse_distribution(values["prompt"], what="prompt") if "prompt" in values else spec.prompt,
-        answer=parse_distribution(values["answer"], what="answer") if "answer" in values else spec.answer,
+        think=parse_distribution(values["think"], what="--synthetic think")
+        if "think" in values
+        else spec.think,
+        prompt=parse_distribution(values["prompt"], what="--synthetic prompt")
+        if "prompt" in values
+        else spec.prompt,
+        answer=parse_distribution(values["answer"], what="--synthetic answer")
+        if "answer" in values
+        else spec.answer,
         system=integer("system", spec.system, 0),
         session_rate=positive("rate", spec.session_rate),
         decode_rate=positive("decode", spec.decode_rate),
