@@ -906,9 +906,11 @@ def evaluate(spec: DeploySpec, outcomes: tuple[EngineOutcome, ...]) -> tuple[Che
     req = spec.requirements
     items: list[CheckItem] = []
     for o in outcomes:
-        fits = o.verdict == "fits"
+        # The GPU side of a plan whose only failure is the host tier still has its KV pool: the KV requirements
+        # are judged on it, `must_fit` (and max_host_memory_fraction) carries the host failure.
+        fits = o.verdict in ("fits", "host-pinned-memory-failure")
         if req.must_fit is not None:
-            ok = fits or not req.must_fit
+            ok = o.verdict == "fits" or not req.must_fit
             items.append(
                 CheckItem(
                     "must_fit",
@@ -1099,6 +1101,12 @@ def run_check(
         outcomes.append(_sglang_outcome(plan, sglang_settings, model, gpu))
     if spec.requirements.is_empty():
         notes.append("no requirements given: only the plan is shown (add `requirements:` to gate on it)")
+    for n, o in enumerate(outcomes):
+        if o.host_tier is not None and o.host_tier.status == "fail" and o.verdict == "fits":
+            # The host pool cannot be pinned: the server does not start (as `vramctl plan` says).
+            outcomes[n] = replace(
+                o, verdict="host-pinned-memory-failure", verdict_message=str(o.host_tier.message)
+            )
     for o in outcomes:
         if o.host_tier is not None and o.host_tier.status in ("warning", "fail"):
             notes.append(f"{o.engine}: {o.host_tier.message}")
