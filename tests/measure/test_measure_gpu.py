@@ -96,3 +96,54 @@ def test_two_nccl_ranks(capsys: pytest.CaptureFixture[str], tiny_gpu_model: str)
     out = json.loads(capsys.readouterr().out)
     assert code == 0
     assert len(out["measurements"]["ranks"]) == 2
+
+
+@pytest.mark.parametrize("kind", ["dense", "moe", "mla"])
+def test_decode_graph_replay_matches_eager(kind: str) -> None:
+    """The captured decode step computes what the eager one does (dense, MoE and MLA paths)."""
+    from measure_helpers import tiny_dense, tiny_mla, tiny_moe
+
+    from vramctl.measure.model import ReferenceModel, decode_inputs
+
+    spec = {"dense": tiny_dense, "moe": tiny_moe, "mla": tiny_mla}[kind]()
+    model = ReferenceModel(spec, device="cuda:0", dtype="bfloat16")
+    caches = model.allocate_kv_cache(8, 16)
+    inputs = decode_inputs(model, 4, 8, 16)
+    eager = model.decode_step(kv_caches=caches, **inputs).clone()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        model.decode_step(kv_caches=caches, **inputs)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = model.decode_step(kv_caches=caches, **inputs)
+    out.zero_()
+    graph.replay()
+    torch.cuda.synchronize()
+    torch.testing.assert_close(out.float(), eager.float())
+
+
+@pytest.mark.parametrize("kind", ["moe", "mla"])
+def test_graph_profiling_measures_and_releases(kind: str) -> None:
+    """vLLM's profiling capture on the MoE / MLA decode: one positive drop per size, all memory given back."""
+    from measure_helpers import tiny_mla, tiny_moe
+
+    from vramctl.measure.cuda_graphs import profile_graph_memory, vllm_estimate
+    from vramctl.measure.model import ReferenceModel
+
+    model = ReferenceModel((tiny_moe if kind == "moe" else tiny_mla)(), device="cuda:0", dtype="bfloat16")
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    allocated = torch.cuda.memory_allocated()
+    free_before = torch.cuda.mem_get_info()[0]
+    sizes = (1, 2, 4, 8, 16, 32)
+    result = profile_graph_memory(model, sizes=sizes, max_num_seqs=32, block_size=16, kv_dtype=torch.bfloat16)
+    assert result.sizes == tuple(sorted(sizes, reverse=True))
+    assert len(result.samples_bytes) == len(sizes) and result.samples_bytes[0] > 0
+    assert result.estimate_bytes == vllm_estimate(result.samples_bytes)
+    assert result.actual_bytes > 0
+    torch.cuda.synchronize()
+    # the graphs, their pool, the minimal KV cache and the capture stream's cuBLAS workspace are gone
+    assert torch.cuda.memory_allocated() <= allocated + 8 * MiB
+    assert torch.cuda.mem_get_info()[0] >= free_before - 64 * MiB

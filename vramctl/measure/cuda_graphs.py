@@ -49,6 +49,16 @@ def vllm_estimate(samples: Sequence[int]) -> int:
     return samples[0] + max(samples[1], _MIN_PER_GRAPH_BYTES) * (len(samples) - 1)
 
 
+def _clear_cublas_workspaces(torch: Any) -> None:
+    """Drop the cuBLAS / cuBLASLt workspaces torch keeps per (handle, stream): the capture stream is new on
+    each call, so without this every call would leave its workspace (32 MiB or so on Hopper) in the
+    caching allocator after the stream is gone."""
+    clear = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
+    if clear is not None:
+        torch.cuda.synchronize()
+        clear()
+
+
 def capture_graphs(
     model: ReferenceModel,
     kv_caches: list[Any],
@@ -107,6 +117,7 @@ def capture_graphs(
         graph = None
         del graph, graphs, outputs, static, pool
         gc.collect()
+        _clear_cublas_workspaces(torch)
         torch.cuda.empty_cache()
     return GraphMeasurement(vllm_estimate(samples), actual, tuple(samples), tuple(order))
 
