@@ -17,6 +17,7 @@ _ENGINES = {
     "trtllm": "TensorRT-LLM",
     "lmcache": "LMCache",
     "ray": "Ray",
+    "llamacpp": "llama.cpp",
 }
 _STYLE = {"high": "bold green", "medium": "yellow", "low": "red"}
 
