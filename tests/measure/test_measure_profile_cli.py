@@ -332,3 +332,22 @@ def test_num_layers_scales_weights(capsys: pytest.CaptureFixture[str], tiny_mode
     assert abs(sliced["terms"]["weights"]["bytes"] - full["terms"]["weights"]["bytes"]) < 8 * MiB
     assert sliced["bytes_per_block"] == full["bytes_per_block"]
     assert any("--num-layers 1" in n for n in sliced["notes"])
+
+
+def test_suggest_and_validate_when_the_request_leaves_no_block(
+    capsys: pytest.CaptureFixture[str], tiny_model_dir: str, tmp_path: Path
+) -> None:
+    saved = tmp_path / "low.json"
+    # u = 0.05 of 2 GiB: the profile still fits (≈ 50 MiB KV), but not with vLLM's 150 MiB buffer on top
+    assert (
+        main(["profile", tiny_model_dir, *FAST, "--gpu-memory-utilization", "0.05", "--save", str(saved)])
+        == 0
+    )
+    capsys.readouterr()
+    assert main(["suggest", "--from-profile", str(saved)]) == 0  # "fill the card" still has a size
+    out = capsys.readouterr().out
+    assert "no KV block fits" in out and "--kv-cache-memory-bytes=0" not in out
+    code = main(["validate", "--from-profile", str(saved), "--device", "cpu", "--device-memory", "2GiB"])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "leaves no KV block" in err and "--target gpu" in err and err.count("\n") == 1

@@ -141,3 +141,15 @@ def test_properties(consumed: int, transient: int, estimate: int, actual: int, a
         assert out.fit_requested.kv_cache_memory_bytes >= max(0, out.vllm_logged_requested_bytes)
     assert out.double_counted_bytes == (estimate if applied else 0) + (actual - out.graph_bytes)
     assert out.fit_requested.num_blocks * inp.bytes_per_block <= out.fit_requested.kv_cache_memory_bytes
+
+
+def test_a_target_without_room_gives_no_flag() -> None:
+    # 150 MiB buffer: a request only 100 MiB above the non-KV memory leaves nothing to pin
+    inp = _h100_llama()
+    non_kv = 16 * GiB + 1 * GiB + 500 * MiB
+    out = suggest_kv_cache_memory(replace(inp, requested_bytes=non_kv + 100 * MiB))
+    assert not out.fit_requested.fits and out.fit_requested.kv_cache_memory_bytes == 0
+    js = out.to_json()["fit_requested"]
+    assert js["vllm_flag"] is None and js["sglang_flags"] is None and js["fits"] is False
+    # the other target still has its flag (vLLM would read --kv-cache-memory-bytes=0 as "unset")
+    assert out.fill_gpu.fits and out.to_json()["fill_gpu"]["vllm_flag"].startswith("--kv-cache-memory-bytes=")

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 
-from vramctl.core.errors import BadInputError
+from vramctl.core.errors import BadInputError, VramctlError
 from vramctl.core.exit_codes import ExitCode
 from vramctl.core.settings import ServeSettings
 from vramctl.core.units import parse_bytes
@@ -26,6 +26,13 @@ if TYPE_CHECKING:
     from vramctl.core.specs import ModelSpec
     from vramctl.core.suggest import SuggestInput
     from vramctl.measure.profiler import ProfileRequest, ProfileResult
+
+
+class _NoRoomError(VramctlError):
+    """The suggestion leaves no KV block: the configuration does not fit (exit 1, like a failed check)."""
+
+    exit_code = ExitCode.CHECK_FAILED
+
 
 _DEVICE_HELP = "cuda, cuda:N or cpu (the host: process RSS, for CI and laptops)."
 _DEVICE_MEMORY_HELP = "Treat the device as having only this much memory (e.g. 4GiB): the cpu device's capacity, or a share of a GPU."
@@ -496,9 +503,12 @@ def register(app: typer.Typer) -> None:
                 suggestion = suggest_kv_cache_memory(inp)
                 chosen = suggestion.fit_requested if target == "requested" else suggestion.fill_gpu
                 kv_bytes = chosen.kv_cache_memory_bytes
-                if kv_bytes <= 0:
-                    raise BadInputError(
-                        f"validate: the {target} suggestion leaves no KV memory ({kv_bytes} bytes); nothing to prove"
+                if not chosen.fits:
+                    raise _NoRoomError(
+                        f"validate: the --target {target} suggestion leaves no KV block ({kv_bytes} bytes after "
+                        f"non-KV {suggestion.non_kv_bytes} bytes and the 150 MiB buffer): the configuration does not "
+                        "fit, nothing to prove; lower --max-num-batched-tokens / --max-num-seqs, raise "
+                        "--gpu-memory-utilization, or try --target gpu"
                     )
             outcome = run_validate(
                 request, kv_cache_memory_bytes=kv_bytes, min_free_bytes=min_free_bytes, on_phase=on_phase

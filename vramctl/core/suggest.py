@@ -72,6 +72,12 @@ class KvSuggestion:
     sglang_max_total_tokens: int
 
     @property
+    def fits(self) -> bool:
+        """At least one KV block: below that there is no flag to give (vLLM reads
+        `--kv-cache-memory-bytes=0` as unset and profiles as usual)."""
+        return self.num_blocks >= 1
+
+    @property
     def vllm_flag(self) -> str:
         return f"--kv-cache-memory-bytes={self.kv_cache_memory_bytes}"
 
@@ -88,10 +94,11 @@ class KvSuggestion:
             "num_blocks": self.num_blocks,
             "kv_tokens": self.kv_tokens,
             "max_concurrency": self.max_concurrency,
-            "vllm_flag": self.vllm_flag,
+            "fits": self.fits,
+            "vllm_flag": self.vllm_flag if self.fits else None,
             "sglang_mem_fraction_static": self.sglang_mem_fraction_static,
             "sglang_max_total_tokens": self.sglang_max_total_tokens,
-            "sglang_flags": self.sglang_flags,
+            "sglang_flags": self.sglang_flags if self.fits else None,
         }
 
 

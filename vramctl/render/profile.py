@@ -131,6 +131,13 @@ def render_suggest(result: SuggestResult, *, model: str, device: str) -> Rendera
     flags = Text()
     for label, s in targets:
         flags.append(f"{label}:\n", style="bold")
+        if not s.fits:
+            flags.append(
+                f"  no KV block fits: non-KV {_gib(result.non_kv_bytes)} + the {result.redundancy_bytes >> 20} MiB "
+                f"buffer leave {_gib(s.kv_cache_memory_bytes)} (no flag to give)\n",
+                style="red",
+            )
+            continue
         flags.append(f"  vllm serve … {s.vllm_flag}\n")
         flags.append(f"  python -m sglang.launch_server … {s.sglang_flags}\n")
     graphs = (
