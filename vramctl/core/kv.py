@@ -268,12 +268,17 @@ def bytes_per_block(
 def max_in_flight_tokens(max_num_batched_tokens: int, *, version: tuple[int, ...], pp: int = 1) -> int:
     """Tokens a sliding-window request may still need beyond its window (`vllm/config/vllm.py:588-609`).
 
-    0.33: max_concurrent_batches × max_num_batched_tokens with async scheduling (pp + 1 batches in flight);
-    0.11.0 used max_num_batched_tokens itself.
+    max_concurrent_batches × max_num_batched_tokens (vllm.md §3.1): with async scheduling that is pp + 1 batches
+    on the V2 model runner (the default in 0.33), 2 on the V1 runner when pp = 1, and pp otherwise (V1 runs
+    async scheduling only without pipeline parallelism). vramctl takes 0.33 as the first MRV2-default release
+    and assumes async scheduling on in 0.12 – 0.32 (the reference pins neither boundary). 0.11.0 used
+    max_num_batched_tokens itself.
     """
     if version <= (0, 11, 99):
         return max_num_batched_tokens
-    return (pp + 1) * max_num_batched_tokens
+    if version >= (0, 33, 0):
+        return (pp + 1) * max_num_batched_tokens
+    return (2 if pp == 1 else pp) * max_num_batched_tokens
 
 
 def sliding_window_blocks_per_request(
