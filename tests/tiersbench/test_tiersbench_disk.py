@@ -363,3 +363,23 @@ def test_layout_chunks_cover_every_block_once_aligned(
         seen.extend(range(first, first + count))
     assert seen == list(range(num_blocks))
     assert layout.slot_bytes >= block_bytes and layout.slot_bytes - block_bytes < disk_bench.ALIGN
+
+
+def test_keep_checks_room_for_every_kept_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # With --keep both methods' files stay, so the room check asks for both before anything is written
+    # (otherwise the second file would fill the disk mid-bench).
+    layout_bytes = 4 * 8192
+    real_statvfs = os.statvfs
+
+    class Fake:
+        def __init__(self, free: int) -> None:
+            self.f_bavail, self.f_frsize = free, 1
+
+    monkeypatch.setattr(os, "statvfs", lambda path: Fake(layout_bytes + 1))
+    with pytest.raises(DiskFullError, match=r"needs 64\.00 KiB \(65536 bytes\) for the kept bench files"):
+        run_disk_bench(block_bytes=8192, num_blocks=4, directory=tmp_path, repeat=1, keep=True, use_dd=False)
+    assert list(tmp_path.iterdir()) == []
+    # Without --keep one file at a time fits.
+    result = run_disk_bench(block_bytes=8192, num_blocks=4, directory=tmp_path, repeat=1, use_dd=False)
+    assert result.methods and list(tmp_path.iterdir()) == []
+    monkeypatch.setattr(os, "statvfs", real_statvfs)

@@ -777,7 +777,9 @@ def run_dd(path: str | os.PathLike[str], *, io_bytes: int, direct: bool, expect_
 # ------------------------------------------------------------------------------------ the bench
 
 
-def check_directory(directory: str | os.PathLike[str], need_bytes: int) -> Path:
+def check_directory(
+    directory: str | os.PathLike[str], need_bytes: int, *, what: str = "the bench file"
+) -> Path:
     """The bench directory exists, is a directory, is writable and has room: else one clear line (exit 2)."""
     path = Path(directory)
     if not path.exists():
@@ -798,7 +800,7 @@ def check_directory(directory: str | os.PathLike[str], need_bytes: int) -> Path:
         return path
     if free < need_bytes:
         raise DiskFullError(
-            f"--dir {directory}: needs {format_bytes(need_bytes)} ({need_bytes} bytes) for the bench file, "
+            f"--dir {directory}: needs {format_bytes(need_bytes)} ({need_bytes} bytes) for {what}, "
             f"only {format_bytes(free)} free (use a smaller --size or another --dir)"
         )
     return path
@@ -954,7 +956,13 @@ def run_disk_bench(
         if method not in METHODS:
             raise BadInputError(f"disk method {method!r}: use {', '.join(METHODS)}")
     layout = BlockLayout(block_bytes=block_bytes, num_blocks=num_blocks, checksum=checksum, io_bytes=io_bytes)
-    where = check_directory(directory if directory is not None else tempfile.gettempdir(), layout.file_bytes)
+    # One file at a time normally (each is removed before the next is written); with `keep` they all stay.
+    need = layout.file_bytes * (len(methods) if keep else 1)
+    where = check_directory(
+        directory if directory is not None else tempfile.gettempdir(),
+        need,
+        what="the kept bench files" if keep and len(methods) > 1 else "the bench file",
+    )
     run_seq = seq if seq is not None else random.getrandbits(63)
     try:
         load = os.getloadavg()[0]  # before the bench adds its own threads
