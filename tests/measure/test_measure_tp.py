@@ -50,3 +50,67 @@ def test_validate_a_tp_shard_alone(capsys: pytest.CaptureFixture[str], tiny_mode
     assert out["bytes_per_block"] == 4 * 16 * 1 * 64 * 2 * 4  # one KV head per rank, fp32 (--dtype float32)
     assert out["num_blocks"] == 32 * 1024 * 1024 // out["bytes_per_block"]
     assert any("rank 0's shard" in note for note in out["notes"])
+
+
+def test_a_rank_killed_by_the_oom_killer_is_exit_5() -> None:
+    import signal
+
+    from vramctl.core.exit_codes import ExitCode
+    from vramctl.measure.distributed import dead_rank_error
+
+    err = dead_rank_error(1, -int(signal.SIGKILL), "cpu")
+    assert err.exit_code == ExitCode.OUT_OF_MEMORY
+    assert "rank 1" in str(err) and "OOM killer" in str(err)
+    other = dead_rank_error(0, -int(signal.SIGSEGV), "cpu")
+    assert other.exit_code == ExitCode.INTERNAL_ERROR and "SIGSEGV" in str(other)
+    assert dead_rank_error(0, 3, "cuda").exit_code == ExitCode.INTERNAL_ERROR
+    assert dead_rank_error(0, -int(signal.SIGKILL), "cuda").exit_code == ExitCode.INTERNAL_ERROR
+
+
+def test_communicators_come_before_the_device_is_opened_and_snapshotted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """vLLM's order (gpu_worker.py:504 before :541): process group + a first collective, then the snapshot."""
+    import torch.distributed as dist
+    from measure_helpers import tiny_dense
+
+    from vramctl.core.settings import ServeSettings
+    from vramctl.measure import distributed
+    from vramctl.measure.profiler import ProfileRequest
+
+    events: list[str] = []
+
+    class Backend:
+        def info(self) -> object:
+            events.append("info")
+            return object()
+
+        def snapshot(self) -> object:
+            events.append("snapshot")
+            return type("S", (), {"total_bytes": 1 << 30})()
+
+    class Out:
+        def __init__(self) -> None:
+            self.items: list[tuple[object, ...]] = []
+
+        def put(self, item: tuple[object, ...]) -> None:
+            self.items.append(item)
+
+    monkeypatch.setattr(dist, "init_process_group", lambda backend, **kw: events.append(f"init:{backend}"))
+    monkeypatch.setattr(dist, "all_reduce", lambda tensor, *a, **kw: events.append("all_reduce"))
+    monkeypatch.setattr(dist, "is_initialized", lambda: False)
+    monkeypatch.setattr("torch.set_num_threads", lambda n: None)  # keep this test process's threads
+    monkeypatch.setattr(distributed, "open_device", lambda *a, **kw: events.append("open") or Backend())
+    monkeypatch.setattr(distributed, "resolve", lambda *a, **kw: events.append("resolve") or "resolved")
+
+    def profile_rank(*args: object, **kwargs: object) -> str:
+        events.append("profile_rank")
+        return "measurement"
+
+    monkeypatch.setattr(distributed, "profile_rank", profile_rank)
+    out = Out()
+    request = ProfileRequest(tiny_dense(), ServeSettings(tensor_parallel_size=2), device="cpu")
+    distributed._rank_main(1, 2, 12345, request, out)
+    assert events[:3] == ["init:gloo", "all_reduce", "open"]
+    assert events.index("all_reduce") < events.index("snapshot") < events.index("profile_rank")
+    assert out.items[-1][:3] == ("result", 1, "measurement")

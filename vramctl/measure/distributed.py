@@ -94,6 +94,28 @@ def _rank_main(rank: int, world: int, port: int, request: ProfileRequest, out: A
                 dist.destroy_process_group()
 
 
+def dead_rank_error(rank: int, exitcode: int, kind: str) -> RankError:
+    """A rank process that died without reporting. SIGKILL on the cpu device is, in practice, the kernel's
+    OOM killer (the host ran out of memory): reported as an out-of-memory, exit 5."""
+    import signal
+
+    if exitcode < 0:
+        try:
+            name = signal.Signals(-exitcode).name
+        except ValueError:
+            name = f"signal {-exitcode}"
+        if exitcode == -signal.SIGKILL and kind == "cpu":
+            return RankError(
+                f"out of memory on cpu: rank {rank} was killed by SIGKILL before reporting, most likely by the "
+                "kernel's OOM killer (the host ran out of memory; see `dmesg`); cause weights-do-not-fit or "
+                "batch-budget-too-large: use a smaller --device-memory, --num-layers, --max-num-batched-tokens "
+                "or fewer ranks (--tensor-parallel-size)",
+                ExitCode.OUT_OF_MEMORY,
+            )
+        return RankError(f"rank {rank} was killed by {name} before reporting", ExitCode.INTERNAL_ERROR)
+    return RankError(f"rank {rank} exited with code {exitcode} before reporting", ExitCode.INTERNAL_ERROR)
+
+
 def run_ranks(
     request: ProfileRequest, *, on_phase: PhaseCallback | None = None
 ) -> tuple[Resolved, DeviceInfo, list[RankMeasurement]]:
@@ -124,12 +146,9 @@ def run_ranks(
             try:
                 item = out.get(timeout=1.0)
             except queue_module.Empty:
-                dead = [p for p in procs if p.exitcode not in (None, 0)]
+                dead = [(r, p.exitcode) for r, p in enumerate(procs) if p.exitcode not in (None, 0)]
                 if dead:
-                    raise RankError(
-                        f"a rank process exited with code {dead[0].exitcode} before reporting",
-                        ExitCode.INTERNAL_ERROR,
-                    ) from None
+                    raise dead_rank_error(dead[0][0], int(dead[0][1] or 0), kind) from None
                 if time.monotonic() > deadline:
                     raise RankError(
                         "the ranks did not report within 30 minutes", ExitCode.INTERNAL_ERROR
