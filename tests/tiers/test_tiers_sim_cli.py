@@ -377,3 +377,18 @@ def test_three_tier_table_in_bytes_is_not_cut(capsys: pytest.CaptureFixture[str]
             rows.setdefault(line.split()[0], line)
     assert rows["host"].rstrip().endswith("366.19 GiB")  # peak host memory: 3e6 tokens × 131,072 B
     assert rows["disk"].rstrip().endswith("1.19 TiB")
+
+
+def test_a_byte_order_mark_and_crlf_are_accepted(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = tmp_path / "bom.jsonl"
+    path.write_bytes(
+        b"\xef\xbb\xbf"
+        + (GOOD + "\r\n").encode()
+        + (GOOD.replace('"timestamp": 0', '"timestamp": 1') + "\r\n").encode()
+    )
+    code, out, err = run(capsys, "--trace", str(path), "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert (
+        doc["requests"] == 2 and doc["tiers"][0]["hit_tokens"] == 1000
+    )  # the second request hits both blocks

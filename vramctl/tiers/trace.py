@@ -199,7 +199,8 @@ def load_mooncake(
     target = Path(path)
     source = f"--trace {path}"
     try:
-        with target.open(encoding="utf-8") as handle:
+        # utf-8-sig: a byte-order mark (Windows editors, PowerShell's Out-File) is skipped, not a JSON error.
+        with target.open(encoding="utf-8-sig") as handle:
             return parse_mooncake_lines(
                 handle, block_size=block_size, source=source, sort_by_time=sort_by_time
             )
