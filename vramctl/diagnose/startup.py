@@ -1385,6 +1385,24 @@ def _finish_run(
                     f"{capacity_unc / GiB:.2f} GiB"
                 )
                 builder.capacity, builder.capacity_unc = capacity, capacity_unc
+        # Capacity from the logged requested memory ÷ utilisation (V1 DEBUG `Initial free memory: F GiB; Requested
+        # memory: u (util), R GiB`, vllm.md §4 row 8, where R = u × total) when the log prints no total.
+        logged_request = facts.get("requested_memory")
+        if (
+            capacity is None
+            and logged_request is not None
+            and requested is not None
+            and util_obs is not None
+            and util_obs.value > 0
+        ):
+            capacity = round(requested / util_obs.value)
+            capacity_unc = req_unc / util_obs.value + requested * util_obs.uncertainty / util_obs.value**2
+            capacity_source = "derived"
+            notes.append(
+                f"capacity derived: requested memory {logged_request.text} (line {logged_request.line}) ÷ "
+                f"gpu_memory_utilization {util_obs.text} = {format_gib(capacity)} ± {capacity_unc / GiB:.2f} GiB"
+            )
+            builder.capacity, builder.capacity_unc = capacity, capacity_unc
 
     terms = builder.terms
     ledger: Ledger | None = None
