@@ -67,7 +67,8 @@ def test_oom_sglang_capture_advice_computes_a_lower_fraction() -> None:
     d = diagnose(FIXTURES / "sglang_capture_failed_advice_v059.log")
     assert d.engine == "sglang"
     values = {f.flag: f.value for f in d.fixes}
-    assert float(values["--mem-fraction-static"]) < 0.91
+    fraction = values["--mem-fraction-static"]
+    assert fraction is not None and float(fraction) < 0.91
     assert "--cuda-graph-max-bs" in values
     assert any("raise" in text for text in d.do_not)
 
