@@ -90,3 +90,46 @@ def test_oom_ray_oom_killer_table_names_the_threshold() -> None:
     assert (d.cause, d.phase) == ("host-oom-killer", "weights-load")
     assert "RAY_memory_usage_threshold" in [f.flag for f in d.fixes]
     assert all("gpu-memory-utilization" not in (f.flag or "") for f in d.fixes)
+
+
+@pytest.mark.parametrize(
+    ("line", "process", "text"),
+    [
+        (
+            "2025-01-01T00:00:00.123456789Z stderr F (EngineCore_DP0 pid=812) ERROR 01-01 00:00:00 [core.py:1] "
+            "ValueError: No available memory for the cache blocks.",
+            "EngineCore_DP0 pid=812",
+            "ValueError: No available memory for the cache blocks.",
+        ),
+        (
+            "2025-01-01T00:00:00.5+00:00 [1,3]<stderr>:RuntimeError: CUDA error: out of memory",
+            "1,3",
+            "RuntimeError: CUDA error: out of memory",
+        ),
+        (
+            "2023-07-26T09:55:39.447617Z  INFO text_generation_launcher: Args",
+            None,
+            "text_generation_launcher: Args",
+        ),
+    ],
+)
+def test_oom_collector_timestamps_and_mpi_tags_are_split_off(
+    line: str, process: str | None, text: str
+) -> None:
+    from vramctl.diagnose.reader import split_prefixes
+
+    assert split_prefixes(line) == (process, text)
+
+
+def test_oom_kubectl_timestamped_log_classifies_like_the_plain_one(tmp_path: Path) -> None:
+    sample = Path(__file__).resolve().parents[3] / "shared" / "samples" / "oom" / "022.log"
+    stamped = tmp_path / "022-k8s.log"
+    stamped.write_text(
+        "".join(
+            f"2025-01-01T00:00:{i % 60:02d}.000000000Z stdout F {line}"
+            for i, line in enumerate(sample.read_text().splitlines(keepends=True))
+        )
+    )
+    plain, k8s = diagnose(sample), diagnose(stamped)
+    assert (k8s.cause, k8s.phase) == (plain.cause, plain.phase)
+    assert [(f.flag, f.value) for f in k8s.fixes] == [(f.flag, f.value) for f in plain.fixes]

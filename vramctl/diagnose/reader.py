@@ -131,6 +131,8 @@ _BRACKET_TAG_RE = re.compile(
 )
 # docker compose: `vllm-1  | `, `sglang_1 | `.
 _COMPOSE_RE = re.compile(r"(?P<tag>[A-Za-z][\w.\-]*?[-_]\d+)\s+\|\s?")
+# `mpirun --tag-output` (TensorRT-LLM multi-GPU runs): `[1,3]<stderr>:` (job, rank).
+_MPI_TAG_RE = re.compile(r"\[(?P<tag>\d+,\d+)\]<std(?:out|err)>:\s?")
 # Logging headers. vLLM: `INFO 01-02 03:04:05 [file.py:123] `, older `INFO 02-26 09:54:02 file.py:1115] `,
 # `2024-12-19 21:40:35 ERROR 56542 [file.py:64] `, `INFO  [gpu_worker.py:642]  `, bare `[file.py:492] `.
 # TGI / Rust tracing: `2023-07-26T09:55:39.447617Z  INFO `. LMCache: `LMCache WARNING: ` / `WARNING LMCache: `.
@@ -146,9 +148,14 @@ _TRACING_HEADER_RE = re.compile(
     rf"\d{{4}}-\d{{2}}-\d{{2}}T\d{{2}}:\d{{2}}:\d{{2}}(?:\.\d+)?Z?\s+(?P<level>{_LEVELS})\s+"
 )
 _BARE_FILE_RE = re.compile(r"\[[\w.\-/<>]+\.py(?::\d+)?\]\s*")
+# Collectors' timestamps in front of the engine's own line: `kubectl logs --timestamps` / `docker logs -t`
+# (`2025-01-01T00:00:00.123456789Z `), the CRI log file format of containerd / CRI-O (`<RFC 3339 time> stdout F `).
+_COLLECTOR_TS_RE = re.compile(
+    r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2})(?:\s+(?:stdout|stderr)\s+[PF])?\s+"
+)
 _LMCACHE_RE = re.compile(rf"(?:LMCache\s+{_LEVELS}|{_LEVELS}\s+LMCache):\s*")
 
-_PROCESS_RES = (_PAREN_TAG_RE, _RANK_TAG_RE, _COMPOSE_RE)
+_PROCESS_RES = (_PAREN_TAG_RE, _RANK_TAG_RE, _COMPOSE_RE, _MPI_TAG_RE)
 
 
 def split_prefixes(line: str) -> tuple[str | None, str]:
@@ -174,7 +181,7 @@ def split_prefixes(line: str) -> tuple[str | None, str]:
                 process = m.group("tag").strip()
             rest = stripped[m.end() :]
             continue
-        for regex in (_LEVEL_HEADER_RE, _TRACING_HEADER_RE, _BARE_FILE_RE, _LMCACHE_RE):
+        for regex in (_LEVEL_HEADER_RE, _TRACING_HEADER_RE, _BARE_FILE_RE, _LMCACHE_RE, _COLLECTOR_TS_RE):
             m = regex.match(stripped)
             if m is not None:
                 rest = stripped[m.end() :]
