@@ -100,7 +100,8 @@ def parse_compare(text: str) -> tuple[str, Any]:
         if kind == "float":
             return name, float(value)
     except ValueError:
-        raise BadInputError(f"--compare {text!r}: {value!r} is not a {kind}") from None
+        noun = {"int": "an integer", "float": "a number"}.get(kind, f"a {kind}")
+        raise BadInputError(f"--compare {text!r}: {value!r} is not {noun}") from None
     return name, value
 
 
@@ -363,7 +364,9 @@ def run_validate(
         seconds[current] = time.perf_counter() - t0
         final = backend.snapshot()
         free_left = final.free_bytes - (graph_pool if backend.supports_cuda_graphs else 0)
-        worst = min(free_left, after_fwd.free_bytes - transient)
+        # serving holds the graph pool while an eager max-shape batch runs: its transient comes on top of
+        # the pool (the forward above ran before the capture, so the pool is subtracted here)
+        worst = min(free_left, after_fwd.free_bytes - transient - graph_pool)
     except BaseException as exc:
         model = caches = None
         release_traceback(exc)
