@@ -77,3 +77,32 @@ def test_ten_gib_floor(capsys: pytest.CaptureFixture[str]) -> None:
     assert d["sglang"]["reserved_mib"] == 10240
     assert d["sglang"]["reserve"]["floor_applied"] is True
     assert d["sglang"]["mem_fraction_static"] == round((81559 - 10240) / 81559, 3)
+
+
+def test_fraction_trade_for_sglang(capsys: pytest.CaptureFixture[str]) -> None:
+    # Issue 2 item 6 for SGLang: the same sizing at each --mem-fraction-static, the one in use marked.
+    rc, d = _plan(capsys, "llama-3-8b", "--engine", "sglang")
+    assert rc == 0
+    rows = d["utilization_table"]
+    fractions = [r["utilization"] for r in rows]
+    assert fractions == sorted(fractions) and 0.83 in fractions and 0.75 in fractions and 0.96 in fractions
+    current = next(r for r in rows if r["current"])
+    assert current["utilization"] == d["sglang"]["mem_fraction_static"]
+    assert current["kv_tokens"] == d["kv_tokens"] == d["sglang"]["max_total_num_tokens"]
+    assert current["delta_kv_bytes"] == 0
+    # each row is SGLang's own plan at that fraction
+    for r in rows:
+        if r["current"]:
+            continue
+        _, at = _plan(
+            capsys, "llama-3-8b", "--engine", "sglang", "--mem-fraction-static", str(r["utilization"])
+        )
+        assert at["sglang"]["max_total_num_tokens"] == r["kv_tokens"]
+    tokens = [r["kv_tokens"] for r in rows]
+    assert tokens == sorted(tokens)  # a larger fraction never gives fewer tokens
+    # at or below SGLang's default: ok; above it: less than SGLang's own reserve
+    assert all(r["risk"] == "ok" for r in rows if r["utilization"] <= 0.83)
+    assert all(r["risk"] in ("tight", "thin") for r in rows if r["utilization"] > 0.83)
+    assert main(["plan", "llama-3-8b", "--engine", "sglang"]) == 0
+    out = capsys.readouterr().out
+    assert "fraction trade" in out and "above SGLang's default 0.830" in " ".join(out.split())

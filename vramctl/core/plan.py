@@ -1060,6 +1060,9 @@ def plan(
     result = replace(result, sglang=sglang_plan, gap=gap, host_tier=host)
     if settings.engine == "sglang" and sglang_plan is not None:
         result = _sglang_top_level(result, sglang_plan)
+        result = replace(
+            result, utilization_table=_sglang_fraction_rows(model, gpu, settings, sglang_options, sglang_plan)
+        )
     warnings = list(result.warnings)
     status = getattr(host, "status", None)
     if status == "fail" and result.verdict == FITS:
@@ -1073,6 +1076,69 @@ def plan(
     if status in ("warning", "fail"):
         warnings.append(str(getattr(host, "message", "")))
     return replace(result, warnings=tuple(warnings))
+
+
+def _sglang_fraction_rows(
+    model: ModelSpec, gpu: GpuSpec, settings: ServeSettings, options: Any, current: Any
+) -> tuple[UtilizationRow, ...]:
+    """SGLang's side of the utilisation trade: the same plan at each `--mem-fraction-static` of the grid and the
+    one in use (SGLang's own sizing rerun, so every branch applies), with the held-back memory judged against
+    the reserve SGLang's default is computed from (`fraction_risk`)."""
+    from vramctl.core.engines import sglang as sg
+    from vramctl.core.utilization import SGLANG_FRACTIONS, fraction_risk
+
+    mfs = float(current.mem_fraction_static)
+    if not 0 < mfs < 1 or current.verdict == WEIGHTS_DO_NOT_FIT:
+        return ()
+    reserve = current.reserve
+    reserve_mib = float(reserve.total_mib) if reserve is not None else 0.0
+    runtime_mib = float(reserve.activation_mib + reserve.graph_mib) if reserve is not None else 0.0
+    gpu_mem_mib = float(current.gpu_mem_mib or 0)
+    page = max(1, int(current.page_size))
+    rows: list[UtilizationRow] = []
+    for f in sorted({*SGLANG_FRACTIONS, mfs}):
+        p = (
+            current
+            if f == mfs
+            else sg.plan_sglang(model, gpu, settings.with_changes(mem_fraction_static=f), options=options)
+        )
+        tokens = int(p.max_total_num_tokens)
+        held = int(p.held_back_bytes)
+        if tokens <= 0:
+            risk: Any = "no-kv"
+            note = "no KV pool: the weights leave nothing of the static budget"
+        else:
+            risk, note = fraction_risk(
+                f,
+                held,
+                int(p.capacity_bytes),
+                gpu_mem_mib=gpu_mem_mib,
+                reserve_mib=reserve_mib,
+                runtime_mib=runtime_mib,
+            )
+        rows.append(
+            UtilizationRow(
+                f,
+                int(p.capacity_bytes) - held,
+                held,
+                int(p.kv_cache_bytes),
+                tokens // page,
+                tokens,
+                float(p.concurrency_at_context),
+                risk,
+                note,
+                current=f == mfs,
+            )
+        )
+    base = next(r for r in rows if r.current)
+    return tuple(
+        replace(
+            r,
+            delta_kv_bytes=max(0, r.kv_bytes) - max(0, base.kv_bytes),
+            delta_concurrency=r.max_concurrency - base.max_concurrency,
+        )
+        for r in rows
+    )
 
 
 def _wants_hicache(settings: ServeSettings) -> bool:

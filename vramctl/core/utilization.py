@@ -99,6 +99,40 @@ def margin_risk(held_back_bytes: int, total_bytes: int) -> tuple[Risk, str]:
     return "ok", f"{size}"
 
 
+SGLANG_FRACTIONS: tuple[float, ...] = (0.75, 0.80, 0.85, 0.88, 0.90, 0.92, 0.94, 0.96)
+"""The `--mem-fraction-static` grid of SGLang's trade (its defaults run 0.70 – 0.90 by card and parallelism)."""
+
+
+def fraction_risk(
+    fraction: float,
+    held_back_bytes: int,
+    total_bytes: int,
+    *,
+    gpu_mem_mib: float,
+    reserve_mib: float,
+    runtime_mib: float,
+) -> tuple[Risk, str]:
+    """Classify an SGLang `--mem-fraction-static`. SGLang holds back pre_model_load × (1 − f) for everything
+    that is not static (activations, CUDA graphs, metadata); its own default, round((gpu_mem − reserved) /
+    gpu_mem, 3) (sglang.md §1.3), is the largest fraction its heuristic considers safe. Above it: `tight`, less
+    than the reserve (`runtime_mib` of it for activations at 1.5 MiB × chunk tokens and graphs). A held-back
+    margin below the thresholds of `margin_risk` (2 GiB or 3 % of the card) is `thin` whatever the default."""
+    if total_bytes > 0 and margin_risk(held_back_bytes, total_bytes)[0] == "thin":
+        return margin_risk(held_back_bytes, total_bytes)
+    size = f"{format_bytes(held_back_bytes)} held back"
+    if reserve_mib <= 0 or gpu_mem_mib <= 0:
+        return "ok", size
+    default = round((gpu_mem_mib - reserve_mib) / gpu_mem_mib, 3)
+    if fraction > default + 1e-9:
+        left_mib = (1 - fraction) * gpu_mem_mib
+        return "tight", (
+            f"{size}: above SGLang's default {default:.3f}; (1 − {fraction:.3f}) × {gpu_mem_mib:.0f} MiB = "
+            f"{left_mib:.0f} MiB < its reserve of {reserve_mib:.0f} MiB ({runtime_mib:.0f} MiB of it for a full "
+            "prefill chunk's activations and the CUDA graphs): test the longest prompts before serving"
+        )
+    return "ok", size
+
+
 def utilization_trade(
     total_bytes: int,
     non_kv_bytes: int,

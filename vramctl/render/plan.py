@@ -103,17 +103,20 @@ def _verdict_text(r: PlanResult) -> Text:
 def utilization_table(r: PlanResult) -> Table | None:
     if not r.utilization_table:
         return None
+    sglang = r.engine == "sglang"
     table = Table(
-        title="The utilisation trade (same estimates, different --gpu-memory-utilization)",
+        title="The fraction trade (SGLang's sizing at each --mem-fraction-static)"
+        if sglang
+        else "The utilisation trade (same estimates, different --gpu-memory-utilization)",
         title_justify="left",
         show_edge=False,
         pad_edge=False,
     )
     for name, justify in (
-        ("u", "right"),
+        ("mem_fraction_static" if sglang else "u", "right"),
         ("held back", "right"),
         ("KV", "right"),
-        ("blocks", "right"),
+        ("pages" if sglang else "blocks", "right"),
         (f"conc. @ {r.max_model_len}", "right"),
         ("Δ KV", "right"),
         ("risk", "left"),
@@ -121,7 +124,9 @@ def utilization_table(r: PlanResult) -> Table | None:
         table.add_column(name, justify=justify)  # type: ignore[arg-type]
     for row in r.utilization_table:
         style = {"thin": "red", "tight": "yellow", "no-kv": "red"}.get(row.risk, "")
-        u = f"{row.utilization:.2f}" + (" (yours)" if row.current else "")
+        u = (f"{row.utilization:.3f}" if sglang else f"{row.utilization:.2f}") + (
+            " (yours)" if row.current else ""
+        )
         table.add_row(
             Text(u, style="bold" if row.current else ""),
             _gib(row.held_back_bytes),
@@ -136,9 +141,14 @@ def utilization_table(r: PlanResult) -> Table | None:
 
 def _risk_sentence(r: PlanResult) -> str | None:
     thin = [row for row in r.utilization_table if row.risk == "thin"]
+    if not thin and r.engine == "sglang":
+        thin = [row for row in r.utilization_table if row.risk == "tight"]
+        if thin:
+            return f"From mem_fraction_static = {thin[0].utilization:.2f}: {thin[0].note.rstrip('.')}."
     if not thin:
         return None
-    return f"From u = {thin[0].utilization:.2f} the margin is thin: {thin[0].note.rstrip('.')}."
+    knob = "mem_fraction_static" if r.engine == "sglang" else "u"
+    return f"From {knob} = {thin[0].utilization:.2f} the margin is thin: {thin[0].note.rstrip('.')}."
 
 
 def _sglang_table(r: PlanResult) -> Table | None:
@@ -243,12 +253,15 @@ def plan_markdown(r: PlanResult) -> str:
         out.extend(
             [
                 "",
-                "| u | held back GiB | KV GiB | blocks | concurrency | Δ KV GiB | risk |",
+                "| u | held back GiB | KV GiB | blocks | concurrency | Δ KV GiB | risk |"
+                if r.engine != "sglang"
+                else "| mem_fraction_static | held back GiB | KV GiB | pages | concurrency | Δ KV GiB | risk |",
                 "| ---: | ---: | ---: | ---: | ---: | ---: | --- |",
             ]
         )
         for row in r.utilization_table:
-            u = f"**{row.utilization:.2f}**" if row.current else f"{row.utilization:.2f}"
+            digits = 3 if r.engine == "sglang" else 2
+            u = f"**{row.utilization:.{digits}f}**" if row.current else f"{row.utilization:.{digits}f}"
             out.append(
                 f"| {u} | {row.held_back_bytes / GiB:.2f} | {max(0, row.kv_bytes) / GiB:.2f} | {row.num_blocks:,} | "
                 f"{row.max_concurrency:.2f}x | {row.delta_kv_bytes / GiB:+.2f} | {row.risk} |"
