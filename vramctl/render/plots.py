@@ -116,8 +116,21 @@ def plot_hit_curve(results: Sequence[Any], path: str, *, title: str) -> None:
     unlimited = [r for r in results if r.tiers[0].capacity_tokens is None]
     fig, ax = plt.subplots(figsize=(8, 5))
     xs = [r.tiers[0].capacity_tokens for r in finite]
-    ax.plot(xs, [r.token_hit_rate for r in finite], "o-", label="hit rate, token-weighted")
-    ax.plot(xs, [r.request_hit_rate for r in finite], "s--", label="hit rate, per-request mean")
+    scope = ""
+    if results and len(results[0].tiers) > 1:
+        # Name the fixed lower tiers, so "hit rate" is read as GPU + host (+ disk), not the GPU alone.
+        scope = (
+            " (all tiers: GPU + "
+            + " + ".join(
+                f"{t.name} {t.capacity_tokens:,} tok"
+                if t.capacity_tokens is not None
+                else f"{t.name} unlimited"
+                for t in results[0].tiers[1:]
+            )
+            + ")"
+        )
+    ax.plot(xs, [r.token_hit_rate for r in finite], "o-", label=f"hit rate{scope}, token-weighted")
+    ax.plot(xs, [r.request_hit_rate for r in finite], "s--", label=f"hit rate{scope}, per-request mean")
     if any(r.tier("host") is not None for r in finite):
         ax.plot(xs, [r.tiers[0].token_hit_rate for r in finite], "^:", label="GPU tier alone, token-weighted")
     for r in unlimited:
