@@ -563,6 +563,16 @@ def parse_spec(text: str, *, source: str = "spec") -> DeploySpec:
         engines, flags, base, SglangOptions(), source=source
     )
     notes.extend(flag_notes)
+    if "command" in data:
+        # `VAR=value` prefixes the engines read at start-up (as `vramctl plan -- …` honours them).
+        env = dict(parse_serve_command(data["command"], flag_takes_value=_FLAG_TAKES_VALUE).env)
+        on = ("1", "true", "yes", "on")
+        if "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS" in env:
+            value = env["VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS"].strip().lower() in on
+            settings = replace(settings, estimate_cudagraphs=value)
+        if "SGLANG_ENABLE_POST_CAPTURE_KV_SIZING" in env:
+            value = env["SGLANG_ENABLE_POST_CAPTURE_KV_SIZING"].strip().lower() in on
+            options = replace(options, post_capture_kv_sizing=value)
     if model is None:
         model = flag_model
     if model is None:
