@@ -113,6 +113,13 @@ def test_sweep_with_a_host_tier_replays(capsys: pytest.CaptureFixture[str]) -> N
     doc = json.loads(out)
     assert doc["method"] == "replay"
     assert [round(p["token_hit_rate"], 3) for p in doc["sweep"]] == [0.577, 0.577]
+    # The text names the fixed lower tier and adds the GPU's own share; a one-tier sweep has no such column.
+    code, out, _ = run(capsys, "--trace", SYNTHETIC, "--host-capacity", "1e7", "--sweep", "1e6")
+    assert code == 0
+    assert "lower tiers held fixed: host 10,000,000 tok" in out and "GPU tier alone % tok" in out
+    assert "14.5%" in out  # GPU 1e6 alone, under the host tier (tiers.md §2.3 two-tier table: 0.145)
+    code, out, _ = run(capsys, "--trace", SYNTHETIC, "--sweep", "1e6")
+    assert code == 0 and "GPU tier alone" not in out and "lower tiers" not in out
 
 
 def test_capacity_in_bytes_uses_the_model(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

@@ -379,16 +379,23 @@ def render_sweep(results: Sequence[SimResult], *, source: str, warnings: Sequenc
         )
     )
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, header_style="bold", pad_edge=False)
-    for column in ("GPU capacity (tok)", "hit % tok", "hit % req", "GPU tier alone % tok"):
+    tiered = len(first.tiers) > 1
+    columns = ["GPU capacity (tok)", "hit % tok", "hit % req"]
+    if tiered:  # the total is GPU + the fixed lower tiers: show the GPU's own share beside it
+        columns.append("GPU tier alone % tok")
+    for column in columns:
         table.add_column(column, justify="right")
     for r in results:
-        host = r.tier("host")
-        table.add_row(
-            _cap(r.tiers[0].capacity_tokens),
-            _pct(r.token_hit_rate),
-            _pct(r.request_hit_rate),
-            _pct(r.tiers[0].token_hit_rate) if host is not None else "-",
+        cells = [_cap(r.tiers[0].capacity_tokens), _pct(r.token_hit_rate), _pct(r.request_hit_rate)]
+        if tiered:
+            cells.append(_pct(r.tiers[0].token_hit_rate))
+        table.add_row(*cells)
+    if tiered:
+        lower = ", ".join(
+            f"{t.name} {_cap(t.capacity_tokens)}" + (" tok" if t.capacity_tokens else "")
+            for t in first.tiers[1:]
         )
+        parts.append(Text(f"lower tiers held fixed: {lower}; hit % is GPU + lower tiers", style="dim"))
     parts.append(table)
     parts.append(Text(""))
     parts.append(Text(linear_bars([(_cap(r.tiers[0].capacity_tokens), r.token_hit_rate) for r in results])))
