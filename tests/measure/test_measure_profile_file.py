@@ -94,6 +94,23 @@ def _mutations() -> list[tuple[str, Any, str]]:
         ("bpb-zero", setv(0, "result", "bytes_per_block"), "at least 1"),
         ("bool-int", setv(True, "result", "block_size"), "integer"),
         ("estimate", setv("yes", "result", "settings", "estimate_cudagraphs"), "true or false"),
+        # the settings validate --from-profile re-runs with: type and range, before any device is opened
+        ("seqs-str", setv("abc", "result", "settings", "max_num_seqs"), "max_num_seqs must be an integer,"),
+        ("seqs-neg", setv(-3, "result", "settings", "max_num_seqs"), "max_num_seqs must be at least 1"),
+        ("block-float", setv(16.5, "result", "settings", "block_size"), "block_size must be an integer"),
+        (
+            "eager-str",
+            setv("yes", "result", "settings", "enforce_eager"),
+            "enforce_eager must be true or false",
+        ),
+        ("len-huge", setv(10**30, "result", "settings", "max_model_len"), "far beyond any engine setting"),
+        ("sizes", setv("x", "result", "settings", "cudagraph_capture_sizes"), "list of positive integers"),
+        (
+            "kv-dtype",
+            setv(5, "result", "settings", "kv_cache_dtype"),
+            "kv_cache_dtype must be a non-empty string",
+        ),
+        ("mfs", setv(1.5, "result", "settings", "mem_fraction_static"), "must be in (0, 1)"),
         (
             "free>total",
             setv(10**15, "result", "measurements", "ranks", 0, "snapshots", "init", "free_bytes"),

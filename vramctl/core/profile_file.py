@@ -166,7 +166,8 @@ class _Reader:
     def int_(self, key: str, *, minimum: int | None = None) -> int:
         value = self.get(key)
         if isinstance(value, bool) or not isinstance(value, int):
-            raise self.fail(key, f"must be an integer number of bytes, not {value!r}")
+            what = "an integer number of bytes" if key.endswith("bytes") or "bytes_" in key else "an integer"
+            raise self.fail(key, f"must be {what}, not {value!r}")
         if minimum is not None and value < minimum:
             raise self.fail(key, f"must be at least {minimum}, not {value}")
         return value
@@ -209,6 +210,7 @@ def parse_document(root: Any, p: Path) -> ProfileFile:
     model_name = r.str_("model.name")
     fingerprint = r.dict_("model.fingerprint")
     settings = r.dict_("result.settings")
+    _check_settings(r)
     binding = r.int_("result.measurements.binding_rank", minimum=0)
     ranks = r.get("result.measurements.ranks")
     if not isinstance(ranks, list) or not ranks:
@@ -258,6 +260,40 @@ def parse_document(root: Any, p: Path) -> ProfileFile:
         kv_cache_bytes=r.int_("result.kv_cache_bytes"),
         document=root,
     )
+
+
+_SETTING_INT_MAX = 1 << 40
+"""No engine setting (tokens, sequences, block size, ranks, layers) is anywhere near this."""
+
+
+def _check_settings(r: _Reader) -> None:
+    """The serve settings `validate --from-profile` re-runs with: each of the right type and range."""
+    for key in (
+        "max_model_len",
+        "max_num_batched_tokens",
+        "max_num_seqs",
+        "block_size",
+        "tensor_parallel_size",
+    ):
+        value = r.int_(f"result.settings.{key}", minimum=1)
+        if value > _SETTING_INT_MAX:
+            raise r.fail(f"result.settings.{key}", f"is {value}, far beyond any engine setting")
+    for key in ("engine_version", "kv_cache_dtype", "dtype"):
+        r.str_(f"result.settings.{key}")
+    if not isinstance(r.get("result.settings.enforce_eager"), bool):
+        raise r.fail("result.settings.enforce_eager", "must be true or false")
+    sizes = r.get("result.settings.cudagraph_capture_sizes")
+    if not isinstance(sizes, list) or any(
+        isinstance(x, bool) or not isinstance(x, int) or not 1 <= x <= _SETTING_INT_MAX for x in sizes
+    ):
+        raise r.fail("result.settings.cudagraph_capture_sizes", "must be a list of positive integers")
+    root = r.root["result"]["settings"]
+    if root.get("num_layers") is not None:
+        r.int_("result.settings.num_layers", minimum=1)
+    if root.get("mem_fraction_static") is not None:
+        mfs = r.float_("result.settings.mem_fraction_static")
+        if not 0 < mfs < 1:
+            raise r.fail("result.settings.mem_fraction_static", f"must be in (0, 1), not {mfs}")
 
 
 def _blocks_per_request(r: _Reader) -> int:
