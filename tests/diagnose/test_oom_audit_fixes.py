@@ -133,3 +133,12 @@ def test_oom_kubectl_timestamped_log_classifies_like_the_plain_one(tmp_path: Pat
     plain, k8s = diagnose(sample), diagnose(stamped)
     assert (k8s.cause, k8s.phase) == (plain.cause, plain.phase)
     assert [(f.flag, f.value) for f in k8s.fixes] == [(f.flag, f.value) for f in plain.fixes]
+
+
+def test_oom_sglang_self_kill_is_not_the_oom_killer() -> None:
+    d = diagnose(FIXTURES / "sglang_sigquit_self_kill.log")
+    assert d.cause == "not-oom" and d.what is not None and "not the OOM killer" in d.what
+    # next to a real failure the launcher's `Killed` is listed, not as an OOM kill
+    d = diagnose(FIXTURES / "sglang_capture_failed_advice_v059.log")
+    assert d.cause == "cuda-graph-capture-oom"
+    assert [o.cause for o in d.other_failures] == ["not-oom"]
