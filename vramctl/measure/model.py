@@ -34,6 +34,8 @@ from vramctl.core.errors import BadInputError
 from vramctl.core.specs import SLIDING_ATTENTION, ModelSpec
 
 _INIT_STD = 0.02
+_FP8_INIT_BYTE = 0x0A
+"""float8_e4m3fn 0|0001|010 = 2^-6 × 1.25 = 0.01953, the fp8 neighbour of _INIT_STD."""
 _ROPE_THETA = 10000.0
 _RMS_EPS = 1e-6
 
@@ -197,7 +199,15 @@ class ReferenceModel:
         import torch
 
         if self.quant == "fp8":
-            return self._param(*shape).to(torch.float8_e4m3fn)
+            # made in place as bytes (no model-dtype temporary three times the matrix's storage): e4m3fn
+            # with exponent field 1 (2^-6) → ±0.0156…0.0293; on the CPU the constant 0x0A = 0.01953
+            t = torch.empty(*shape, device=self.device, dtype=torch.float8_e4m3fn)
+            raw = t.view(torch.uint8)
+            if self.device.type == "cpu":
+                raw.fill_(_FP8_INIT_BYTE)
+            else:
+                raw.random_(0, 256, generator=self._gen).bitwise_and_(0x87).bitwise_or_(0x08)
+            return t
         if self.quant == "int4":
             packed = torch.empty(*shape[:-1], -(-shape[-1] // 2), device=self.device, dtype=torch.uint8)
             return packed.random_(0, 256, generator=self._gen)
