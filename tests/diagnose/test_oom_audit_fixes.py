@@ -142,3 +142,14 @@ def test_oom_sglang_self_kill_is_not_the_oom_killer() -> None:
     d = diagnose(FIXTURES / "sglang_capture_failed_advice_v059.log")
     assert d.cause == "cuda-graph-capture-oom"
     assert [o.cause for o in d.other_failures] == ["not-oom"]
+
+
+def test_oom_memory_held_outside_this_process_is_named_and_fitted() -> None:
+    d = diagnose(FIXTURES / "torch_container_invisible_tenant.log")
+    assert d.cause == "gpu-util-exceeds-free-memory"
+    assert "18.22 GiB of it is held outside this process" in d.fixes[0].action
+    # (23.55 - 18.22 - 1 GiB margin) / 23.55 -> 0.18
+    assert ("--gpu-memory-utilization", "0.18") in [(f.flag, f.value) for f in d.fixes]
+    d = diagnose(FIXTURES / "torch1_other_process_outside_allocator.log")
+    assert d.cause == "gpu-util-exceeds-free-memory"
+    assert "76.12 GiB" in d.fixes[0].action
