@@ -153,3 +153,10 @@ def test_oom_memory_held_outside_this_process_is_named_and_fitted() -> None:
     d = diagnose(FIXTURES / "torch1_other_process_outside_allocator.log")
     assert d.cause == "gpu-util-exceeds-free-memory"
     assert "76.12 GiB" in d.fixes[0].action
+
+
+def test_oom_v0_profile_budget_below_context_needs_chunked_prefill() -> None:
+    d = diagnose(FIXTURES / "vllm_v05_profile_run_frames.log")
+    pairs = [(f.flag, f.value) for f in d.fixes]
+    assert pairs[:2] == [("--max-num-batched-tokens", "16,384"), ("--max-model-len", "16,384")]
+    assert "--enable-chunked-prefill" in d.fixes[0].action
