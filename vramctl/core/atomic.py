@@ -16,6 +16,8 @@ def write_bytes_atomic(path: str | os.PathLike[str], data: bytes) -> None:
     directory = target.parent if str(target.parent) else Path(".")
     fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
     try:
+        # mkstemp creates 0600; give the file the mode a plain open() would (or keep the replaced file's).
+        os.fchmod(fd, _mode_for(target))
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
@@ -25,6 +27,15 @@ def write_bytes_atomic(path: str | os.PathLike[str], data: bytes) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp_name)
         raise
+
+
+def _mode_for(target: Path) -> int:
+    try:
+        return target.stat().st_mode & 0o7777
+    except FileNotFoundError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask
 
 
 def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
