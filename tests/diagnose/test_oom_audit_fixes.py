@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 
@@ -160,3 +161,22 @@ def test_oom_v0_profile_budget_below_context_needs_chunked_prefill() -> None:
     pairs = [(f.flag, f.value) for f in d.fixes]
     assert pairs[:2] == [("--max-num-batched-tokens", "16,384"), ("--max-model-len", "16,384")]
     assert "--enable-chunked-prefill" in d.fixes[0].action
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-be"])
+def test_oom_utf16_log_reads_like_utf8(tmp_path: Path, encoding: str) -> None:
+    # Windows PowerShell 5's `>` writes UTF-16 LE with a byte-order mark; `utf-16-be` here carries none,
+    # so it gets one added by hand
+    sample = Path(__file__).resolve().parents[3] / "shared" / "samples" / "oom" / "022.log"
+    text = sample.read_text()
+    data = text.encode(encoding) if encoding == "utf-16" else b"\xfe\xff" + text.encode(encoding)
+    log = tmp_path / "ps.log"
+    log.write_bytes(data)
+    gz = tmp_path / "ps.log.gz"
+    gz.write_bytes(gzip.compress(data))
+    plain = diagnose(sample)
+    for path in (log, gz):
+        d = diagnose(path)
+        assert (d.cause, d.phase) == (plain.cause, plain.phase)
+        assert [e.line for e in d.evidence] == [e.line for e in plain.evidence]
+        assert any("UTF-16" in w for w in d.warnings)

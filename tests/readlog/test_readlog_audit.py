@@ -82,3 +82,10 @@ def test_readlog_same_log_from_gzip_and_stdin(
     monkeypatch.setattr(sys, "stdin", _Stdin(io.BytesIO(DATA)))
     assert main(["read-log", "-", "--json"]) == 0
     _check(json.loads(capsys.readouterr().out))
+
+
+def test_readlog_utf16_with_bom(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    log = tmp_path / "v011-utf16.log"
+    log.write_bytes("\r\n".join(LINES).encode("utf-16"))
+    assert main(["read-log", str(log), "--json"]) == 0
+    _check(json.loads(capsys.readouterr().out))

@@ -455,7 +455,8 @@ def _parallel_plan(source: object) -> tuple[str, int, int] | None:
 
     chosen = os.environ.get("VRAMCTL_SCAN_WORKERS", "")
     small = st.st_size < PARALLEL_MIN_BYTES and not (chosen.isdigit() and int(chosen) >= 2)
-    if not stat_module.S_ISREG(st.st_mode) or small or magic == b"\x1f\x8b":
+    # gzip and UTF-16 (byte-order mark) are read as one stream: byte ranges of them are not lines
+    if not stat_module.S_ISREG(st.st_mode) or small or magic in (b"\x1f\x8b", b"\xff\xfe", b"\xfe\xff"):
         return None
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     # with fewer than 4 CPUs the workers only compete with each other (measured: docs/perf/explain-oom.md)

@@ -30,6 +30,7 @@ A directory, a missing or unreadable path raise `BadInputError` before anything 
 
 from __future__ import annotations
 
+import codecs
 import os
 import re
 import sys
@@ -248,7 +249,30 @@ def _read(stream: BinaryIO, size: int, name: str) -> bytes:
         raise BadInputError(f"{name}: read error: {exc.strerror or exc}") from None
 
 
+_UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
+
+
 def _iter_bytes(stream: BinaryIO, name: str, stats: ScanStats) -> Iterator[bytes]:
+    """Chunks of the content as UTF-8-compatible bytes: gzip undone, UTF-16 (with its byte-order mark: what
+    Windows PowerShell's `>` writes) transcoded to UTF-8 chunk by chunk, so the byte-level anchors still match."""
+    chunks = _iter_raw_bytes(stream, name, stats)
+    for first in chunks:
+        if not first.startswith(_UTF16_BOMS):
+            yield first
+            yield from chunks
+            return
+        stats.notes.append(f"{name}: UTF-16 text, read after converting it to UTF-8")
+        decoder = codecs.getincrementaldecoder("utf-16")(errors="replace")
+        yield decoder.decode(first).encode("utf-8", "replace")
+        for chunk in chunks:
+            yield decoder.decode(chunk).encode("utf-8", "replace")
+        tail = decoder.decode(b"", True)
+        if tail:
+            yield tail.encode("utf-8", "replace")
+        return
+
+
+def _iter_raw_bytes(stream: BinaryIO, name: str, stats: ScanStats) -> Iterator[bytes]:
     """Chunks of the (decompressed) content. Raises TruncatedInputError at the end of a cut gzip."""
     first = _read(stream, CHUNK_BYTES, name)
     if not first:
