@@ -98,7 +98,9 @@ def test_compare_plan_unknown_model_is_bad_input(capsys: pytest.CaptureFixture[s
     assert code == 2 and "unknown model" in err and "Traceback" not in err
 
 
-def test_compare_plan_finds_a_local_checkpoint_named_like_the_hf_model(capsys: pytest.CaptureFixture[str]) -> None:
+def test_compare_plan_finds_a_local_checkpoint_named_like_the_hf_model(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     # 117 served /models/Meta-Llama-3.1-70B-Instruct: the registry knows it without the org part.
     code, out, _ = run(capsys, str(SAMPLES / "117.log"), "--compare-plan", "--json")
     assert code == 0 and json.loads(out)["comparison"]["rows"]
