@@ -48,11 +48,11 @@ KV_TOO_SMALL = "kv-cache-too-small-for-max-model-len"
 GPU_UTIL_EXCEEDS_FREE = "gpu-util-exceeds-free-memory"
 WEIGHTS_DO_NOT_FIT = "weights-do-not-fit"
 KV_POOL_OVERCOMMIT = "kv-pool-overcommit"
+"""`--kv-cache-memory-bytes` larger than the card holds beside the weights: vLLM skips profiling and fails
+allocating the pool it was told to size (explain-oom: an OOM at KV allocation, phase kv-alloc)."""
 HOST_PINNED_MEMORY_FAILURE = "host-pinned-memory-failure"
 """The host tier's pinned pool does not fit the host's RAM: SGLang refuses to start ("Not enough host memory
 available…"), vLLM's pinned allocation fails (../shared/taxonomy.md, host tier)."""
-"""`--kv-cache-memory-bytes` larger than the card holds beside the weights: vLLM skips profiling and fails
-allocating the pool it was told to size (explain-oom: an OOM at KV allocation, phase kv-alloc)."""
 
 VALID_BLOCK_SIZES = (1, 8, 16, 32, 64, 128, 256)
 """`CacheConfig.block_size` accepts these (vllm/config/cache.py, BlockSize)."""
