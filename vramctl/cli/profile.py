@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 
@@ -36,6 +36,71 @@ class _NoRoomError(VramctlError):
 
 _DEVICE_HELP = "cuda, cuda:N or cpu (the host: process RSS, for CI and laptops)."
 _DEVICE_MEMORY_HELP = "Treat the device as having only this much memory (e.g. 4GiB): the cpu device's capacity, or a share of a GPU."
+
+
+# The engine flags `profile`, `suggest` and `validate` share, declared once.
+EngineVersionOpt = Annotated[
+    Optional[str],
+    typer.Option("--engine-version", help="vLLM version whose semantics to use [default: latest]."),
+]
+GpuMemoryUtilizationOpt = Annotated[
+    Optional[float], typer.Option("--gpu-memory-utilization", help="vLLM's u [default: 0.92 from 0.20].")
+]
+MaxModelLenOpt = Annotated[
+    Optional[int], typer.Option("--max-model-len", help="[default: the model's context]")
+]
+MaxNumBatchedTokensOpt = Annotated[
+    Optional[int],
+    typer.Option(
+        "--max-num-batched-tokens", help="Tokens of the max-shape forward [default: vLLM's for the device]."
+    ),
+]
+MaxNumSeqsOpt = Annotated[
+    Optional[int], typer.Option("--max-num-seqs", help="[default: vLLM's for the device]")
+]
+KvCacheDtypeOpt = Annotated[
+    str, typer.Option("--kv-cache-dtype", help="auto, fp8, fp8_e4m3, fp8_e5m2, bfloat16, ...")
+]
+BlockSizeOpt = Annotated[
+    Optional[int], typer.Option("--block-size", help="KV block size in tokens [default: 16].")
+]
+EnforceEagerOpt = Annotated[bool, typer.Option("--enforce-eager", help="No CUDA graphs (no graph term).")]
+TensorParallelOpt = Annotated[
+    int,
+    typer.Option("--tensor-parallel-size", "-tp", help="One process per rank (gloo on cpu, NCCL on cuda)."),
+]
+DtypeOpt = Annotated[str, typer.Option("--dtype", help="Model dtype: auto, bfloat16, float16, float32.")]
+NumLayersOpt = Annotated[
+    Optional[int], typer.Option("--num-layers", help="Build only N layers; weights scaled to the full depth.")
+]
+MemFractionStaticOpt = Annotated[
+    Optional[float],
+    typer.Option(
+        "--mem-fraction-static", help="SGLang's fraction for its numbers [default: SGLang's heuristic]."
+    ),
+]
+DeviceOpt = Annotated[str, typer.Option("--device", help=_DEVICE_HELP)]
+DeviceMemoryOpt = Annotated[Optional[str], typer.Option("--device-memory", help=_DEVICE_MEMORY_HELP)]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
+
+_ENGINE_FLAGS = (
+    "engine_version",
+    "gpu_memory_utilization",
+    "max_model_len",
+    "max_num_batched_tokens",
+    "max_num_seqs",
+    "kv_cache_dtype",
+    "block_size",
+    "enforce_eager",
+    "tensor_parallel_size",
+    "dtype",
+    "mem_fraction_static",
+)
+
+
+def _engine_settings(flags: dict[str, Any]) -> ServeSettings:
+    """ServeSettings from a command's engine flags (its parameters, by name)."""
+    return _settings(**{name: flags[name] for name in _ENGINE_FLAGS})
 
 
 def _stderr_console() -> Any:
@@ -229,44 +294,20 @@ def register(app: typer.Typer) -> None:
     @app.command("profile")
     def profile(
         model: str = typer.Argument(..., help="Model: HF id, alias, or a local config.json / model folder."),
-        device: str = typer.Option("cuda", "--device", help=_DEVICE_HELP),
-        device_memory: Optional[str] = typer.Option(None, "--device-memory", help=_DEVICE_MEMORY_HELP),
-        engine_version: Optional[str] = typer.Option(
-            None, "--engine-version", help="vLLM version whose semantics to use [default: latest]."
-        ),
-        gpu_memory_utilization: Optional[float] = typer.Option(
-            None, "--gpu-memory-utilization", help="vLLM's u [default: 0.92 from 0.20]."
-        ),
-        max_model_len: Optional[int] = typer.Option(
-            None, "--max-model-len", help="[default: the model's context]"
-        ),
-        max_num_batched_tokens: Optional[int] = typer.Option(
-            None,
-            "--max-num-batched-tokens",
-            help="Tokens of the max-shape forward [default: vLLM's for the device].",
-        ),
-        max_num_seqs: Optional[int] = typer.Option(
-            None, "--max-num-seqs", help="[default: vLLM's for the device]"
-        ),
-        kv_cache_dtype: str = typer.Option(
-            "auto", "--kv-cache-dtype", help="auto, fp8, fp8_e4m3, fp8_e5m2, bfloat16, ..."
-        ),
-        block_size: Optional[int] = typer.Option(
-            None, "--block-size", help="KV block size in tokens [default: 16]."
-        ),
-        enforce_eager: bool = typer.Option(False, "--enforce-eager", help="No CUDA graphs (no graph term)."),
-        tensor_parallel_size: int = typer.Option(
-            1, "--tensor-parallel-size", "-tp", help="One process per rank (gloo on cpu, NCCL on cuda)."
-        ),
-        dtype: str = typer.Option("auto", "--dtype", help="Model dtype: auto, bfloat16, float16, float32."),
-        num_layers: Optional[int] = typer.Option(
-            None, "--num-layers", help="Build only N layers; weights scaled to the full depth."
-        ),
-        mem_fraction_static: Optional[float] = typer.Option(
-            None,
-            "--mem-fraction-static",
-            help="SGLang's fraction for its numbers [default: SGLang's heuristic].",
-        ),
+        device: DeviceOpt = "cuda",
+        device_memory: DeviceMemoryOpt = None,
+        engine_version: EngineVersionOpt = None,
+        gpu_memory_utilization: GpuMemoryUtilizationOpt = None,
+        max_model_len: MaxModelLenOpt = None,
+        max_num_batched_tokens: MaxNumBatchedTokensOpt = None,
+        max_num_seqs: MaxNumSeqsOpt = None,
+        kv_cache_dtype: KvCacheDtypeOpt = "auto",
+        block_size: BlockSizeOpt = None,
+        enforce_eager: EnforceEagerOpt = False,
+        tensor_parallel_size: TensorParallelOpt = 1,
+        dtype: DtypeOpt = "auto",
+        num_layers: NumLayersOpt = None,
+        mem_fraction_static: MemFractionStaticOpt = None,
         compare: list[str] = typer.Option(
             [],
             "--compare",
@@ -275,25 +316,13 @@ def register(app: typer.Typer) -> None:
         save: Optional[str] = typer.Option(
             None, "--save", help="Write the profile (.json / .yaml) atomically."
         ),
-        as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+        as_json: JsonOpt = False,
     ) -> None:
         """Measure every memory term on the device, the way vLLM ≥0.28 profiles at start-up."""
         from vramctl.measure.run import compare as compare_results
         from vramctl.measure.run import noise_threshold, parse_compare, run_profile, with_flag
 
-        settings = _settings(
-            engine_version=engine_version,
-            gpu_memory_utilization=gpu_memory_utilization,
-            max_model_len=max_model_len,
-            max_num_batched_tokens=max_num_batched_tokens,
-            max_num_seqs=max_num_seqs,
-            kv_cache_dtype=kv_cache_dtype,
-            block_size=block_size,
-            enforce_eager=enforce_eager,
-            tensor_parallel_size=tensor_parallel_size,
-            dtype=dtype,
-            mem_fraction_static=mem_fraction_static,
-        )
+        settings = _engine_settings(locals())
         flips = [parse_compare(text) for text in compare]
         _check_save(save)
         request = _request(model, settings, device, device_memory, num_layers)
@@ -350,21 +379,21 @@ def register(app: typer.Typer) -> None:
         from_profile: Optional[str] = typer.Option(
             None, "--from-profile", help="A profile saved by `vramctl profile --save`."
         ),
-        device: str = typer.Option("cuda", "--device", help=_DEVICE_HELP),
-        device_memory: Optional[str] = typer.Option(None, "--device-memory", help=_DEVICE_MEMORY_HELP),
-        engine_version: Optional[str] = typer.Option(None, "--engine-version"),
-        gpu_memory_utilization: Optional[float] = typer.Option(None, "--gpu-memory-utilization"),
-        max_model_len: Optional[int] = typer.Option(None, "--max-model-len"),
-        max_num_batched_tokens: Optional[int] = typer.Option(None, "--max-num-batched-tokens"),
-        max_num_seqs: Optional[int] = typer.Option(None, "--max-num-seqs"),
-        kv_cache_dtype: str = typer.Option("auto", "--kv-cache-dtype"),
-        block_size: Optional[int] = typer.Option(None, "--block-size"),
-        enforce_eager: bool = typer.Option(False, "--enforce-eager"),
-        tensor_parallel_size: int = typer.Option(1, "--tensor-parallel-size", "-tp"),
-        dtype: str = typer.Option("auto", "--dtype"),
-        num_layers: Optional[int] = typer.Option(None, "--num-layers"),
-        mem_fraction_static: Optional[float] = typer.Option(None, "--mem-fraction-static"),
-        as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+        device: DeviceOpt = "cuda",
+        device_memory: DeviceMemoryOpt = None,
+        engine_version: EngineVersionOpt = None,
+        gpu_memory_utilization: GpuMemoryUtilizationOpt = None,
+        max_model_len: MaxModelLenOpt = None,
+        max_num_batched_tokens: MaxNumBatchedTokensOpt = None,
+        max_num_seqs: MaxNumSeqsOpt = None,
+        kv_cache_dtype: KvCacheDtypeOpt = "auto",
+        block_size: BlockSizeOpt = None,
+        enforce_eager: EnforceEagerOpt = False,
+        tensor_parallel_size: TensorParallelOpt = 1,
+        dtype: DtypeOpt = "auto",
+        num_layers: NumLayersOpt = None,
+        mem_fraction_static: MemFractionStaticOpt = None,
+        as_json: JsonOpt = False,
     ) -> None:
         """The --kv-cache-memory-bytes that fits the requested memory and the one that fills the card."""
         from vramctl.core.suggest import suggest_kv_cache_memory
@@ -379,19 +408,7 @@ def register(app: typer.Typer) -> None:
         else:
             if model is None:
                 raise BadInputError("suggest: give MODEL (it is profiled first) or --from-profile FILE")
-            settings = _settings(
-                engine_version=engine_version,
-                gpu_memory_utilization=gpu_memory_utilization,
-                max_model_len=max_model_len,
-                max_num_batched_tokens=max_num_batched_tokens,
-                max_num_seqs=max_num_seqs,
-                kv_cache_dtype=kv_cache_dtype,
-                block_size=block_size,
-                enforce_eager=enforce_eager,
-                tensor_parallel_size=tensor_parallel_size,
-                dtype=dtype,
-                mem_fraction_static=mem_fraction_static,
-            )
+            settings = _engine_settings(locals())
             request = _request(model, settings, device, device_memory, num_layers)
             from vramctl.measure.run import run_profile
 
@@ -431,25 +448,25 @@ def register(app: typer.Typer) -> None:
         min_free: str = typer.Option(
             "0", "--min-free", help="Fail unless at least this much stays free (e.g. 512MiB)."
         ),
-        device: str = typer.Option("cuda", "--device", help=_DEVICE_HELP),
-        device_memory: Optional[str] = typer.Option(None, "--device-memory", help=_DEVICE_MEMORY_HELP),
-        engine_version: Optional[str] = typer.Option(None, "--engine-version"),
-        gpu_memory_utilization: Optional[float] = typer.Option(None, "--gpu-memory-utilization"),
-        max_model_len: Optional[int] = typer.Option(None, "--max-model-len"),
-        max_num_batched_tokens: Optional[int] = typer.Option(None, "--max-num-batched-tokens"),
-        max_num_seqs: Optional[int] = typer.Option(None, "--max-num-seqs"),
-        kv_cache_dtype: str = typer.Option("auto", "--kv-cache-dtype"),
-        block_size: Optional[int] = typer.Option(None, "--block-size"),
-        enforce_eager: bool = typer.Option(False, "--enforce-eager"),
+        device: DeviceOpt = "cuda",
+        device_memory: DeviceMemoryOpt = None,
+        engine_version: EngineVersionOpt = None,
+        gpu_memory_utilization: GpuMemoryUtilizationOpt = None,
+        max_model_len: MaxModelLenOpt = None,
+        max_num_batched_tokens: MaxNumBatchedTokensOpt = None,
+        max_num_seqs: MaxNumSeqsOpt = None,
+        kv_cache_dtype: KvCacheDtypeOpt = "auto",
+        block_size: BlockSizeOpt = None,
+        enforce_eager: EnforceEagerOpt = False,
         tensor_parallel_size: int = typer.Option(
             1,
             "--tensor-parallel-size",
             "-tp",
             help="Validate rank 0's shard (the per-rank pool) on this device.",
         ),
-        dtype: str = typer.Option("auto", "--dtype"),
-        mem_fraction_static: Optional[float] = typer.Option(None, "--mem-fraction-static"),
-        as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+        dtype: DtypeOpt = "auto",
+        mem_fraction_static: MemFractionStaticOpt = None,
+        as_json: JsonOpt = False,
     ) -> None:
         """Allocate the real KV pool, run the max-shape forward (and graphs) under it: pass or fail."""
         from vramctl.core.suggest import suggest_kv_cache_memory
@@ -478,19 +495,7 @@ def register(app: typer.Typer) -> None:
             else:
                 if model is None:
                     raise BadInputError("validate: give MODEL (it is profiled first) or --from-profile FILE")
-                settings = _settings(
-                    engine_version=engine_version,
-                    gpu_memory_utilization=gpu_memory_utilization,
-                    max_model_len=max_model_len,
-                    max_num_batched_tokens=max_num_batched_tokens,
-                    max_num_seqs=max_num_seqs,
-                    kv_cache_dtype=kv_cache_dtype,
-                    block_size=block_size,
-                    enforce_eager=enforce_eager,
-                    tensor_parallel_size=tensor_parallel_size,
-                    dtype=dtype,
-                    mem_fraction_static=mem_fraction_static,
-                )
+                settings = _engine_settings(locals())
                 request = _request(model, settings, device, device_memory, None)
                 inp = None
                 if explicit is None:
