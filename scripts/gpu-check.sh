@@ -18,14 +18,25 @@
 # Writes a Markdown report to $OUT/gpu-check-report.md when $OUT is set, else docs/gpu-check-report.md,
 # with every step's exit code, time and the measured numbers; the raw output of each step lands in
 # gpu-check-raw/ next to it.
-# Exit status: 0 when every step passed, 4 without a CUDA device (nothing written), 1 otherwise.
+# Exit status: 0 when every step passed, 4 without a CUDA device, 2 when a needed package is missing (nothing
+# written in either case), 1 otherwise.
 #
 # Knobs (environment): GPU_CHECK_DENSE_MODEL, GPU_CHECK_MOE_MODEL, GPU_CHECK_MOE_LAYERS, GPU_CHECK_BUDGET_S,
 # GPU_CHECK_STEPS (a subset of: pytest-gpu profile-llama suggest-llama validate-llama profile-moe
 # tiers-bench), GPU_CHECK_DEVICE (default cuda; `cpu` is a dry run of the script itself, used by its tests),
-# GPU_CHECK_ARGS (extra flags for every profile / validate, e.g. a --device-memory for the dry run).
+# GPU_CHECK_ARGS (extra flags for every profile / validate, e.g. a --device-memory for the dry run),
+# PYTHON (default: python3, else python), VRAMCTL (default: "$PYTHON -m vramctl").
+#
+# Nothing needs installing: the checkout itself is put first on PYTHONPATH and run as `python -m vramctl`,
+# so the check runs on a GPU machine with no network (torch, typer, rich and pyyaml must be importable;
+# pynvml from nvidia-ml-py is used when present). What is missing is named before any step runs (exit 2).
 set -uo pipefail
 cd "$(dirname "$0")/.."
+
+PYTHON="${PYTHON:-$(command -v python3 || command -v python || echo python3)}"
+# the code under test is this checkout, not whatever vramctl an environment has installed elsewhere
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONUNBUFFERED=1
 
 REPORT_DIR="${OUT:-docs}"
 REPORT="$REPORT_DIR/gpu-check-report.md"
@@ -37,11 +48,22 @@ BUDGET_S="${GPU_CHECK_BUDGET_S:-450}"
 DEVICE="${GPU_CHECK_DEVICE:-cuda}"
 STEPS="${GPU_CHECK_STEPS:-pytest-gpu profile-llama suggest-llama validate-llama profile-moe tiers-bench}"
 read -r -a EXTRA <<<"${GPU_CHECK_ARGS:-}"
-VRAMCTL="${VRAMCTL:-vramctl}"
+read -r -a VRAMCTL_CMD <<<"${VRAMCTL:-$PYTHON -m vramctl}"
 MIN_STEP_S=15
 
+missing=$("$PYTHON" - <<'PY' 2>&1
+import importlib.util
+need = ["torch", "typer", "rich", "yaml", "pytest", "hypothesis"]
+print(" ".join(n for n in need if importlib.util.find_spec(n) is None))
+PY
+)
+if [ -n "$missing" ]; then
+  echo "gpu-check: $PYTHON lacks: $missing (install them, or carry their wheels: docs/gpu-check.md)" >&2
+  exit 2
+fi
+
 if [ "$DEVICE" = "cuda" ] || [[ "$DEVICE" == cuda:* ]]; then
-  if ! python -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+  if ! "$PYTHON" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
     echo "gpu-check: no CUDA device (torch.cuda.is_available() is False); nothing to check" >&2
     exit 4
   fi
@@ -81,7 +103,7 @@ step() {
   rc=$?
   CURRENT_PID=""
   end=$(date +%s.%N)
-  secs=$(python -c "print(f'{$end - $start:.1f}')")
+  secs=$("$PYTHON" -c "print(f'{$end - $start:.1f}')")
   local what="\`$*\`"
   if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
     what="timed out after ${limit} s: $what"
@@ -99,7 +121,7 @@ step() {
 write_report() {
   [ "$REPORTED" -eq 1 ] && return 0
   REPORTED=1
-  python - "$RAW" "$REPORT" "$failures" "$1" "$(($(date +%s) - START_S))" "$BUDGET_S" "${ROWS[@]}" <<'PY'
+  "$PYTHON" - "$RAW" "$REPORT" "$failures" "$1" "$(($(date +%s) - START_S))" "$BUDGET_S" "${ROWS[@]}" <<'PY'
 import json, platform, subprocess, sys
 from pathlib import Path
 
@@ -233,12 +255,12 @@ trap 'on_signal TERM' TERM
 
 # Limits: pytest 150 + profile 90 + suggest 30 + validate 90 + MoE 90 + bench 60 = 510 s, capped by the
 # 450 s budget; the expected total on an H100/H200 is ~3 minutes.
-step pytest-gpu 150 python -m pytest -m gpu tests -q -rs -p no:cacheprovider
-step profile-llama 90 "$VRAMCTL" profile "$LLAMA" --device "$DEVICE" "${EXTRA[@]}" --save "$RAW/llama.json" --json
-step suggest-llama 30 "$VRAMCTL" suggest --kv-cache-memory --from-profile "$RAW/llama.json" --json
-step validate-llama 90 "$VRAMCTL" validate --from-profile "$RAW/llama.json" --device "$DEVICE" "${EXTRA[@]}" --json
-step profile-moe 90 "$VRAMCTL" profile "$MOE" --device "$DEVICE" "${EXTRA[@]}" --num-layers "$MOE_LAYERS" --json
-step tiers-bench 60 "$VRAMCTL" tiers bench --device "$DEVICE" --json
+step pytest-gpu 150 "$PYTHON" -m pytest -m gpu tests -q -rs -p no:cacheprovider
+step profile-llama 90 "${VRAMCTL_CMD[@]}" profile "$LLAMA" --device "$DEVICE" "${EXTRA[@]}" --save "$RAW/llama.json" --json
+step suggest-llama 30 "${VRAMCTL_CMD[@]}" suggest --kv-cache-memory --from-profile "$RAW/llama.json" --json
+step validate-llama 90 "${VRAMCTL_CMD[@]}" validate --from-profile "$RAW/llama.json" --device "$DEVICE" "${EXTRA[@]}" --json
+step profile-moe 90 "${VRAMCTL_CMD[@]}" profile "$MOE" --device "$DEVICE" "${EXTRA[@]}" --num-layers "$MOE_LAYERS" --json
+step tiers-bench 60 "${VRAMCTL_CMD[@]}" tiers bench --device "$DEVICE" --json
 
 write_report complete
 [ "$failures" -eq 0 ] || exit 1

@@ -116,3 +116,53 @@ def test_sigterm_stops_the_step_and_writes_the_partial_report(tmp_path: Path) ->
     report = (out / "gpu-check-report.md").read_text()
     assert "| profile-llama | interrupted |" in report and "suggest-llama" not in report
     assert "PARTIAL (interrupted by TERM" in report
+
+
+def test_dry_run_needs_no_installed_entry_point(tmp_path: Path) -> None:
+    """A GPU machine with no network cannot `pip install -e .`: the script runs the checkout itself as
+    `python -m vramctl`, with no `vramctl` on PATH and from another working directory."""
+    import sys
+
+    out = tmp_path / "out"
+    bare_path = os.pathsep.join(
+        p for p in os.environ.get("PATH", "").split(os.pathsep) if p and not (Path(p) / "vramctl").exists()
+    )
+    env = _dry_env(out, GPU_CHECK_STEPS="profile-llama suggest-llama", PATH=bare_path, PYTHON=sys.executable)
+    env.pop("VRAMCTL", None)
+    result = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "gpu-check.sh")],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    report = (out / "gpu-check-report.md").read_text()
+    assert f"`{sys.executable} -m vramctl profile profiles/measured/tiny-llama" in report
+    assert "| suggest-llama | 0 |" in report and report.rstrip().endswith("**PASS**")
+
+
+def test_a_python_without_the_needed_packages_is_named_before_any_step(tmp_path: Path) -> None:
+    import sys
+
+    out = tmp_path / "out"
+    bare_python = tmp_path / "bare-python"
+    # -S: no site-packages, so torch, typer, rich, yaml, pytest and hypothesis are all missing
+    bare_python.write_text(f'#!/bin/sh\nexec {sys.executable} -S "$@"\n')
+    bare_python.chmod(0o755)
+    result = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "gpu-check.sh")],
+        env={**_dry_env(out), "PYTHON": str(bare_python)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        f"gpu-check: {bare_python} lacks: torch typer rich yaml pytest hypothesis (install them, or carry "
+        "their wheels: docs/gpu-check.md)"
+    ]
+    assert not out.exists()
