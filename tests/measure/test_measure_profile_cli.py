@@ -70,6 +70,10 @@ def test_profile_json_has_plans_schema_and_sums(
     assert out["sglang"]["cell_size_bytes"] == 4 * 2 * 64 * 2 * 4
     assert out["environment"]["torch_version"] and out["environment"]["vramctl_version"]
     assert terms[SLACK]["bytes"] >= 0 and terms[KV_CACHE]["bytes"] > 0
+    # bytes are ints everywhere in the JSON, the device record included
+    device = out["device"]
+    assert all(isinstance(device[k], int) for k in device if k.endswith("_bytes") and device[k] is not None)
+    assert device["host_total_bytes"] > 0
 
 
 def test_profile_on_the_whole_host_books_other_processes(

@@ -97,7 +97,7 @@ class DeviceInfo:
     other_processes_bytes: int | None = None
     """Memory other processes hold on the card at open time (NVML), when known."""
     emulated_capacity_bytes: int | None = None
-    extra: dict[str, str] = field(default_factory=dict)
+    extra: dict[str, str | int] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -264,7 +264,7 @@ class CpuBackend:
             name=f"cpu ({_cpu_model_name()})",
             emulated_capacity_bytes=self.capacity_bytes,
             extra={
-                "host_total_bytes": str(total),
+                "host_total_bytes": total,
                 "hostname": socket.gethostname(),
                 "peak_reset": "clear_refs" if self.hwm_resettable else "unavailable (peak since start)",
             },
