@@ -224,3 +224,16 @@ def test_profile_whose_model_is_gone(
 def test_suggest_needs_model_or_profile(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["suggest"]) == 2
     assert "--from-profile" in capsys.readouterr().err
+
+
+def test_profile_json_output_is_named_as_such(
+    saved_profile: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`vramctl profile … --json > p.json` is the natural mistake: say what the file is and how to save one."""
+    stdout_copy = tmp_path / "p.json"
+    stdout_copy.write_text(json.dumps(_doc(saved_profile)["result"]))
+    assert main(["suggest", "--kv-cache-memory", "--from-profile", str(stdout_copy)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1
+    assert "this is `vramctl profile --json` output, not a profile file" in err[0]
+    assert f"--save {stdout_copy}" in err[0]

@@ -203,6 +203,11 @@ def parse_document(root: Any, p: Path) -> ProfileFile:
         raise BadInputError(f"--from-profile {p}: expected a mapping at the top, found {type(root).__name__}")
     r = _Reader(p, root)
     schema = root.get("schema")
+    if schema is None and root.get("source") == "measured" and "measurements" in root:
+        raise BadInputError(
+            f"--from-profile {p}: this is `vramctl profile --json` output, not a profile file (it lacks the "
+            f"model fingerprint suggest and validate check); write one with `vramctl profile MODEL … --save {p}`"
+        )
     if schema != SCHEMA:
         raise BadInputError(
             f"--from-profile {p}: schema {schema!r} is not {SCHEMA!r} (write it with `vramctl profile --save`)"
