@@ -118,7 +118,7 @@ def _stdout_console() -> Any:
 def _terminal_width() -> int:
     import shutil
 
-    return shutil.get_terminal_size((140, 24)).columns
+    return shutil.get_terminal_size((180, 24)).columns  # piped: wide, as check and read-log
 
 
 def _progress(enabled: bool) -> Any:
