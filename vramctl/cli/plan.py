@@ -186,7 +186,7 @@ def run_plan(
         if options["entrypoint"] not in ("server", "llm"):
             raise BadInputError(f"--entrypoint {options['entrypoint']!r}: use server or llm")
         changes["entrypoint"] = options["entrypoint"]
-    for flag in ("kv_cache_dtype", "dtype"):
+    for flag in ("kv_cache_dtype", "dtype", "quantization"):
         if options.get(flag) is not None:
             changes[flag] = options[flag]
     for flag in ("enforce_eager", "disable_cuda_graph", "enable_hierarchical_cache"):
@@ -289,6 +289,13 @@ def register(app: typer.Typer) -> None:
         ),
         free_memory: str = typer.Option(None, "--free-memory", help="Free memory before start, e.g. 60GiB."),
         dtype: str = typer.Option(None, "--dtype"),
+        quantization: str = typer.Option(
+            None,
+            "--quantization",
+            "-q",
+            help="The engine's --quantization: fp8 or bitsandbytes quantise an unquantised checkpoint while it "
+            "loads; another method must match the checkpoint's.",
+        ),
         entrypoint: str = typer.Option(
             None,
             "--entrypoint",

@@ -88,6 +88,7 @@ FLAGS: dict[str, FlagSpec] = {
     "pp": FlagSpec("pipeline_parallel_size", "int", _BOTH),
     "kv-cache-dtype": FlagSpec("kv_cache_dtype", "str", _BOTH),
     "dtype": FlagSpec("dtype", "str", _BOTH),
+    "quantization": FlagSpec("quantization", "str", _BOTH),
     # vLLM (vllm/engine/arg_utils.py names)
     "gpu-memory-utilization": FlagSpec("gpu_memory_utilization", "float", _V),
     "device-memory-utilization": FlagSpec("gpu_memory_utilization", "float", _V),  # vLLM's alias (vllm.md §6)

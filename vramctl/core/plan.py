@@ -1019,6 +1019,24 @@ def plan(
 ) -> PlanResult:
     """Plan one deployment for `settings.engine` (`vllm`, `sglang` or `both`).
 
+    `settings.quantization` (`--quantization`) is applied to the model first, as the engines apply it
+    (`vramctl.core.quantization`): a mismatch with the checkpoint is bad input; online FP8 / bitsandbytes
+    shrink the weights, and the plan says so in its explanations.
+    """
+    from vramctl.core.quantization import apply_quantization_flag
+
+    quantized = apply_quantization_flag(model, settings.quantization, engine=settings.engine)
+    result = _plan_served_model(quantized.model, gpu, settings, sglang_options=sglang_options)
+    if quantized.note is None:
+        return result
+    return replace(result, explanations=(quantized.note, *result.explanations))
+
+
+def _plan_served_model(
+    model: ModelSpec, gpu: GpuSpec, settings: ServeSettings, *, sglang_options: Any = None
+) -> PlanResult:
+    """Plan one deployment for `settings.engine` (`vllm`, `sglang` or `both`), the model as served.
+
     `vllm`: the vLLM plan. `sglang`: the top-level terms, KV and verdict come from SGLang's sizing
     (`vramctl.core.engines.sglang.plan_sglang`), with the vLLM plan of the same flags kept for reference under
     nothing else. `both`: the vLLM plan at the top, SGLang's under `sglang`, and the gap explained term by term.

@@ -116,6 +116,8 @@ _VLLM_VALUE_FLAGS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "--max-num-batched-tokens": ("max_num_batched_tokens", _int("--max-num-batched-tokens")),
     "--max-num-seqs": ("max_num_seqs", _int("--max-num-seqs")),
     "--kv-cache-dtype": ("kv_cache_dtype", _str("--kv-cache-dtype")),
+    "--quantization": ("quantization", _str("--quantization")),
+    "-q": ("quantization", _str("-q")),
     "--block-size": ("block_size", _int("--block-size")),
     "--tensor-parallel-size": ("tensor_parallel_size", _int("--tensor-parallel-size")),
     "-tp": ("tensor_parallel_size", _int("-tp")),
@@ -153,6 +155,7 @@ _SGLANG_VALUE_FLAGS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "--cuda-graph-max-bs": ("cuda_graph_max_bs", _int("--cuda-graph-max-bs")),
     "--context-length": ("max_model_len", _int("--context-length")),
     "--kv-cache-dtype": ("kv_cache_dtype", _str("--kv-cache-dtype")),
+    "--quantization": ("quantization", _str("--quantization")),
     "--dtype": ("dtype", _str("--dtype")),
     "--hicache-ratio": ("hicache_ratio", _float("--hicache-ratio")),
     "--hicache-size": ("hicache_size_gb", _float("--hicache-size")),
@@ -167,8 +170,6 @@ _IGNORED_WITH_REASON = {
     "-O": "compilation level: does not change the memory plan",
     "--compilation-config": "compilation config: graph capture sizes inside it are not read; use --cudagraph-capture-sizes",
     "-cc": "compilation config: not read",
-    "--quantization": "the quantisation comes from the checkpoint (the registry's model)",
-    "-q": "the quantisation comes from the checkpoint (the registry's model)",
 }
 
 _VLLM_ENTRY = ("vllm.entrypoints.openai.api_server", "vllm.entrypoints.api_server")

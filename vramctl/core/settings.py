@@ -29,6 +29,9 @@ class ServeSettings:
     kv_cache_dtype: str = "auto"
     dtype: str = "auto"
     """Model dtype override (`--dtype`); `auto` = the checkpoint's torch_dtype."""
+    quantization: str | None = None
+    """`--quantization` (both engines): None = the checkpoint's own; `fp8` / `bitsandbytes` quantise an
+    unquantised checkpoint while it loads (vramctl.core.quantization)."""
     free_memory_bytes: int | None = None
     """Free memory at start-up when other tenants hold part of the card (`--free-memory`)."""
     gpu_memory_bytes: int | None = None
