@@ -22,6 +22,7 @@ from vramctl.core.specs import (
 )
 from vramctl.registry._fields import (
     get_bool,
+    get_float,
     get_int,
     get_mapping,
     get_opt_int,
@@ -54,6 +55,80 @@ def _text_config(config: Mapping[str, Any], where: str) -> dict[str, Any]:
         merged["architectures"] = config.get("architectures", text.get("architectures"))
         merged["_text_model_type"] = text.get("model_type")
     return merged
+
+
+_MAX_LEN_KEYS = (
+    "max_position_embeddings",
+    "n_positions",
+    "max_seq_len",
+    "seq_length",
+    "model_max_length",
+    "max_target_positions",
+    "max_sequence_length",
+    "max_seq_length",
+    "seq_len",
+)
+"""vLLM `_get_and_verify_max_len` (vllm/config.py 0.6–0.10, vllm/config/model.py later): the smallest of these."""
+_UNSCALED_ROPE = {"su", "longrope", "llama3"}
+MAX_CONTEXT = 1 << 30
+"""1,073,741,824 tokens: 100 × any context a config declares (Llama-4-Scout: 10,485,760); more is corrupt."""
+
+
+def _max_len(config: Mapping[str, Any], model_type: str, where: str) -> tuple[int, str | None]:
+    """(context length, a note when it is not max_position_embeddings), as vLLM derives `max_model_len`.
+
+    The smallest of `_MAX_LEN_KEYS` present, `model_max_length` winning when set (Command-R / Cohere2); none of
+    them: 2048 (vLLM warns and assumes it). Then `rope_scaling` (transformers 5: `rope_parameters`), except for
+    Gemma-3 whose max_position_embeddings is already scaled: a `rope_type` other than su / longrope / llama3
+    multiplies by `factor` (default 1; `mrope` is patched to `default`), and `yarn` multiplies
+    `original_max_position_embeddings` instead. SGLang (`get_context_length`) agrees except for yarn, where it
+    keeps max_position_embeddings; the smaller of the two is kept so a plan never admits a length SGLang refuses.
+    """
+    found = {
+        key: get_int(config, key, where, maximum=MAX_CONTEXT)
+        for key in _MAX_LEN_KEYS
+        if config.get(key) is not None
+    }
+    if not found:
+        return 2048, "no max_position_embeddings (or another length key) in config.json: vLLM assumes 2048"
+    length = found.get("model_max_length") or min(found.values())
+    key = "model_max_length" if "model_max_length" in found else min(found, key=lambda k: found[k])
+    note = None if key == "max_position_embeddings" else f"context length from config.json '{key}' ({length})"
+    rope = config.get("rope_scaling")
+    if rope is None:
+        rope = config.get("rope_parameters")
+    if rope is None or "gemma3" in model_type:
+        return length, note
+    if not isinstance(rope, dict):
+        raise BadInputError(f"{where}: field 'rope_scaling' must be a mapping or null, got {rope!r:.40}")
+    rope_type = rope.get("rope_type", rope.get("type", "default"))
+    if not isinstance(rope_type, str):
+        raise BadInputError(
+            f"{where}: field 'rope_scaling.rope_type' must be a string, got {rope_type!r:.40}"
+        )
+    if rope_type in _UNSCALED_ROPE or rope_type == "mrope":
+        return length, note
+    rwhere = f"{where}: rope_scaling"
+    factor = get_float(rope, "factor", rwhere, default=1.0)
+    if not 0 < factor <= 1024:
+        raise BadInputError(f"{rwhere}: field 'factor' must be in (0, 1024], got {factor}")
+    if rope_type == "yarn":
+        original = get_int(rope, "original_max_position_embeddings", rwhere, default=length)
+        scaled = min(int(original * factor), length)
+        if scaled != length:
+            note = f"yarn: original_max_position_embeddings {original} × factor {factor:g} = {int(original * factor)}"
+        return scaled, note
+    scaled = int(length * factor)
+    if scaled == length:
+        return length, note
+    if scaled > MAX_CONTEXT:
+        raise BadInputError(
+            f"{rwhere}: factor {factor:g} × {length} is an implausible context ({scaled} tokens)"
+        )
+    return (
+        scaled,
+        f"rope_scaling {rope_type} factor {factor:g} × {key} {length} (vLLM's derived max_model_len)",
+    )
 
 
 def _dtype(config: Mapping[str, Any], where: str) -> str:
@@ -328,7 +403,7 @@ def spec_from_config(
                 " and 'head_dim' is missing"
             )
         head_dim = hidden // heads
-    max_pos = get_int(cfg, "max_position_embeddings", where)
+    max_pos, max_len_note = _max_len(cfg, model_type, where)
     layer_types, window = _attention_pattern(cfg, model_type, layers, max_pos, where)
     vision_params, vision_note = _vision_params(config, hidden, where)
     vision_layers, vision_hidden = _vision_shape(config, where)
@@ -388,6 +463,8 @@ def spec_from_config(
         )
     if vision_note:
         spec = _replace(spec, sources=(*spec.sources, ("vision_params", vision_note)))
+    if max_len_note:
+        spec = _replace(spec, sources=(*spec.sources, ("max_position_embeddings", max_len_note)))
     count = param_count if param_count is not None else param_count_from_spec(spec)
     spec = _replace(spec, param_count=count)
     size = weight_bytes if weight_bytes is not None else weight_bytes_from_spec(spec)
