@@ -141,6 +141,20 @@ def test_compare_shows_which_terms_moved(capsys: pytest.CaptureFixture[str], tin
     assert flip["result"]["settings"]["max_num_batched_tokens"] == 2048
 
 
+def test_compare_marks_the_blocks_when_only_the_bytes_per_block_change(
+    capsys: pytest.CaptureFixture[str], tiny_model_dir: str
+) -> None:
+    """fp8 KV moves no term by much, but doubles the blocks: the table says so."""
+    assert main(["profile", tiny_model_dir, *FAST, "--compare", "kv-cache-dtype=fp8"]) == 0
+    text = capsys.readouterr().out
+    table = text[text.index("--compare kv-cache-dtype=fp8") :]
+    (row,) = [line for line in table.splitlines() if line.startswith("blocks")]
+    cells = [c.strip() for c in row.split("│")]
+    base, other = (int(c.replace(",", "")) for c in cells[1:3])
+    assert other > 3 * base  # float32 KV (FAST serves in float32) → 1-byte fp8: 4x the blocks, less noise
+    assert cells[3] == f"{other - base:+,}" and cells[4] == "yes"
+
+
 def test_parse_compare_values() -> None:
     from vramctl.measure.run import parse_compare
 

@@ -102,7 +102,15 @@ def render_comparisons(base: ProfileResult, comparisons: list[Comparison]) -> Re
                 f"{ch.delta_bytes / (1 << 20):+,.1f}",
                 Text("yes", style="bold yellow") if moved else "",
             )
-        table.add_row("blocks", format_count(base.num_blocks), format_count(c.result.num_blocks), "", "")
+        # the pool's capacity moves without any term moving when the bytes per block change (kv-cache-dtype)
+        blocks_delta = c.result.num_blocks - base.num_blocks
+        table.add_row(
+            "blocks",
+            format_count(base.num_blocks),
+            format_count(c.result.num_blocks),
+            f"{blocks_delta:+,}" if blocks_delta else "",
+            Text("yes", style="bold yellow") if blocks_delta else "",
+        )
         parts.append(table)
     return Group(*parts)
 
