@@ -39,6 +39,9 @@ _QKV_BIAS_ALWAYS = {"qwen2", "qwen2_moe", "qwen2_vl", "qwen2_5_vl"}
 _QK_NORM = {"qwen3", "qwen3_moe", "gemma3", "gemma3_text"}
 _FOUR_NORMS = {"gemma2", "gemma3", "gemma3_text"}
 _LAYER_TYPES = {FULL_ATTENTION, SLIDING_ATTENTION}
+_GLOBAL_EVERY = {"gemma3": 6, "gemma3_text": 6, "cohere2": 4}
+"""Default `sliding_window_pattern` of the transformers config class (Cohere2Config: 4; vLLM cohere2.py
+`(layer_idx + 1) % sliding_window_pattern != 0` slides)."""
 _DTYPE_ALIASES = {"float": "float32", "torch.float32": "float32", "half": "float16"}
 _FP8_METHODS = {"fp8", "fbgemm_fp8"}
 
@@ -356,8 +359,19 @@ def _attention_pattern(
         return (), None
     if model_type == "gemma2":  # transformers Gemma2: layer i slides when i is even
         return tuple(SLIDING_ATTENTION if i % 2 == 0 else FULL_ATTENTION for i in range(layers)), window
-    if model_type in ("gemma3", "gemma3_text"):  # every sliding_window_pattern-th layer is global
-        pattern = get_int(config, "sliding_window_pattern", where, default=6)
+    raw_pattern = config.get("sliding_window_pattern")
+    if isinstance(raw_pattern, str):  # EXAONE-4: "LLLG", L = local (sliding), G = global, repeated
+        if not raw_pattern or set(raw_pattern.upper()) - {"L", "G"}:
+            raise BadInputError(
+                f"{where}: field 'sliding_window_pattern' must be an integer or a string of L and G, "
+                f"got {raw_pattern!r:.40}"
+            )
+        text = raw_pattern.upper()
+        kinds = (SLIDING_ATTENTION if text[i % len(text)] == "L" else FULL_ATTENTION for i in range(layers))
+        return tuple(kinds), window
+    if raw_pattern is not None or model_type in _GLOBAL_EVERY:
+        # Gemma-3, Cohere2 (Command-A, Command-R7B): every sliding_window_pattern-th layer is global
+        pattern = get_int(config, "sliding_window_pattern", where, default=_GLOBAL_EVERY.get(model_type, 1))
         kinds = (SLIDING_ATTENTION if (i + 1) % pattern else FULL_ATTENTION for i in range(layers))
         return tuple(kinds), window
     if window >= max_pos:  # a window as long as the context is full attention (Phi-3-128k: 262144)
