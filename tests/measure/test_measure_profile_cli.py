@@ -369,3 +369,13 @@ def test_suggest_and_validate_when_the_request_leaves_no_block(
     err = capsys.readouterr().err
     assert code == 1
     assert "leaves no KV block" in err and "--target gpu" in err and err.count("\n") == 1
+
+
+def test_an_sglang_fraction_that_leaves_no_pool_says_sglang_stops(
+    capsys: pytest.CaptureFixture[str], tiny_model_dir: str
+) -> None:
+    """On a 2 GiB device SGLang's own reserve exceeds the card: no negative pool is printed as a size."""
+    assert main(["profile", tiny_model_dir, *FAST]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "SGLang from the same run: no KV pool: mem_fraction_static -" in text
+    assert "SGLang would stop at start-up" in text and "→ KV -" not in text

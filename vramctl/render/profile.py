@@ -68,11 +68,21 @@ def render_profile(result: ProfileResult) -> RenderableType:
         s = r.sglang
         line = Text()
         line.append("SGLang from the same run: ", style="bold")
-        line.append(
-            f"mem_fraction_static {s.mem_fraction_static:.3f} ({s.fraction_source}); free before load "
-            f"{_gib(s.pre_load_free_bytes)}, after {_gib(s.post_load_free_bytes)} → KV {_gib(s.kv_cache_bytes)}"
-            f" = {format_count(s.max_total_num_tokens)} tokens of {format_count(s.cell_bytes_per_token)} B"
-        )
+        if s.max_total_num_tokens <= 0:
+            # a negative pool is not a size: say that SGLang stops, and with which fraction
+            line.append(
+                f"no KV pool: mem_fraction_static {s.mem_fraction_static:.3f} ({s.fraction_source}) of "
+                f"{_gib(s.pre_load_free_bytes)} free before load leaves nothing after the weights "
+                f"({_gib(s.post_load_free_bytes)} free); SGLang would stop at start-up",
+                style="red",
+            )
+        else:
+            line.append(
+                f"mem_fraction_static {s.mem_fraction_static:.3f} ({s.fraction_source}); free before load "
+                f"{_gib(s.pre_load_free_bytes)}, after {_gib(s.post_load_free_bytes)} → KV "
+                f"{_gib(s.kv_cache_bytes)} = {format_count(s.max_total_num_tokens)} tokens of "
+                f"{format_count(s.cell_bytes_per_token)} B"
+            )
         parts.append(line)
     for note in r.notes:
         parts.append(Text(f"note: {note}", style="yellow"))
