@@ -44,6 +44,9 @@ _GLOBAL_EVERY = {"gemma3": 6, "gemma3_text": 6, "cohere2": 4}
 `(layer_idx + 1) % sliding_window_pattern != 0` slides)."""
 _DTYPE_ALIASES = {"float": "float32", "torch.float32": "float32", "half": "float16"}
 _FP8_METHODS = {"fp8", "fbgemm_fp8"}
+_SCORE_BIAS = {"glm4_moe", "minimax_m2"}
+"""Routers with an `e_score_correction_bias` whatever topk_method says (transformers Glm4MoeTopkRouter,
+MiniMax-M2 `use_routing_bias`)."""
 
 
 def _text_config(config: Mapping[str, Any], where: str) -> dict[str, Any]:
@@ -218,13 +221,16 @@ def _compressed_tensors(quant: Mapping[str, Any], where: str) -> tuple[int | Non
 
 def _moe(config: Mapping[str, Any], model_type: str, where: str) -> MoESpec | None:
     experts = None
-    for key in ("n_routed_experts", "num_local_experts", "num_experts"):
+    for key in ("n_routed_experts", "num_local_experts", "num_experts", "moe_num_experts"):
         if config.get(key) is not None:
             experts = get_int(config, key, where, minimum=0)
             break
     if not experts:
         return None
-    per_tok_key = "num_experts_per_tok" if "num_experts_per_tok" in config else "experts_per_token"
+    per_tok_key = next(
+        (k for k in ("num_experts_per_tok", "experts_per_token", "moe_k") if k in config),
+        "num_experts_per_tok",
+    )
     per_tok = get_int(config, per_tok_key, where)
     if per_tok > experts:
         raise BadInputError(
@@ -234,7 +240,10 @@ def _moe(config: Mapping[str, Any], model_type: str, where: str) -> MoESpec | No
         expert_size = get_int(config, "moe_intermediate_size", where)
     else:  # Mixtral, gpt-oss: every layer is MoE and intermediate_size is the expert's
         expert_size = get_int(config, "intermediate_size", where)
-    shared = get_int(config, "n_shared_experts", where, default=0, minimum=0)
+    shared_key = "moe_num_shared_experts" if "moe_num_shared_experts" in config else "n_shared_experts"
+    shared = get_int(config, shared_key, where, default=0, minimum=0)
+    if model_type == "llama4_text":  # vLLM llama4.py Llama4MoE: one shared LlamaMLP of intermediate_size
+        shared = 1
     shared_size = shared * expert_size
     shared_gate = False
     if config.get("shared_expert_intermediate_size"):  # Qwen2-MoE: one shared expert with a sigmoid gate
@@ -247,6 +256,18 @@ def _moe(config: Mapping[str, Any], model_type: str, where: str) -> MoESpec | No
     freq = get_int(
         config, "moe_layer_freq", where, default=get_int(config, "decoder_sparse_step", where, default=1)
     )
+    first_dense = get_int(config, "first_k_dense_replace", where, default=0, minimum=0)
+    if "interleave_moe_layer_step" in config:  # Llama-4: every step-th layer is MoE (Maverick: 2)
+        freq = get_int(config, "interleave_moe_layer_step", where)
+    if "moe_layer_interval" in config or "moe_layer_start_index" in config:  # ERNIE-4.5 (vLLM ernie45_moe.py)
+        freq = get_int(config, "moe_layer_interval", where, default=1)
+        raw_start = config.get("moe_layer_start_index", 0)
+        start_where = f"{where}: field 'moe_layer_start_index'"
+        if isinstance(raw_start, list):  # ERNIE-4.5-VL: [text, vision]; the text decoder's first
+            if not raw_start:
+                raise BadInputError(f"{start_where} is an empty list")
+            raw_start = raw_start[0]
+        first_dense = get_int({"moe_layer_start_index": raw_start}, "moe_layer_start_index", where, minimum=0)
     is_gpt_oss = model_type == "gpt_oss"
     return MoESpec(
         num_experts=experts,
@@ -254,13 +275,22 @@ def _moe(config: Mapping[str, Any], model_type: str, where: str) -> MoESpec | No
         moe_intermediate_size=expert_size,
         num_shared_experts=shared,
         shared_expert_intermediate_size=shared_size,
-        first_k_dense_replace=get_int(config, "first_k_dense_replace", where, default=0, minimum=0),
+        first_k_dense_replace=first_dense,
         moe_layer_freq=freq,
         router_bias=is_gpt_oss,
         expert_bias=is_gpt_oss,
-        score_correction_bias=config.get("topk_method") == "noaux_tc",
+        score_correction_bias=config.get("topk_method") == "noaux_tc"
+        or model_type in _SCORE_BIAS
+        or config.get("moe_use_aux_free") is True,
         shared_expert_gate=shared_gate,
     )
+
+
+def _dense_ffn_key(config: Mapping[str, Any], is_opt: bool) -> str:
+    """The dense MLP's width: OPT `ffn_dim`; Llama-4 `intermediate_size_mlp` (intermediate_size is the experts')."""
+    if is_opt:
+        return "ffn_dim"
+    return "intermediate_size_mlp" if config.get("intermediate_size_mlp") is not None else "intermediate_size"
 
 
 def _mla(config: Mapping[str, Any], where: str) -> MLASpec | None:
@@ -428,7 +458,7 @@ def spec_from_config(
         name=name,
         architecture=architecture,
         hidden_size=hidden,
-        intermediate_size=get_int(cfg, "ffn_dim" if is_opt else "intermediate_size", where),
+        intermediate_size=get_int(cfg, _dense_ffn_key(cfg, is_opt), where),
         num_hidden_layers=layers,
         num_attention_heads=heads,
         num_key_value_heads=kv_heads,
