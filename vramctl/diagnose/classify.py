@@ -173,17 +173,17 @@ class _LineCounter:
     """Line numbers of positions in a block, counting newlines incrementally."""
 
     def __init__(self, block: Block) -> None:
+        self.block = block
         self.data = block.data
-        self.first = block.first_number
         self.ref_pos = 0
-        self.ref_no = block.first_number
+        self.ref_index = 0
 
     def number_at(self, pos: int) -> int:
         if pos < self.ref_pos:
-            return self.first + self.data.count(b"\n", 0, pos)
-        self.ref_no += self.data.count(b"\n", self.ref_pos, pos)
+            return self.block.number(self.data.count(b"\n", 0, pos))
+        self.ref_index += self.data.count(b"\n", self.ref_pos, pos)
         self.ref_pos = pos
-        return self.ref_no
+        return self.block.number(self.ref_index)
 
 
 class _Scanner:

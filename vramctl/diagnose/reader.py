@@ -21,6 +21,12 @@ What it copes with:
   21:40:35 ERROR 56542 [file.py:64]` form and a bare `[file.py:123]`) or `2023-07-26T09:55:39.447Z  INFO`
   (TGI / tracing).
 
+Logs wrapped by a collector are unwrapped while streaming (`wrapped.py`): Docker's json-file log
+(`{"log":"…\\n","stream":"stderr","time":"…"}`, split pieces joined), the CRI file format's partial (`P`)
+lines joined, `journalctl -o json` (`"MESSAGE"`, a string or an array of bytes); every line keeps the
+line number it has in the file (`Block.numbers` maps them where the mapping is not one-to-one). The
+`journalctl -o short` / `short-iso` / `short-precise` prefix (`May 01 12:00:00 host vllm[123]: `) is peeled.
+
 Truncated gzip: every line that could be decompressed is yielded first, then `TruncatedInputError`
 (a `BadInputError`, exit 2) is raised, carrying `lines_read`. Callers that can still use a partial
 log (explain-oom) catch it and report it as a warning; callers that need the whole log let it through.
@@ -41,6 +47,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from vramctl.core.errors import BadInputError
+from vramctl.diagnose.wrapped import Unwrapper, unwrap_json_line
 
 __all__ = [
     "CHUNK_BYTES",
@@ -155,6 +162,13 @@ _COLLECTOR_TS_RE = re.compile(
     r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2})(?:\s+(?:stdout|stderr)\s+[PF])?\s+"
 )
 _LMCACHE_RE = re.compile(rf"(?:LMCache\s+{_LEVELS}|{_LEVELS}\s+LMCache):\s*")
+# `journalctl -o short` (`May 01 12:00:00 host vllm[123]: `), `-o short-precise` (fractional seconds),
+# `-o short-iso` (`2024-05-01T12:00:00+0000 host …`), and classic syslog files in the same shape.
+_JOURNAL_SHORT_RE = re.compile(
+    r"(?:[A-Z][a-z]{2}\s+\d{1,2}\s+\d{2}:\d{2}:\d{2}(?:\.\d+)?"
+    r"|\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2}))"
+    r" [\w.\-]+ [\w.\-@/:]+\[\d+\]: "
+)
 
 _PROCESS_RES = (_PAREN_TAG_RE, _RANK_TAG_RE, _COMPOSE_RE, _MPI_TAG_RE)
 
@@ -182,7 +196,14 @@ def split_prefixes(line: str) -> tuple[str | None, str]:
                 process = m.group("tag").strip()
             rest = stripped[m.end() :]
             continue
-        for regex in (_LEVEL_HEADER_RE, _TRACING_HEADER_RE, _BARE_FILE_RE, _LMCACHE_RE, _COLLECTOR_TS_RE):
+        for regex in (
+            _LEVEL_HEADER_RE,
+            _TRACING_HEADER_RE,
+            _BARE_FILE_RE,
+            _LMCACHE_RE,
+            _COLLECTOR_TS_RE,
+            _JOURNAL_SHORT_RE,
+        ):
             m = regex.match(stripped)
             if m is not None:
                 rest = stripped[m.end() :]
@@ -212,6 +233,10 @@ def make_line(number: int, data: bytes, *, truncated: bool = False) -> LogLine:
     if len(data) > MAX_LINE_BYTES:
         data = data[:MAX_LINE_BYTES]
         truncated = True
+    if data[:1] == b"{":  # a Docker / journald JSON line the block sniffing did not unwrap
+        unwrapped = unwrap_json_line(data)
+        if unwrapped is not None:
+            data = unwrapped
     raw = clean_line(data)
     process, text = split_prefixes(raw)
     return LogLine(number=number, text=text.strip(), raw=raw, process=process, truncated=truncated)
@@ -341,11 +366,23 @@ class Block:
     """Whole lines, each ending in `\\n` except possibly the file's last one."""
     truncated: bool = False
     """A single over-long line already cut to `MAX_LINE_BYTES`."""
+    numbers: list[int] | None = None
+    """The file's line number of each line of `data`, when they are not `first_number + i` (an unwrapped
+    log whose split pieces were joined or whose messages held newlines)."""
+
+    def number(self, index: int) -> int:
+        """The file's line number of the `index`-th line (0-based) of `data`."""
+        if self.numbers is None:
+            return self.first_number + index
+        if index < len(self.numbers):
+            return self.numbers[index]
+        return self.numbers[-1] if self.numbers else self.first_number
 
 
 def iter_blocks(source: str | os.PathLike[str] | BinaryIO, stats: ScanStats) -> Iterator[Block]:
     """The content in blocks of whole lines (about `CHUNK_BYTES` each), numbered; over-long lines cut."""
     stream, name, owned = _open(source)
+    unwrapper = Unwrapper()
     try:
         number = 1
         carry = b""
@@ -370,19 +407,27 @@ def iter_blocks(source: str | os.PathLike[str] | BinaryIO, stats: ScanStats) -> 
             else:
                 block = buf[: last + 1]
                 carry = buf[last + 1 :]
-                yield Block(number, block)
+                out, numbers = unwrapper.block(number, block)
+                if out:
+                    yield Block(number, out, numbers=numbers)
                 count = block.count(b"\n")
                 number += count
                 stats.lines += count
             if len(carry) > MAX_LINE_BYTES:
-                yield Block(number, carry[:MAX_LINE_BYTES], truncated=True)
+                yield Block(number, carry[:MAX_LINE_BYTES], truncated=True)  # make_line unwraps a JSON one
                 stats.truncated_lines += 1
                 stats.lines += 1
                 carry = b""
                 skipping = True
         if carry:
-            yield Block(number, carry)
+            out, numbers = unwrapper.block(number, carry)
+            if out:
+                yield Block(number, out.removesuffix(b"\n"), numbers=numbers)
             stats.lines += 1
+        for first, data in unwrapper.flush():  # split pieces whose last piece never came
+            yield Block(first, data)
+        if unwrapper.kinds:
+            stats.notes.append(f"{name}: unwrapped {' and '.join(sorted(unwrapper.kinds))} log lines")
     finally:
         if owned:
             stream.close()
@@ -395,8 +440,12 @@ def _split_block(block: Block) -> Iterator[LogLine]:
     lines = block.data.split(b"\n")
     if lines and lines[-1] == b"":
         lines.pop()
-    for offset, data in enumerate(lines):
-        yield make_line(block.first_number + offset, data)
+    if block.numbers is None:
+        for offset, data in enumerate(lines):
+            yield make_line(block.first_number + offset, data)
+    else:
+        for offset, data in enumerate(lines):
+            yield make_line(block.number(offset), data)
 
 
 def iter_log_lines(
@@ -434,13 +483,13 @@ def iter_matching_lines(
         data = block.data
         size = len(data)
         pos = 0  # start of the next line not yet looked at
-        line_no = block.first_number
+        line_no = 0  # index of that line in the block (`block.number` gives the file's number)
         while pos < size:
             if owed:
                 end = data.find(b"\n", pos)
                 end = size if end < 0 else end
                 line = data[pos:end]
-                yield make_line(line_no, line)
+                yield make_line(block.number(line_no), line)
                 owed -= 1
                 if pattern.search(line) is not None:
                     st.hits += 1
@@ -458,7 +507,7 @@ def iter_matching_lines(
             line_no += data.count(b"\n", pos, start)
             end = data.find(b"\n", m.start())
             end = size if end < 0 else end
-            yield make_line(line_no, data[start:end])
+            yield make_line(block.number(line_no), data[start:end])
             pos = end + 1
             line_no += 1
             owed = context_after
