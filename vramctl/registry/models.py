@@ -28,6 +28,7 @@ from vramctl.registry._fields import (
     get_opt_int,
     get_str_list,
 )
+from vramctl.registry.vision_towers import vision_tower_params
 
 # model_type → defaults of its transformers config class where config.json may omit the field.
 _TIED_BY_DEFAULT = {"gemma", "gemma2", "gemma3", "gemma3_text", "opt"}
@@ -324,6 +325,9 @@ def _vision_params(config: Mapping[str, Any], text_hidden: int, where: str) -> t
     vwhere = f"{where}: vision_config"
     kind = str(vision.get("model_type") or "")
     wrapper = str(config.get("model_type") or "")
+    tower = vision_tower_params(config, text_hidden, where)  # Qwen2/2.5/3-VL, Llama-4, Pixtral
+    if tower is not None:
+        return tower, None
     if kind not in ("siglip_vision_model", "clip_vision_model"):
         return 0, f"vision tower {kind or 'of unknown type'} not counted (formula covers SigLIP and CLIP)"
     hidden = get_int(vision, "hidden_size", vwhere)
