@@ -193,6 +193,8 @@ def _quantization(config: Mapping[str, Any], where: str) -> _Quant:
         bits = 4 if quant.get("load_in_4bit") else 8
     elif method == "compressed-tensors":
         bits, group = _compressed_tensors(quant, qwhere)
+    elif method in ("modelopt", "modelopt_fp4", "quark"):
+        method, bits, group = _algo_quant(method, quant, qwhere)
     else:  # awq, gptq, and other int-packed methods
         bits = get_int(quant, "bits", qwhere, default=get_int(quant, "w_bit", qwhere, default=4))
         raw_group = quant.get("group_size", quant.get("q_group_size", 128))
@@ -201,6 +203,45 @@ def _quantization(config: Mapping[str, Any], where: str) -> _Quant:
         else:
             group = get_int({"group_size": raw_group}, "group_size", qwhere)
     return _Quant(method, bits, group)
+
+
+def _algo_quant(method: str, quant: Mapping[str, Any], where: str) -> tuple[str, int, int | None]:
+    """NVIDIA ModelOpt (`quant_algo`) and AMD Quark (`global_quant_config.weight.dtype`) checkpoints.
+
+    vLLM names a ModelOpt NVFP4 checkpoint's method `modelopt_fp4` (ModelOptNvFp4Config.override_quantization_
+    method) and an FP8 one `modelopt`: NVFP4 = 4-bit E2M1 weights with one FP8 scale per 16 (group_size) plus a
+    float32 global scale; FP8 = one byte per weight with a per-tensor scale. Quark: fp8 → 8 bits, fp4 / mxfp4 →
+    MXFP4 (32-value blocks), int4 / int8 → int-packed with its group_size.
+    """
+    if method == "quark":
+        glob = quant.get("global_quant_config")
+        weight = glob.get("weight") if isinstance(glob, dict) else None
+        dtype = str(weight.get("dtype") or "") if isinstance(weight, dict) else ""
+        if dtype.startswith("fp8"):
+            return "quark", 8, None
+        if "fp4" in dtype:
+            return "quark", 4, 32
+        if dtype in ("int4", "uint4", "int8", "uint8"):
+            size = weight.get("group_size") if isinstance(weight, dict) else None
+            group = size if isinstance(size, int) and not isinstance(size, bool) and size > 0 else None
+            return "quark", 4 if "4" in dtype else 8, group
+        raise BadInputError(
+            f"{where}: Quark weight dtype {dtype or 'missing'!r} is not one vramctl sizes (fp8, fp4, int4, int8)"
+        )
+    algo = quant.get("quant_algo")
+    if isinstance(algo, dict):  # hf_quant_config.json layout copied under quantization_config
+        algo = algo.get("quant_algo")
+    text = str(algo or "").upper()
+    if "FP8" in text and "W4A8" not in text:
+        return "modelopt", 8, None
+    if "NVFP4" in text or "FP4" in text or method == "modelopt_fp4":
+        group = get_int(quant, "group_size", where, default=16)
+        return "modelopt_fp4", 4, group
+    if "W4A8_AWQ" in text or "INT4_AWQ" in text:
+        return "modelopt", 4, get_int(quant, "group_size", where, default=128)
+    raise BadInputError(
+        f"{where}: ModelOpt quant_algo {algo!r:.40} is not one vramctl sizes (FP8, NVFP4, W4A8_AWQ, INT4_AWQ)"
+    )
 
 
 def _compressed_tensors(quant: Mapping[str, Any], where: str) -> tuple[int | None, int | None]:
