@@ -278,6 +278,28 @@ def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
+NVFP4_GROUP = 16
+"""NVFP4 (ModelOpt `modelopt_fp4`, compressed-tensors `nvfp4-pack-quantized`): 16 E2M1 values share one FP8 scale,
+plus one float32 global scale per tensor."""
+_ZERO_POINT_METHODS = ("awq", "gptq", "awq_marlin", "gptq_marlin")
+
+
+def _fp4_scale_group(quant: str, bits: int, group: int | None) -> int:
+    """The block of a 4-bit float format whose scales are one byte (NVFP4: 16, MXFP4 via Quark: 32), else 0.
+
+    compressed-tensors stores NVFP4 as 4-bit weights in groups of 16 (integer W4A16 uses 32 or more), so a
+    16-group is read as NVFP4 there."""
+    if bits != 4:
+        return 0
+    if quant in ("modelopt_fp4", "nvfp4"):
+        return group or NVFP4_GROUP
+    if quant == "compressed-tensors" and group == NVFP4_GROUP:
+        return NVFP4_GROUP
+    if quant == "quark" and group == MXFP4_BLOCK:
+        return MXFP4_BLOCK
+    return 0
+
+
 def linear_bytes(
     spec: ModelSpec, rows: int, cols: int, *, expert: bool = False, quantised: bool = True
 ) -> int:
@@ -285,12 +307,15 @@ def linear_bytes(
 
     - unquantised (or a tensor the method leaves alone: routers, and for MXFP4 everything but experts):
       rows × cols × 16-bit;
+    - NVFP4 (`modelopt_fp4`, compressed-tensors 4-bit in groups of 16): half a byte per weight + one FP8 scale
+      per 16 + a float32 global scale; Quark MXFP4: half a byte + one uint8 scale per 32;
     - `fp8` with `quant_group_size` g (block FP8): rows × cols bytes + float32 per g × g block;
       without a block size: + one float32 scale per output row;
     - `mxfp4` experts: 4 bits per weight + one uint8 scale per 32;
     - `awq` / `gptq` / `compressed-tensors` / `bitsandbytes` at `quant_bits` b (default 4) and group g
       (default 128): b/8 bytes per weight, a 16-bit scale per group and output, b-bit zeros per group
-      (AWQ, GPTQ), GPTQ's int32 g_idx per input column; 8-bit: one byte + a per-row scale.
+      (AWQ, GPTQ), GPTQ's int32 g_idx per input column (GPTQ / AWQ 8-bit with a group too); other 8-bit
+      methods: one byte + a per-row scale.
     """
     high = serving_dtype_bytes(spec)
     n = rows * cols
@@ -300,7 +325,11 @@ def linear_bytes(
     if quant == "mxfp4":
         return n // 2 + _cdiv(n, MXFP4_BLOCK) if expert else n * high
     bits = spec.quant_bits or (8 if quant in ("fp8", "fbgemm_fp8") else 4)
-    if quant in ("fp8", "fbgemm_fp8") or bits == 8:
+    fp4_group = _fp4_scale_group(quant, bits, spec.quant_group_size)
+    if fp4_group:
+        return n // 2 + _cdiv(n, fp4_group) + (4 if fp4_group == NVFP4_GROUP else 0)
+    grouped_int8 = bits == 8 and quant in _ZERO_POINT_METHODS and bool(spec.quant_group_size)
+    if quant in ("fp8", "fbgemm_fp8") or (bits == 8 and not grouped_int8):
         if spec.quant_group_size and quant == "fp8":
             g = spec.quant_group_size
             return n + 4 * _cdiv(rows, g) * _cdiv(cols, g)
@@ -308,7 +337,7 @@ def linear_bytes(
     group = spec.quant_group_size or 128
     groups = _cdiv(cols, group) if group > 0 else 1
     total = _cdiv(n * bits, 8) + 2 * groups * rows
-    if quant in ("awq", "gptq", "awq_marlin", "gptq_marlin"):
+    if quant in _ZERO_POINT_METHODS:
         total += _cdiv(groups * rows * bits, 8)  # packed zero points
     if quant in ("gptq", "gptq_marlin"):
         total += 4 * cols  # g_idx
