@@ -158,6 +158,7 @@ def run_plan(
         "block_size": _int(options.get("block_size"), "--block-size"),
         "tensor_parallel_size": _int(options.get("tensor_parallel_size"), "--tensor-parallel-size"),
         "pipeline_parallel_size": _int(options.get("pipeline_parallel_size"), "--pipeline-parallel-size"),
+        "data_parallel_size": _int(options.get("data_parallel_size"), "--data-parallel-size"),
         "kv_cache_memory_bytes": _size(options.get("kv_cache_memory_bytes"), "--kv-cache-memory-bytes"),
         "free_memory_bytes": _size(options.get("free_memory"), "--free-memory"),
         "gpu_memory_bytes": _size(options.get("gpu_memory"), "--gpu-memory"),
@@ -189,7 +190,12 @@ def run_plan(
     for flag in ("kv_cache_dtype", "dtype", "quantization"):
         if options.get(flag) is not None:
             changes[flag] = options[flag]
-    for flag in ("enforce_eager", "disable_cuda_graph", "enable_hierarchical_cache"):
+    for flag in (
+        "enforce_eager",
+        "disable_cuda_graph",
+        "enable_hierarchical_cache",
+        "enable_expert_parallel",
+    ):
         if options.get(flag):
             changes[flag] = True
     if changes.get("tensor_parallel_size", 1) < 1 or changes.get("pipeline_parallel_size", 1) < 1:
@@ -283,6 +289,18 @@ def register(app: typer.Typer) -> None:
         block_size: str = typer.Option(None, "--block-size"),
         tensor_parallel_size: str = typer.Option(None, "--tensor-parallel-size", "-tp"),
         pipeline_parallel_size: str = typer.Option(None, "--pipeline-parallel-size", "-pp"),
+        data_parallel_size: str = typer.Option(
+            None,
+            "--data-parallel-size",
+            "-dp",
+            help="vLLM engine replicas (totals across them in the notes).",
+        ),
+        enable_expert_parallel: bool = typer.Option(
+            False,
+            "--enable-expert-parallel",
+            "-ep",
+            help="vLLM: MoE experts spread whole over the TP × DP ranks.",
+        ),
         enforce_eager: bool = typer.Option(False, "--enforce-eager", help="No CUDA graphs."),
         kv_cache_memory_bytes: str = typer.Option(
             None, "--kv-cache-memory-bytes", help="Explicit KV size (bytes, 8G, 54.4GiB); skips the estimate."

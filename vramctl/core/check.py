@@ -100,6 +100,8 @@ FLAGS: dict[str, FlagSpec] = {
     "kv-cache-memory-bytes": FlagSpec("kv_cache_memory_bytes", "size", _V),
     "kv-cache-memory": FlagSpec("kv_cache_memory_bytes", "size", _V),
     "enable-chunked-prefill": FlagSpec("enable_chunked_prefill", "bool", _V),
+    "data-parallel-size": FlagSpec("data_parallel_size", "int", _V),
+    "enable-expert-parallel": FlagSpec("enable_expert_parallel", "bool", _V),
     "kv-offloading-size": FlagSpec("kv_offloading_size_gib", "float", _V),
     "max-cudagraph-capture-size": FlagSpec("max_cudagraph_capture_size", "int", _V),
     "cudagraph-capture-sizes": FlagSpec("cudagraph_capture_sizes", "ints", _V),

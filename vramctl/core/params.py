@@ -362,6 +362,14 @@ class RankWeights:
         return self.vision + self.embedding + self.lm_head + sum(self.layers) + self.final_norm
 
 
+def _expert_bytes_ep(spec: ModelSpec, experts: list[_Linear | _Vector], ep: int) -> int:
+    """Routed-expert bytes on one of `ep` expert-parallel ranks: whole experts, ceil(E / ep) of them (vLLM
+    `determine_expert_map` gives the remainder to the first ranks, so the largest rank holds the ceiling)."""
+    assert spec.moe is not None
+    per_expert = sum(_tensor_bytes(spec, t, 1) for t in experts) // spec.moe.num_experts
+    return per_expert * _cdiv(spec.moe.num_experts, ep)
+
+
 def _tensor_bytes(spec: ModelSpec, tensor: _Linear | _Vector, tp: int) -> int:
     """Bytes of one tensor on one rank: `col`/`row` split by tp, `kv` by KV heads (≥ 1 head), `rep` whole."""
     if isinstance(tensor, _Vector):
@@ -377,7 +385,7 @@ def _tensor_bytes(spec: ModelSpec, tensor: _Linear | _Vector, tp: int) -> int:
     return full
 
 
-def _rank_bytes(spec: ModelSpec, tp: int, pad_vocab: bool) -> RankWeights:
+def _rank_bytes(spec: ModelSpec, tp: int, pad_vocab: bool, ep: int = 1) -> RankWeights:
     high = serving_dtype_bytes(spec)
     hidden = spec.hidden_size
     vocab = _cdiv(spec.vocab_size, VOCAB_PADDING) * VOCAB_PADDING if pad_vocab else spec.vocab_size
@@ -392,7 +400,11 @@ def _rank_bytes(spec: ModelSpec, tp: int, pad_vocab: bool) -> RankWeights:
         kind = is_moe_layer(spec, layer)
         if kind not in by_kind:
             dense, experts, router, shared = _ffn_tensors(spec, layer)
-            ffn = sum(_tensor_bytes(spec, t, tp) for t in (*dense, *experts, *router, *shared))
+            if ep > 1 and experts:
+                ffn = _expert_bytes_ep(spec, experts, ep)
+                ffn += sum(_tensor_bytes(spec, t, tp) for t in (*dense, *router, *shared))
+            else:
+                ffn = sum(_tensor_bytes(spec, t, tp) for t in (*dense, *experts, *router, *shared))
             by_kind[kind] = attention + ffn + spec.norms_per_layer * norm
         layers.append(by_kind[kind])
     vision = _cdiv(spec.vision_params * high, tp)
@@ -401,7 +413,7 @@ def _rank_bytes(spec: ModelSpec, tp: int, pad_vocab: bool) -> RankWeights:
     )
 
 
-def rank_weight_bytes(spec: ModelSpec, tp: int = 1, *, pad_vocab: bool = False) -> RankWeights:
+def rank_weight_bytes(spec: ModelSpec, tp: int = 1, *, pad_vocab: bool = False, ep: int = 1) -> RankWeights:
     """Weight bytes on one of `tp` tensor-parallel ranks, part by part, as vLLM / SGLang shard them.
 
     q / o / MLP / expert / MLA q_b, kv_b, o weights split by tp; k / v split by KV heads and replicated when
@@ -409,11 +421,12 @@ def rank_weight_bytes(spec: ModelSpec, tp: int = 1, *, pad_vocab: bool = False) 
     every rank; embedding and lm_head vocab-parallel (rows padded to a multiple of 64 with `pad_vocab`, as
     vLLM's VocabParallelEmbedding does). With tp = 1 and no padding the total is the checkpoint's bytes.
     When the spec's weight_bytes (exact, from safetensors headers) differs from this formula's total, every
-    part is scaled by that ratio.
+    part is scaled by that ratio. `ep` > 1 (expert parallelism over ep ranks): each rank holds whole routed
+    experts, ceil(num_experts / ep) of them, instead of a 1/tp slice of every expert.
     """
-    if tp < 1:
-        raise ValueError(f"tp must be >= 1, got {tp}")
-    result = _rank_bytes(spec, tp, pad_vocab)
+    if tp < 1 or ep < 1:
+        raise ValueError(f"tp and ep must be >= 1, got {tp} and {ep}")
+    result = _rank_bytes(spec, tp, pad_vocab, ep)
     formula_total = _rank_bytes(spec, 1, False).total
     if not spec.weight_bytes or not formula_total or formula_total == spec.weight_bytes:
         return result

@@ -87,6 +87,9 @@ class VllmSettings:
     entrypoint: str
     defaults_used: tuple[str, ...]
     """Names of the fields that took the engine's default."""
+    data_parallel_size: int = 1
+    expert_parallel_size: int = 1
+    """Ranks the routed experts are spread over: TP × DP with --enable-expert-parallel on an MoE model, else 1."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -107,6 +110,8 @@ class VllmSettings:
             "free_memory_bytes": self.free_memory_bytes,
             "entrypoint": self.entrypoint,
             "defaults_used": list(self.defaults_used),
+            "data_parallel_size": self.data_parallel_size,
+            "expert_parallel_size": self.expert_parallel_size,
         }
 
 
@@ -223,6 +228,7 @@ def validate(model: ModelSpec, gpu: GpuSpec, settings: ServeSettings) -> None:
         )
     _check_positive(settings.tensor_parallel_size, "--tensor-parallel-size", upper=4096)
     _check_positive(settings.pipeline_parallel_size, "--pipeline-parallel-size", upper=1024)
+    _check_positive(settings.data_parallel_size, "--data-parallel-size", upper=4096)
     if settings.max_model_len != AUTO_MAX_MODEL_LEN:
         _check_positive(settings.max_model_len, "--max-model-len", upper=_ABSURD_TOKENS)
     _check_positive(settings.max_num_batched_tokens, "--max-num-batched-tokens", upper=_ABSURD_TOKENS)
@@ -358,6 +364,11 @@ def resolve_settings(model: ModelSpec, gpu: GpuSpec, settings: ServeSettings, ve
         free_memory_bytes=settings.free_memory_bytes,
         entrypoint=settings.entrypoint,
         defaults_used=tuple(defaults),
+        data_parallel_size=settings.data_parallel_size,
+        # vLLM FusedMoEParallelConfig.make: with EP the expert group is the flattened TP × DP ranks
+        expert_parallel_size=settings.tensor_parallel_size * settings.data_parallel_size
+        if settings.enable_expert_parallel and model.moe is not None
+        else 1,
     )
 
 
@@ -374,16 +385,16 @@ def kv_view_of_model(model: ModelSpec, version: str) -> ModelSpec:
     return model
 
 
-def stage_weight_bytes(model: ModelSpec, *, tp: int, pp: int, dtype: str) -> tuple[int, ...]:
+def stage_weight_bytes(model: ModelSpec, *, tp: int, pp: int, dtype: str, ep: int = 1) -> tuple[int, ...]:
     """Weight bytes on one rank of each pipeline stage (`vramctl.core.weights.stage_rank_weight_bytes`).
 
     Exact per rank: what TP splits is divided, what every rank holds in full (norms, routers, MLA's q_a /
     kv_a, KV heads when TP exceeds them, the vocab padding to 64 rows) is not. The decoder layers split as
     `get_pp_indices` splits them; the embedding sits on the first stage and the lm_head on the last (a tied
     head is loaded on the last stage too when pp > 1). A `--dtype` other than the checkpoint's rescales an
-    unquantised checkpoint.
+    unquantised checkpoint. `ep` > 1: routed experts whole over ep ranks (--enable-expert-parallel).
     """
-    return stage_rank_weight_bytes(model, tp=tp, pp=pp, dtype=dtype)
+    return stage_rank_weight_bytes(model, tp=tp, pp=pp, dtype=dtype, ep=ep)
 
 
 @dataclass(frozen=True)
@@ -525,7 +536,7 @@ def _core(
     requested = math.ceil(capacity * s.gpu_memory_utilization)
     kv_model = kv_view_of_model(model, s.version)
     tp, pp = s.tensor_parallel_size, s.pipeline_parallel_size
-    weights = stage_weight_bytes(model, tp=tp, pp=pp, dtype=s.dtype)
+    weights = stage_weight_bytes(model, tp=tp, pp=pp, dtype=s.dtype, ep=s.expert_parallel_size)
     parts = kvmath.pp_partition(model.num_hidden_layers, pp)
     other = capacity - s.free_memory_bytes if s.free_memory_bytes is not None else 0
     others_charged = other if V.counts_other_processes(s.version) else 0
@@ -861,10 +872,27 @@ def _explanations(model: ModelSpec, gpu: GpuSpec, core: _Core, ledger: Ledger) -
             f"{arch} is multimodal: vLLM also profiles its vision encoder on a dummy image batch, which vramctl does "
             "not model, so the activation peak is under-estimated (Gemma-3 logs: 1–3 GiB more; docs/accuracy.md)."
         )
-    if model.moe is not None and s.tensor_parallel_size > 1:
+    if model.moe is not None and s.expert_parallel_size > 1:
+        per_rank = -(-model.moe.num_experts // s.expert_parallel_size)
+        notes.append(
+            f"--enable-expert-parallel: the {model.moe.num_experts} routed experts are spread whole over "
+            f"{s.expert_parallel_size} ranks (TP {s.tensor_parallel_size} × DP {s.data_parallel_size}), up to "
+            f"{per_rank} per rank; attention and shared experts stay TP-split. The all-to-all buffers of an EP "
+            "backend (DeepEP, pplx) and the larger fused-MoE workspace are not modelled (DeepSeek-R1 at TP 16: KV "
+            "over-estimated by 20–40 %, docs/accuracy.md)."
+        )
+    elif model.moe is not None and s.tensor_parallel_size > 1:
         notes.append(
             "MoE experts are assumed sharded by TP; with --enable-expert-parallel each rank runs whole experts and "
             "the fused-MoE workspace is larger (DeepSeek-R1 at TP 16: KV over-estimated by 20–40 %, docs/accuracy.md)."
+        )
+    if s.data_parallel_size > 1:
+        dp = s.data_parallel_size
+        notes.append(
+            f"--data-parallel-size {dp}: {dp} engine replicas of TP {s.tensor_parallel_size} × PP "
+            f"{s.pipeline_parallel_size}, each with the per-rank numbers above and its own KV pool: "
+            f"{dp * core.kv_tokens:,} KV tokens and {dp * core.concurrency:.2f}x concurrency across them, "
+            f"on {dp * s.tensor_parallel_size * s.pipeline_parallel_size} GPUs."
         )
     seed_note = _seed_comparison(model, gpu, core)
     if seed_note:

@@ -123,6 +123,8 @@ _VLLM_VALUE_FLAGS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "-tp": ("tensor_parallel_size", _int("-tp")),
     "--pipeline-parallel-size": ("pipeline_parallel_size", _int("--pipeline-parallel-size")),
     "-pp": ("pipeline_parallel_size", _int("-pp")),
+    "--data-parallel-size": ("data_parallel_size", _int("--data-parallel-size")),
+    "-dp": ("data_parallel_size", _int("-dp")),
     "--kv-cache-memory-bytes": ("kv_cache_memory_bytes", _bytes("--kv-cache-memory-bytes")),
     "--kv-cache-memory": ("kv_cache_memory_bytes", _bytes("--kv-cache-memory")),
     "--dtype": ("dtype", _str("--dtype")),
@@ -136,6 +138,9 @@ _VLLM_BOOL_FLAGS: dict[str, tuple[str, bool]] = {
     "--no-enforce-eager": ("enforce_eager", False),
     "--enable-chunked-prefill": ("enable_chunked_prefill", True),
     "--no-enable-chunked-prefill": ("enable_chunked_prefill", False),
+    "--enable-expert-parallel": ("enable_expert_parallel", True),
+    "-ep": ("enable_expert_parallel", True),
+    "--no-enable-expert-parallel": ("enable_expert_parallel", False),
 }
 
 _SGLANG_VALUE_FLAGS: dict[str, tuple[str, Callable[[str], Any]]] = {

@@ -51,6 +51,10 @@ class ServeSettings:
     entrypoint: Entrypoint = "server"
     kv_offloading_size_gib: float | None = None
     """vLLM `--kv-offloading-size`, GiB, total across TP ranks."""
+    data_parallel_size: int = 1
+    """vLLM `--data-parallel-size`: engine replicas, each with its own KV pool (vramctl.core.weights)."""
+    enable_expert_parallel: bool = False
+    """vLLM `--enable-expert-parallel`: whole experts spread over the TP × DP ranks instead of TP-split."""
     # --- SGLang ----------------------------------------------------------------------------------------
     mem_fraction_static: float | None = None
     chunked_prefill_size: int | None = None

@@ -16,7 +16,7 @@ from vramctl.core.specs import ModelSpec, dtype_bytes
 
 
 def stage_rank_weight_bytes(
-    model: ModelSpec, *, tp: int, pp: int = 1, dtype: str | None = None
+    model: ModelSpec, *, tp: int, pp: int = 1, dtype: str | None = None, ep: int = 1
 ) -> tuple[int, ...]:
     """Weight bytes on one TP rank of each of the `pp` pipeline stages.
 
@@ -24,9 +24,9 @@ def stage_rank_weight_bytes(
     tower) sit on the first stage, the final norm and the lm_head on the last — a tied lm_head is
     materialised on the last stage too when pp > 1. `dtype`: a `--dtype` other than the one an
     unquantised checkpoint is served in (`serving_dtype_bytes`) rescales it; quantised checkpoints keep
-    their packed sizes.
+    their packed sizes. `ep` > 1: routed experts spread whole over ep ranks (`rank_weight_bytes`).
     """
-    rank = rank_weight_bytes(model, tp, pad_vocab=True)
+    rank = rank_weight_bytes(model, tp, pad_vocab=True, ep=ep)
     parts = pp_partition(model.num_hidden_layers, pp)
     ratio = 1.0
     if dtype not in (None, "", "auto") and model.quantization is None:
