@@ -32,6 +32,9 @@ from vramctl.registry.vision_towers import vision_tower_params
 
 # model_type → defaults of its transformers config class where config.json may omit the field.
 _TIED_BY_DEFAULT = {"gemma", "gemma2", "gemma3", "gemma3_text", "opt"}
+MAX_PARAMS = 10**15
+"""1,000 T parameters: 1,000 × the largest checkpoint (Kimi-K2: 1.03 T); more means a corrupt field, and byte
+counts past it no longer convert to float."""
 MAX_LAYERS = 10_000
 """More decoder layers than any model has (Llama-3.1-405B: 126); a corrupt value would make per-layer loops hang."""
 _OPT_POSITION_OFFSET = 2
@@ -560,6 +563,12 @@ def spec_from_config(
     if max_len_note:
         spec = _replace(spec, sources=(*spec.sources, ("max_position_embeddings", max_len_note)))
     count = param_count if param_count is not None else param_count_from_spec(spec)
+    if count > MAX_PARAMS:
+        raise BadInputError(
+            f"{where}: the fields describe {count:.3g} parameters (hidden_size {hidden}, intermediate_size "
+            f"{spec.intermediate_size}, vocab_size {spec.vocab_size}, {heads} heads), more than "
+            f"{MAX_PARAMS:.0e}: a field is corrupt"
+        )
     spec = _replace(spec, param_count=count)
     size = weight_bytes if weight_bytes is not None else weight_bytes_from_spec(spec)
     return _replace(spec, weight_bytes=size)
