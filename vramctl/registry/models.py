@@ -565,7 +565,7 @@ def spec_from_config(
     count = param_count if param_count is not None else param_count_from_spec(spec)
     if count > MAX_PARAMS:
         raise BadInputError(
-            f"{where}: the fields describe {count:.3g} parameters (hidden_size {hidden}, intermediate_size "
+            f"{where}: the fields describe ~10^{len(str(count)) - 1} parameters (hidden_size {hidden}, intermediate_size "
             f"{spec.intermediate_size}, vocab_size {spec.vocab_size}, {heads} heads), more than "
             f"{MAX_PARAMS:.0e}: a field is corrupt"
         )
