@@ -37,6 +37,12 @@ __all__ = ["Unwrapper", "sniff", "unwrap_json_line"]
 # codes, `<`, `>`, `&`); the others by `bytes.replace`, with escaped backslashes protected first.
 _U_ESC_RE = re.compile(rb"\\u([0-9a-fA-F]{4})(?:\\u([dD][c-fC-F][0-9a-fA-F]{2}))?")
 _BS_SENTINEL = b"\x00"
+_RARE_ESC_RE = re.compile(rb"\\[rtbf/]")
+_RARE = {b"\\r": b"\r", b"\\t": b"\t", b"\\b": b"", b"\\f": b"", b"\\/": b"/"}
+
+
+def _rare_repl(m: re.Match[bytes]) -> bytes:
+    return _RARE[m.group()]
 
 
 def _u_repl(m: re.Match[bytes]) -> bytes:
@@ -63,19 +69,15 @@ def _unescape(data: bytes, newline: bytes = b" ") -> bytes:
         except ValueError:
             return data
         return str(text).replace("\n", newline.decode()).encode("utf-8", "replace")
-    data = data.replace(b"\\\\", _BS_SENTINEL)
+    backslashes = b"\\\\" in data
+    if backslashes:
+        data = data.replace(b"\\\\", _BS_SENTINEL)
     if b"\\u" in data:
         data = _U_ESC_RE.sub(_u_repl, data)
-    data = (
-        data.replace(b'\\"', b'"')
-        .replace(b"\\n", newline)
-        .replace(b"\\r", b"\r")
-        .replace(b"\\t", b"\t")
-        .replace(b"\\/", b"/")
-        .replace(b"\\b", b"")
-        .replace(b"\\f", b"")
-    )
-    return data.replace(_BS_SENTINEL, b"\\")
+    data = data.replace(b'\\"', b'"').replace(b"\\n", newline)
+    if _RARE_ESC_RE.search(data) is not None:
+        data = _RARE_ESC_RE.sub(_rare_repl, data)
+    return data.replace(_BS_SENTINEL, b"\\") if backslashes else data
 
 
 # --------------------------------------------------------------------------------------------------
@@ -91,11 +93,16 @@ _DOCKER_LINE_RE = re.compile(
     rb'^\{"log":"((?:[^"\\\n]|\\.)*)","stream":"(std(?:out|err))"(?:,"attrs":\{[^\n]*?\})?,"time":"[^"\n]*"\}\r?$',
     re.MULTILINE,
 )
-# the same line, whole (`log` ends in an escaped newline): what the fast path rewrites with a template
-_DOCKER_FULL_RE = re.compile(
-    rb'^\{"log":"((?:[^"\\\n]|\\.)*?)(?:\\r)?\\n","stream":"std(?:out|err)"(?:,"attrs":\{[^\n]*?\})?,"time":"[^"\n]*"\}\r?$',
-    re.MULTILINE,
+# The fast path cuts the record's head and tail with two substitutions that start with a literal (the
+# regex engine then runs at memchr speed): the head `{"log":"` at a line start, and the tail from the
+# message's final escaped newline on. Inside the message every `"` is escaped, so `\n","stream":"` cannot
+# occur there. A piece of a split message has no such tail and is left for the slow path.
+_DOCKER_HEAD = b'{"log":"'
+_DOCKER_TAIL_RE = re.compile(rb'\\n","stream":"std(?:out|err)","time":"[^"\n]*"\}\r?$', re.MULTILINE)
+_DOCKER_TAIL_ATTRS_RE = re.compile(
+    rb'\\n","stream":"std(?:out|err)"(?:,"attrs":\{[^\n]*?\})?,"time":"[^"\n]*"\}\r?$', re.MULTILINE
 )
+_DOCKER_TAIL_MARK = b'","stream":"std'
 _CRI_LINE_RE = re.compile(
     rb"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2}) (stdout|stderr) ([PF]) ?)(.*?)\r?$",
     re.MULTILINE,
@@ -235,11 +242,16 @@ class Unwrapper:
                 return data, None  # whole lines: split_prefixes peels the prefix
             return self._lines(first_number, data, self._cri_line)
         if kind == DOCKER and not self._pending:
-            out = _DOCKER_FULL_RE.sub(rb"\1", data)
-            # every Docker line was whole if none is left: the fast path (C-level template substitution)
-            if out.find(b'{"log":"') < 0 or not any(
-                line.startswith(b'{"log":"') for line in out.split(b"\n")
-            ):
+            heads = data.count(b"\n" + _DOCKER_HEAD) + data.startswith(_DOCKER_HEAD)
+            out = data.replace(b"\n" + _DOCKER_HEAD, b"\n")
+            if out.startswith(_DOCKER_HEAD):
+                out = out[len(_DOCKER_HEAD) :]
+            out, tails = _DOCKER_TAIL_RE.subn(b"", out)
+            if tails < heads:  # records with `attrs` (`--log-opt labels=…`)
+                out, more = _DOCKER_TAIL_ATTRS_RE.subn(b"", out)
+                tails += more
+            # every Docker record was whole (no piece of a split message, no tail left): the fast path
+            if heads == tails and out.find(_DOCKER_TAIL_MARK) < 0:
                 return _unescape(out), None
         return self._lines(first_number, data, self._json_line)
 
