@@ -25,7 +25,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from vramctl.core.errors import BadInputError
-from vramctl.core.specs import FULL_ATTENTION, SLIDING_ATTENTION, ModelSpec, dtype_bytes
+from vramctl.core.specs import (
+    FULL_ATTENTION,
+    SLIDING_ATTENTION,
+    STATE_KINDS,
+    ModelSpec,
+    dtype_bytes,
+)
 from vramctl.core.units import cdiv
 
 # Packed per-token sizes of opaque MLA cache layouts (`mla_attention.py:1371-1401`, line 1386).
@@ -49,6 +55,12 @@ _KV_DTYPE_BYTES: dict[str, float] = {
 }
 
 KV_CACHE_DTYPES: tuple[str, ...] = ("auto", *_KV_DTYPE_BYTES, *_MLA_PACKED_BYTES_PER_TOKEN)
+
+STATE_GROUP = "mamba"
+"""KvGroup.kind of a hybrid's recurrent-state group (vLLM MambaSpec layers)."""
+STATE_BLOCKS_PER_REQUEST = 1
+"""Blocks one request holds in a MambaSpec group with mamba_cache_mode "none" and no speculative decoding:
+`page × (1 + num_speculative_blocks)` (`vllm/v1/kv_cache_interface.py:1094-1160`, vllm.md §3.1)."""
 
 # Hybrid grouping: when the largest bucket has fewer than this many times the layers of the smallest,
 # the group size is the largest bucket (fewer padding layers) (`kv_cache_planning.py:416-556`, 0.33.0).
@@ -195,6 +207,8 @@ class StageLayout:
     num_full_layers: int
     num_sliding_layers: int
     groups: tuple[KvGroup, ...]
+    num_state_layers: int = 0
+    """Mamba2 / Gated DeltaNet layers (hybrids): one MambaSpec bucket beside the attention ones."""
 
     @property
     def group_size(self) -> int:
@@ -205,12 +219,14 @@ def stage_layout(kinds: tuple[str, ...]) -> StageLayout:
     """vLLM's grouping of one rank's layers (`_get_kv_cache_groups_uniform_page_size`)."""
     n_full = sum(1 for k in kinds if k == FULL_ATTENTION)
     n_sw = sum(1 for k in kinds if k == SLIDING_ATTENTION)
-    buckets = [(kind, n) for kind, n in ((FULL_ATTENTION, n_full), (SLIDING_ATTENTION, n_sw)) if n > 0]
+    n_state = sum(1 for k in kinds if k in STATE_KINDS)
+    pairs = ((FULL_ATTENTION, n_full), (SLIDING_ATTENTION, n_sw), (STATE_GROUP, n_state))
+    buckets = [(kind, n) for kind, n in pairs if n > 0]
     if not buckets:
-        return StageLayout(0, 0, ())
+        return StageLayout(0, 0, (), n_state)
     if len(buckets) == 1:
         kind, n = buckets[0]
-        return StageLayout(n_full, n_sw, (KvGroup(kind, n),))
+        return StageLayout(n_full, n_sw, (KvGroup(kind, n),), n_state)
     smallest = min(n for _, n in buckets)
     largest = max(n for _, n in buckets)
     group_size = largest if largest < smallest * _HYBRID_GROUP_RATIO else smallest
@@ -220,7 +236,7 @@ def stage_layout(kinds: tuple[str, ...]) -> StageLayout:
         for i in range(count):
             real = min(group_size, n - i * group_size)
             groups.append(KvGroup(kind, group_size, group_size - real))
-    return StageLayout(n_full, n_sw, tuple(groups))
+    return StageLayout(n_full, n_sw, tuple(groups), n_state)
 
 
 def kv_bytes_per_token(
@@ -313,7 +329,9 @@ def blocks_per_request(
     )
     layouts = [stage_layout(kinds) for kinds in stage_layer_kinds(model, pp)]
     binding = max(layouts, key=lambda lay: lay.group_size)
-    return sum(full if g.kind == FULL_ATTENTION else sw for g in binding.groups)
+    # A state group holds one block per request (MambaSpec, mamba_cache_mode "none": see hybrid_kv).
+    per_group = {FULL_ATTENTION: full, SLIDING_ATTENTION: sw, STATE_GROUP: STATE_BLOCKS_PER_REQUEST}
+    return sum(per_group[g.kind] for g in binding.groups)
 
 
 def per_request_kv_bytes(
@@ -345,6 +363,216 @@ def per_request_kv_bytes(
     worst = 0
     for kinds in stage_layer_kinds(model, pp):
         n_full = sum(1 for k in kinds if k == FULL_ATTENTION)
-        n_sw = len(kinds) - n_full
-        worst = max(worst, (n_full * full + n_sw * sw) * page)
+        n_state = sum(1 for k in kinds if k in STATE_KINDS)
+        n_sw = sum(1 for k in kinds if k == SLIDING_ATTENTION) if model.state_space else len(kinds) - n_full
+        # A Mamba layer's max_memory_usage_bytes is its (padded) page × 1 (see hybrid_kv).
+        worst = max(worst, (n_full * full + n_sw * sw + n_state * STATE_BLOCKS_PER_REQUEST) * page)
     return worst
+
+
+# --- hybrid attention + Mamba2 / Gated DeltaNet models (vLLM V1; docs/hybrid.md) --------------------------------
+#
+# Sources (vLLM; the file paths are those of the versions named, read with the search tools, see docs/hybrid.md):
+# - state shapes: `vllm/model_executor/layers/mamba/mamba_utils.py` MambaStateShapeCalculator.mamba2_state_shape
+#   (conv (conv_dim / tp, kernel − 1), SSM (heads / tp, head_dim, state); n_groups padded to tp when tp does not
+#   divide it, `extra_groups_for_head_shards`) and `.gated_delta_net_state_shape` (conv over 2·k_heads·k_dim +
+#   v_heads·v_dim channels, state (v_heads / tp, v_dim, k_dim)); each model's `get_mamba_state_shape_from_config`
+#   (qwen3_next.py, nemotron_h.py: intermediate = mamba_num_heads × mamba_head_dim, granitemoehybrid.py:
+#   intermediate = mamba_expand × hidden_size);
+# - dtypes: MambaStateDtypeCalculator._mamba_state_dtype: conv = `--mamba-cache-dtype` (auto = the model dtype),
+#   SSM = `--mamba-ssm-cache-dtype` (auto = the conv dtype);
+# - page: MambaSpec.page_size_bytes = Σ prod(shape) × dtype size, or page_size_padded (vllm.md §3.1);
+# - block size: HybridAttentionMambaModelConfig.verify_and_update_config (`vllm/model_executor/models/config.py`,
+#   0.10.2 – 0.11) and Platform._align_hybrid_block_size (`vllm/platforms/interface.py:940-1140`, 0.33.0):
+#   attn_block = align × cdiv(mamba_page, align × attn_page_1_token), raised only when the block size is smaller;
+#   the mamba page is then padded to block × attn_page_1_token ("Padding mamba page size by %.2f%%");
+# - groups and blocks: `_get_kv_cache_groups_uniform_page_size` (one bucket per spec, equal-size groups, see
+#   stage_layout), num_blocks = available // (group_size × page) (kv_cache_planning.py:574-605, 681-682),
+#   max_concurrency = num_blocks / Σ groups' blocks per request (kv_cache_utils.py:1061-1154).
+
+HYBRID_MIN_VLLM: tuple[int, int, int] = (0, 10, 2)
+"""The first vLLM release vramctl plans hybrids for: V1's MambaSpec + hybrid allocator with Qwen3-Next (0.10.2, the
+release that added Qwen3NextForCausalLM) and HybridAttentionMambaModelConfig; V0 (< 0.8 default, removed in 0.11)
+sized Mamba state outside the KV cache."""
+
+_MAMBA_DTYPES: dict[str, float] = {"auto": 0, "float32": 4, "bfloat16": 2, "float16": 2, "fp32": 4, "bf16": 2}
+
+
+@dataclass(frozen=True)
+class StateShapes:
+    """One state layer's tensors on one TP rank (elements) and their element sizes."""
+
+    conv: tuple[int, int]
+    ssm: tuple[int, int, int]
+    conv_dtype_bytes: float
+    ssm_dtype_bytes: float
+
+    @property
+    def conv_bytes(self) -> int:
+        return int(self.conv[0] * self.conv[1] * self.conv_dtype_bytes)
+
+    @property
+    def ssm_bytes(self) -> int:
+        return int(self.ssm[0] * self.ssm[1] * self.ssm[2] * self.ssm_dtype_bytes)
+
+    @property
+    def page_bytes(self) -> int:
+        """MambaSpec.page_size_bytes before padding: conv + SSM state of one layer, one request, one rank."""
+        return self.conv_bytes + self.ssm_bytes
+
+
+def _state_dtype_bytes(name: str, flag: str, fallback: float) -> float:
+    key = name.strip().lower().removeprefix("torch.")
+    if key not in _MAMBA_DTYPES:
+        raise BadInputError(f"{flag} {name}: unknown state dtype (use auto, float32, bfloat16, float16)")
+    size = _MAMBA_DTYPES[key]
+    return fallback if size == 0 else size
+
+
+def state_shapes(
+    model: ModelSpec,
+    *,
+    tp: int = 1,
+    element_bytes: float = 2,
+    mamba_cache_dtype: str = "auto",
+    mamba_ssm_cache_dtype: str = "auto",
+) -> StateShapes:
+    """vLLM's per-rank state of one Mamba2 / Gated DeltaNet layer (see the sources above).
+
+    `element_bytes`: the model dtype's size (`auto` state dtypes follow it). Qwen3-Next at TP 4, bf16: conv
+    (8192 / 4, 3) → 6,144 elements × 2 = 12,288 B; SSM (32 / 4, 128, 128) → 131,072 × 2 = 262,144 B.
+    """
+    st = model.state_space
+    if st is None:
+        raise BadInputError(f"{model.name}: not a hybrid model with Mamba / linear-attention state")
+    conv_bytes = _state_dtype_bytes(mamba_cache_dtype, "--mamba-cache-dtype", element_bytes)
+    ssm_bytes = _state_dtype_bytes(mamba_ssm_cache_dtype, "--mamba-ssm-cache-dtype", conv_bytes)
+    groups = st.n_groups
+    if st.kind == "mamba2" and groups % tp:
+        groups += tp - groups  # extra_groups_for_head_shards: replicate groups to follow the head shards
+    conv_dim = st.intermediate_size + 2 * groups * st.state_size
+    for what, total in (("conv channels", conv_dim), ("state heads", st.num_heads)):
+        if total % tp:
+            raise BadInputError(
+                f"--tensor-parallel-size {tp}: the model's {total} {what} of its state layers do not split evenly "
+                f"over {tp} ranks (vLLM's divide() asserts it)"
+            )
+    return StateShapes(
+        conv=(conv_dim // tp, st.conv_kernel - 1),
+        ssm=(st.num_heads // tp, st.head_dim, st.state_size),
+        conv_dtype_bytes=conv_bytes,
+        ssm_dtype_bytes=ssm_bytes,
+    )
+
+
+def hybrid_block_alignment(
+    model: ModelSpec, *, version: tuple[int, ...], user_block_size: int | None, compute_capability: str | None
+) -> int:
+    """The attention kernel block alignment vLLM rounds the hybrid block size to.
+
+    16 (FlashAttention / FlashInfer / Triton accept multiples of 16); 32 on compute capability 10.x with head_dim
+    256 under FlashInfer ("head size 256 and block size 16 is not supported on blackwell", config.py from 0.11);
+    from 0.12 `_align_hybrid_block_size` also takes max(alignment, cache_config.block_size), so a larger user
+    --block-size becomes the alignment (0.12 is vramctl's reading of when interface.py took this over).
+    """
+    align = 16
+    if (
+        version >= (0, 11, 0)
+        and compute_capability is not None
+        and compute_capability.split(".")[0] == "10"
+        and model.head_dim == 256
+    ):
+        align = 32
+    if version >= (0, 12, 0) and user_block_size is not None:
+        align = max(align, user_block_size)
+    return align
+
+
+@dataclass(frozen=True)
+class HybridKv:
+    """vLLM's page-size unification for one hybrid model on one TP rank."""
+
+    shapes: StateShapes
+    attention_token_bytes: int
+    """FullAttentionSpec(block_size=1).page_size_bytes: kv_heads_per_rank × head_dim × 2 × kv dtype."""
+    state_page_bytes: int
+    """The unpadded mamba page (one layer, one request)."""
+    alignment: int
+    minimum_block_size: int
+    """align × cdiv(mamba page, align × attention page of one token)."""
+    block_size: int
+    """The attention block size vLLM runs with (the minimum, or a larger --block-size)."""
+    block_size_raised: bool
+    """vLLM logs "Setting attention block size to N tokens …" (the block size was unset or smaller)."""
+
+    @property
+    def page_bytes(self) -> int:
+        """Every layer's page: block_size × attention bytes per token = the padded mamba page."""
+        return self.block_size * self.attention_token_bytes
+
+    @property
+    def padding_pct(self) -> float:
+        """vLLM's "Padding mamba page size by %.2f%%" value (0 when the pages are already equal)."""
+        return 100 * (self.page_bytes - self.state_page_bytes) / self.state_page_bytes
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "conv_state_shape": list(self.shapes.conv),
+            "ssm_state_shape": list(self.shapes.ssm),
+            "conv_state_dtype_bytes": self.shapes.conv_dtype_bytes,
+            "ssm_state_dtype_bytes": self.shapes.ssm_dtype_bytes,
+            "state_page_bytes": self.state_page_bytes,
+            "attention_token_bytes": self.attention_token_bytes,
+            "block_alignment": self.alignment,
+            "attention_block_size": self.block_size,
+            "block_size_raised": self.block_size_raised,
+            "page_bytes": self.page_bytes,
+            "mamba_page_padding_pct": round(self.padding_pct, 2),
+        }
+
+
+def hybrid_kv(
+    model: ModelSpec,
+    *,
+    tp: int = 1,
+    kv_cache_dtype: str = "auto",
+    model_dtype: str | None = None,
+    user_block_size: int | None = None,
+    version: tuple[int, ...] = (0, 33, 0),
+    compute_capability: str | None = None,
+    mamba_cache_dtype: str = "auto",
+    mamba_ssm_cache_dtype: str = "auto",
+) -> HybridKv:
+    """The attention block size and page every layer of a hybrid shares on one rank.
+
+    Worked example, Qwen3-Next-80B-A3B at TP 4 in bf16: attention page per token = max(1, 2 // 4) × 256 × 2 × 2
+    = 1,024 B; mamba page = 12,288 + 262,144 = 274,432 B; block = 16 × cdiv(274,432, 16 × 1,024) = 16 × 17 = 272
+    tokens; page = 272 × 1,024 = 278,528 B; padding (278,528 − 274,432) / 274,432 = 1.49 %.
+    """
+    token = token_bytes_per_layer(model, kv_cache_dtype=kv_cache_dtype, tp=tp, model_dtype=model_dtype)
+    element = kv_dtype_bytes(model, "auto", model_dtype=model_dtype)
+    shapes = state_shapes(
+        model,
+        tp=tp,
+        element_bytes=element,
+        mamba_cache_dtype=mamba_cache_dtype,
+        mamba_ssm_cache_dtype=mamba_ssm_cache_dtype,
+    )
+    mamba_page = shapes.page_bytes
+    align = hybrid_block_alignment(
+        model, version=version, user_block_size=user_block_size, compute_capability=compute_capability
+    )
+    minimum = align * cdiv(mamba_page, align * token)
+    current = user_block_size if user_block_size is not None else 16
+    raised = user_block_size is None or current < minimum
+    block = minimum if raised else current
+    return HybridKv(shapes, token, mamba_page, align, minimum, block, raised)
+
+
+def state_bytes_per_request(model: ModelSpec, hkv: HybridKv, *, pp: int = 1) -> tuple[int, int]:
+    """(unpadded, padded) state bytes one request holds on one rank of the stage with the most state layers."""
+    layers = max(sum(1 for k in kinds if k in STATE_KINDS) for kinds in stage_layer_kinds(model, pp))
+    return (
+        layers * hkv.state_page_bytes * STATE_BLOCKS_PER_REQUEST,
+        layers * hkv.page_bytes * STATE_BLOCKS_PER_REQUEST,
+    )

@@ -21,6 +21,7 @@ from typing import Any
 
 from vramctl.core import estimates as est
 from vramctl.core import kv as kvmath
+from vramctl.core import lora
 from vramctl.core.engines import vllm as V
 from vramctl.core.errors import BadInputError
 from vramctl.core.ledger import (
@@ -37,7 +38,7 @@ from vramctl.core.ledger import (
 )
 from vramctl.core.settings import LATEST_VLLM_VERSION, ServeSettings, parse_version
 from vramctl.core.specs import FULL_ATTENTION, GpuSpec, ModelSpec, dtype_bytes
-from vramctl.core.units import GiB, cdiv, vllm_format_gib
+from vramctl.core.units import GiB, MiB, cdiv, vllm_format_gib
 from vramctl.core.utilization import UtilizationRow, utilization_trade
 from vramctl.core.weights import stage_rank_weight_bytes
 
@@ -90,6 +91,10 @@ class VllmSettings:
     data_parallel_size: int = 1
     expert_parallel_size: int = 1
     """Ranks the routed experts are spread over: TP × DP with --enable-expert-parallel on an MoE model, else 1."""
+    enable_lora: bool = False
+    max_loras: int = 1
+    max_lora_rank: int = 16
+    fully_sharded_loras: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -112,6 +117,9 @@ class VllmSettings:
             "defaults_used": list(self.defaults_used),
             "data_parallel_size": self.data_parallel_size,
             "expert_parallel_size": self.expert_parallel_size,
+            "enable_lora": self.enable_lora,
+            "max_loras": self.max_loras if self.enable_lora else None,
+            "max_lora_rank": self.max_lora_rank if self.enable_lora else None,
         }
 
 
@@ -147,6 +155,8 @@ class PlanResult:
     host_tier: Any = None
     warnings: tuple[str, ...] = ()
     explanations: tuple[str, ...] = ()
+    hybrid: Any = None
+    """A HybridPlan for Mamba / linear-attention hybrids (the state term, docs/hybrid.md); None otherwise."""
 
     @property
     def fits(self) -> bool:
@@ -195,6 +205,8 @@ class PlanResult:
             "warnings": list(self.warnings),
             "explanations": list(self.explanations),
         }
+        if self.hybrid is not None:  # only hybrids carry the key: other plans' JSON is unchanged
+            out["hybrid"] = self.hybrid.to_json()
         return out
 
 
@@ -332,6 +344,8 @@ def resolve_settings(model: ModelSpec, gpu: GpuSpec, settings: ServeSettings, ve
     if block is None:
         block = default_block_size_for(model, gpu, version)
         defaults.append("block_size")
+    if model.state_space is not None:
+        block = _hybrid_kv(model, gpu, settings, version).block_size
     estimate_cg = settings.estimate_cudagraphs
     if estimate_cg is None:
         estimate_cg = V.estimate_cudagraphs_default(version)
@@ -369,6 +383,12 @@ def resolve_settings(model: ModelSpec, gpu: GpuSpec, settings: ServeSettings, ve
         expert_parallel_size=settings.tensor_parallel_size * settings.data_parallel_size
         if settings.enable_expert_parallel and model.moe is not None
         else 1,
+        enable_lora=settings.enable_lora,
+        max_loras=settings.max_loras if settings.max_loras is not None else lora.DEFAULT_MAX_LORAS,
+        max_lora_rank=settings.max_lora_rank
+        if settings.max_lora_rank is not None
+        else lora.DEFAULT_MAX_LORA_RANK,
+        fully_sharded_loras=settings.fully_sharded_loras,
     )
 
 
@@ -383,6 +403,22 @@ def kv_view_of_model(model: ModelSpec, version: str) -> ModelSpec:
     if model.num_sliding_layers and (V.is_v0(version) or (hybrid and parse_version(version) < (0, 10, 0))):
         return replace(model, layer_types=(FULL_ATTENTION,) * model.num_hidden_layers, sliding_window=None)
     return model
+
+
+def lora_slots_of(model: ModelSpec, s: VllmSettings) -> lora.LoraSlots | None:
+    """The LoRA buffers `--enable-lora` adds to each stage's weights (`vramctl.core.lora`); None without it."""
+    if not s.enable_lora:
+        return None
+    return lora.lora_slots(
+        model,
+        tp=s.tensor_parallel_size,
+        pp=s.pipeline_parallel_size,
+        max_loras=s.max_loras,
+        max_lora_rank=s.max_lora_rank,
+        dtype_bytes=int(dtype_bytes(s.dtype)),
+        fully_sharded=s.fully_sharded_loras,
+        expert_parallel=s.expert_parallel_size > 1,
+    )
 
 
 def stage_weight_bytes(model: ModelSpec, *, tp: int, pp: int, dtype: str, ep: int = 1) -> tuple[int, ...]:
@@ -537,6 +573,10 @@ def _core(
     kv_model = kv_view_of_model(model, s.version)
     tp, pp = s.tensor_parallel_size, s.pipeline_parallel_size
     weights = stage_weight_bytes(model, tp=tp, pp=pp, dtype=s.dtype, ep=s.expert_parallel_size)
+    slots = lora_slots_of(model, s)
+    if slots is not None:
+        # allocated while the model loads: part of vLLM's "Model loading took"
+        weights = tuple(w + extra for w, extra in zip(weights, slots.stage_bytes, strict=True))
     parts = kvmath.pp_partition(model.num_hidden_layers, pp)
     other = capacity - s.free_memory_bytes if s.free_memory_bytes is not None else 0
     others_charged = other if V.counts_other_processes(s.version) else 0
@@ -886,6 +926,15 @@ def _explanations(model: ModelSpec, gpu: GpuSpec, core: _Core, ledger: Ledger) -
             "MoE experts are assumed sharded by TP; with --enable-expert-parallel each rank runs whole experts and "
             "the fused-MoE workspace is larger (DeepSeek-R1 at TP 16: KV over-estimated by 20–40 %, docs/accuracy.md)."
         )
+    slots = lora_slots_of(model, s)
+    if slots is not None:
+        notes.append(
+            f"--enable-lora: {slots.max_loras} adapter slot(s) at rank {slots.max_lora_rank} on every Linear"
+            f"{' (fully sharded)' if slots.fully_sharded else ''}: "
+            f"{slots.stage_bytes[st.index] / GiB:.2f} GiB on this rank, booked with the weights (vLLM allocates "
+            "them while the model loads); with adapters vLLM also captures a second set of CUDA graphs "
+            "(cudagraph_specialize_lora), so the graph pool can reach twice the estimate."
+        )
     if s.data_parallel_size > 1:
         dp = s.data_parallel_size
         notes.append(
@@ -994,6 +1043,8 @@ def plan_vllm(
     default is the fitted set, scripts/calibrate.py passes others for leave-one-out)."""
     validate(model, gpu, settings)
     version = V.resolve_version(settings.engine_version if settings.engine != "sglang" else None)
+    if model.state_space is not None:
+        V.check_hybrid_supported(model.name, version)
     capacity = settings.gpu_memory_bytes or gpu.cuda_total_bytes
     s = resolve_settings(model, gpu, settings, version)
     core = _core(model, gpu, s, capacity, calibration)
@@ -1006,7 +1057,7 @@ def plan_vllm(
     if auto_note:
         notes.insert(0, auto_note)
     kv_model = kv_view_of_model(model, version)
-    return PlanResult(
+    result = PlanResult(
         engine="vllm",
         engine_version=version,
         model=model,
@@ -1040,6 +1091,9 @@ def plan_vllm(
         warnings=tuple(warnings),
         explanations=tuple(notes),
     )
+    if model.state_space is not None:
+        result = _with_hybrid(result, model, gpu, settings, core)
+    return result
 
 
 def plan(
@@ -1224,6 +1278,144 @@ def _sglang_top_level(result: PlanResult, sgp: Any) -> PlanResult:
         explanations=tuple(sgp.notes),
         warnings=(),
     )
+
+
+# --- hybrid attention + Mamba2 / Gated DeltaNet models (docs/hybrid.md) ------------------------------------------
+
+
+def _hybrid_kv(model: ModelSpec, gpu: GpuSpec, settings: ServeSettings, version: str) -> kvmath.HybridKv:
+    """vLLM's page-size unification for this model, card and flags (`vramctl.core.kv.hybrid_kv`)."""
+    return kvmath.hybrid_kv(
+        model,
+        tp=settings.tensor_parallel_size,
+        kv_cache_dtype=settings.kv_cache_dtype or "auto",
+        model_dtype=_compute_dtype(model, settings.dtype),
+        user_block_size=settings.block_size,
+        version=parse_version(version),
+        compute_capability=gpu.compute_capability,
+    )
+
+
+@dataclass(frozen=True)
+class HybridPlan:
+    """The recurrent-state side of a hybrid model's vLLM plan, on the binding rank."""
+
+    state_kind: str
+    full_attention_layers: int
+    state_layers: int
+    mlp_only_layers: int
+    kv: kvmath.HybridKv
+    group_size: int
+    attention_groups: int
+    state_groups: int
+    attention_blocks_per_request: int
+    state_blocks_per_request: int
+    state_bytes_per_request: int
+    """Unpadded conv + SSM state of every state layer on this rank, one request."""
+    state_bytes_per_request_padded: int
+    """What those layers take from the pool: state layers × the unified page."""
+    attention_bytes_per_request: int
+    """Attention KV of one max_model_len request on this rank (full-attention layers × blocks × page)."""
+    num_blocks: int
+    max_concurrency: float
+    kv_tokens: int
+    state_bytes_at_max_concurrency: int
+    log_lines: tuple[str, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "state_kind": self.state_kind,
+            "full_attention_layers": self.full_attention_layers,
+            "state_layers": self.state_layers,
+            "mlp_only_layers": self.mlp_only_layers,
+            **self.kv.to_json(),
+            "group_size": self.group_size,
+            "attention_groups": self.attention_groups,
+            "state_groups": self.state_groups,
+            "attention_blocks_per_request": self.attention_blocks_per_request,
+            "state_blocks_per_request": self.state_blocks_per_request,
+            "state_bytes_per_request": self.state_bytes_per_request,
+            "state_bytes_per_request_padded": self.state_bytes_per_request_padded,
+            "attention_bytes_per_request": self.attention_bytes_per_request,
+            "num_blocks": self.num_blocks,
+            "max_concurrency": round(self.max_concurrency, 4),
+            "kv_tokens": self.kv_tokens,
+            "state_bytes_at_max_concurrency": self.state_bytes_at_max_concurrency,
+            "mamba_cache_mode": "none",
+            "log_lines": list(self.log_lines),
+        }
+
+
+def _with_hybrid(
+    result: PlanResult, model: ModelSpec, gpu: GpuSpec, settings: ServeSettings, core: _Core
+) -> PlanResult:
+    """Attach the state term: per-request state bytes, blocks, concurrency, vLLM's two hybrid log lines, and a note
+    on the KV term saying how much of the shared pool the state takes at full concurrency (the ledger still sums:
+    attention pages and mamba pages are one pool, `num_blocks × bytes_per_block`)."""
+    s = core.s
+    hkv = _hybrid_kv(model, gpu, settings, s.version)
+    kinds = kvmath.stage_layer_kinds(model, s.pipeline_parallel_size)[core.binding.index]
+    layout = kvmath.stage_layout(kinds)
+    attention_groups = sum(1 for g in layout.groups if g.kind != kvmath.STATE_GROUP)
+    state_groups = len(layout.groups) - attention_groups
+    full_blocks = cdiv(s.max_model_len, s.block_size)
+    n_state = layout.num_state_layers
+    state_raw = n_state * hkv.state_page_bytes
+    state_padded = n_state * hkv.page_bytes
+    attention_bytes = layout.num_full_layers * full_blocks * hkv.page_bytes
+    held = int(core.concurrency) * state_padded
+    st = model.state_space
+    assert st is not None
+    lines = []
+    if hkv.block_size_raised:
+        lines.append(V.hybrid_block_size_log(hkv.block_size))
+    if hkv.page_bytes != hkv.state_page_bytes:
+        lines.append(V.hybrid_padding_log(hkv.padding_pct))
+    hybrid = HybridPlan(
+        state_kind=st.kind,
+        full_attention_layers=layout.num_full_layers,
+        state_layers=n_state,
+        mlp_only_layers=len(kinds) - layout.num_full_layers - n_state - layout.num_sliding_layers,
+        kv=hkv,
+        group_size=layout.group_size,
+        attention_groups=attention_groups,
+        state_groups=state_groups,
+        attention_blocks_per_request=attention_groups * full_blocks,
+        state_blocks_per_request=state_groups * kvmath.STATE_BLOCKS_PER_REQUEST,
+        state_bytes_per_request=state_raw,
+        state_bytes_per_request_padded=state_padded,
+        attention_bytes_per_request=attention_bytes,
+        num_blocks=core.num_blocks,
+        max_concurrency=core.concurrency,
+        kv_tokens=core.kv_tokens,
+        state_bytes_at_max_concurrency=held,
+        log_lines=tuple(lines),
+    )
+    kind = "Gated DeltaNet" if st.kind == "gated_delta_net" else "Mamba2"
+    notes = [
+        f"Hybrid ({kind} + attention): {n_state} {kind} layers keep a fixed state per request "
+        f"({state_raw / MiB:.2f} MiB per rank: conv {hkv.shapes.conv} + SSM {hkv.shapes.ssm} per layer) and "
+        f"{layout.num_full_layers} full-attention layers keep KV; vLLM raises the attention block to "
+        f"{hkv.block_size} tokens so one attention page ({hkv.page_bytes:,} B) holds a mamba page "
+        f"({hkv.state_page_bytes:,} B, padded {hkv.padding_pct:.2f} %).",
+        f"Per {s.max_model_len:,}-token request: {attention_groups * full_blocks:,} attention blocks + "
+        f"{state_groups} state block(s) of the {core.num_blocks:,} (groups of {layout.group_size} layers: "
+        f"{attention_groups} attention, {state_groups} state); state {state_padded / MiB:.2f} MiB, attention "
+        f"{attention_bytes / GiB:.2f} GiB per rank; at {core.concurrency:.2f}x the state holds "
+        f"{held / GiB:.2f} GiB of the pool.",
+        "Hybrids run with prefix caching off by default in vLLM (mamba_cache_mode none: one state block per "
+        "request); --enable-prefix-caching ('align' mode) keeps more state blocks per request and aligns the "
+        "block size to the mamba chunk: not modelled.",
+    ]
+    kv_note = (
+        f"one pool for attention KV and {kind} state: {state_groups} of the {len(layout.groups)} groups hold state "
+        f"({state_padded / MiB:.2f} MiB per request); {held / GiB:.2f} GiB of it at {core.concurrency:.2f}x"
+    )
+    ledger = Ledger(
+        result.ledger.capacity_bytes,
+        tuple(replace(t, note=kv_note) if t.name == KV_CACHE else t for t in result.ledger.terms),
+    )
+    return replace(result, hybrid=hybrid, ledger=ledger, explanations=(*result.explanations, *notes))
 
 
 __all__ = [

@@ -11,6 +11,14 @@ from dataclasses import dataclass, field
 # Per-layer attention kinds, as config.json `layer_types` names them (HF transformers convention).
 FULL_ATTENTION = "full_attention"
 SLIDING_ATTENTION = "sliding_attention"
+# Recurrent-state layers of hybrid models (docs/hybrid.md): a fixed-size state per request, no per-token KV.
+MAMBA = "mamba"
+"""A Mamba2 mixer layer (Nemotron-H `M`, Granite-4.0-H `mamba`)."""
+LINEAR_ATTENTION = "linear_attention"
+"""A Gated DeltaNet linear-attention layer (Qwen3-Next)."""
+MLP_ONLY = "mlp_only"
+"""A layer with no token mixer (Nemotron-H `-` MLP and `E` MoE layers): no cache at all."""
+STATE_KINDS = frozenset({MAMBA, LINEAR_ATTENTION})
 
 DTYPE_BYTES: dict[str, float] = {
     "float32": 4,
@@ -82,6 +90,32 @@ class MLASpec:
 
 
 @dataclass(frozen=True)
+class StateSpaceSpec:
+    """The recurrent state of a hybrid model's Mamba2 / Gated DeltaNet layers (all such layers share it).
+
+    `mamba2`: conv state over intermediate_size + 2 × n_groups × state_size channels, SSM state of
+    num_heads × head_dim × state_size (vLLM `MambaStateShapeCalculator.mamba2_state_shape`).
+    `gated_delta_net`: n_groups = linear_num_key_heads, state_size = linear_key_head_dim, num_heads =
+    linear_num_value_heads, head_dim = linear_value_head_dim; conv over 2 × k + v channels, state
+    num_v_heads × head_v_dim × head_k_dim (`gated_delta_net_state_shape`).
+    """
+
+    kind: str
+    """`mamba2` or `gated_delta_net`."""
+    num_heads: int
+    head_dim: int
+    state_size: int
+    n_groups: int
+    conv_kernel: int
+    intermediate_size: int
+    """Mamba2: num_heads × head_dim (the mixer width); Gated DeltaNet: num_heads × head_dim (value dim)."""
+    ssm_dtype: str | None = None
+    """`mamba_ssm_dtype` of the config, when it names one (SGLang reads it; vLLM's default is the model dtype)."""
+    chunk_size: int | None = None
+    """`mamba_chunk_size` / `chunk_size` (vLLM aligns blocks to it with prefix caching)."""
+
+
+@dataclass(frozen=True)
 class ModelSpec:
     """The facts about a model that memory math needs, with their sources."""
 
@@ -142,6 +176,19 @@ class ModelSpec:
     """`vision_config.num_hidden_layers` of a multimodal wrapper (None: a text model, or not given)."""
     vision_hidden_size: int | None = None
     """`vision_config.hidden_size` of a multimodal wrapper (SGLang's VLM mem_fraction_static adjustment)."""
+    state_space: StateSpaceSpec | None = None
+    """Hybrid attention + Mamba2 / Gated DeltaNet models: the per-layer recurrent state (layer_types then names
+    MAMBA / LINEAR_ATTENTION / MLP_ONLY layers beside the attention ones)."""
+
+    @property
+    def is_hybrid_state(self) -> bool:
+        """Layers with a recurrent state beside attention layers (Qwen3-Next, Nemotron-H, Granite-4.0-H)."""
+        return self.state_space is not None
+
+    @property
+    def num_state_layers(self) -> int:
+        """Mamba2 / Gated DeltaNet layers (0 for a pure-attention model)."""
+        return sum(1 for kind in self.layer_types if kind in STATE_KINDS)
 
     @property
     def is_multimodal(self) -> bool:
@@ -174,6 +221,8 @@ class ModelSpec:
 
     @property
     def num_full_layers(self) -> int:
+        if self.state_space is not None:  # hybrid: only the layers that hold per-token KV
+            return sum(1 for kind in self.attention_kinds() if kind == FULL_ATTENTION)
         return self.num_hidden_layers - self.num_sliding_layers
 
 

@@ -15,10 +15,14 @@ from vramctl.core.params import param_count_from_spec, weight_bytes_from_spec
 from vramctl.core.specs import (
     DTYPE_BYTES,
     FULL_ATTENTION,
+    LINEAR_ATTENTION,
+    MAMBA,
+    MLP_ONLY,
     SLIDING_ATTENTION,
     MLASpec,
     ModelSpec,
     MoESpec,
+    StateSpaceSpec,
 )
 from vramctl.registry._fields import (
     get_bool,
@@ -457,6 +461,203 @@ def _attention_pattern(
     return (), window
 
 
+# --- hybrid attention + Mamba2 / Gated DeltaNet models (docs/hybrid.md) ----------------------------------------
+_HYBRID_REFUSED = {
+    "jamba": "Mamba1 layers (attn_layer_period / attn_layer_offset) and their state shapes are not modelled",
+    "falcon_h1": "parallel attention + Mamba2 in every layer (mamba_d_ssm, mamba_n_groups) is not modelled",
+    "bamba": "its Mamba2 layer pattern (attn_layer_indices) is not modelled",
+    "zamba2": "its shared-attention blocks and Mamba2 state are not modelled",
+    "mamba": "a pure Mamba1 model has no attention layers to plan a KV cache for",
+    "mamba2": "a pure Mamba2 model has no attention layers to plan a KV cache for",
+    "falcon_mamba": "a pure Mamba model has no attention layers to plan a KV cache for",
+    "minimax_text_01": "its lightning (linear) attention state is not modelled",
+    "lfm2": "its short-convolution state layers are not modelled",
+    "kimi_linear": "its Kimi Delta Attention (KDA) state is not modelled",
+    "plamo2": "its Mamba state layers are not modelled",
+    "qwen3_5": "the Qwen3.5 wrapper's Gated DeltaNet state (and its mamba_ssm_dtype hook) is not modelled yet",
+    "qwen3_5_text": "the Qwen3.5 Gated DeltaNet state (and its mamba_ssm_dtype hook) is not modelled yet",
+    "qwen3_5_moe": "the Qwen3.5 Gated DeltaNet state (and its mamba_ssm_dtype hook) is not modelled yet",
+    "qwen3_5_moe_text": "the Qwen3.5 Gated DeltaNet state (and its mamba_ssm_dtype hook) is not modelled yet",
+}
+"""model_type → why vramctl refuses it (one line each; planned ones are qwen3_next, nemotron_h, granitemoehybrid)."""
+_STATE_MARKERS = (
+    "mamba_d_state",
+    "ssm_state_size",
+    "linear_num_value_heads",
+    "hybrid_override_pattern",
+    "attn_layer_period",
+)
+_NEMOTRON_H_CHARS = {"M": MAMBA, "*": FULL_ATTENTION, "-": MLP_ONLY}
+
+
+def _refuse_hybrid(model_type: str, where: str, why: str) -> BadInputError:
+    return BadInputError(
+        f"{where}: model_type {model_type!r} is a Mamba / linear-attention hybrid that vramctl cannot plan: {why} "
+        "(planned: qwen3_next, nemotron_h, granitemoehybrid; see docs/hybrid.md)"
+    )
+
+
+def _ssm_dtype(config: Mapping[str, Any]) -> str | None:
+    raw = config.get("mamba_ssm_dtype", config.get("mamba_ssm_cache_dtype"))
+    return raw.lower().removeprefix("torch.") if isinstance(raw, str) and raw.lower() != "auto" else None
+
+
+def _hybrid_pattern(
+    config: Mapping[str, Any], model_type: str, layers: int, hidden: int, where: str
+) -> tuple[tuple[str, ...], StateSpaceSpec] | None:
+    """(layer kinds, state shape) of a supported hybrid, None for a model without recurrent-state layers.
+
+    qwen3_next: `layer_types` or, absent, every `full_attention_interval`-th layer is full attention (transformers
+    Qwen3NextConfig); the rest are Gated DeltaNet. nemotron_h: `hybrid_override_pattern`, one character per layer
+    (M Mamba2, * attention, - MLP; vLLM nemotron_h.py). granitemoehybrid: `layer_types` of `mamba` / `attention`.
+    Other hybrids are refused with one line naming what is missing.
+    """
+    if model_type in _HYBRID_REFUSED:
+        raise _refuse_hybrid(model_type, where, _HYBRID_REFUSED[model_type])
+    declared = config.get("layer_types")
+    if model_type == "qwen3_next":
+        if declared is not None:
+            kinds = get_str_list(config, "layer_types", where)
+        else:
+            interval = get_int(config, "full_attention_interval", where, default=4)
+            kinds = tuple(LINEAR_ATTENTION if (i + 1) % interval else FULL_ATTENTION for i in range(layers))
+        if len(kinds) != layers or set(kinds) - {LINEAR_ATTENTION, FULL_ATTENTION}:
+            raise BadInputError(
+                f"{where}: field 'layer_types' must list {layers} entries of 'linear_attention' / 'full_attention'"
+            )
+        k_heads = get_int(config, "linear_num_key_heads", where)
+        v_heads = get_int(config, "linear_num_value_heads", where)
+        v_dim = get_int(config, "linear_value_head_dim", where)
+        state = StateSpaceSpec(
+            kind="gated_delta_net",
+            num_heads=v_heads,
+            head_dim=v_dim,
+            state_size=get_int(config, "linear_key_head_dim", where),
+            n_groups=k_heads,
+            conv_kernel=get_int(config, "linear_conv_kernel_dim", where, default=4),
+            intermediate_size=v_heads * v_dim,
+            ssm_dtype=_ssm_dtype(config),
+        )
+        return tuple(kinds), state
+    if model_type == "nemotron_h":
+        pattern = config.get("hybrid_override_pattern")
+        if not isinstance(pattern, str) or len(pattern) != layers:
+            raise BadInputError(
+                f"{where}: field 'hybrid_override_pattern' must be a string of {layers} characters (M, *, -)"
+            )
+        unknown = sorted(set(pattern) - set(_NEMOTRON_H_CHARS))
+        if unknown:
+            raise _refuse_hybrid(
+                model_type,
+                where,
+                f"hybrid_override_pattern has {unknown[0]!r} layers (MoE 'E' layers are not counted yet)",
+            )
+        heads = get_int(config, "mamba_num_heads", where)
+        head_dim = get_int(config, "mamba_head_dim", where)
+        state = StateSpaceSpec(
+            kind="mamba2",
+            num_heads=heads,
+            head_dim=head_dim,
+            state_size=get_int(config, "ssm_state_size", where),
+            n_groups=get_int(config, "n_groups", where, default=1),
+            conv_kernel=get_int(config, "conv_kernel", where, default=4),
+            intermediate_size=heads * head_dim,
+            ssm_dtype=_ssm_dtype(config),
+            chunk_size=get_opt_int(config, "chunk_size", where),
+        )
+        return tuple(_NEMOTRON_H_CHARS[c] for c in pattern), state
+    if model_type == "granitemoehybrid":
+        raw = get_str_list(config, "layer_types", where) or ["attention"] * layers
+        if len(raw) != layers or set(raw) - {"mamba", "attention"}:
+            raise BadInputError(
+                f"{where}: field 'layer_types' must list {layers} entries of 'mamba' / 'attention'"
+            )
+        if "mamba" not in raw:
+            return None  # Granite-4.0 without Mamba layers (e.g. -micro): a plain attention model
+        state = StateSpaceSpec(
+            kind="mamba2",
+            num_heads=get_int(config, "mamba_n_heads", where),
+            head_dim=get_int(config, "mamba_d_head", where),
+            state_size=get_int(config, "mamba_d_state", where),
+            n_groups=get_int(config, "mamba_n_groups", where, default=1),
+            conv_kernel=get_int(config, "mamba_d_conv", where, default=4),
+            intermediate_size=get_int(config, "mamba_expand", where, default=2) * hidden,
+            ssm_dtype=_ssm_dtype(config),
+            chunk_size=get_opt_int(config, "mamba_chunk_size", where),
+        )
+        return tuple(MAMBA if k == "mamba" else FULL_ATTENTION for k in raw), state
+    marker = next((key for key in _STATE_MARKERS if key in config), None)
+    if marker is not None:
+        raise _refuse_hybrid(
+            model_type or "unknown", where, f"field {marker!r} marks state-space layers of an unknown layout"
+        )
+    if isinstance(declared, list) and any(k in ("linear_attention", "mamba") for k in declared):
+        raise _refuse_hybrid(
+            model_type or "unknown", where, "its linear-attention / Mamba layer shapes are unknown"
+        )
+    return None
+
+
+def _hybrid_param_count(spec: ModelSpec, config: Mapping[str, Any], where: str) -> int:
+    """Parameters of a planned hybrid from its config (the dense formula of params.py knows no state layers).
+
+    Per layer kind, following each model's vLLM / transformers modules: attention q, k, v, o (Qwen3-Next: q doubled
+    for the output gate, + q/k norms); Gated DeltaNet in_proj_qkvz, in_proj_ba, conv1d, dt_bias, A_log, norm,
+    out_proj; Mamba2 in_proj (2 × inner + 2 × groups × state + heads), conv1d (+ bias), dt_bias, A_log, D, gated
+    norm, out_proj; MLP / MoE as configured; embeddings, final norm, untied lm_head.
+    """
+    st = spec.state_space
+    assert st is not None
+    h = spec.hidden_size
+    q_width = spec.num_attention_heads * spec.head_dim
+    kv_width = spec.num_key_value_heads * spec.head_dim
+    gated_q = 2 if spec.architecture.startswith("Qwen3Next") else 1  # q_proj also yields the output gate
+    attention = (
+        h * q_width * gated_q
+        + 2 * h * kv_width
+        + q_width * h
+        + (2 * spec.head_dim if spec.qk_norm or gated_q == 2 else 0)
+    )
+    if st.kind == "gated_delta_net":
+        key_dim = st.n_groups * st.state_size
+        value_dim = st.num_heads * st.head_dim
+        conv_dim = 2 * key_dim + value_dim
+        state = h * (2 * key_dim + 2 * value_dim) + h * 2 * st.num_heads + conv_dim * st.conv_kernel
+        state += 2 * st.num_heads + st.head_dim + value_dim * h
+    else:
+        inner = st.intermediate_size
+        conv_dim = inner + 2 * st.n_groups * st.state_size
+        conv_bias = conv_dim if config.get("use_conv_bias", config.get("mamba_conv_bias", True)) else 0
+        state = (
+            h * (2 * inner + 2 * st.n_groups * st.state_size + st.num_heads)
+            + conv_dim * st.conv_kernel
+            + conv_bias
+        )
+        state += 3 * st.num_heads + inner + inner * h
+    granite_shared = get_int(config, "shared_intermediate_size", where, default=0, minimum=0)
+    if spec.moe is not None:
+        m = spec.moe
+        ffn = m.num_experts * 3 * h * m.moe_intermediate_size + h * m.num_experts
+        ffn += 3 * h * m.shared_expert_intermediate_size + (h if m.shared_expert_gate else 0)
+        ffn += 3 * h * granite_shared
+    elif granite_shared:  # Granite-4.0-H dense: the shared MLP is the layer's MLP
+        ffn = 3 * h * granite_shared
+    elif spec.architecture.startswith("NemotronH"):
+        ffn = 2 * h * spec.intermediate_size  # relu² up + down, no gate
+    else:
+        ffn = 3 * h * spec.intermediate_size
+    total = 0
+    nemotron = spec.architecture.startswith("NemotronH")
+    for kind in spec.layer_types:
+        mixer = attention if kind == FULL_ATTENTION else state if kind in (MAMBA, LINEAR_ATTENTION) else 0
+        if nemotron:  # one block per layer: a norm + one of mixer / MLP
+            total += h + (mixer if kind != MLP_ONLY else ffn)
+        else:
+            total += 2 * h + mixer + ffn
+    embed = spec.vocab_size * h
+    return total + embed + h + (0 if spec.tie_word_embeddings else embed)
+
+
 def spec_from_config(
     config: Mapping[str, Any],
     *,
@@ -501,7 +702,11 @@ def spec_from_config(
             )
         head_dim = hidden // heads
     max_pos, max_len_note = _max_len(cfg, model_type, where)
-    layer_types, window = _attention_pattern(cfg, model_type, layers, max_pos, where)
+    hybrid = _hybrid_pattern(cfg, model_type, layers, hidden, where)
+    if hybrid is None:
+        layer_types, window = _attention_pattern(cfg, model_type, layers, max_pos, where)
+    else:
+        layer_types, window = hybrid[0], None
     vision_params, vision_note = _vision_params(config, hidden, where)
     vision_layers, vision_hidden = _vision_shape(config, where)
     is_opt = model_type == "opt"
@@ -548,6 +753,7 @@ def spec_from_config(
         vision_params=vision_params,
         vision_layers=vision_layers,
         vision_hidden_size=vision_hidden,
+        state_space=hybrid[1] if hybrid is not None else None,
     )
     if _dtype(cfg, where) == "float32":  # vLLM/SGLang --dtype auto serve a float32 checkpoint in 16 bits
         spec = _replace(
@@ -562,7 +768,12 @@ def spec_from_config(
         spec = _replace(spec, sources=(*spec.sources, ("vision_params", vision_note)))
     if max_len_note:
         spec = _replace(spec, sources=(*spec.sources, ("max_position_embeddings", max_len_note)))
-    count = param_count if param_count is not None else param_count_from_spec(spec)
+    if param_count is not None:
+        count = param_count
+    elif spec.state_space is not None:
+        count = _hybrid_param_count(spec, cfg, where)
+    else:
+        count = param_count_from_spec(spec)
     if count > MAX_PARAMS:
         raise BadInputError(
             f"{where}: the fields describe ~10^{len(str(count)) - 1} parameters (hidden_size {hidden}, intermediate_size "
@@ -570,7 +781,12 @@ def spec_from_config(
             f"{MAX_PARAMS:.0e}: a field is corrupt"
         )
     spec = _replace(spec, param_count=count)
-    size = weight_bytes if weight_bytes is not None else weight_bytes_from_spec(spec)
+    if weight_bytes is not None:
+        size = weight_bytes
+    elif spec.state_space is not None and spec.quantization is None:
+        size = int(count * min(2.0, spec.dtype_bytes))  # every tensor in the 16-bit serving dtype
+    else:
+        size = weight_bytes_from_spec(spec)
     return _replace(spec, weight_bytes=size)
 
 

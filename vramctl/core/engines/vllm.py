@@ -327,3 +327,38 @@ def one_request_error(
         "`max_model_len` when initializing the engine. See "
         "https://docs.vllm.ai/en/latest/configuration/conserving_memory/ for more details."
     )
+
+
+# --- hybrid attention + Mamba / linear-attention models (docs/hybrid.md) --------------------------------------
+
+
+def check_hybrid_supported(model_name: str, version: str) -> None:
+    """Hybrids are planned from vLLM 0.10.2 (`vramctl.core.kv.HYBRID_MIN_VLLM`): V1's MambaSpec pages, the
+    hybrid page-size unification (`vllm/model_executor/models/config.py` HybridAttentionMambaModelConfig) and
+    Qwen3-Next all arrive by then. Older versions (V0's separate Mamba cache, sized outside the KV blocks) are
+    refused rather than guessed."""
+    from vramctl.core.kv import HYBRID_MIN_VLLM
+
+    if _v(version) < HYBRID_MIN_VLLM:
+        raise BadInputError(
+            f"--engine-version {version}: {model_name} is a Mamba / linear-attention hybrid; vramctl plans hybrids "
+            f"for vLLM {'.'.join(map(str, HYBRID_MIN_VLLM))} and later (V1 MambaSpec pages), not the V0 / early-V1 "
+            "mamba cache of this version"
+        )
+
+
+def hybrid_block_size_log(block_size: int) -> str:
+    """INFO from HybridAttentionMambaModelConfig / `_align_hybrid_block_size` (`interface.py:940-1140`, vllm.md
+    §3.1; 017.log of the collected start-ups prints it as `[interface.py:645]`)."""
+    return (
+        f"Setting attention block size to {block_size} tokens to ensure that attention page size is >= mamba "
+        "page size."
+    )
+
+
+def hybrid_padding_log(padding_pct: float) -> str:
+    """INFO that follows when the attention page exceeds the mamba page (same function, vllm.md §3.1)."""
+    return (
+        f"Padding mamba page size by {padding_pct:.2f}% to ensure that mamba page size and attention page size "
+        "are exactly equal."
+    )
