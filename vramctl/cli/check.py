@@ -7,6 +7,7 @@ Never imports torch.
 
 from __future__ import annotations
 
+import errno
 from pathlib import Path
 from typing import Optional
 
@@ -23,7 +24,14 @@ def _read_spec(path: str) -> str:
         import sys
 
         return sys.stdin.read(MAX_SPEC_BYTES + 1)
+    if not path.strip():
+        raise BadInputError(f"SPEC {path!r}: empty file name (give a deployment spec YAML, or - for stdin)")
     spec = Path(path)
+    try:
+        spec.stat()
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise BadInputError(f"{path}: a symbolic link loop, not a deployment spec") from None
     if spec.is_dir():
         raise BadInputError(f"{path}: is a directory, expected a deployment spec (YAML file)")
     if not spec.is_file():

@@ -242,6 +242,10 @@ def _bad(source: str, where: str, problem: str) -> BadInputError:
     return BadInputError(f"{source}: {where}: {problem}")
 
 
+_ABSURD_INT = 1 << 53
+"""No count in a spec is larger (2**53, exact as a float): beyond it the arithmetic overflows, not the check."""
+
+
 def _as_int(value: Any, where: str, source: str, *, minimum: int = 1) -> int:
     if isinstance(value, bool):
         raise _bad(source, where, f"{value!r} is not an integer")
@@ -261,6 +265,10 @@ def _as_int(value: Any, where: str, source: str, *, minimum: int = 1) -> int:
         raise _bad(source, where, f"{value!r} is not an integer")
     if number < minimum:
         raise _bad(source, where, f"{number} must be ≥ {minimum}")
+    if number > _ABSURD_INT:
+        digits = str(number)
+        shown = digits if len(digits) <= 24 else f"{digits[:8]}… ({len(digits)} digits)"
+        raise _bad(source, where, f"{shown} is absurdly large (at most {_ABSURD_INT:,})")
     return number
 
 
@@ -476,9 +484,13 @@ def parse_spec(text: str, *, source: str = "spec") -> DeploySpec:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark is not None else "YAML"
         problem = getattr(exc, "problem", None) or "malformed"
+        if isinstance(exc, yaml.reader.ReaderError):  # a control character (NUL, ...) in the text
+            where, problem = "YAML", f"unacceptable character #x{exc.character:04x} at offset {exc.position}"
         raise _bad(source, where, f"malformed YAML ({problem})") from None
     except RecursionError:
         raise _bad(source, "YAML", "nested too deeply to be a deployment spec") from None
+    except ValueError:  # PyYAML's int(): more than Python's 4,300-digit limit for reading an integer
+        raise _bad(source, "YAML", "a number too long to read (over 4,300 digits)") from None
     if not isinstance(data, dict):
         raise _bad(source, "top level", "must be a mapping with at least `model` and `gpu`")
     for key in data:
@@ -544,11 +556,15 @@ def parse_spec(text: str, *, source: str = "spec") -> DeploySpec:
     )
     if gpu is None and gpu_memory is None:
         raise _bad(source, "gpu", "missing: give `gpu: h100-sxm` or `gpu_memory: 79.18GiB`")
+    if gpu_memory is not None and gpu_memory <= 0:
+        raise _bad(source, "gpu_memory", f"{data['gpu_memory']!r} must be more than 0 (e.g. 79.18GiB)")
     host = (
         _as_size(data["host_memory"], "host_memory", source, default_unit="GiB")
         if "host_memory" in data
         else None
     )
+    if host is not None and host <= 0:
+        raise _bad(source, "host_memory", f"{data['host_memory']!r} must be more than 0 (e.g. 512GiB)")
     free = (
         _as_size(data["free_memory"], "free_memory", source, default_unit="GiB")
         if "free_memory" in data

@@ -59,8 +59,11 @@ class ProfileCatalog:
         key = normalize(name)
         if "/" not in key and key not in (".", ".."):
             direct = self.directory / f"{key}.yaml"
-            if direct.is_file():
-                return direct
+            try:
+                if direct.is_file():
+                    return direct
+            except (OSError, ValueError):  # a name too long for a file name, or with a NUL: not a profile
+                return None
         return self.index().get(key)
 
     def suggest(self, name: str, n: int = 3) -> list[str]:

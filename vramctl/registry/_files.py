@@ -38,6 +38,10 @@ def read_yaml(path: Path) -> dict[str, Any]:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
         raise BadInputError(f"{path}: not valid YAML{where}: {getattr(exc, 'problem', exc)}") from None
+    except ValueError:  # an integer of more than 4,300 digits (Python's int-from-text limit)
+        raise BadInputError(
+            f"{path}: not valid YAML: a number too long to read (over 4,300 digits)"
+        ) from None
     if not isinstance(data, dict):
         raise BadInputError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
     return data
@@ -56,6 +60,10 @@ def read_json_object(path: Path) -> dict[str, Any]:
     except json.JSONDecodeError as exc:
         raise BadInputError(
             f"{path}: not valid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"
+        ) from None
+    except ValueError:  # an integer of more than 4,300 digits (Python's int-from-text limit)
+        raise BadInputError(
+            f"{path}: not valid JSON: a number too long to read (over 4,300 digits)"
         ) from None
     if not isinstance(data, dict):
         raise BadInputError(f"{path}: expected a JSON object at the top level, got {type(data).__name__}")
