@@ -70,6 +70,12 @@ _VLLM_ONLY = (
     "kv_cache_memory_bytes",
     "entrypoint",
     "kv_offloading_size",
+    "data_parallel_size",
+    "enable_expert_parallel",
+    "enable_lora",
+    "max_loras",
+    "max_lora_rank",
+    "fully_sharded_loras",
 )
 _SGLANG_ONLY = (
     "mem_fraction_static",
@@ -159,6 +165,8 @@ def run_plan(
         "tensor_parallel_size": _int(options.get("tensor_parallel_size"), "--tensor-parallel-size"),
         "pipeline_parallel_size": _int(options.get("pipeline_parallel_size"), "--pipeline-parallel-size"),
         "data_parallel_size": _int(options.get("data_parallel_size"), "--data-parallel-size"),
+        "max_loras": _int(options.get("max_loras"), "--max-loras"),
+        "max_lora_rank": _int(options.get("max_lora_rank"), "--max-lora-rank"),
         "kv_cache_memory_bytes": _size(options.get("kv_cache_memory_bytes"), "--kv-cache-memory-bytes"),
         "free_memory_bytes": _size(options.get("free_memory"), "--free-memory"),
         "gpu_memory_bytes": _size(options.get("gpu_memory"), "--gpu-memory"),
@@ -195,6 +203,8 @@ def run_plan(
         "disable_cuda_graph",
         "enable_hierarchical_cache",
         "enable_expert_parallel",
+        "enable_lora",
+        "fully_sharded_loras",
     ):
         if options.get(flag):
             changes[flag] = True
@@ -301,6 +311,12 @@ def register(app: typer.Typer) -> None:
             "-ep",
             help="vLLM: MoE experts spread whole over the TP × DP ranks.",
         ),
+        enable_lora: bool = typer.Option(
+            False, "--enable-lora", help="vLLM: adapter slots allocated with the weights."
+        ),
+        max_loras: str = typer.Option(None, "--max-loras", help="vLLM adapter slots per batch (default 1)."),
+        max_lora_rank: str = typer.Option(None, "--max-lora-rank", help="vLLM: 1, 8, 16 (default) … 512."),
+        fully_sharded_loras: bool = typer.Option(False, "--fully-sharded-loras", help="vLLM."),
         enforce_eager: bool = typer.Option(False, "--enforce-eager", help="No CUDA graphs."),
         kv_cache_memory_bytes: str = typer.Option(
             None, "--kv-cache-memory-bytes", help="Explicit KV size (bytes, 8G, 54.4GiB); skips the estimate."

@@ -204,6 +204,14 @@ def _ffn_tensors(
     return [], experts, router, shared
 
 
+def layer_linears(spec: ModelSpec, layer: int) -> list[_Linear]:
+    """The Linear weights of decoder layer `layer` (attention, MLP or routed / shared experts, router), each
+    with its TP split kind (`col`, `row`, `kv`, `rep`) and copy count: what vLLM wraps with LoRA slots."""
+    dense, experts, router, shared = _ffn_tensors(spec, layer)
+    tensors = [*_attention_tensors(spec), *dense, *experts, *router, *shared]
+    return [t for t in tensors if isinstance(t, _Linear)]
+
+
 def _first_layer(spec: ModelSpec, *, moe: bool) -> int:
     """The index of the first MoE (or dense) decoder layer."""
     return next(i for i in range(spec.num_hidden_layers) if is_moe_layer(spec, i) == moe)

@@ -124,6 +124,8 @@ _VLLM_VALUE_FLAGS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "--pipeline-parallel-size": ("pipeline_parallel_size", _int("--pipeline-parallel-size")),
     "-pp": ("pipeline_parallel_size", _int("-pp")),
     "--data-parallel-size": ("data_parallel_size", _int("--data-parallel-size")),
+    "--max-loras": ("max_loras", _int("--max-loras")),
+    "--max-lora-rank": ("max_lora_rank", _int("--max-lora-rank")),
     "-dp": ("data_parallel_size", _int("-dp")),
     "--kv-cache-memory-bytes": ("kv_cache_memory_bytes", _bytes("--kv-cache-memory-bytes")),
     "--kv-cache-memory": ("kv_cache_memory_bytes", _bytes("--kv-cache-memory")),
@@ -139,6 +141,9 @@ _VLLM_BOOL_FLAGS: dict[str, tuple[str, bool]] = {
     "--enable-chunked-prefill": ("enable_chunked_prefill", True),
     "--no-enable-chunked-prefill": ("enable_chunked_prefill", False),
     "--enable-expert-parallel": ("enable_expert_parallel", True),
+    "--enable-lora": ("enable_lora", True),
+    "--no-enable-lora": ("enable_lora", False),
+    "--fully-sharded-loras": ("fully_sharded_loras", True),
     "-ep": ("enable_expert_parallel", True),
     "--no-enable-expert-parallel": ("enable_expert_parallel", False),
 }

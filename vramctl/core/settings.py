@@ -55,6 +55,11 @@ class ServeSettings:
     """vLLM `--data-parallel-size`: engine replicas, each with its own KV pool (vramctl.core.weights)."""
     enable_expert_parallel: bool = False
     """vLLM `--enable-expert-parallel`: whole experts spread over the TP × DP ranks instead of TP-split."""
+    enable_lora: bool = False
+    """vLLM `--enable-lora`: adapter slots allocated with the weights (vramctl.core.lora)."""
+    max_loras: int | None = None
+    max_lora_rank: int | None = None
+    fully_sharded_loras: bool = False
     # --- SGLang ----------------------------------------------------------------------------------------
     mem_fraction_static: float | None = None
     chunked_prefill_size: int | None = None
