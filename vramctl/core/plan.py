@@ -1277,6 +1277,7 @@ def _sglang_top_level(result: PlanResult, sgp: Any) -> PlanResult:
         utilization_table=(),
         explanations=tuple(sgp.notes),
         warnings=(),
+        hybrid=None,  # SGLang's state pool is under `sglang.mamba` and its ledger's mamba_state term
     )
 
 

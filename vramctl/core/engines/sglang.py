@@ -191,6 +191,15 @@ class SglangOptions:
     """Measured `Load weight begin. avail mem=` (pre_model_load_memory); replaces the estimate."""
     free_after_load_bytes: int | None = None
     """Measured `Load weight end. avail mem=`; replaces pre − weights."""
+    # Hybrid (Mamba2 / Gated DeltaNet) models: SGLang's mamba pool flags (see `mamba_pool`, docs/hybrid.md).
+    max_mamba_cache_size: int | None = None
+    """`--max-mamba-cache-size`: state slots; None = the ratio split of the rest memory."""
+    mamba_ssm_dtype: str | None = None
+    """`--mamba-ssm-dtype` (SGLANG_MAMBA_SSM_DTYPE): float32, bfloat16 or float16; None = the config's, else float32."""
+    mamba_full_memory_ratio: float = 0.9
+    """`--mamba-full-memory-ratio`: the mamba pool gets rest × r / (1 + r)."""
+    disable_radix_cache: bool = False
+    """`--disable-radix-cache`: one state slot per request (ratio 1) and --max-running-requests sizes the pool."""
 
     def with_changes(self, **changes: Any) -> SglangOptions:
         return replace(self, **changes)
@@ -331,6 +340,7 @@ class SglangPlan:
             "terms": self.ledger.to_json(),
             "notes": list(self.notes),
             "log_lines": list(self.log_lines),
+            **({"mamba": self.extra["mamba"]} if "mamba" in self.extra else {}),
         }
 
 
@@ -1013,6 +1023,15 @@ def plan_sglang(
         graph_mib, _ = reserve_for_graph_mib(resolved)
         graph_estimate = int(graph_mib * MiB)
     rest_gib = avail_gib - slack_gib
+    mamba: MambaPool | None = None
+    if model.state_space is not None:  # hybrid: carve the state pool out of rest first (`mamba_pool`)
+        mamba = mamba_pool(model, settings, opts, rest_gib, rules)
+        rest_gib = mamba.rest_after_gib
+        stage_layers = model.num_full_layers
+        branch.append(mamba.words)
+        notes.append(
+            f"Hybrid: {mamba.words}; the token pool counts the {stage_layers} full-attention layers only"
+        )
     budget = int(rest_gib * GiB) - graph_estimate
     cell = cell_size(model, settings, opts, layers=stage_layers)
     algo = (opts.speculative_algorithm or "").upper()
@@ -1089,11 +1108,22 @@ def plan_sglang(
     context_len = settings.max_model_len or model.max_position_embeddings
     dp_workers = opts.dp_size if opts.enable_dp_attention else 1
     mrr = default_max_running_requests(tokens, context_len, rules, settings.max_running_requests, dp_workers)
+    if mamba is not None and mamba.slots > 0:
+        capped = min(mrr, mamba.slots // mamba.ratio)
+        if capped < mrr:
+            branch.append(
+                f"max_running_requests capped to {capped} by the mamba state cache (max_mamba_cache_size "
+                f"{mamba.slots} // ratio {mamba.ratio})"
+            )
+        mrr = capped
 
     # 5. Verdict and the failure SGLang would raise.
     verdict, message = "fits", ""
     current = f"mem_fraction_static={mfs:.3f}"
-    if weights >= pre:
+    if mamba is not None and mamba.slots <= 0 and weights < pre:
+        verdict = "no-kv-cache-memory"
+        message = mamba.error
+    elif weights >= pre:
         verdict = "weights-do-not-fit"
         message = (
             f"the weights ({weights / GiB:.2f} GiB per rank) do not fit in the {pre / GiB:.2f} GiB free before "
@@ -1157,6 +1187,17 @@ def plan_sglang(
                 TermSource.ESTIMATED,
                 "reserve_for_graph_mb: 2 MiB × decode max_bs + 8 MiB × prefill buckets (1536 MiB for MLA)",
                 note="SGLang's own estimate of the graphs' non-torch memory",
+            )
+        )
+    if mamba is not None and mamba.slots > 0:
+        terms.append(
+            Term(
+                MAMBA_STATE,
+                mamba.pool_bytes,
+                TermSource.DERIVED,
+                f"max_mamba_cache_size {mamba.slots} × {mamba.per_request_bytes:,} B per request "
+                f"({mamba.state_layers} state layers × (conv + SSM))",
+                note="SGLang's MambaPool: fixed-size states, separate from the token KV pool",
             )
         )
     terms.append(Term(KV_CACHE, kv_bytes, TermSource.DERIVED, f"{format_count(tokens)} tokens × {cell} B"))
@@ -1226,6 +1267,126 @@ def plan_sglang(
         log_lines=log_lines,
         tensor_parallel_size=tp,
         pipeline_parallel_size=pp,
+        extra={"mamba": mamba.to_json()} if mamba is not None else {},
+    )
+
+
+# --- hybrid (Mamba2 / Gated DeltaNet) models: the mamba state pool (docs/hybrid.md) ------------------------------
+#
+# SGLang (`python/sglang/srt/model_executor/model_runner_kv_cache_mixin.py` as stored by the search index, the
+# 0.5.x line; sglang.md §1.8 and §2.2 for 0.5.18 / 0.5.23):
+# - `_profile_available_bytes`: rest = post_load − pre × (1 − mfs); for a "mambaish" model rest =
+#   `_handle_max_mamba_cache(rest)` before the token pool is sized from it;
+# - `_handle_max_mamba_cache`: --max-mamba-cache-size given → that many slots (÷ attention DP size); else with
+#   --disable-radix-cache and --max-running-requests → that many; else mamba budget = rest × r / (1 + r), r =
+#   --mamba-full-memory-ratio (0.9), slots = int(budget_bytes // mamba_cache_per_req); a non-positive count raises
+#   "Not enough GPU memory for hybrid (mamba/linear-attention) state cache…"; rest −= slots × per_req;
+# - `Mamba2CacheParams.mamba_cache_per_req` = (prod(conv) × conv dtype + prod(temporal) × SSM dtype) × state layers,
+#   shapes from `Mamba2StateShape.create` (conv (conv_dim / tp, kernel − 1), temporal (heads / tp, head_dim,
+#   state)); `mamba2_state_dtype`: conv bf16, SSM = SGLANG_MAMBA_SSM_DTYPE / --mamba-ssm-dtype, else the config's
+#   `mamba_ssm_dtype`, else float32;
+# - `_resolve_max_num_reqs`: max_running_requests = min(…, max_mamba_cache_size // `_calculate_mamba_ratio`), the
+#   ratio 1 with --disable-radix-cache, else 3 (+1 / +2 with the extra-buffer scheduler strategy, not modelled).
+MAMBA_STATE = "mamba_state"
+"""Ledger term of SGLang's MambaPool (state slots × bytes per request)."""
+MAMBA_RATIO_RADIX = 3
+"""`MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO`: state slots per running request with the radix cache on."""
+_SGLANG_SSM_DTYPES = {"float32": 4, "bfloat16": 2, "float16": 2}
+
+
+@dataclass(frozen=True)
+class MambaPool:
+    """SGLang's mamba state pool for one hybrid model on one rank."""
+
+    state_layers: int
+    conv_shape: tuple[int, int]
+    ssm_shape: tuple[int, int, int]
+    ssm_dtype: str
+    per_request_bytes: int
+    slots: int
+    """max_mamba_cache_size after the split."""
+    ratio: int
+    source: str
+    """`given`, `max-running-requests` or `ratio`."""
+    rest_before_gib: float
+    rest_after_gib: float
+    words: str
+    error: str = ""
+
+    @property
+    def pool_bytes(self) -> int:
+        return max(0, self.slots) * self.per_request_bytes
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "state_layers": self.state_layers,
+            "conv_state_shape": list(self.conv_shape),
+            "ssm_state_shape": list(self.ssm_shape),
+            "ssm_dtype": self.ssm_dtype,
+            "mamba_cache_per_req_bytes": self.per_request_bytes,
+            "max_mamba_cache_size": self.slots,
+            "mamba_pool_bytes": self.pool_bytes,
+            "mamba_ratio": self.ratio,
+            "source": self.source,
+            "rest_before_gib": round(self.rest_before_gib, 4),
+            "rest_after_gib": round(self.rest_after_gib, 4),
+        }
+
+
+def mamba_pool(
+    model: ModelSpec, settings: ServeSettings, options: SglangOptions, rest_gib: float, rules: str
+) -> MambaPool:
+    """The state pool SGLang carves out of `rest_gib` before sizing the token pool (see the sources above)."""
+    from vramctl.core.kv import state_shapes
+
+    st = model.state_space
+    assert st is not None
+    if rules in (RULES_0_4_6, RULES_0_5_2):
+        raise BadInputError(
+            f"--engine-version: {model.name} is a Mamba / linear-attention hybrid; vramctl plans SGLang's mamba pool "
+            f"from the 0.5.9 rules on, not {rules}'s"
+        )
+    if settings.pipeline_parallel_size > 1:
+        raise BadInputError(
+            f"--pipeline-parallel-size {settings.pipeline_parallel_size}: SGLang's per-stage mamba pool of "
+            f"{model.name} is not modelled (plan it with pipeline parallelism 1)"
+        )
+    ssm = (options.mamba_ssm_dtype or st.ssm_dtype or "float32").lower().removeprefix("torch.")
+    if ssm not in _SGLANG_SSM_DTYPES:
+        raise BadInputError(f"--mamba-ssm-dtype {ssm}: SGLang accepts float32, bfloat16, float16")
+    tp = settings.tensor_parallel_size
+    shapes = state_shapes(model, tp=tp, element_bytes=2, mamba_ssm_cache_dtype=ssm)
+    layers = model.num_state_layers
+    per_req = shapes.page_bytes * layers
+    dp = options.dp_size if options.enable_dp_attention else 1
+    ratio = 1 if options.disable_radix_cache else MAMBA_RATIO_RADIX
+    r = options.mamba_full_memory_ratio
+    if options.max_mamba_cache_size is not None:
+        slots, source = options.max_mamba_cache_size // dp, "given"
+        how = f"--max-mamba-cache-size {options.max_mamba_cache_size}"
+    elif options.disable_radix_cache and settings.max_running_requests is not None:
+        slots, source = settings.max_running_requests // dp, "max-running-requests"
+        how = f"--disable-radix-cache with --max-running-requests {settings.max_running_requests}"
+    else:
+        budget = rest_gib * r / (1 + r)
+        slots, source = int(budget * GiB // per_req), "ratio"
+        how = f"rest {rest_gib:.2f} GiB × {r} / (1 + {r}) = {budget:.2f} GiB"
+    after = rest_gib - slots * per_req / GiB
+    error = ""
+    if slots <= 0:
+        error = (
+            "Not enough GPU memory for hybrid (mamba/linear-attention) state cache. Computed "
+            f"max_mamba_cache_size={slots} (total_rest_memory={rest_gib:.2f} GB, mamba_cache_per_req="
+            f"{per_req / MiB:.2f} MB). Try: (1) reduce --max-running-requests, (2) increase --mem-fraction-static, "
+            "(3) reduce --speculative-num-draft-tokens, or (4) use GPUs with more memory."
+        )
+    words = (
+        f"mamba pool: {layers} state layers × (conv {shapes.conv} bf16 + SSM {shapes.ssm} {ssm}) = "
+        f"{per_req / MiB:.2f} MiB per request; {how} → max_mamba_cache_size {slots} "
+        f"({max(0, slots) * per_req / GiB:.2f} GiB); rest for the token pool {after:.2f} GiB"
+    )
+    return MambaPool(
+        layers, shapes.conv, shapes.ssm, ssm, per_req, slots, ratio, source, rest_gib, after, words, error
     )
 
 
