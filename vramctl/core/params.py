@@ -30,7 +30,7 @@ packed int4 + per-group scales and zeros).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from vramctl.core.specs import ModelSpec
 
@@ -456,3 +456,35 @@ def weight_bytes_from_spec(spec: ModelSpec) -> int:
     norms, biases, routers; for MXFP4 also attention) in 16 bits.
     """
     return _rank_bytes(spec, 1, False).total
+
+
+QUANT_PARTS = ("attention", "dense_mlp", "shared_experts", "experts")
+"""The decoder parts a quantisation config can leave out (compressed-tensors `ignore`, AWQ / FP8
+`modules_to_not_convert`, ModelOpt `exclude_modules`)."""
+
+
+def _bytes_by_part(spec: ModelSpec) -> dict[str, int]:
+    """Whole-checkpoint bytes (tp 1) of each QUANT_PARTS part over all decoder layers."""
+    out = dict.fromkeys(QUANT_PARTS, 0)
+    out["attention"] = spec.num_hidden_layers * sum(_tensor_bytes(spec, t, 1) for t in _attention_tensors(spec))
+    n_moe = num_moe_layers(spec)
+    for moe_kind, copies in ((False, spec.num_hidden_layers - n_moe), (True, n_moe)):
+        if copies == 0:
+            continue
+        dense, experts, _router, shared = _ffn_tensors(spec, _first_layer(spec, moe=moe_kind))
+        out["dense_mlp"] += copies * sum(_tensor_bytes(spec, t, 1) for t in dense)
+        out["experts"] += copies * sum(_tensor_bytes(spec, t, 1) for t in experts)
+        out["shared_experts"] += copies * sum(_tensor_bytes(spec, t, 1) for t in shared)
+    return out
+
+
+def weight_bytes_keeping(spec: ModelSpec, kept: frozenset[str]) -> int:
+    """Checkpoint bytes when the parts named in `kept` (of QUANT_PARTS) stay in 16 bits and the rest is
+    quantised by the spec's method: Kimi-K2-Thinking quantises only its routed experts (int4, groups of 32)
+    and lists attention, shared experts and dense MLPs in `ignore`."""
+    total = weight_bytes_from_spec(spec)
+    if not kept or not spec.quantization:
+        return total
+    plain = replace(spec, quantization=None, quant_bits=None, quant_group_size=None)
+    packed, high = _bytes_by_part(spec), _bytes_by_part(plain)
+    return total + sum(high[part] - packed[part] for part in kept if part in packed)
