@@ -466,7 +466,9 @@ QUANT_PARTS = ("attention", "dense_mlp", "shared_experts", "experts")
 def _bytes_by_part(spec: ModelSpec) -> dict[str, int]:
     """Whole-checkpoint bytes (tp 1) of each QUANT_PARTS part over all decoder layers."""
     out = dict.fromkeys(QUANT_PARTS, 0)
-    out["attention"] = spec.num_hidden_layers * sum(_tensor_bytes(spec, t, 1) for t in _attention_tensors(spec))
+    out["attention"] = spec.num_hidden_layers * sum(
+        _tensor_bytes(spec, t, 1) for t in _attention_tensors(spec)
+    )
     n_moe = num_moe_layers(spec)
     for moe_kind, copies in ((False, spec.num_hidden_layers - n_moe), (True, n_moe)):
         if copies == 0:
