@@ -1025,7 +1025,7 @@ def plan_sglang(
     rest_gib = avail_gib - slack_gib
     mamba: MambaPool | None = None
     if model.state_space is not None:  # hybrid: carve the state pool out of rest first (`mamba_pool`)
-        mamba = mamba_pool(model, settings, opts, rest_gib, rules)
+        mamba = mamba_pool(model, settings, opts, rest_gib, rules, version=version)
         rest_gib = mamba.rest_after_gib
         stage_layers = model.num_full_layers
         branch.append(mamba.words)
@@ -1334,7 +1334,13 @@ class MambaPool:
 
 
 def mamba_pool(
-    model: ModelSpec, settings: ServeSettings, options: SglangOptions, rest_gib: float, rules: str
+    model: ModelSpec,
+    settings: ServeSettings,
+    options: SglangOptions,
+    rest_gib: float,
+    rules: str,
+    *,
+    version: str | None = None,
 ) -> MambaPool:
     """The state pool SGLang carves out of `rest_gib` before sizing the token pool (see the sources above)."""
     from vramctl.core.kv import state_shapes
@@ -1343,7 +1349,7 @@ def mamba_pool(
     assert st is not None
     if rules in (RULES_0_4_6, RULES_0_5_2):
         raise BadInputError(
-            f"--engine-version: {model.name} is a Mamba / linear-attention hybrid; vramctl plans SGLang's mamba pool "
+            f"--engine-version {version or rules}: {model.name} is a Mamba / linear-attention hybrid; vramctl plans SGLang's mamba pool "
             f"from the 0.5.9 rules on, not {rules}'s"
         )
     if settings.pipeline_parallel_size > 1:

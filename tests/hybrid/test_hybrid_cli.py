@@ -1,0 +1,199 @@
+"""`vramctl plan` on hybrid models, end to end: vLLM and SGLang numbers, JSON keys, the ledger, refusals."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from vramctl.cli.main import main
+from vramctl.core.engines import sglang as sg
+from vramctl.core.settings import ServeSettings
+from vramctl.registry import load_gpu, load_model
+
+HERE = Path(__file__).parent
+QWEN = str(HERE / "configs" / "qwen3-next-80b-a3b-instruct")
+NEMOTRON = str(HERE / "configs" / "nvidia-nemotron-nano-9b-v2")
+GiB = 1 << 30
+
+
+def run_json(capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, Any]:
+    code = main(["plan", *args, "--json"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    data: dict[str, Any] = json.loads(captured.out)
+    return data
+
+
+def test_vllm_plan_numbers_from_the_formulas(capsys: pytest.CaptureFixture[str]) -> None:
+    # A given pool of 10 GiB: bytes per block = 12 layers × 278,528 = 3,342,336 → 10 GiB // that = 3,212 blocks;
+    # per 32,768-token request cdiv(32,768, 272) = 121 attention + 3 state blocks = 124 → 3,212 / 124 = 25.90x;
+    # GPU KV cache size (0.28 →) = int(25.9032 × 32,768) = 848,796 tokens.
+    d = run_json(
+        capsys,
+        QWEN,
+        "--gpu",
+        "H200",
+        "-tp",
+        "4",
+        "--max-model-len",
+        "32768",
+        "--kv-cache-memory-bytes",
+        "10GiB",
+    )
+    assert (d["block_size"], d["bytes_per_block"], d["num_blocks"]) == (272, 3_342_336, 3212)
+    assert (d["blocks_per_request"], d["max_concurrency"], d["kv_tokens"]) == (124, 25.9032, 848_796)
+    assert d["kv_bytes_per_token"] == 12 * 1024
+    h = d["hybrid"]
+    assert (h["state_layers"], h["full_attention_layers"], h["state_kind"]) == (36, 12, "gated_delta_net")
+    assert h["state_bytes_per_request"] == 36 * 274_432
+    assert h["state_bytes_per_request_padded"] == 36 * 278_528
+    assert (h["attention_blocks_per_request"], h["state_blocks_per_request"]) == (121, 3)
+    assert h["attention_bytes_per_request"] == 12 * 121 * 278_528
+    assert h["state_bytes_at_max_concurrency"] == 25 * 36 * 278_528
+    assert h["mamba_page_padding_pct"] == 1.49 and h["mamba_cache_mode"] == "none"
+    assert h["log_lines"] == [
+        "Setting attention block size to 272 tokens to ensure that attention page size is >= mamba page size.",
+        "Padding mamba page size by 1.49% to ensure that mamba page size and attention page size are exactly equal.",
+    ]
+    terms = d["terms"]
+    assert sum(t["bytes"] for t in terms.values()) == d["capacity_bytes"]
+    assert "Gated DeltaNet state" in terms["kv_cache"]["note"]
+
+
+def test_vllm_text_shows_the_state_term(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["plan", NEMOTRON, "--gpu", "H100", "--max-model-len", "131072"])
+    out = capsys.readouterr().out
+    assert code == 0
+    flat = " ".join(out.split())
+    assert "27 Mamba2 layers keep a fixed state per request" in flat
+    assert "raises the attention block to 672 tokens" in flat
+    assert "state block(s)" in flat
+
+
+def test_default_plan_fits_and_binds_on_the_pool(capsys: pytest.CaptureFixture[str]) -> None:
+    d = run_json(capsys, QWEN, "--gpu", "H200", "-tp", "4")
+    assert d["verdict"] == "fits"
+    h = d["hybrid"]
+    assert d["num_blocks"] == d["kv_cache_bytes"] // d["bytes_per_block"]
+    assert d["blocks_per_request"] == h["attention_blocks_per_request"] + h["state_blocks_per_request"]
+    assert d["max_concurrency"] == round(d["num_blocks"] / d["blocks_per_request"], 4)
+
+
+def test_non_hybrid_json_has_no_hybrid_key(capsys: pytest.CaptureFixture[str]) -> None:
+    d = run_json(capsys, "llama-3-8b", "--gpu", "H100")
+    assert "hybrid" not in d and "mamba_state" not in d["terms"]
+
+
+def test_sglang_mamba_pool(capsys: pytest.CaptureFixture[str]) -> None:
+    d = run_json(capsys, QWEN, "--gpu", "H200", "-tp", "4", "--engine", "sglang")
+    s = d["sglang"]
+    m = s["mamba"]
+    # 36 GDN layers × (conv (2048, 3) bf16 = 12,288 B + SSM (8, 128, 128) float32 = 524,288 B) = 19,316,736 B.
+    assert m["mamba_cache_per_req_bytes"] == 36 * (2048 * 3 * 2 + 8 * 128 * 128 * 4) == 19_316_736
+    assert m["ssm_dtype"] == "float32" and m["mamba_ratio"] == 3
+    # rest × 0.9 / 1.9 goes to state slots; the token pool gets what is left, over the 12 attention layers.
+    budget = m["rest_before_gib"] * 0.9 / 1.9 * GiB
+    assert m["max_mamba_cache_size"] == pytest.approx(budget // m["mamba_cache_per_req_bytes"], abs=1)
+    assert s["bytes_per_token"] == 12 * 1 * 256 * 2 * 2
+    assert s["max_total_num_tokens"] == pytest.approx(
+        m["rest_after_gib"] * GiB // s["bytes_per_token"], abs=2
+    )
+    assert s["max_running_requests"] <= m["max_mamba_cache_size"] // 3
+    assert d["terms"]["mamba_state"]["bytes"] == m["mamba_pool_bytes"]
+    assert sum(t["bytes"] for t in d["terms"].values()) == d["capacity_bytes"]
+    assert "hybrid" not in d  # the top level is SGLang's: its state is under sglang.mamba
+
+
+def test_sglang_flags_of_the_mamba_pool() -> None:
+    model, gpu = load_model(QWEN), load_gpu("H200")
+    base = ServeSettings(engine="sglang", tensor_parallel_size=4)
+    given = sg.plan_sglang(model, gpu, base, options=sg.SglangOptions(max_mamba_cache_size=300))
+    assert given.extra["mamba"]["max_mamba_cache_size"] == 300
+    assert given.extra["mamba"]["mamba_pool_bytes"] == 300 * 19_316_736
+    assert given.max_running_requests <= 100  # 300 // ratio 3
+    no_radix = sg.plan_sglang(
+        model,
+        gpu,
+        base.with_changes(max_running_requests=64),
+        options=sg.SglangOptions(disable_radix_cache=True),
+    )
+    assert (
+        no_radix.extra["mamba"]["max_mamba_cache_size"] == 64 and no_radix.extra["mamba"]["mamba_ratio"] == 1
+    )
+    bf16 = sg.plan_sglang(model, gpu, base, options=sg.SglangOptions(mamba_ssm_dtype="bfloat16"))
+    assert bf16.extra["mamba"]["mamba_cache_per_req_bytes"] == 36 * (12_288 + 262_144)
+    default = sg.plan_sglang(model, gpu, base)
+    more_kv = sg.plan_sglang(model, gpu, base, options=sg.SglangOptions(mamba_full_memory_ratio=0.3))
+    assert more_kv.extra["mamba"]["max_mamba_cache_size"] < default.extra["mamba"]["max_mamba_cache_size"]
+    assert more_kv.max_total_num_tokens > default.max_total_num_tokens
+
+
+def test_no_state_slots_is_the_engine_error() -> None:
+    model, gpu = load_model(NEMOTRON), load_gpu("L4")
+    plan = sg.plan_sglang(
+        model, gpu, ServeSettings(engine="sglang"), options=sg.SglangOptions(max_mamba_cache_size=0)
+    )
+    assert plan.verdict == "no-kv-cache-memory"
+    assert plan.message.startswith("Not enough GPU memory for hybrid (mamba/linear-attention) state cache.")
+    assert "max_mamba_cache_size=0" in plan.message
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--engine-version", "0.9.2"], "--engine-version 0.9.2: "),
+        (["--engine", "sglang", "--engine-version", "0.5.2"], "--engine-version 0.5.2: "),
+        (["--engine", "sglang", "-pp", "2"], "--pipeline-parallel-size 2: "),
+        (["-tp", "3"], "--tensor-parallel-size 3"),
+    ],
+)
+def test_versions_and_shapes_refused(
+    capsys: pytest.CaptureFixture[str], args: list[str], needle: str
+) -> None:
+    code = main(["plan", QWEN, "--gpu", "H200", *args])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.count("\n") == 1 and err.startswith("vramctl: error: ") and needle in err
+
+
+def _write(tmp_path: Path, cfg: dict[str, Any]) -> str:
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    return str(tmp_path)
+
+
+BASE = {
+    "hidden_size": 1024,
+    "intermediate_size": 2048,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 2,
+    "vocab_size": 32000,
+    "max_position_embeddings": 4096,
+}
+
+
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        ({"model_type": "jamba", "attn_layer_period": 8, "attn_layer_offset": 4}, "model_type 'jamba'"),
+        ({"model_type": "falcon_h1", "mamba_d_ssm": 1024}, "model_type 'falcon_h1'"),
+        ({"model_type": "nemotron_h", "hybrid_override_pattern": "ME*E"}, "'E' layers"),
+        (
+            {"model_type": "qwen3_5_text", "layer_types": ["linear_attention"] * 4},
+            "model_type 'qwen3_5_text'",
+        ),
+        ({"model_type": "mystery", "ssm_state_size": 16}, "field 'ssm_state_size'"),
+        ({"model_type": "mystery", "layer_types": ["linear_attention"] * 4}, "layer shapes are unknown"),
+        ({"model_type": "nemotron_h", "hybrid_override_pattern": "M*"}, "'hybrid_override_pattern' must be"),
+    ],
+)
+def test_unsupported_hybrids_are_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: dict[str, Any], needle: str
+) -> None:
+    code = main(["plan", _write(tmp_path, {**BASE, **extra}), "--gpu", "H100"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.count("\n") == 1 and needle in err, err
