@@ -6,12 +6,13 @@ pattern defaults) follow the Hugging Face transformers implementation of each `m
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from vramctl.core.errors import BadInputError
-from vramctl.core.params import param_count_from_spec, weight_bytes_from_spec
+from vramctl.core.params import param_count_from_spec, weight_bytes_from_spec, weight_bytes_keeping
 from vramctl.core.specs import (
     DTYPE_BYTES,
     FULL_ATTENTION,
@@ -248,6 +249,45 @@ def _algo_quant(method: str, quant: Mapping[str, Any], where: str) -> tuple[str,
         return "modelopt", 4, get_int(quant, "group_size", where, default=128)
     raise BadInputError(
         f"{where}: ModelOpt quant_algo {algo!r:.40} is not one vramctl sizes (FP8, NVFP4, W4A8_AWQ, INT4_AWQ)"
+    )
+
+
+_PART_NAMES = {
+    # a Hugging Face module name of each part, to test the ignore entries against
+    "attention": ("model.layers.0.self_attn.q_proj", "model.layers.0.self_attn.o_proj"),
+    "dense_mlp": ("model.layers.0.mlp.gate_proj", "model.layers.0.mlp.down_proj"),
+    "shared_experts": ("model.layers.1.mlp.shared_experts.gate_proj", "model.layers.1.mlp.shared_expert.gate_proj"),
+    "experts": ("model.layers.1.mlp.experts.0.gate_proj", "model.layers.1.block_sparse_moe.experts.0.w1"),
+}
+
+
+def _ignored(entry: str, name: str) -> bool:
+    """compressed-tensors `re:` patterns match from the start of the name (re.match); other entries match whole
+    dotted components (AWQ's `modules_to_not_convert` "self_attn" skips every attention projection)."""
+    if entry.startswith("re:"):
+        try:
+            return re.match(entry[3:], name) is not None
+        except re.error:
+            return False
+    return f".{entry.strip('.')}." in f".{name}."
+
+
+def _kept_parts(config: Mapping[str, Any], where: str) -> frozenset[str]:
+    """Decoder parts a quantisation config leaves in 16 bits (its `ignore` / `modules_to_not_convert` /
+    `exclude_modules`). Entries naming one layer (a digit component) are left out: they move a few layers."""
+    quant = config.get("quantization_config")
+    if not isinstance(quant, dict):
+        return frozenset()
+    entries: list[str] = []
+    for key in ("ignore", "modules_to_not_convert", "exclude_modules"):
+        raw = quant.get(key)
+        if isinstance(raw, list):
+            entries += [e for e in raw if isinstance(e, str) and e]
+    layer_agnostic = [e for e in entries if e.startswith("re:") or not any(p.isdigit() for p in e.split("."))]
+    return frozenset(
+        part
+        for part, names in _PART_NAMES.items()
+        if any(_ignored(e, name) for e in layer_agnostic for name in names)
     )
 
 
@@ -788,7 +828,7 @@ def spec_from_config(
     elif spec.state_space is not None and spec.quantization is None:
         size = int(count * min(2.0, spec.dtype_bytes))  # every tensor in the 16-bit serving dtype
     else:
-        size = weight_bytes_from_spec(spec)
+        size = weight_bytes_keeping(spec, _kept_parts(cfg, where))
     return _replace(spec, weight_bytes=size)
 
 
