@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from vramctl.core.errors import BadInputError
-from vramctl.core.params import param_count_from_spec, weight_bytes_from_spec, weight_bytes_keeping
+from vramctl.core.params import param_count_from_spec, weight_bytes_keeping
 from vramctl.core.specs import (
     DTYPE_BYTES,
     FULL_ATTENTION,
