@@ -69,8 +69,25 @@ def test_vllm_text_shows_the_state_term(capsys: pytest.CaptureFixture[str]) -> N
     assert code == 0
     flat = " ".join(out.split())
     assert "27 Mamba2 layers keep a fixed state per request" in flat
-    assert "raises the attention block to 672 tokens" in flat
+    # vLLM's NemotronH hook runs the SSM state in float32 (config.py NemotronHForCausalLMConfig): mamba page
+    # 73,728 + 128 × 80 × 128 × 4 = 5,316,608 B; block 16 × cdiv(5,316,608, 16 × 4,096) = 16 × 82 = 1,312 tokens.
+    assert "raises the attention block to 1312 tokens" in flat
     assert "state block(s)" in flat
+
+
+def test_nemotron_ssm_dtype_by_version(capsys: pytest.CaptureFixture[str]) -> None:
+    new = run_json(capsys, NEMOTRON, "--gpu", "H100")["hybrid"]
+    assert (new["ssm_state_dtype_bytes"], new["state_page_bytes"], new["attention_block_size"]) == (
+        4,
+        5_316_608,
+        1312,
+    )
+    assert new["mamba_page_padding_pct"] == 1.08  # (1,312 × 4,096 − 5,316,608) / 5,316,608
+    # Before the hook (0.11): `auto` = bf16, page 2,695,168 B, block 672.
+    old = run_json(capsys, NEMOTRON, "--gpu", "H100", "--engine-version", "0.11.0")["hybrid"]
+    assert (old["ssm_state_dtype_bytes"], old["attention_block_size"]) == (2, 672)
+    # 4 attention + 27 Mamba2 layers: groups of 4 → 1 attention + 7 state groups.
+    assert (new["group_size"], new["attention_groups"], new["state_groups"]) == (4, 1, 7)
 
 
 def test_default_plan_fits_and_binds_on_the_pool(capsys: pytest.CaptureFixture[str]) -> None:

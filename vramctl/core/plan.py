@@ -1294,6 +1294,9 @@ def _hybrid_kv(model: ModelSpec, gpu: GpuSpec, settings: ServeSettings, version:
         user_block_size=settings.block_size,
         version=parse_version(version),
         compute_capability=gpu.compute_capability,
+        mamba_ssm_cache_dtype=V.default_mamba_ssm_cache_dtype(
+            model.architecture, model.state_space.ssm_dtype if model.state_space else None, version
+        ),
     )
 
 

@@ -362,3 +362,18 @@ def hybrid_padding_log(padding_pct: float) -> str:
         f"Padding mamba page size by {padding_pct:.2f}% to ensure that mamba page size and attention page size "
         "are exactly equal."
     )
+
+
+def default_mamba_ssm_cache_dtype(architecture: str, config_ssm_dtype: str | None, version: str) -> str:
+    """`--mamba-ssm-cache-dtype` as the model runs it when the flag is left at `auto`.
+
+    `auto` = the conv-state dtype = the model dtype (MambaStateDtypeCalculator._mamba_state_dtype), except for
+    Nemotron-H: `NemotronHForCausalLMConfig.update_mamba_ssm_cache_dtype` (vllm/model_executor/models/config.py,
+    registered for NemotronHForCausalLM) replaces `auto` with the HF config's `mamba_ssm_cache_dtype`, else
+    DEFAULT_MAMBA_SSM_CACHE_DTYPE = "float32" ("Only `float32` is known to have no accuracy issues by default").
+    The hook is absent from the 0.11 model-config map and an earlier revision defaulted to float16; vramctl applies
+    the float32 rule from 0.12 (the reference pins neither boundary).
+    """
+    if architecture.startswith("NemotronH") and _v(version) >= (0, 12, 0):
+        return config_ssm_dtype or "float32"
+    return "auto"
