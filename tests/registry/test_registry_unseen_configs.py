@@ -476,3 +476,63 @@ def test_unseen_fields_give_a_spec_or_one_bad_input_line(
     for tp in (1, 2, 8):
         assert sum(stage_rank_weight_bytes(got, tp=tp, pp=2)) > 0
     assert len(got.attention_kinds()) == got.num_hidden_layers
+
+
+def test_ignore_list_keeps_attention_in_16_bits() -> None:
+    """AWQ `modules_to_not_convert: ["self_attn"]`: q, k, v, o stay bf16 (2 bytes per weight)."""
+    awq = {"quant_method": "awq", "bits": 4, "group_size": 32, "zero_point": True}
+    packed = spec(quantization_config=awq)
+    kept = spec(quantization_config={**awq, "modules_to_not_convert": ["self_attn", "lm_head"]})
+    shapes = [(64, 64), (16, 64), (16, 64), (64, 64)]  # q, k, v (2 KV heads of 8), o
+    per_layer = sum(2 * r * c - linear_bytes(packed, r, c) for r, c in shapes)
+    assert kept.weight_bytes - packed.weight_bytes == 4 * per_layer
+
+
+def test_kimi_style_regex_ignore_quantises_only_experts() -> None:
+    mla = {
+        "kv_lora_rank": 16,
+        "q_lora_rank": 24,
+        "qk_nope_head_dim": 8,
+        "qk_rope_head_dim": 4,
+        "v_head_dim": 8,
+    }
+    moe = {
+        "n_routed_experts": 4,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 16,
+        "n_shared_experts": 1,
+    }
+    moe["first_k_dense_replace"] = 1
+    weights = {"num_bits": 4, "type": "int", "strategy": "group", "group_size": 32}
+    quant: dict[str, Any] = {
+        "quant_method": "compressed-tensors",
+        "config_groups": {"g": {"weights": weights}},
+    }
+    ignore = [
+        "lm_head",
+        r"re:.*self_attn.*",
+        r"re:.*shared_experts.*",
+        r"re:.*mlp\.(gate|up|gate_up|down)_proj.*",
+    ]
+    plain = spec(model_type="kimi_k2", **mla, **moe)
+    all_packed = spec(model_type="kimi_k2", **mla, **moe, quantization_config=quant)
+    experts_only = spec(model_type="kimi_k2", **mla, **moe, quantization_config={**quant, "ignore": ignore})
+    parts_plain, parts_packed = param_breakdown(plain), param_breakdown(all_packed)
+    assert parts_plain.experts == parts_packed.experts
+    # gate / up: 16 rows × 64 inputs (2 groups of 32 per row); down: 64 rows × 16 inputs (1 group per row);
+    # 4 bits per weight + a bf16 scale per group and row
+    packed_triple = 2 * (16 * 64 // 2 + 2 * 2 * 16) + (64 * 16 // 2 + 2 * 1 * 64)
+    plain_triple = 3 * 2 * 16 * 64
+    n_triples = 3 * 4  # 3 MoE layers × 4 experts
+    assert experts_only.weight_bytes == plain.weight_bytes - n_triples * (plain_triple - packed_triple)
+    assert all_packed.weight_bytes < experts_only.weight_bytes
+
+
+def test_router_ignore_entry_does_not_keep_the_mlp() -> None:
+    """Qwen3-MoE FP8 lists `model.layers.N.mlp.gate` (the router); neither it nor a layer's name moves a part."""
+    fp8 = {"quant_method": "fp8", "weight_block_size": [32, 32]}
+    base = spec(quantization_config=fp8)
+    listed = spec(
+        quantization_config={**fp8, "modules_to_not_convert": ["mlp.gate", "model.layers.0.mlp.gate"]}
+    )
+    assert listed.weight_bytes == base.weight_bytes
