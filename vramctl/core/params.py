@@ -480,6 +480,29 @@ def _bytes_by_part(spec: ModelSpec) -> dict[str, int]:
     return out
 
 
+BNB_BLOCK = 64
+"""bitsandbytes 4-bit: one absmax per 64 weights (float32, or uint8 with bnb_4bit_use_double_quant)."""
+BNB_NESTED_BLOCK = 256
+"""Double quantisation: one float32 absmax (and offset) per 256 of the uint8 absmax values."""
+
+
+def bnb_double_quant_saving(spec: ModelSpec) -> int:
+    """Bytes a 4-bit bitsandbytes checkpoint saves with `bnb_4bit_use_double_quant` (unsloth's `-bnb-4bit`
+    uploads): each quantised Linear's float32 absmax per 64 weights becomes one byte, plus a float32 absmax and a
+    float32 offset per 256 blocks (bitsandbytes QuantState `nested_*`)."""
+    blocks = 0
+    n_moe = num_moe_layers(spec)
+    attention = [t for t in _attention_tensors(spec) if isinstance(t, _Linear) and t.quantised]
+    blocks += spec.num_hidden_layers * sum(_cdiv(t.rows * t.cols, BNB_BLOCK) * t.count for t in attention)
+    for moe_kind, copies in ((False, spec.num_hidden_layers - n_moe), (True, n_moe)):
+        if copies == 0:
+            continue
+        dense, experts, _router, shared = _ffn_tensors(spec, _first_layer(spec, moe=moe_kind))
+        linears = [t for t in (*dense, *experts, *shared) if isinstance(t, _Linear) and t.quantised]
+        blocks += copies * sum(_cdiv(t.rows * t.cols, BNB_BLOCK) * t.count for t in linears)
+    return 4 * blocks - (blocks + 8 * _cdiv(blocks, BNB_NESTED_BLOCK))
+
+
 def weight_bytes_keeping(spec: ModelSpec, kept: frozenset[str]) -> int:
     """Checkpoint bytes when the parts named in `kept` (of QUANT_PARTS) stay in 16 bits and the rest is
     quantised by the spec's method: Kimi-K2-Thinking quantises only its routed experts (int4, groups of 32)

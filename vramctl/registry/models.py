@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from vramctl.core.errors import BadInputError
-from vramctl.core.params import param_count_from_spec, weight_bytes_keeping
+from vramctl.core.params import bnb_double_quant_saving, param_count_from_spec, weight_bytes_keeping
 from vramctl.core.specs import (
     DTYPE_BYTES,
     FULL_ATTENTION,
@@ -256,7 +256,10 @@ _PART_NAMES = {
     # a Hugging Face module name of each part, to test the ignore entries against
     "attention": ("model.layers.0.self_attn.q_proj", "model.layers.0.self_attn.o_proj"),
     "dense_mlp": ("model.layers.0.mlp.gate_proj", "model.layers.0.mlp.down_proj"),
-    "shared_experts": ("model.layers.1.mlp.shared_experts.gate_proj", "model.layers.1.mlp.shared_expert.gate_proj"),
+    "shared_experts": (
+        "model.layers.1.mlp.shared_experts.gate_proj",
+        "model.layers.1.mlp.shared_expert.gate_proj",
+    ),
     "experts": ("model.layers.1.mlp.experts.0.gate_proj", "model.layers.1.block_sparse_moe.experts.0.w1"),
 }
 
@@ -270,6 +273,17 @@ def _ignored(entry: str, name: str) -> bool:
         except re.error:
             return False
     return f".{entry.strip('.')}." in f".{name}."
+
+
+def _double_quant(config: Mapping[str, Any]) -> bool:
+    """A 4-bit bitsandbytes checkpoint with nested (uint8) absmax statistics."""
+    quant = config.get("quantization_config")
+    return (
+        isinstance(quant, dict)
+        and quant.get("quant_method", "bitsandbytes") == "bitsandbytes"
+        and quant.get("load_in_4bit") is True
+        and quant.get("bnb_4bit_use_double_quant") is True
+    )
 
 
 def _kept_parts(config: Mapping[str, Any], where: str) -> frozenset[str]:
@@ -829,6 +843,8 @@ def spec_from_config(
         size = int(count * min(2.0, spec.dtype_bytes))  # every tensor in the 16-bit serving dtype
     else:
         size = weight_bytes_keeping(spec, _kept_parts(cfg, where))
+        if _double_quant(cfg):
+            size -= bnb_double_quant_saving(spec)
     return _replace(spec, weight_bytes=size)
 
 
