@@ -133,6 +133,8 @@ class FrameRule:
     phase: str
     rank: int
     hint: str | None
+    yield_to: tuple[str, ...] = ()
+    """Phases of a later progress marker that place the failure instead (a frame that spans several steps)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -456,6 +458,10 @@ def _load(path: Path) -> Catalogue:
             phase=str(_check_phase(f.get("phase"), "frames", allow_context=False, allow_none=False)),
             rank=int(f.get("rank", 0)),
             hint=f.get("hint"),
+            yield_to=tuple(
+                str(_check_phase(p, "frames.yield_to", allow_context=False, allow_none=False))
+                for p in f.get("yield_to") or ()
+            ),
         )
         for f in data.get("frames") or ()
     )

@@ -541,6 +541,8 @@ class _Context:
     text: str = ""
     done: str | None = None
     """For a marker: the phase it reports finished (where a log that ends on it stopped)."""
+    yield_to: tuple[str, ...] = ()
+    """For a frame: phases of a later marker that place the failure instead (`FrameRule.yield_to`)."""
 
 
 @dataclass(slots=True)
@@ -559,10 +561,13 @@ class _Incident:
         return self.events[-1].line
 
 
-def _match_signature(sig: Signature, hit: Hit) -> dict[str, FactValue] | None:
-    texts = [hit.line.text]
-    if sig.multiline and hit.following:
-        texts.append(" ".join((hit.line.text, *hit.following[: sig.multiline])))
+# A copy from a fixed-width terminal pads each wrapped row with spaces to the next row: `of <29 spaces> which`,
+# `by P <29 spaces> yTorch`. Whether a space belongs at the cut is unknowable (`of which` vs `PyTorch`), so such a
+# line is read twice, the padding dropped and the padding made one space, and the numbers of both readings merged.
+_WRAP_PADDING_RE = re.compile(r" {12,}")
+
+
+def _read_facts(sig: Signature, texts: list[str]) -> dict[str, FactValue] | None:
     best: dict[str, FactValue] | None = None
     for text in texts:
         for pattern in sig.patterns:
@@ -580,6 +585,21 @@ def _match_signature(sig: Signature, hit: Hit) -> dict[str, FactValue] | None:
                     continue
             if best is None or len(facts) > len(best):
                 best = facts  # the pattern that reads the most numbers wins (torch 1.x vs 2.x wording)
+    return best
+
+
+def _match_signature(sig: Signature, hit: Hit) -> dict[str, FactValue] | None:
+    texts = [hit.line.text]
+    if sig.multiline and hit.following:
+        texts.append(" ".join((hit.line.text, *hit.following[: sig.multiline])))
+    best = _read_facts(sig, texts)
+    if "            " in hit.line.text and _WRAP_PADDING_RE.search(hit.line.text) is not None:
+        for joiner in ("", " "):
+            unwrapped = _read_facts(sig, [_WRAP_PADDING_RE.sub(joiner, hit.line.text)])
+            if unwrapped is not None:
+                best = dict(best or {})
+                for name, value in unwrapped.items():
+                    best.setdefault(name, value)
     return best
 
 
@@ -640,7 +660,9 @@ class _Analyser:
             base = (frame.groupdict().get("file") or "").rsplit("/", 1)[-1]
             for rule in cat.frames:
                 if func in rule.functions or base in rule.files:
-                    self._context(_Context(number, "frame", func, rule.rank, rule.phase, short))
+                    self._context(
+                        _Context(number, "frame", func, rule.rank, rule.phase, short, yield_to=rule.yield_to)
+                    )
                     if rule.hint:
                         self._context(_Context(number, "hint", rule.hint, text=short))
                     break
@@ -794,6 +816,10 @@ def _context_phase(an: _Analyser, incident: _Incident, root_line: int) -> tuple[
     frames = [c for c in incident.context if c.kind == "frame" and lo <= c.line <= hi]
     if frames:
         best = max(frames, key=lambda c: (c.rank, -c.line))
+        if best.yield_to:
+            marker = _last_marker(an, root_line)
+            if marker is not None and marker.phase in best.yield_to:
+                return marker.phase, marker
         return best.phase, best
     marker = _last_marker(an, root_line)
     if marker is not None:
