@@ -536,3 +536,12 @@ def test_router_ignore_entry_does_not_keep_the_mlp() -> None:
         quantization_config={**fp8, "modules_to_not_convert": ["mlp.gate", "model.layers.0.mlp.gate"]}
     )
     assert listed.weight_bytes == base.weight_bytes
+
+
+def test_bnb_double_quant_absmax_is_one_byte() -> None:
+    """unsloth `-bnb-4bit`: nested absmax. Per layer q 64 + k 16 + v 16 + o 64 + gate/up/down 3 × 96 blocks of 64."""
+    bnb = {"quant_method": "bitsandbytes", "load_in_4bit": True, "bnb_4bit_quant_type": "nf4"}
+    single = spec(quantization_config=bnb)
+    nested = spec(quantization_config={**bnb, "bnb_4bit_use_double_quant": True})
+    blocks = 4 * (64 + 16 + 16 + 64 + 3 * 96)
+    assert single.weight_bytes - nested.weight_bytes == 4 * blocks - (blocks + 8 * -(-blocks // 256))
