@@ -225,6 +225,200 @@ BAD_INPUT: list[tuple[str, list[str], int, str | None]] = [
     ("plan-config-deep", ["plan", "{deep_json}"], 2, "nested too deeply"),
     ("plan-config-directory", ["plan", "--model", "{adir}"], 2, "no config.json"),
     ("plan-config-missing", ["plan", "--model", "{missing}"], 2, None),
+    # --- tiers simulate: Mooncake traces ------------------------------------------------------------------------
+    (
+        "trace-5000-digit-int",
+        ["tiers", "simulate", "--json", "--trace", "{trace_bigint}"],
+        2,
+        "number too long",
+    ),
+    ("trace-negative-length", ["tiers", "simulate", "--trace", "{trace_neg_len}"], 2, "input_length"),
+    ("trace-string-length", ["tiers", "simulate", "--trace", "{trace_str_len}"], 2, "must be an integer"),
+    (
+        "trace-missing-field",
+        ["tiers", "simulate", "--trace", "{trace_missing}"],
+        2,
+        "missing field 'timestamp'",
+    ),
+    ("trace-nan-timestamp", ["tiers", "simulate", "--trace", "{trace_nan_ts}"], 2, "timestamp"),
+    (
+        "trace-hash-ids-string",
+        ["tiers", "simulate", "--trace", "{trace_hash_str}"],
+        2,
+        "hash_ids must be a list",
+    ),
+    ("trace-list-line", ["tiers", "simulate", "--trace", "{trace_list}"], 2, "expected a JSON object"),
+    ("trace-truncated", ["tiers", "simulate", "--trace", "{trace_trunc}"], 2, "line 2: not valid JSON"),
+    ("trace-empty", ["tiers", "simulate", "--trace", "{empty}"], 2, "empty trace"),
+    ("trace-garbage", ["tiers", "simulate", "--trace", "{garbage}"], 2, "not UTF-8"),
+    ("trace-directory", ["tiers", "simulate", "--trace", "{adir}"], 2, "is a directory"),
+    ("trace-deep", ["tiers", "simulate", "--trace", "{deep_json}"], 2, "nested too deeply"),
+    (
+        "trace-and-synthetic",
+        ["tiers", "simulate", "--trace", "{trace_good}", "--synthetic", "sessions=2"],
+        2,
+        "exactly one",
+    ),
+    (
+        "sim-write-policy-empty",
+        ["tiers", "simulate", "--trace", "{trace_good}", "--write-policy", ""],
+        2,
+        "--write-policy ''",
+    ),
+    (
+        "sim-gpu-capacity-nan",
+        ["tiers", "simulate", "--trace", "{trace_good}", "--gpu-capacity", "nan"],
+        2,
+        "--gpu-capacity",
+    ),
+    (
+        "sim-sweep-empty-item",
+        ["tiers", "simulate", "--trace", "{trace_good}", "--sweep", "1,,2"],
+        2,
+        "--sweep",
+    ),
+    (
+        "sim-synthetic-huge",
+        ["tiers", "simulate", "--synthetic", "sessions=1000000000,turns=1000000000"],
+        2,
+        None,
+    ),
+    # --- tiers plan / simulate: bandwidths files -----------------------------------------------------------------
+    (
+        "bw-5000-digit-int",
+        ["tiers", "plan", "--json", "--bandwidths", "{bw_rate_bigint}"],
+        2,
+        "number too long",
+    ),
+    ("bw-400-digit-int", ["tiers", "plan", "--bandwidths", "{bw_rate_400_digits}"], 2, "absurdly large"),
+    ("bw-list", ["tiers", "plan", "--bandwidths", "{bw_list}"], 2, "expected a JSON object"),
+    ("bw-no-schema", ["tiers", "plan", "--bandwidths", "{bw_no_schema}"], 2, "schema is None"),
+    ("bw-tier-string", ["tiers", "plan", "--bandwidths", "{bw_tier_str}"], 2, "must be an object"),
+    ("bw-rate-string", ["tiers", "plan", "--bandwidths", "{bw_rate_str}"], 2, "read_bytes_per_s"),
+    ("bw-rate-negative", ["tiers", "plan", "--bandwidths", "{bw_rate_neg}"], 2, "positive finite"),
+    ("bw-rate-nan", ["tiers", "plan", "--bandwidths", "{bw_rate_nan}"], 2, "positive finite"),
+    ("bw-empty", ["tiers", "plan", "--bandwidths", "{empty}"], 2, "not valid JSON"),
+    ("bw-missing", ["tiers", "plan", "--bandwidths", "{missing}"], 2, "no such file"),
+    (
+        "bw-sim-400-digit-int",
+        ["tiers", "simulate", "--trace", "{trace_good}", "--bandwidths", "{bw_rate_400_digits}"],
+        2,
+        "absurdly large",
+    ),
+    ("tiers-plan-tp3", ["tiers", "plan", "-tp", "3"], 2, "--tensor-parallel-size 3"),
+    ("tiers-plan-tp1024", ["tiers", "plan", "llama-3-70b", "-tp", "1024"], 2, "--tensor-parallel-size 1024"),
+    ("tiers-plan-tier-no-rate", ["tiers", "plan", "--tier", "nvme"], 2, "--tier"),
+    # --- tiers bench (rejected before anything is measured) ------------------------------------------------------
+    (
+        "bench-tp3",
+        ["tiers", "bench", "--device", "cpu", "-tp", "3", "--skip-disk"],
+        2,
+        "--tensor-parallel-size 3",
+    ),
+    (
+        "bench-unknown-gpu",
+        ["tiers", "bench", "--device", "cpu", "--skip-disk", "--gpu", "h1OO"],
+        2,
+        "did you mean h100",
+    ),
+    (
+        "bench-blocks-0",
+        ["tiers", "bench", "--device", "cpu", "--blocks", "0", "--skip-disk"],
+        2,
+        "--blocks 0",
+    ),
+    (
+        "bench-size-huge",
+        ["tiers", "bench", "--device", "cpu", "--size", "1e30TiB", "--skip-disk"],
+        2,
+        "--size",
+    ),
+    (
+        "bench-blocks-and-size",
+        ["tiers", "bench", "--device", "cpu", "--size", "1MiB", "--blocks", "3"],
+        2,
+        "one or the other",
+    ),
+    ("bench-dir-is-file", ["tiers", "bench", "--device", "cpu", "--dir", "{garbage}"], 2, "not a directory"),
+    ("bench-skip-everything", ["tiers", "bench", "--skip-disk", "--skip-device"], 2, "nothing left"),
+    ("bench-checksum", ["tiers", "bench", "--device", "cpu", "--checksum", "md5"], 2, "--checksum 'md5'"),
+    # --- profile / suggest / validate (rejected before anything is measured) ------------------------------------
+    (
+        "profile-batched-tokens-1e20",
+        ["profile", str(TINY), *FAST, "--max-num-batched-tokens", "9" * 20],
+        2,
+        "absurdly large",
+    ),
+    (
+        "profile-max-num-seqs-1e30",
+        ["profile", str(TINY), *FAST, "--max-num-seqs", "9" * 30],
+        2,
+        "--max-num-seqs",
+    ),
+    (
+        "profile-max-model-len-1e12",
+        ["profile", str(TINY), *FAST, "--max-model-len", str(10**12)],
+        2,
+        "absurdly large",
+    ),
+    (
+        "profile-block-size-12",
+        ["profile", str(TINY), *FAST, "--block-size", "12"],
+        2,
+        "vLLM accepts 1, 8, 16",
+    ),
+    ("profile-block-size-1e30", ["profile", str(TINY), *FAST, "--block-size", "9" * 30], 2, "--block-size"),
+    ("profile-tp3", ["profile", str(TINY), *FAST, "-tp", "3"], 2, "--tensor-parallel-size 3"),
+    ("profile-tp1024", ["profile", str(TINY), *FAST, "-tp", "1024"], 2, "--tensor-parallel-size 1024"),
+    ("profile-util-nan", ["profile", str(TINY), *FAST, "--gpu-memory-utilization", "nan"], 2, "(0, 1]"),
+    ("profile-device-tpu", ["profile", str(TINY), "--device", "tpu"], 2, "--device 'tpu'"),
+    (
+        "profile-device-memory-huge",
+        ["profile", str(TINY), "--device", "cpu", "--device-memory", "1e30TiB"],
+        2,
+        "absurdly",
+    ),
+    ("profile-compare-unknown", ["profile", str(TINY), *FAST, "--compare", "bogus"], 2, "--compare 'bogus'"),
+    ("profile-config-5000-digit-int", ["profile", "{cfg_bigint}", "--device", "cpu"], 2, "number too long"),
+    ("profile-save-txt", ["profile", str(TINY), *FAST, "--save", "{tmp}/x.txt"], 2, ".json, .yaml or .yml"),
+    ("profile-save-directory", ["profile", str(TINY), *FAST, "--save", "{adir}"], 2, "is a folder"),
+    (
+        "suggest-from-profile-with-util",
+        ["suggest", "--from-profile", str(TINY_PROFILE), "--gpu-memory-utilization", "2"],
+        2,
+        "--gpu-memory-utilization 2.0 would be ignored",
+    ),
+    (
+        "suggest-from-profile-with-len",
+        ["suggest", "--json", "--from-profile", str(TINY_PROFILE), "--max-model-len", "0"],
+        2,
+        "--max-model-len 0",
+    ),
+    (
+        "validate-from-profile-with-eager",
+        ["validate", "--from-profile", str(TINY_PROFILE), "--device", "cpu", "--enforce-eager"],
+        2,
+        "--enforce-eager would be ignored",
+    ),
+    ("suggest-from-garbage", ["suggest", "--from-profile", "{garbage}"], 2, "not UTF-8"),
+    ("suggest-from-empty", ["suggest", "--from-profile", "{empty}"], 2, "empty"),
+    ("suggest-from-list", ["suggest", "--from-profile", "{list_json}"], 2, None),
+    ("suggest-from-bigint", ["suggest", "--from-profile", "{bigint_json}"], 2, "number too long"),
+    ("suggest-from-bomb", ["suggest", "--from-profile", "{bomb_yaml}"], 2, "schema"),
+    ("suggest-from-deep", ["suggest", "--from-profile", "{deep_json}"], 2, "nested too deeply"),
+    ("suggest-nothing", ["suggest"], 2, "give MODEL"),
+    (
+        "validate-target",
+        ["validate", "--from-profile", str(TINY_PROFILE), "--target", "max"],
+        2,
+        "--target 'max'",
+    ),
+    (
+        "validate-min-free-nan",
+        ["validate", "--from-profile", str(TINY_PROFILE), "--min-free", "nan"],
+        2,
+        "--min-free",
+    ),
 ]
 
 
@@ -241,3 +435,86 @@ def test_qa_hostile_bad_input(
     argv = _expand(args, hostile)
     code, out, err = _run(capsys, argv)
     assert_contract(argv, code, out, err, expected, needle)
+
+
+# --- nothing the user has is overwritten or lost ------------------------------------------------------------------
+
+FOREIGN = "# my deployment, not a vramctl output\nmodel: llama-3-8b\ngpu: h100-sxm\n"
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["profile", str(TINY), *FAST, "--save", "{target}"], "not a vramctl profile"),
+        (
+            ["tiers", "bench", "--device", "cpu", "--blocks", "2", "--repeat", "1", "--save", "{target}"],
+            "bandwidths",
+        ),
+        (
+            ["tiers", "simulate", "--synthetic", "sessions=2", "--save-trace", "{target}"],
+            "not a Mooncake JSONL",
+        ),
+        (["tiers", "plan", "--plot", "{target}"], "not a PNG or SVG"),
+        (
+            ["tiers", "simulate", "--trace", "{trace}", "--sweep", "4096", "--plot", "{target}"],
+            "not a PNG or SVG",
+        ),
+    ],
+    ids=["profile-save", "bench-save", "save-trace", "tiers-plan-plot", "simulate-plot"],
+)
+def test_qa_hostile_output_never_clobbers_a_user_file(
+    args: list[str], needle: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--save / --save-trace / --plot onto an existing file that is not ours: exit 2 before any work, file intact."""
+    suffix = ".png" if "--plot" in args else (".jsonl" if "--save-trace" in args else ".json")
+    target = tmp_path / f"mine{suffix}"
+    target.write_text(FOREIGN)
+    trace = tmp_path / "t.jsonl"
+    trace.write_text(GOOD_TRACE_LINE)
+    argv = [a.format(target=target, trace=trace) for a in args]
+    code, out, err = _run(capsys, argv)
+    assert_contract(argv, code, out, err, 2, needle)
+    assert target.read_text() == FOREIGN
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["t.jsonl", target.name])
+
+
+def test_qa_hostile_save_trace_never_replaces_the_trace_it_reads(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace = tmp_path / "t.jsonl"
+    original = GOOD_TRACE_LINE.replace("}", ', "extra": "kept"}')  # a rewrite would drop the extra field
+    trace.write_text(original)
+    argv = ["tiers", "simulate", "--trace", str(trace), "--save-trace", str(trace)]
+    code, out, err = _run(capsys, argv)
+    assert_contract(argv, code, out, err, 2, "is the --trace being replayed")
+    assert trace.read_text() == original
+
+
+def test_qa_hostile_our_own_outputs_are_replaced(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The refusal is for foreign files only: a second `--save-trace` / `--plot` run replaces its own output."""
+    for argv in (
+        ["tiers", "simulate", "--synthetic", "sessions=2", "--save-trace", str(tmp_path / "s.jsonl")],
+        ["tiers", "plan", "--plot", str(tmp_path / "c.svg")],
+    ):
+        assert main(argv) == 0
+        assert main(argv) == 0, capsys.readouterr().err
+    capsys.readouterr()
+
+
+def test_qa_hostile_failed_save_leaves_the_old_profile(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A write that fails (disk full at the rename) is one line, exit 2; the previous profile is intact, no temp file."""
+    saved = tmp_path / "p.json"
+    saved.write_bytes(TINY_PROFILE.read_bytes())
+
+    def disk_full(*_: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", disk_full)
+    argv = ["profile", str(TINY), *FAST, "--json", "--save", str(saved)]  # --json: no progress lines on stderr
+    code, out, err = _run(capsys, argv)
+    assert_contract(argv, code, out, err, 2, "--save")
+    assert "No space left on device" in err
+    assert saved.read_bytes() == TINY_PROFILE.read_bytes()
+    assert [p.name for p in tmp_path.iterdir()] == ["p.json"]

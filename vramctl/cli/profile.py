@@ -83,6 +83,9 @@ DeviceOpt = Annotated[str, typer.Option("--device", help=_DEVICE_HELP)]
 DeviceMemoryOpt = Annotated[Optional[str], typer.Option("--device-memory", help=_DEVICE_MEMORY_HELP)]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
 
+_ABSURD_TOKENS = 1 << 26  # the bound `plan` puts on token counts (vramctl.core.plan)
+_ABSURD_SEQS = 1 << 20
+
 _ENGINE_FLAGS = (
     "engine_version",
     "gpu_memory_utilization",
@@ -96,6 +99,36 @@ _ENGINE_FLAGS = (
     "dtype",
     "mem_fraction_static",
 )
+
+
+_ENGINE_FLAG_DEFAULTS: dict[str, Any] = {
+    "engine_version": None,
+    "gpu_memory_utilization": None,
+    "max_model_len": None,
+    "max_num_batched_tokens": None,
+    "max_num_seqs": None,
+    "kv_cache_dtype": "auto",
+    "block_size": None,
+    "enforce_eager": False,
+    "tensor_parallel_size": 1,
+    "dtype": "auto",
+    "mem_fraction_static": None,
+    "num_layers": None,
+}
+
+
+def _refuse_flags_with_profile(command: str, flags: dict[str, Any]) -> None:
+    """With --from-profile the profile's own settings are used: an engine flag given too would be ignored silently."""
+    given = [
+        f"--{name.replace('_', '-')}" + ("" if flags[name] is True else f" {flags[name]}")
+        for name, default in _ENGINE_FLAG_DEFAULTS.items()
+        if name in flags and flags[name] != default
+    ]
+    if given:
+        raise BadInputError(
+            f"{command} --from-profile uses the settings the profile was measured with; {', '.join(given)} would be "
+            f"ignored: drop it, or run `vramctl {command} MODEL` with it to measure anew"
+        )
 
 
 def _engine_settings(flags: dict[str, Any]) -> ServeSettings:
@@ -155,6 +188,19 @@ def _settings(
     ):
         if value is not None and value <= 0:
             raise BadInputError(f"{flag} {value}: must be positive")
+    from vramctl.core.plan import VALID_BLOCK_SIZES
+
+    for flag, value, upper in (
+        ("--max-model-len", max_model_len, _ABSURD_TOKENS),
+        ("--max-num-batched-tokens", max_num_batched_tokens, _ABSURD_TOKENS),
+        ("--max-num-seqs", max_num_seqs, _ABSURD_SEQS),
+    ):
+        if value is not None and value > upper:  # as `plan`: no tensor of that shape is built
+            raise BadInputError(f"{flag} {value}: absurdly large (at most {upper:,})")
+    if block_size is not None and block_size not in VALID_BLOCK_SIZES:
+        raise BadInputError(
+            f"--block-size {block_size}: vLLM accepts {', '.join(str(b) for b in VALID_BLOCK_SIZES)}"
+        )
     if tensor_parallel_size > 64:
         raise BadInputError(f"--tensor-parallel-size {tensor_parallel_size}: at most 64 ranks")
     return ServeSettings(
@@ -236,6 +282,9 @@ def _check_save(save: str | None) -> None:
     if not parent.is_dir():
         raise BadInputError(f"--save {save}: the folder {parent} does not exist")
     dump_document({}, target)  # checks the extension before anything is measured
+    from vramctl.core.profile_file import check_overwrite
+
+    check_overwrite(target)  # and that an existing file there is a profile, before minutes of measuring
 
 
 def _interrupted() -> typer.Exit:
@@ -403,6 +452,7 @@ def register(app: typer.Typer) -> None:
                 "suggest: --kv-cache-memory is the only suggestion there is; drop --no-kv-cache-memory"
             )
         if from_profile is not None:
+            _refuse_flags_with_profile("suggest", locals())
             pf, spec = _load_profile_for(from_profile, model)
             inp, device_name, source = pf.suggest_input, pf.device_name, from_profile
         else:
@@ -484,6 +534,7 @@ def register(app: typer.Typer) -> None:
         on_phase = _progress(not as_json)
         try:
             if from_profile is not None:
+                _refuse_flags_with_profile("validate", locals())
                 pf, spec = _load_profile_for(from_profile, model)
                 request = ProfileRequest(
                     spec=spec,

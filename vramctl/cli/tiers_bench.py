@@ -40,10 +40,11 @@ def _geometry(
         if size <= 0:
             raise BadInputError(f"--block-bytes {block_bytes}: must be positive")
         return BenchGeometry(label=f"--block-bytes {block_bytes}", page_bytes=size, layers=1)
-    from vramctl.core.kv import page_size_bytes
+    from vramctl.core.kv import check_tensor_parallel, page_size_bytes
     from vramctl.registry import load_model
 
     spec = load_model(DEFAULT_MODEL if model is None else model)
+    check_tensor_parallel(spec, tp)  # as `tiers plan` / `plan`: -tp 3 on 32 heads is no shape an engine runs
     page = page_size_bytes(spec, block_size=block_size, kv_cache_dtype=kv_cache_dtype, tp=tp)
     tp_note = f", tp={tp} (per rank)" if tp > 1 else ""
     dtype_note = f", kv-cache-dtype {kv_cache_dtype}" if kv_cache_dtype != "auto" else ""
@@ -64,6 +65,29 @@ def _check_save_target(save: str) -> None:
         raise BadInputError(f"--save {save}: is a directory, expected a file name")
     if not parent.is_dir():
         raise BadInputError(f"--save {save}: no such directory {str(parent)!r}")
+    _refuse_foreign_file(save)
+
+
+def _refuse_foreign_file(save: str) -> None:
+    """An existing file at --save is replaced only when it is a bandwidths file (ours): never a user's file."""
+    import json
+
+    from vramctl.tiers.bandwidths import SCHEMA
+
+    target = Path(save)
+    try:
+        if not target.is_file() or target.stat().st_size == 0:
+            return
+        with target.open("rb") as handle:
+            head = handle.read(1 << 20)
+        ours = json.loads(head.decode("utf-8")).get("schema") == SCHEMA
+    except (OSError, ValueError, AttributeError, RecursionError):
+        ours = False
+    if not ours:
+        raise BadInputError(
+            f"--save {save}: the file exists and is not a `tiers bench` bandwidths file; not overwriting it "
+            "(remove it or pick another name)"
+        )
 
 
 def register(app: typer.Typer) -> None:
@@ -148,6 +172,10 @@ def register(app: typer.Typer) -> None:
             raise BadInputError(f"--size {size}: must be positive")
         if save is not None:
             _check_save_target(save)
+        if gpu is not None:
+            from vramctl.registry import load_gpu
+
+            load_gpu(gpu)  # an unknown --gpu is bad input even when the link it names is not measured
 
         from vramctl.measure import transfer
         from vramctl.measure.transfer import BenchGeometry, run_tiers_bench
@@ -199,7 +227,10 @@ def register(app: typer.Typer) -> None:
         saved: str | None = None
         payload = report.to_json()
         if save is not None and report.ok:
-            write_text_atomic(save, dumps(payload) + "\n")
+            try:
+                write_text_atomic(save, dumps(payload) + "\n")  # on failure the old file stays as it was
+            except OSError as exc:
+                raise BadInputError(f"--save {save}: cannot write it ({exc.strerror or exc})") from None
             saved = save
         if as_json:
             typer.echo(dumps(payload))

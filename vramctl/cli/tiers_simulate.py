@@ -78,6 +78,31 @@ def _parse_capacity(text: str, *, flag: str, bytes_per_token: int | None) -> int
     return tokens
 
 
+def _refuse_overwriting(target: Any, trace: str | None) -> None:
+    """--save-trace never replaces the --trace it read (a rewrite drops its extra fields) nor a file that is not a
+    Mooncake trace (a user's file); an earlier --save-trace is replaced."""
+    import json
+    import os
+
+    try:
+        if not target.is_file() or target.stat().st_size == 0:
+            return
+        if trace is not None and os.path.samefile(target, trace):
+            raise BadInputError(
+                f"--save-trace {target}: is the --trace being replayed; not overwriting it (pick another name)"
+            )
+        with target.open("rb") as handle:
+            first = handle.readline(1 << 20).decode("utf-8")
+        ours = isinstance(json.loads(first), dict) and "hash_ids" in json.loads(first)
+    except (OSError, ValueError, RecursionError):
+        ours = False
+    if not ours:
+        raise BadInputError(
+            f"--save-trace {target}: the file exists and is not a Mooncake JSONL trace; not overwriting it "
+            "(remove it or pick another name)"
+        )
+
+
 def register(app: typer.Typer) -> None:
     """Add `simulate` to the `tiers` group."""
 
@@ -218,6 +243,10 @@ def register(app: typer.Typer) -> None:
             check_tensor_parallel(spec, tensor_parallel_size)
             bpt = kv_bpt(spec, kv_cache_dtype=kv_cache_dtype, tp=tensor_parallel_size)
 
+        if write_policy is not None and not write_policy.strip():
+            raise BadInputError(
+                f"--write-policy {write_policy!r}: empty (give write_through, write_back, ...)"
+            )
         policy = write_policy or (WRITE_BACK if hierarchy == EXCLUSIVE else WRITE_THROUGH)
         tiers = [TierConfig(GPU, parse_capacity(gpu_capacity, flag="--gpu-capacity", bytes_per_token=bpt))]
         if host_capacity is not None:
@@ -275,6 +304,7 @@ def register(app: typer.Typer) -> None:
             target = Path(save_trace)
             if target.is_dir() or not (target.parent if str(target.parent) else Path(".")).is_dir():
                 raise BadInputError(f"--save-trace {save_trace}: not a file in an existing directory")
+            _refuse_overwriting(target, trace)
             try:
                 write_text_atomic(target, to_mooncake_jsonl(data))
             except OSError as exc:

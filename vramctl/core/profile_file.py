@@ -104,7 +104,27 @@ def save_profile(document: dict[str, Any], path: str | os.PathLike[str]) -> None
     target = Path(path)
     if target.parent and not target.parent.exists():
         raise BadInputError(f"--save {path}: the folder {target.parent} does not exist")
-    write_text_atomic(target, text)
+    check_overwrite(target)
+    try:
+        write_text_atomic(target, text)  # on failure the temporary file goes, the old file stays as it was
+    except OSError as exc:
+        raise BadInputError(f"--save {path}: cannot write it ({exc.strerror or exc})") from None
+
+
+def check_overwrite(target: Path) -> None:
+    """Refuse to replace an existing file that is not a vramctl profile: `--save` must not clobber what the user
+    has (a deploy.yaml, a config.json). A saved profile (any version of this schema) is ours to replace."""
+    try:
+        if not target.is_file() or target.stat().st_size == 0:
+            return
+        root = _parse(target)
+    except (BadInputError, OSError):
+        root = None
+    if not (isinstance(root, dict) and root.get("schema") == SCHEMA):
+        raise BadInputError(
+            f"--save {target}: the file exists and is not a vramctl profile; not overwriting it "
+            "(remove it or pick another name)"
+        )
 
 
 def _parse(path: Path) -> Any:
@@ -137,6 +157,10 @@ def _parse(path: Path) -> Any:
             raise BadInputError(
                 f"--from-profile {path}: JSON nested too deeply to be a profile file"
             ) from None
+        except ValueError:  # an integer of more than 4,300 digits (Python's int-from-text limit)
+            raise BadInputError(
+                f"--from-profile {path}: not valid JSON: a number too long to read (over 4,300 digits)"
+            ) from None
     try:
         return yaml.safe_load(text)
     except RecursionError:
@@ -145,6 +169,8 @@ def _parse(path: Path) -> Any:
         mark = getattr(exc, "problem_mark", None)
         where = f" (line {mark.line + 1})" if mark is not None else ""
         raise BadInputError(f"--from-profile {path}: not valid YAML{where}") from None
+    except ValueError:  # an integer of more than 4,300 digits
+        raise BadInputError(f"--from-profile {path}: a number too long to read (over 4,300 digits)") from None
 
 
 class _Reader:

@@ -42,8 +42,25 @@ def check_plot_target(path: str) -> str:
         raise BadInputError(f"--plot {path}: no such directory {str(parent)!r}")
     if target.is_dir():
         raise BadInputError(f"--plot {path}: is a directory")
+    _refuse_foreign_file(target, path)
     _matplotlib()
     return fmt
+
+
+def _refuse_foreign_file(target: Path, path: str) -> None:
+    """An existing file at --plot is replaced only when it is an image (a PNG or an SVG): never a user's other file."""
+    try:
+        if not target.is_file() or target.stat().st_size == 0:
+            return
+        with target.open("rb") as handle:
+            head = handle.read(512)
+    except OSError:
+        return
+    if not (head.startswith(b"\x89PNG") or b"<svg" in head or head.lstrip().startswith(b"<?xml")):
+        raise BadInputError(
+            f"--plot {path}: the file exists and is not a PNG or SVG image; not overwriting it "
+            "(remove it or pick another name)"
+        )
 
 
 def _save(fig: Any, path: str) -> None:

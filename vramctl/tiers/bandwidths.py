@@ -100,7 +100,10 @@ class BenchBandwidths:
 def _rate(value: object, *, where: str, key: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise BadInputError(f"{where}: {key} must be a number of bytes per second, got {value!r}")
-    rate = float(value)
+    try:
+        rate = float(value)
+    except OverflowError:  # an integer beyond a float (over ~309 digits)
+        raise BadInputError(f"{where}: {key} is absurdly large ({len(str(value))} digits)") from None
     if not math.isfinite(rate) or rate <= 0:
         raise BadInputError(f"{where}: {key} must be a positive finite number, got {value!r}")
     return rate
@@ -171,6 +174,10 @@ def loads_bandwidths(text: str, *, source: str = "bandwidths") -> BenchBandwidth
         ) from None
     except RecursionError:
         raise BadInputError(f"{source}: JSON nested too deeply to be a `tiers bench` file") from None
+    except ValueError:  # an integer of more than 4,300 digits (Python's int-from-text limit)
+        raise BadInputError(
+            f"{source}: not valid JSON: a number too long to read (over 4,300 digits)"
+        ) from None
     return parse_bandwidths(obj, source=source)
 
 

@@ -144,6 +144,8 @@ def parse_mooncake_lines(
             raise BadInputError(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})") from None
         except RecursionError:
             raise BadInputError(f"{where}: JSON nested too deeply to be a request") from None
+        except ValueError:  # an integer of more than 4,300 digits (Python's int-from-text limit)
+            raise BadInputError(f"{where}: a number too long to read (over 4,300 digits)") from None
         if not isinstance(obj, dict):
             raise BadInputError(f"{where}: expected a JSON object, got {type(obj).__name__}")
         if "timestamp" not in obj:
