@@ -757,6 +757,8 @@ def spec_from_config(
         head_dim = hidden // heads
     max_pos, max_len_note = _max_len(cfg, model_type, where)
     hybrid = _hybrid_pattern(cfg, model_type, layers, hidden, where)
+    layer_types: tuple[str, ...]
+    window: int | None
     if hybrid is None and model_type == "granitemoehybrid":  # Granite-4.0 without Mamba layers
         layer_types, window = (), None
     elif hybrid is None:
