@@ -18,6 +18,8 @@ CASES = [
     ("sglang_terminal_wrapped_weights_oom.log", "weights-do-not-fit", "weights-load", "sglang"),
     ("vllm_v0_initialize_cache_after_capture_marker.log", "cuda-graph-capture-oom", "graph-capture", "vllm"),
     ("vllm_kvcached_pool_short.log", "kv-pool-exhausted-runtime", "serving", "vllm"),
+    ("vllm_ray_worker_killed_after_engine_init.log", "host-oom-killer", "weights-load", "vllm"),
+    ("vllm_v1_fatal_error_serving_oom.log", "activation-spike", "serving", "vllm"),
 ]
 
 
@@ -67,3 +69,13 @@ def test_oom_kvcached_cli_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert out["cause"] == "kv-pool-exhausted-runtime"
     assert out["facts"]["needed_blocks"] == 17
     assert out["fixes"][0]["flag"] == "--max-num-seqs"
+
+
+def test_oom_v1_failed_to_start_is_not_serving(tmp_path: Path) -> None:
+    """`EngineCore failed to start.` (the core never finished starting) must not be read as serving."""
+    text = (UNSEEN / "vllm_v1_fatal_error_serving_oom.log").read_text()
+    text = text.replace("EngineCore encountered a fatal error.", "EngineCore failed to start.")
+    text = "\n".join(line for line in text.splitlines() if "output_handler" not in line) + "\n"
+    log = tmp_path / "start.log"
+    log.write_text(text)
+    assert diagnose(log).phase != "serving"
