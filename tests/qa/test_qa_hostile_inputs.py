@@ -11,7 +11,10 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -512,9 +515,70 @@ def test_qa_hostile_failed_save_leaves_the_old_profile(
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(os, "replace", disk_full)
-    argv = ["profile", str(TINY), *FAST, "--json", "--save", str(saved)]  # --json: no progress lines on stderr
+    argv = [
+        "profile",
+        str(TINY),
+        *FAST,
+        "--json",
+        "--save",
+        str(saved),
+    ]  # --json: no progress lines on stderr
     code, out, err = _run(capsys, argv)
     assert_contract(argv, code, out, err, 2, "--save")
     assert "No space left on device" in err
     assert saved.read_bytes() == TINY_PROFILE.read_bytes()
     assert [p.name for p in tmp_path.iterdir()] == ["p.json"]
+
+
+# --- the environment: pipes, odd terminals, an ASCII locale -------------------------------------------------------
+
+
+def _vramctl(
+    args: list[str], env: dict[str, str] | None = None, **kwargs: Any
+) -> subprocess.CompletedProcess[bytes]:
+    full_env = {**os.environ, **(env or {})}
+    full_env.pop("VRAMCTL_DEBUG", None)
+    return subprocess.run(
+        [sys.executable, "-m", "vramctl", *args],
+        cwd=REPO,
+        env=full_env,
+        capture_output=True,
+        timeout=120,
+        **kwargs,
+    )
+
+
+def test_qa_hostile_broken_pipe_is_quiet() -> None:
+    """`vramctl plan --json | head -c 10`: the reader goes away; no traceback, no 'Exception ignored' noise."""
+    shell = f"{sys.executable} -m vramctl plan --json | head -c 10; exit ${{PIPESTATUS[0]}}"
+    done = subprocess.run(["bash", "-c", shell], cwd=REPO, capture_output=True, timeout=120)
+    assert done.stdout == b'{\n  "engin'
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == b"", done.stderr
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"PYTHONIOENCODING": "ascii"},
+        {"LC_ALL": "POSIX", "LANG": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0"},
+        {"COLUMNS": "10", "LINES": "2"},
+        {"COLUMNS": "abc"},
+        {"TERM": "dumb", "NO_COLOR": "1"},
+    ],
+    ids=["ascii-stdout", "posix-locale", "columns-10", "columns-garbage", "dumb-terminal"],
+)
+@pytest.mark.parametrize(
+    "args",
+    [["plan"], ["plan", "--json", "--gpu", "h100-sxm"], ["check", "examples/deploy-llama3-8b-h100.yaml"]],
+    ids=["plan", "plan-json", "check"],
+)
+def test_qa_hostile_environment(env: dict[str, str], args: list[str]) -> None:
+    """An ASCII-only stdout prints `?` for × ≥ → (was exit 70, UnicodeEncodeError); --json stays exact JSON."""
+    done = _vramctl(args, env)
+    assert done.returncode == 0, done.stderr
+    assert b"Traceback" not in done.stderr and done.stderr == b"", done.stderr
+    if "--json" in args:
+        assert json.loads(done.stdout)["gpu"]
+    else:
+        assert done.stdout.strip()
