@@ -189,6 +189,14 @@ BAD_INPUT: list[tuple[str, list[str], int, str | None]] = [
     ("profile-model-5000-chars", ["profile", LONG, "--device", "cpu"], 2, "unknown model"),
     ("plan-unknown-model-suggests", ["plan", "llama-3-8"], 2, "did you mean llama-3-8b"),
     ("plan-unknown-gpu-suggests", ["plan", "--gpu", "h1OO"], 2, "did you mean h100"),
+    ("plan-quantization-unicode", ["plan", "-q", "é中😀"], 2, "not a quantization method name"),
+    (
+        "plan-quantization-path",
+        ["plan", "--json", "--quantization", "../../etc/passwd"],
+        2,
+        "not a quantization method",
+    ),
+    ("plan-quantization-needs-checkpoint", ["plan", "-q", "awq"], 2, "needs a checkpoint quantised with it"),
     # --- check: deployment specs ---------------------------------------------------------------------------------
     ("check-nul-byte", ["check", "{spec_nul}"], 2, "unacceptable character #x0000"),
     ("check-5000-digit-int", ["check", "--json", "{spec_bigint}"], 2, "number too long"),

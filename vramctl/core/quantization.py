@@ -25,6 +25,7 @@ The weight bytes then come from `vramctl.core.params.linear_bytes` for the resul
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 
 from vramctl.core.errors import BadInputError
@@ -48,6 +49,10 @@ _OVERRIDES: dict[str, frozenset[str]] = {
 }
 
 
+_METHOD_NAME = re.compile(r"[a-z0-9][a-z0-9_.-]{0,63}")
+"""The shape of every engine method name (vLLM's QUANTIZATION_METHODS, SGLang's): a path, spaces, `-` are not."""
+
+
 @dataclass(frozen=True)
 class QuantizedModel:
     model: ModelSpec
@@ -61,6 +66,11 @@ def apply_quantization_flag(model: ModelSpec, flag: str | None, *, engine: str =
     if flag is None or not flag.strip():
         return QuantizedModel(model, None)
     wanted = flag.strip().lower()  # vLLM's names: fp8, awq_marlin, compressed-tensors, ...
+    if not _METHOD_NAME.fullmatch(wanted):
+        raise BadInputError(
+            f"--quantization {flag!r}: not a quantization method name (the engines' are like fp8, awq_marlin, "
+            "gptq, compressed-tensors, bitsandbytes)"
+        )
     engines = {"vllm": "vLLM", "sglang": "SGLang", "both": "vLLM and SGLang"}.get(engine, engine)
     own = model.quantization.lower() if model.quantization else None
     if own is not None:
