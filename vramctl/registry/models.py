@@ -45,7 +45,7 @@ MAX_LAYERS = 10_000
 _OPT_POSITION_OFFSET = 2
 """transformers OPTLearnedPositionalEmbedding keeps max_position_embeddings + 2 rows."""
 _QKV_BIAS_ALWAYS = {"qwen2", "qwen2_moe", "qwen2_vl", "qwen2_5_vl"}
-_QK_NORM = {"qwen3", "qwen3_moe", "gemma3", "gemma3_text"}
+_QK_NORM = {"qwen3", "qwen3_moe", "gemma3", "gemma3_text", "qwen3_vl_text", "qwen3_vl_moe_text"}
 _FOUR_NORMS = {"gemma2", "gemma3", "gemma3_text"}
 _LAYER_TYPES = {FULL_ATTENTION, SLIDING_ATTENTION}
 _GLOBAL_EVERY = {"gemma3": 6, "gemma3_text": 6, "cohere2": 4}
@@ -63,13 +63,102 @@ def _text_config(config: Mapping[str, Any], where: str) -> dict[str, Any]:
     text = get_mapping(config, "text_config", where)
     merged = dict(config)
     if text is not None and "hidden_size" not in config:
-        merged = {**config, **text}
+        kind = str(text.get("model_type") or _WRAPPER_TEXT_TYPE.get(str(config.get("model_type")), ""))
+        defaults = {k: v for k, v in _TEXT_DEFAULTS.get(kind, {}).items() if k not in text}
+        if "tie_word_embeddings" in config:  # the wrapper's own value wins over the text class default
+            defaults.pop("tie_word_embeddings", None)
+        merged = {**config, **defaults, **text}
         for key in ("torch_dtype", "dtype", "quantization_config", "tie_word_embeddings"):
             if key in config and key not in text:
                 merged[key] = config[key]
         merged["architectures"] = config.get("architectures", text.get("architectures"))
-        merged["_text_model_type"] = text.get("model_type")
+        merged["_text_model_type"] = text.get("model_type") or kind or None
+        if defaults:
+            fields = ", ".join(f"{k}={v}" for k, v in sorted(defaults.items()))
+            merged["_text_defaults"] = f"absent from text_config, transformers' {kind} defaults: {fields}"
     return merged
+
+
+_LLAMA = {"vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32}
+_LLAMA.update(num_attention_heads=32, max_position_embeddings=2048, tie_word_embeddings=False)
+_QWEN2_VL_TEXT = {"vocab_size": 152064, "hidden_size": 8192, "intermediate_size": 29568, "num_hidden_layers": 80}
+_QWEN2_VL_TEXT.update(num_attention_heads=64, num_key_value_heads=8, max_position_embeddings=32768)
+_QWEN2_VL_TEXT.update(sliding_window=4096, use_sliding_window=False, tie_word_embeddings=False)
+_TEXT_DEFAULTS: dict[str, dict[str, Any]] = {
+    # transformers config-class defaults of the fields vramctl reads. A wrapper's saved text_config omits the
+    # fields equal to them (PretrainedConfig.to_diff_dict → recursive_diff_dict), and loading fills them back
+    # (LlavaConfig / Mistral3Config: CONFIG_MAPPING[model_type](**text_config); Gemma3Config, Qwen*-VL,
+    # Llama4Config: sub_configs["text_config"](**text_config)). LLaVA-1.5's text_config has no hidden_size.
+    "llama": _LLAMA,
+    "mistral": {
+        **_LLAMA,
+        "intermediate_size": 14336,
+        "num_key_value_heads": 8,
+        "max_position_embeddings": 4096 * 32,
+        "sliding_window": 4096,
+    },
+    "qwen2": {
+        **_QWEN2_VL_TEXT,
+        "vocab_size": 151936,
+        "hidden_size": 4096,
+        "intermediate_size": 22016,
+        "num_hidden_layers": 32,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 32,
+    },
+    "qwen2_vl_text": _QWEN2_VL_TEXT,
+    "qwen2_5_vl_text": _QWEN2_VL_TEXT,
+    "qwen3_vl_text": {
+        "vocab_size": 151936,
+        "hidden_size": 4096,
+        "intermediate_size": 22016,
+        "num_hidden_layers": 32,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 32,
+        "head_dim": 128,
+        "max_position_embeddings": 128000,
+        "tie_word_embeddings": False,
+    },
+    "gemma3_text": {
+        "vocab_size": 262208,
+        "hidden_size": 2304,
+        "intermediate_size": 9216,
+        "num_hidden_layers": 26,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 4,
+        "head_dim": 256,
+        "max_position_embeddings": 131072,
+        "sliding_window": 4096,
+        "sliding_window_pattern": 6,
+        "tie_word_embeddings": True,
+    },
+    "llama4_text": {
+        "vocab_size": 202048,
+        "hidden_size": 5120,
+        "intermediate_size": 8192,
+        "intermediate_size_mlp": 16384,
+        "num_hidden_layers": 48,
+        "num_attention_heads": 40,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "max_position_embeddings": 4096 * 32,
+        "num_local_experts": 16,
+        "num_experts_per_tok": 1,
+        "interleave_moe_layer_step": 1,
+        "tie_word_embeddings": False,
+    },
+}
+_WRAPPER_TEXT_TYPE = {
+    # the text model_type a wrapper assumes when its text_config names none
+    "llava": "llama",
+    "llava_next": "llama",
+    "mistral3": "mistral",
+    "gemma3": "gemma3_text",
+    "qwen2_vl": "qwen2_vl_text",
+    "qwen2_5_vl": "qwen2_5_vl_text",
+    "qwen3_vl": "qwen3_vl_text",
+    "llama4": "llama4_text",
+}
 
 
 _MAX_LEN_KEYS = (
@@ -826,6 +915,8 @@ def spec_from_config(
         spec = _replace(spec, sources=(*spec.sources, ("vision_params", vision_note)))
     if max_len_note:
         spec = _replace(spec, sources=(*spec.sources, ("max_position_embeddings", max_len_note)))
+    if cfg.get("_text_defaults"):
+        spec = _replace(spec, sources=(*spec.sources, ("text_config", str(cfg["_text_defaults"]))))
     if param_count is not None:
         count = param_count
     elif spec.state_space is not None:
