@@ -81,7 +81,12 @@ def _text_config(config: Mapping[str, Any], where: str) -> dict[str, Any]:
 
 _LLAMA = {"vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32}
 _LLAMA.update(num_attention_heads=32, max_position_embeddings=2048, tie_word_embeddings=False)
-_QWEN2_VL_TEXT = {"vocab_size": 152064, "hidden_size": 8192, "intermediate_size": 29568, "num_hidden_layers": 80}
+_QWEN2_VL_TEXT = {
+    "vocab_size": 152064,
+    "hidden_size": 8192,
+    "intermediate_size": 29568,
+    "num_hidden_layers": 80,
+}
 _QWEN2_VL_TEXT.update(num_attention_heads=64, num_key_value_heads=8, max_position_embeddings=32768)
 _QWEN2_VL_TEXT.update(sliding_window=4096, use_sliding_window=False, tie_word_embeddings=False)
 _TEXT_DEFAULTS: dict[str, dict[str, Any]] = {
