@@ -545,3 +545,67 @@ def test_bnb_double_quant_absmax_is_one_byte() -> None:
     nested = spec(quantization_config={**bnb, "bnb_4bit_use_double_quant": True})
     blocks = 4 * (64 + 16 + 16 + 64 + 3 * 96)
     assert single.weight_bytes - nested.weight_bytes == 4 * blocks - (blocks + 8 * -(-blocks // 256))
+
+
+# ---- a wrapper's text_config omits the fields equal to its class defaults ------------------------------
+
+
+def test_llava_text_config_without_hidden_size(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """LLaVA-1.5 saves only what differs from LlamaConfig(): no hidden_size, heads, layers or MLP width."""
+    text = {
+        "model_type": "llama",
+        "max_position_embeddings": 4096,
+        "vocab_size": 32064,
+        "torch_dtype": "float16",
+    }
+    vision = {"model_type": "clip_vision_model", "hidden_size": 16, "intermediate_size": 32}
+    vision.update(num_hidden_layers=1, patch_size=14, image_size=28)
+    config: dict[str, Any] = {"architectures": ["LlavaForConditionalGeneration"], "model_type": "llava"}
+    config["text_config"] = text
+    config.update(vision_config=vision, tie_word_embeddings=False, torch_dtype="float16")
+    got = load_model(str(write(tmp_path, config)))
+    assert (got.hidden_size, got.intermediate_size, got.num_hidden_layers) == (4096, 11008, 32)
+    assert (got.num_attention_heads, got.num_key_value_heads, got.head_dim) == (32, 32, 128)
+    assert got.vocab_size == 32064 and got.max_position_embeddings == 4096
+    assert any(fact == "text_config" and "hidden_size=4096" in source for fact, source in got.sources)
+    code, data, err = run_plan(write(tmp_path, config), capsys)
+    assert code == 0, err
+    assert data["kv_bytes_per_token"] == 32 * 32 * 128 * 2 * 2
+
+
+def test_gemma3_text_config_without_heads() -> None:
+    """Gemma-3-4B's text_config lists hidden, MLP, layers and the window; heads, KV heads, head_dim and vocab are
+    Gemma3TextConfig defaults (8, 4, 256, 262208), and the text class ties the embeddings."""
+    text: dict[str, Any] = {"model_type": "gemma3_text", "hidden_size": 64, "intermediate_size": 96}
+    text.update(num_hidden_layers=12, sliding_window=32)
+    got = spec_from_config(
+        {"model_type": "gemma3", "text_config": text, "torch_dtype": "bfloat16"},
+        where="config.json",
+        name="g",
+    )
+    assert (got.num_attention_heads, got.num_key_value_heads, got.head_dim) == (8, 4, 256)
+    assert got.vocab_size == 262208 and got.tie_word_embeddings
+    assert got.num_full_layers == 2 and got.sliding_window == 32
+
+
+def test_wrapper_tie_value_wins_over_the_text_class_default() -> None:
+    text = {"model_type": "gemma3_text", "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 6}
+    config = {"model_type": "gemma3", "text_config": text, "tie_word_embeddings": False}
+    assert not spec_from_config(config, where="config.json", name="g").tie_word_embeddings
+
+
+def test_mistral3_text_config_without_model_type_is_mistral() -> None:
+    """Mistral3Config assumes model_type mistral; MistralConfig's default window is 4096 unless set to null."""
+    text = {
+        "hidden_size": 64,
+        "intermediate_size": 96,
+        "num_hidden_layers": 2,
+        "head_dim": 16,
+        "vocab_size": 100,
+    }
+    got = spec_from_config({"model_type": "mistral3", "text_config": text}, where="config.json", name="m")
+    assert (got.num_attention_heads, got.num_key_value_heads, got.head_dim) == (32, 8, 16)
+    assert got.sliding_window == 4096
+    text["sliding_window"] = None
+    got = spec_from_config({"model_type": "mistral3", "text_config": text}, where="config.json", name="m")
+    assert got.sliding_window is None
