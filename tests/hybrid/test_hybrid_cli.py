@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as hs
 
 from vramctl.cli.main import main
 from vramctl.core.engines import sglang as sg
+from vramctl.core.plan import plan
 from vramctl.core.settings import ServeSettings
 from vramctl.registry import load_gpu, load_model
 
@@ -214,3 +217,39 @@ def test_unsupported_hybrids_are_one_line(
     err = capsys.readouterr().err
     assert code == 2
     assert err.count("\n") == 1 and needle in err, err
+
+
+def test_gap_explains_the_state_pool(capsys: pytest.CaptureFixture[str]) -> None:
+    d = run_json(capsys, QWEN, "--gpu", "H200", "-tp", "4", "--engine", "both")
+    gap = {item["name"]: item for item in d["gap"]}
+    assert gap["mamba_state"]["bytes"] == d["sglang"]["mamba"]["mamba_pool_bytes"]
+    assert "its own pool" in gap["mamba_state"]["sentence"]
+    assert d["hybrid"]["state_layers"] == 36  # the top level is vLLM's
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    tp=hs.sampled_from([1, 2, 4, 8]),
+    length=hs.integers(min_value=1024, max_value=131072),
+    util=hs.floats(min_value=0.5, max_value=0.97),
+    engine=hs.sampled_from(["vllm", "sglang"]),
+)
+def test_ledgers_sum_and_blocks_add_up(
+    tp: int, length: int, util: float, engine: Literal["vllm", "sglang"]
+) -> None:
+    model, gpu = load_model(NEMOTRON), load_gpu("H200")
+    settings_ = ServeSettings(
+        engine=engine, tensor_parallel_size=tp, max_model_len=length, gpu_memory_utilization=round(util, 2)
+    )
+    result = plan(model, gpu, settings_)
+    assert sum(t.bytes for t in result.ledger.terms) == result.capacity_bytes
+    if engine == "vllm":
+        h = result.hybrid
+        assert h is not None
+        assert result.blocks_per_request == h.attention_blocks_per_request + h.state_blocks_per_request
+        assert h.attention_blocks_per_request == -(-length // result.block_size)
+        assert result.block_size * h.kv.attention_token_bytes == h.kv.page_bytes >= h.kv.state_page_bytes
+    else:
+        m = result.sglang.extra["mamba"]
+        assert result.ledger.bytes_of("mamba_state") == m["mamba_pool_bytes"]
+        assert result.sglang.max_running_requests <= max(0, m["max_mamba_cache_size"]) // 3

@@ -1567,6 +1567,11 @@ def explain_gap(vllm_result: VllmResultLike, sglang_plan: SglangPlan) -> tuple[G
         ),
         WEIGHTS: "weights are the same checkpoint split over the same ranks in both engines",
         OTHER_PROCESSES: "memory other tenants hold on the card",
+        MAMBA_STATE: (
+            "SGLang keeps a hybrid's Mamba / linear-attention state in its own pool, rest × r / (1 + r) "
+            "(--mamba-full-memory-ratio); vLLM pages the state inside its KV pool, one block per request and state "
+            "group (docs/hybrid.md)"
+        ),
     }
     names = [t.name for t in v_ledger.terms] + [t.name for t in s.ledger.terms]
     seen: set[str] = set()
