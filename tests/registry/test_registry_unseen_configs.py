@@ -596,7 +596,7 @@ def test_wrapper_tie_value_wins_over_the_text_class_default() -> None:
 
 def test_mistral3_text_config_without_model_type_is_mistral() -> None:
     """Mistral3Config assumes model_type mistral; MistralConfig's default window is 4096 unless set to null."""
-    text = {
+    text: dict[str, Any] = {
         "hidden_size": 64,
         "intermediate_size": 96,
         "num_hidden_layers": 2,
