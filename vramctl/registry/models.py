@@ -44,7 +44,7 @@ MAX_LAYERS = 10_000
 """More decoder layers than any model has (Llama-3.1-405B: 126); a corrupt value would make per-layer loops hang."""
 _OPT_POSITION_OFFSET = 2
 """transformers OPTLearnedPositionalEmbedding keeps max_position_embeddings + 2 rows."""
-_QKV_BIAS_ALWAYS = {"qwen2", "qwen2_moe", "qwen2_vl", "qwen2_5_vl"}
+_QKV_BIAS_ALWAYS = {"qwen2", "qwen2_moe", "qwen2_vl", "qwen2_5_vl", "chatglm"}
 _QK_NORM = {"qwen3", "qwen3_moe", "gemma3", "gemma3_text", "qwen3_vl_text", "qwen3_vl_moe_text"}
 _FOUR_NORMS = {"gemma2", "gemma3", "gemma3_text"}
 _LAYER_TYPES = {FULL_ATTENTION, SLIDING_ATTENTION}
@@ -77,6 +77,29 @@ def _text_config(config: Mapping[str, Any], where: str) -> dict[str, Any]:
             fields = ", ".join(f"{k}={v}" for k, v in sorted(defaults.items()))
             merged["_text_defaults"] = f"absent from text_config, transformers' {kind} defaults: {fields}"
     return merged
+
+
+_CHATGLM_NAMES = {
+    # ChatGLMConfig (THUDM/chatglm3-6b, glm-4-9b-chat remote code) → the names vramctl reads (vLLM chatglm.py)
+    "num_layers": "num_hidden_layers",
+    "ffn_hidden_size": "intermediate_size",
+    "kv_channels": "head_dim",
+    "padded_vocab_size": "vocab_size",
+}
+
+
+def _chatglm_names(config: dict[str, Any]) -> dict[str, Any]:
+    """ChatGLM's own field names; KV heads = multi_query_group_num when multi_query_attention is on (vLLM
+    chatglm.py GLMAttention), its dense_h_to_4h is gate + up of ffn_hidden_size and it has q/k/v biases."""
+    if config.get("model_type") != "chatglm":
+        return config
+    out = dict(config)
+    for theirs, ours in _CHATGLM_NAMES.items():
+        if theirs in out and ours not in out:
+            out[ours] = out[theirs]
+    if out.get("multi_query_attention") and "num_key_value_heads" not in out:
+        out["num_key_value_heads"] = out.get("multi_query_group_num")
+    return out
 
 
 _LLAMA = {"vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32}
@@ -820,7 +843,7 @@ def spec_from_config(
 
     param_count / weight_bytes default to the formula of vramctl/core/params.py.
     """
-    cfg = _text_config(config, where)
+    cfg = _chatglm_names(_text_config(config, where))
     model_type = str(cfg.get("_text_model_type") or cfg.get("model_type") or "")
     if cfg.get("block_configs") is not None:  # Nemotron-NAS (DeciLM): per-layer heads and MLP widths
         raise BadInputError(
