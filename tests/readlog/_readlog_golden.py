@@ -72,6 +72,12 @@ KEY_FACTS: dict[str, tuple[tuple[str, ...], ...]] = {
     "padding_layers_warning": (("kv_padding_layers",), ("kv_padding_waste_pct",)),
     "encoder_cache_budget_tokens": (("encoder_cache_budget_tokens",),),
     "cuda_graph_profiling": (("cuda_graphs_profiled",), ("cuda_graph_largest_size",)),
+    "cuda_graph_profiling_second_mode": (
+        ("cuda_graphs_profiled_second_mode",),
+        ("cuda_graph_largest_size_second_mode",),
+    ),
+    "sleep_freed_gib": (("sleep_freed",),),
+    "sleep_still_in_use_gib": (("sleep_still_in_use",),),
     # SGLang
     "load_weight_begin_avail_gb": (("load_begin_avail",),),
     "load_weight_end_avail_gb": (("load_end_avail",),),

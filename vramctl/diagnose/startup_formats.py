@@ -97,6 +97,16 @@ FACTS: dict[str, FactInfo] = {
     "cuda_graph_largest_size": FactInfo(
         Kind.COUNT, "largest batch size (tokens) the profiled graphs capture"
     ),
+    "cuda_graphs_profiled_second_mode": FactInfo(
+        Kind.COUNT, "CUDA graphs of the second mode the memory profiling captures (`, FULL=25 (largest=192)`)"
+    ),
+    "cuda_graph_largest_size_second_mode": FactInfo(
+        Kind.COUNT, "largest batch size of the second profiled mode"
+    ),
+    "sleep_freed": FactInfo(
+        Kind.SIZE, "memory the sleep mode freed (offloaded / discarded weights and KV cache)"
+    ),
+    "sleep_still_in_use": FactInfo(Kind.SIZE, "memory still in use after the sleep mode freed its part"),
     "num_gpu_blocks": FactInfo(Kind.COUNT, "GPU KV blocks", kv_phase=True),
     "num_cpu_blocks": FactInfo(Kind.COUNT, "CPU (swap) KV blocks"),
     "kv_tokens": FactInfo(Kind.COUNT, "KV cache size in tokens", kv_phase=True),
@@ -499,6 +509,15 @@ VLLM_FORMATS: tuple[LineFormat, ...] = (
         r"Loading weights took (?P<loading_weights_seconds>{NUM}) seconds",
         "vLLM model_loader/default_loader.py:507 (0.33.0)",
     ),
+    # ---- sleep mode (RLHF rollouts put the engine to sleep between steps)
+    _f(
+        "sleep-mode",
+        "vllm",
+        "Sleep mode freed",
+        r"Sleep mode freed (?P<sleep_freed>{NUM}) GiB memory, (?P<sleep_still_in_use>{NUM}) GiB memory is still in use",
+        "vLLM gpu_worker.py:335-339 (vllm.md §4 line 328): `Sleep mode freed %s GiB memory, %s GiB memory is still "
+        "in use.` (V0 worker.py prints the same wording)",
+    ),
     # ---- CUDA graphs
     _f(
         "cg-profiling",
@@ -507,6 +526,17 @@ VLLM_FORMATS: tuple[LineFormat, ...] = (
         r"Profiling CUDA graph memory: \w+=(?P<cuda_graphs_profiled>\d+) \(largest=(?P<cuda_graph_largest_size>\d+)\)",
         "vLLM ≥0.19 gpu_model_runner.py:6304 (0.33.0): `Profiling CUDA graph memory: %s` (`MODE=count (largest=N)`, "
         "one per mode)",
+        min_version=(0, 19, 0),
+        variant="V1",
+    ),
+    _f(
+        "cg-profiling-second-mode",
+        "vllm",
+        "Profiling CUDA graph memory:",
+        r"Profiling CUDA graph memory: \w+=\d+ \(largest=\d+\), \w+=(?P<cuda_graphs_profiled_second_mode>\d+) "
+        r"\(largest=(?P<cuda_graph_largest_size_second_mode>\d+)\)",
+        "vLLM ≥0.19 gpu_model_runner.py:6304: the second mode of the same line (vllm.md §2.4 line 169: "
+        "`PIECEWISE=41 (largest=384), FULL=25 (largest=192)`)",
         min_version=(0, 19, 0),
         variant="V1",
     ),
@@ -968,8 +998,9 @@ SGLANG_FORMATS: tuple[LineFormat, ...] = (
         "sgl-capture-progress",
         "sglang",
         "Capturing batches (",
-        r"Capturing batches \((?:bs|num_tokens)=\d+ avail_mem=(?P<graph_capture_avail>{NUM}) GB\)",
-        "SGLang ≥0.4.4 cuda_graph_runner.py tqdm description (`Capturing batches (bs=%d avail_mem=%.2f GB)`)",
+        r"Capturing batches \((?:(?:bs|num_tokens)=\d+ )?avail_mem=(?P<graph_capture_avail>{NUM}) GB\)",
+        "SGLang ≥0.4.4 cuda_graph_runner.py tqdm description (`Capturing batches (bs=%d avail_mem=%.2f GB)`; "
+        "mid-2025 builds print it before the first batch as `Capturing batches (avail_mem=%.2f GB)`)",
     ),
     _f(
         "sgl-summary",
