@@ -609,3 +609,20 @@ def test_mistral3_text_config_without_model_type_is_mistral() -> None:
     text["sliding_window"] = None
     got = spec_from_config({"model_type": "mistral3", "text_config": text}, where="config.json", name="m")
     assert got.sliding_window is None
+
+
+def test_chatglm_names(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """chatglm3-6b / glm-4-9b-chat: num_layers, ffn_hidden_size, kv_channels, padded_vocab_size, seq_length and
+    multi_query_group_num KV heads; q/k/v biases only."""
+    config: dict[str, Any] = {"architectures": ["ChatGLMModel"], "model_type": "chatglm", "hidden_size": 64}
+    config.update(num_layers=2, ffn_hidden_size=96, kv_channels=8, padded_vocab_size=128, seq_length=512)
+    config.update(num_attention_heads=8, multi_query_attention=True, multi_query_group_num=2)
+    config.update(add_qkv_bias=True, add_bias_linear=False, torch_dtype="bfloat16", tie_word_embeddings=False)
+    got = load_model(str(write(tmp_path, config)))
+    assert (got.num_hidden_layers, got.num_key_value_heads, got.head_dim) == (2, 2, 8)
+    assert (got.vocab_size, got.max_position_embeddings, got.intermediate_size) == (128, 512, 96)
+    per_layer = 64 * 64 + 2 * 64 * 16 + (64 + 2 * 16) + 64 * 64 + 3 * 64 * 96 + 2 * 64
+    assert got.param_count == 2 * 128 * 64 + 2 * per_layer + 64
+    code, data, err = run_plan(write(tmp_path, config), capsys)
+    assert code == 0, err
+    assert data["kv_bytes_per_token"] == 2 * 2 * 8 * 2 * 2
