@@ -34,10 +34,11 @@ def _read_spec(path: str) -> str:
             raise BadInputError(f"{path}: a symbolic link loop, not a deployment spec") from None
     if spec.is_dir():
         raise BadInputError(f"{path}: is a directory, expected a deployment spec (YAML file)")
-    if not spec.is_file():
+    if not spec.exists():  # a pipe is fine: `vramctl check <(render-spec …)`
         raise BadInputError(f"{path}: no such spec file")
     try:
-        raw = spec.read_bytes()[: MAX_SPEC_BYTES + 1]
+        with spec.open("rb") as handle:
+            raw = handle.read(MAX_SPEC_BYTES + 1)  # not the whole file: a 1 GiB one would be read in full
     except OSError as exc:
         raise BadInputError(f"{path}: cannot read it ({exc.strerror})") from None
     if len(raw) > MAX_SPEC_BYTES:

@@ -85,7 +85,7 @@ def resolve_local(text: str) -> LocalModel:
     path = Path(text).expanduser()
     if not path.exists():
         raise BadInputError(f"--model {text}: no such file or directory")
-    if path.is_file():
+    if not path.is_dir():  # a file, or a pipe: `--model <(curl …/config.json)`
         folder = path.parent
         config = path
         if path.suffix == ".gguf":
