@@ -1,4 +1,4 @@
-"""The models bundled for `vramctl plan -- vllm serve <HF id>` without a local config.json (18 profiles, 15 new
+"""The models bundled for `vramctl plan -- vllm serve <HF id>` without a local config.json (20 profiles, 17 new
 architecture classes): each resolves by HF id and alias, its KV bytes per token equal the value derived by hand from
 its config.json and the engine's attention layout, and it plans on a sensible GPU / TP.
 
@@ -68,6 +68,34 @@ CASES = [
         1,
         "qwen2_5_vl.py",
         ("--max-model-len", "32768"),
+    ),
+    # Qwen3 decoder (q/k norms: no cache) under the VLM wrapper: GQA 32 / 8 heads of 128
+    Case(
+        "Qwen/Qwen3-VL-8B-Instruct",
+        "qwen3-vl-8b",
+        "Qwen3VLForConditionalGeneration",
+        8_767_123_696,
+        36,
+        8,
+        128,
+        "h100-sxm",
+        1,
+        "qwen3_vl.py",
+        ("--max-model-len", "65536"),
+    ),
+    # GLMAttention: multi_query_group_num 2 KV heads of kv_channels 128 (remote-code config names)
+    Case(
+        "THUDM/glm-4-9b-chat",
+        "glm-4-9b-chat",
+        "ChatGLMModel",
+        9_399_951_360,
+        40,
+        2,
+        128,
+        "a100-40gb",
+        1,
+        "chatglm.py",
+        ("--trust-remote-code", "--max-model-len", "32768"),
     ),
     Case(
         "Qwen/Qwen2-VL-7B-Instruct",
@@ -261,7 +289,7 @@ IDS = [c.alias for c in CASES]
 
 def test_fifteen_new_architecture_classes() -> None:
     new = {c.architecture for c in CASES} - {"Phi3ForCausalLM"}
-    assert len(new) >= 15
+    assert len(new) >= 17
     bundled = {m.architecture for m in list_models()}
     assert new <= bundled
 
@@ -348,6 +376,7 @@ def test_vision_towers_are_counted() -> None:
     for alias, tower in (
         ("qwen2.5-vl-7b", 676_550_144),
         ("qwen2-vl-7b", 675_759_104),
+        ("qwen3-vl-8b", 576_388_336),
         ("llava-1.5-7b", 324_487_168),
         ("llama-4-scout", 871_932_416),
         ("mistral-small-3.1", 438_958_080),
