@@ -346,7 +346,9 @@ def _load(path: Path) -> Catalogue:
         unit = spec.get("unit", "word")
         if unit not in UNITS:
             raise CatalogueError(f"settings.{name}: unknown unit {unit!r}")
-        settings.append(Setting(str(name), settings_regex(str(name), tuple(spec.get("flags") or ())), unit))
+        # `key`: the word the log prints (`dtype=torch.float32`) when the fact's name differs (`dtype_bits`)
+        key = str(spec.get("key", name))
+        settings.append(Setting(str(name), settings_regex(key, tuple(spec.get("flags") or ())), unit))
         known.add(str(name))
     for raw in data["signatures"]:
         for pattern in raw.get("pattern") if isinstance(raw.get("pattern"), list) else [raw.get("pattern")]:

@@ -27,7 +27,23 @@ from vramctl.core.units import GiB, KiB, MiB, format_count, parse_bytes, parse_n
 FactValue = int | float | str
 """A fact: int (bytes when the name ends in `_bytes`; counts), float (ratios, GiB numbers), str (words)."""
 
-UNITS = ("GiB", "MiB", "KiB", "bytes", "size", "size-decimal", "int", "float", "ratio", "word")
+UNITS = ("GiB", "MiB", "KiB", "bytes", "size", "size-decimal", "int", "float", "ratio", "word", "dtype_bits")
+
+_DTYPE_BITS = {
+    "float": 32,
+    "float32": 32,
+    "fp32": 32,
+    "torch.float32": 32,
+    "half": 16,
+    "float16": 16,
+    "fp16": 16,
+    "torch.float16": 16,
+    "bfloat16": 16,
+    "bf16": 16,
+    "torch.bfloat16": 16,
+}
+"""`--dtype` / `dtype=` values (vLLM and SGLang accept the same names) -> bits per weight element; `auto` is the
+checkpoint's own dtype (unknown here)."""
 
 _SIZE_TEXT_RE = re.compile(r"^\s*(?P<num>[+-]?[\d.,_]+)\s*(?P<unit>[KMGT]?i?B|bytes?|[KMGT])?\s*$")
 _BINARY_FOR_DECIMAL = {
@@ -66,6 +82,11 @@ def convert(text: str, unit: str) -> FactValue:
     raw = text.strip()
     if unit == "word":
         return raw
+    if unit == "dtype_bits":
+        bits = _DTYPE_BITS.get(raw.lower())
+        if bits is None:
+            raise BadInputError(f"dtype {raw!r}: bits per weight unknown")
+        return bits
     if unit in ("size", "size-decimal"):
         return parse_logged_size(raw, decimal=unit == "size-decimal")
     if unit in ("GiB", "MiB", "KiB", "bytes"):
