@@ -35,8 +35,10 @@ SLACK = "slack"
 """Capacity the engine holds back: total − requested (vLLM (1 − u)·C; SGLang's reserve not in the pool)."""
 OTHER_PROCESSES = "other_processes"
 """Memory other tenants hold on the device (only when known)."""
+MAMBA_STATE = "mamba_state"
+"""SGLang's MambaPool of a hybrid model: state slots × bytes per request (vramctl.core.engines.sglang)."""
 
-TERM_ORDER = (OTHER_PROCESSES, WEIGHTS, ACTIVATION_PEAK, NON_TORCH, CUDA_GRAPH, KV_CACHE, SLACK)
+TERM_ORDER = (OTHER_PROCESSES, WEIGHTS, ACTIVATION_PEAK, NON_TORCH, CUDA_GRAPH, KV_CACHE, MAMBA_STATE, SLACK)
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from vramctl.core.ledger import (
     ACTIVATION_PEAK,
     CUDA_GRAPH,
     KV_CACHE,
+    MAMBA_STATE,
     NON_TORCH,
     OTHER_PROCESSES,
     SLACK,
@@ -32,6 +33,7 @@ TERM_STYLE: dict[str, tuple[str, str]] = {
     NON_TORCH: ("yellow", "O"),
     CUDA_GRAPH: ("cyan", "G"),
     KV_CACHE: ("green", "K"),
+    MAMBA_STATE: ("bright_green", "M"),
     SLACK: ("white", "."),
 }
 _FALLBACK_STYLE = ("red", "?")

@@ -32,6 +32,7 @@ from vramctl.core.ledger import (
     ACTIVATION_PEAK,
     CUDA_GRAPH,
     KV_CACHE,
+    MAMBA_STATE,
     NON_TORCH,
     OTHER_PROCESSES,
     SLACK,
@@ -1287,8 +1288,6 @@ def plan_sglang(
 #   `mamba_ssm_dtype`, else float32;
 # - `_resolve_max_num_reqs`: max_running_requests = min(…, max_mamba_cache_size // `_calculate_mamba_ratio`), the
 #   ratio 1 with --disable-radix-cache, else 3 (+1 / +2 with the extra-buffer scheduler strategy, not modelled).
-MAMBA_STATE = "mamba_state"
-"""Ledger term of SGLang's MambaPool (state slots × bytes per request)."""
 MAMBA_RATIO_RADIX = 3
 """`MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO`: state slots per running request with the radix cache on."""
 _SGLANG_SSM_DTYPES = {"float32": 4, "bfloat16": 2, "float16": 2}
