@@ -89,6 +89,7 @@ FLAGS: dict[str, FlagSpec] = {
     "kv-cache-dtype": FlagSpec("kv_cache_dtype", "str", _BOTH),
     "dtype": FlagSpec("dtype", "str", _BOTH),
     "quantization": FlagSpec("quantization", "str", _BOTH),
+    "q": FlagSpec("quantization", "str", _V),
     # vLLM (vllm/engine/arg_utils.py names)
     "gpu-memory-utilization": FlagSpec("gpu_memory_utilization", "float", _V),
     "device-memory-utilization": FlagSpec("gpu_memory_utilization", "float", _V),  # vLLM's alias (vllm.md §6)
@@ -102,6 +103,7 @@ FLAGS: dict[str, FlagSpec] = {
     "enable-chunked-prefill": FlagSpec("enable_chunked_prefill", "bool", _V),
     "data-parallel-size": FlagSpec("data_parallel_size", "int", _V),
     "enable-expert-parallel": FlagSpec("enable_expert_parallel", "bool", _V),
+    "ep": FlagSpec("enable_expert_parallel", "bool", _V),
     "enable-lora": FlagSpec("enable_lora", "bool", _V),
     "max-loras": FlagSpec("max_loras", "int", _V),
     "max-lora-rank": FlagSpec("max_lora_rank", "int", _V),
@@ -139,6 +141,8 @@ FLAGS: dict[str, FlagSpec] = {
     "swa-full-tokens-ratio": FlagSpec("options.swa_full_tokens_ratio", "float", _S),
     "disable-hybrid-swa-memory": FlagSpec("options.disable_hybrid_swa_memory", "bool", _S),
 }
+_VLLM_SHORT_FLAGS = {"dp": "data-parallel-size"}
+"""vLLM short flags whose name another engine's FLAGS entry already takes."""
 IGNORED_FLAGS = frozenset(
     {
         "host",
@@ -178,7 +182,12 @@ IGNORED_FLAGS = frozenset(
     }
 )
 """Flags that do not change the memory budget: accepted and listed in the notes."""
-BOOL_NEGATIONS = {"no-enable-chunked-prefill": "enable-chunked-prefill", "no-enforce-eager": "enforce-eager"}
+BOOL_NEGATIONS = {
+    "no-enable-chunked-prefill": "enable-chunked-prefill",
+    "no-enforce-eager": "enforce-eager",
+    "no-enable-expert-parallel": "enable-expert-parallel",
+    "no-enable-lora": "enable-lora",
+}
 
 
 @dataclass(frozen=True)
@@ -402,6 +411,9 @@ def apply_flags(
         if name in IGNORED_FLAGS:
             ignored.append(f"--{name}")
             continue
+        if engines == ("vllm",):
+            # vLLM's `-dp` is --data-parallel-size; SGLang's `--dp` is --dp-size (the FLAGS entry)
+            name = _VLLM_SHORT_FLAGS.get(name, name)
         spec = FLAGS.get(name)
         if spec is None:
             raise _bad(source, f"flags.{raw_name}", f"unknown flag --{name} for {'/'.join(engines)}")
