@@ -30,6 +30,7 @@ packed int4 + per-group scales and zeros).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from vramctl.core.specs import ModelSpec
@@ -503,13 +504,15 @@ def bnb_double_quant_saving(spec: ModelSpec) -> int:
     return 4 * blocks - (blocks + 8 * _cdiv(blocks, BNB_NESTED_BLOCK))
 
 
-def weight_bytes_keeping(spec: ModelSpec, kept: frozenset[str]) -> int:
-    """Checkpoint bytes when the parts named in `kept` (of QUANT_PARTS) stay in 16 bits and the rest is
-    quantised by the spec's method: Kimi-K2-Thinking quantises only its routed experts (int4, groups of 32)
-    and lists attention, shared experts and dense MLPs in `ignore`."""
+def weight_bytes_keeping(spec: ModelSpec, kept: Mapping[str, float]) -> int:
+    """Checkpoint bytes when a fraction of each part named in `kept` (of QUANT_PARTS; 1.0 = every layer's)
+    stays in 16 bits and the rest is quantised by the spec's method: Kimi-K2-Thinking quantises only its routed
+    experts (int4, groups of 32) and lists attention, shared experts and dense MLPs in `ignore`; Llama-4
+    Maverick FP8 lists every layer's attention projections in `modules_to_not_convert`."""
     total = weight_bytes_from_spec(spec)
     if not kept or not spec.quantization:
         return total
     plain = replace(spec, quantization=None, quant_bits=None, quant_group_size=None)
     packed, high = _bytes_by_part(spec), _bytes_by_part(plain)
-    return total + sum(high[part] - packed[part] for part in kept if part in packed)
+    extra = sum((high[p] - packed[p]) * min(1.0, max(0.0, f)) for p, f in kept.items() if p in packed)
+    return total + round(extra)

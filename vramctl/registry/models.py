@@ -12,7 +12,12 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from vramctl.core.errors import BadInputError
-from vramctl.core.params import bnb_double_quant_saving, param_count_from_spec, weight_bytes_keeping
+from vramctl.core.params import (
+    bnb_double_quant_saving,
+    num_moe_layers,
+    param_count_from_spec,
+    weight_bytes_keeping,
+)
 from vramctl.core.specs import (
     DTYPE_BYTES,
     FULL_ATTENTION,
@@ -379,6 +384,22 @@ _PART_NAMES = {
     ),
     "experts": ("model.layers.1.mlp.experts.0.gate_proj", "model.layers.1.block_sparse_moe.experts.0.w1"),
 }
+_LAYER_ENTRY = re.compile(r"(?:^|\.)layers\.(\d+)\.(.+)$")
+_DENSE_SUFFIX = re.compile(r"(?:^|\.)(?:mlp|feed_forward)\.(?:gate_proj|up_proj|down_proj|gate_up_proj)$")
+_EXPERTS = re.compile(r"(?:^|\.)experts(?:\.|$)")
+
+
+def _layer_part(rest: str) -> str | None:
+    """The QUANT_PARTS part a module path below `layers.N.` belongs to."""
+    if "shared_expert" in rest:
+        return "shared_experts"
+    if _EXPERTS.search(rest):
+        return "experts"
+    if "self_attn" in rest or rest.startswith("attention"):
+        return "attention"
+    if _DENSE_SUFFIX.search(rest):
+        return "dense_mlp"
+    return None
 
 
 def _ignored(entry: str, name: str) -> bool:
@@ -403,23 +424,41 @@ def _double_quant(config: Mapping[str, Any]) -> bool:
     )
 
 
-def _kept_parts(config: Mapping[str, Any], where: str) -> frozenset[str]:
-    """Decoder parts a quantisation config leaves in 16 bits (its `ignore` / `modules_to_not_convert` /
-    `exclude_modules`). Entries naming one layer (a digit component) are left out: they move a few layers."""
+def _kept_parts(config: Mapping[str, Any], spec: ModelSpec) -> dict[str, float]:
+    """part → fraction of its layers a quantisation config leaves in 16 bits (its `ignore` /
+    `modules_to_not_convert` / `exclude_modules`). A pattern or a layer-agnostic name keeps the part in every
+    layer; names of single layers (`model.layers.7.self_attn.q_proj`) keep it in the layers they name."""
     quant = config.get("quantization_config")
     if not isinstance(quant, dict):
-        return frozenset()
+        return {}
     entries: list[str] = []
     for key in ("ignore", "modules_to_not_convert", "exclude_modules"):
         raw = quant.get(key)
         if isinstance(raw, list):
             entries += [e for e in raw if isinstance(e, str) and e]
-    layer_agnostic = [e for e in entries if e.startswith("re:") or not any(p.isdigit() for p in e.split("."))]
-    return frozenset(
-        part
-        for part, names in _PART_NAMES.items()
-        if any(_ignored(e, name) for e in layer_agnostic for name in names)
-    )
+    kept: dict[str, float] = {}
+    per_layer: dict[str, set[int]] = {}
+    for entry in entries:
+        found = None if entry.startswith("re:") else _LAYER_ENTRY.search(entry)
+        if found is None:
+            for part, names in _PART_NAMES.items():
+                if any(_ignored(entry, name) for name in names):
+                    kept[part] = 1.0
+            continue
+        part = _layer_part(found.group(2))
+        if part is not None and int(found.group(1)) < spec.num_hidden_layers:
+            per_layer.setdefault(part, set()).add(int(found.group(1)))
+    moe_layers = num_moe_layers(spec)
+    layers_of = {
+        "attention": spec.num_hidden_layers,
+        "dense_mlp": spec.num_hidden_layers - moe_layers,
+        "shared_experts": moe_layers,
+        "experts": moe_layers,
+    }
+    for part, indices in per_layer.items():
+        if part not in kept and layers_of[part]:
+            kept[part] = min(1.0, len(indices) / layers_of[part])
+    return kept
 
 
 def _compressed_tensors(quant: Mapping[str, Any], where: str) -> tuple[int | None, int | None]:
@@ -963,7 +1002,7 @@ def spec_from_config(
     elif spec.state_space is not None and spec.quantization is None:
         size = int(count * min(2.0, spec.dtype_bytes))  # every tensor in the 16-bit serving dtype
     else:
-        size = weight_bytes_keeping(spec, _kept_parts(cfg, where))
+        size = weight_bytes_keeping(spec, _kept_parts(cfg, spec))
         if _double_quant(cfg):
             size -= bnb_double_quant_saving(spec)
     return _replace(spec, weight_bytes=size)
