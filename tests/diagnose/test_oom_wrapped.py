@@ -236,3 +236,17 @@ def test_oom_docker_wrapped_reads_like_plain(lines: list[str], chunk: int) -> No
         reader.CHUNK_BYTES = old
     assert [ln.text for ln in got] == want
     assert [ln.number for ln in got] == first_numbers
+
+
+def test_oom_cri_piece_completed_in_a_block_that_sniffs_plain(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The last piece of a split CRI line can open a block whose other lines are not CRI at all."""
+    part1 = b"".join(b"2025-05-02T14:10:%02dZ stdout F INFO starting %d\n" % (i, i) for i in range(20))
+    part1 += b"2025-05-02T14:11:00Z stderr P torch.OutOfMemoryError: CUDA out of memory. \n"
+    part2 = b"2025-05-02T14:11:01Z stderr F Tried to allocate 1.00 GiB.\n" + b"".join(
+        b"plain line %d\n" % i for i in range(12)
+    )
+    assert len(part2) < len(part1)
+    monkeypatch.setattr(reader, "CHUNK_BYTES", len(part1))
+    lines = [(ln.number, ln.text) for ln in iter_log_lines(io.BytesIO(part1 + part2))]
+    assert (21, "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.00 GiB.") in lines
+    assert lines[-1] == (34, "plain line 11") and len(lines) == 33

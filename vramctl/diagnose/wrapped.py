@@ -225,6 +225,7 @@ class Unwrapper:
         """The wrappers seen (for a note in the scan statistics)."""
         self._pending: dict[str, tuple[int, bytearray]] = {}
         """stream → (line number of the first piece, the pieces so far)."""
+        self._last_kind: str | None = None
 
     @property
     def pending(self) -> bool:
@@ -235,8 +236,11 @@ class Unwrapper:
         kind = sniff(data)
         if kind is None and not self._pending:
             return data, None
+        if kind is None:  # a block that does not look wrapped, while a split message waits for its last piece
+            kind = self._last_kind
         if kind is not None:
             self.kinds.add(kind)
+            self._last_kind = kind
         if kind == CRI:
             if not self._pending and _CRI_PARTIAL_RE.search(data) is None:
                 return data, None  # whole lines: split_prefixes peels the prefix
