@@ -445,9 +445,9 @@ def _kept_parts(config: Mapping[str, Any], spec: ModelSpec) -> dict[str, float]:
                 if any(_ignored(entry, name) for name in names):
                     kept[part] = 1.0
             continue
-        part = _layer_part(found.group(2))
-        if part is not None and int(found.group(1)) < spec.num_hidden_layers:
-            per_layer.setdefault(part, set()).add(int(found.group(1)))
+        layer_part = _layer_part(found.group(2))
+        if layer_part is not None and int(found.group(1)) < spec.num_hidden_layers:
+            per_layer.setdefault(layer_part, set()).add(int(found.group(1)))
     moe_layers = num_moe_layers(spec)
     layers_of = {
         "attention": spec.num_hidden_layers,
