@@ -626,3 +626,18 @@ def test_chatglm_names(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
     code, data, err = run_plan(write(tmp_path, config), capsys)
     assert code == 0, err
     assert data["kv_bytes_per_token"] == 2 * 2 * 8 * 2 * 2
+
+
+def test_per_layer_ignore_entries_keep_the_layers_they_name() -> None:
+    """fbgemm FP8 (Llama-4 Maverick) lists every layer's attention projections by name."""
+    fp8 = {"quant_method": "fbgemm_fp8", "activation_scale_ub": 1200.0}
+    every = [f"language_model.model.layers.{i}.self_attn.{p}_proj" for i in range(4) for p in "qkvo"]
+    half = [name for name in every if ".layers.0." in name or ".layers.1." in name]
+    base = spec(quantization_config=fp8)
+    agnostic = spec(quantization_config={**fp8, "modules_to_not_convert": ["self_attn"]})
+    listed = spec(quantization_config={**fp8, "modules_to_not_convert": every})
+    halved = spec(
+        quantization_config={**fp8, "modules_to_not_convert": [*half, "model.layers.9.self_attn.q_proj"]}
+    )
+    assert listed.weight_bytes == agnostic.weight_bytes > base.weight_bytes
+    assert halved.weight_bytes - base.weight_bytes == (listed.weight_bytes - base.weight_bytes) // 2
