@@ -26,7 +26,7 @@ from vramctl.registry.catalog_models import model_from_profile
 from vramctl.registry.models import spec_from_config
 
 HERE = Path(__file__).parent
-PROFILES = HERE / "profiles"
+PROFILES = HERE.parents[1] / "profiles" / "models"
 CONFIGS = HERE / "configs"
 QWEN = "qwen3-next-80b-a3b-instruct"
 NEMOTRON = "nvidia-nemotron-nano-9b-v2"

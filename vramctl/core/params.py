@@ -265,10 +265,12 @@ def param_count_from_spec(spec: ModelSpec) -> int:
 def active_param_count(spec: ModelSpec) -> int:
     """Parameters touched per token: routed experts scaled to num_experts_per_tok of num_experts."""
     parts = param_breakdown(spec)
+    # a hybrid's Mamba / Gated DeltaNet layers are not in the dense breakdown: its exact total is the registry's
+    total = spec.param_count if spec.state_space is not None and spec.param_count else parts.total
     if spec.moe is None or parts.experts == 0:
-        return parts.total
+        return total
     active_experts = parts.experts * spec.moe.num_experts_per_tok // spec.moe.num_experts
-    return parts.total - parts.experts + active_experts
+    return total - parts.experts + active_experts
 
 
 # ---- bytes -------------------------------------------------------------------------------------------
