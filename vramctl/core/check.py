@@ -105,6 +105,8 @@ FLAGS: dict[str, FlagSpec] = {
     "enable-expert-parallel": FlagSpec("enable_expert_parallel", "bool", _V),
     "ep": FlagSpec("enable_expert_parallel", "bool", _V),
     "enable-lora": FlagSpec("enable_lora", "bool", _V),
+    "mamba-cache-dtype": FlagSpec("mamba_cache_dtype", "str", _V),
+    "mamba-ssm-cache-dtype": FlagSpec("mamba_ssm_cache_dtype", "str", _V),
     "max-loras": FlagSpec("max_loras", "int", _V),
     "max-lora-rank": FlagSpec("max_lora_rank", "int", _V),
     "fully-sharded-loras": FlagSpec("fully_sharded_loras", "bool", _V),
@@ -140,6 +142,10 @@ FLAGS: dict[str, FlagSpec] = {
     "enable-memory-saver": FlagSpec("options.enable_memory_saver", "bool", _S),
     "swa-full-tokens-ratio": FlagSpec("options.swa_full_tokens_ratio", "float", _S),
     "disable-hybrid-swa-memory": FlagSpec("options.disable_hybrid_swa_memory", "bool", _S),
+    "max-mamba-cache-size": FlagSpec("options.max_mamba_cache_size", "int", _S),
+    "mamba-ssm-dtype": FlagSpec("options.mamba_ssm_dtype", "str", _S),
+    "mamba-full-memory-ratio": FlagSpec("options.mamba_full_memory_ratio", "float", _S),
+    "disable-radix-cache": FlagSpec("options.disable_radix_cache", "bool", _S),
 }
 _VLLM_SHORT_FLAGS = {"dp": "data-parallel-size"}
 """vLLM short flags whose name another engine's FLAGS entry already takes."""
@@ -154,7 +160,6 @@ IGNORED_FLAGS = frozenset(
         "disable-log-stats",
         "enable-prefix-caching",
         "no-enable-prefix-caching",
-        "disable-radix-cache",
         "log-level",
         "uvicorn-log-level",
         "tokenizer",

@@ -1294,7 +1294,11 @@ def _hybrid_kv(model: ModelSpec, gpu: GpuSpec, settings: ServeSettings, version:
         user_block_size=settings.block_size,
         version=parse_version(version),
         compute_capability=gpu.compute_capability,
-        mamba_ssm_cache_dtype=V.default_mamba_ssm_cache_dtype(
+        mamba_cache_dtype=settings.mamba_cache_dtype or "auto",
+        # the flag wins; only `auto` goes through the model's hook (Nemotron-H's float32)
+        mamba_ssm_cache_dtype=settings.mamba_ssm_cache_dtype
+        if settings.mamba_ssm_cache_dtype not in ("", "auto")
+        else V.default_mamba_ssm_cache_dtype(
             model.architecture, model.state_space.ssm_dtype if model.state_space else None, version
         ),
     )

@@ -125,6 +125,8 @@ _VLLM_VALUE_FLAGS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "-pp": ("pipeline_parallel_size", _int("-pp")),
     "--data-parallel-size": ("data_parallel_size", _int("--data-parallel-size")),
     "--max-loras": ("max_loras", _int("--max-loras")),
+    "--mamba-cache-dtype": ("mamba_cache_dtype", _str("--mamba-cache-dtype")),
+    "--mamba-ssm-cache-dtype": ("mamba_ssm_cache_dtype", _str("--mamba-ssm-cache-dtype")),
     "--max-lora-rank": ("max_lora_rank", _int("--max-lora-rank")),
     "-dp": ("data_parallel_size", _int("-dp")),
     "--kv-cache-memory-bytes": ("kv_cache_memory_bytes", _bytes("--kv-cache-memory-bytes")),

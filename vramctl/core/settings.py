@@ -55,6 +55,10 @@ class ServeSettings:
     """vLLM `--data-parallel-size`: engine replicas, each with its own KV pool (vramctl.core.weights)."""
     enable_expert_parallel: bool = False
     """vLLM `--enable-expert-parallel`: whole experts spread over the TP × DP ranks instead of TP-split."""
+    mamba_cache_dtype: str = "auto"
+    """vLLM `--mamba-cache-dtype` (a hybrid's conv state; `auto` = the model dtype)."""
+    mamba_ssm_cache_dtype: str = "auto"
+    """vLLM `--mamba-ssm-cache-dtype` (`auto` = the conv-state dtype, or Nemotron-H's hook)."""
     enable_lora: bool = False
     """vLLM `--enable-lora`: adapter slots allocated with the weights (vramctl.core.lora)."""
     max_loras: int | None = None
