@@ -10,13 +10,20 @@ from vramctl.core.specs import GpuSpec, ModelSpec
 
 
 def attention_kind(spec: ModelSpec) -> str:
-    """`mla`, `hybrid` (full + sliding layers), `sliding`, or `mha` / `gqa` / `mqa` for full attention."""
+    """`mla`, `hybrid` (full + sliding layers), `sliding`, or `mha` / `gqa` / `mqa` for full attention; a model with
+    Mamba / linear-attention layers adds their kind (`gqa+gated_delta_net`, `gqa+mamba2`)."""
+    if spec.state_space is not None:
+        return f"{_full_attention_kind(spec)}+{spec.state_space.kind}"
     if spec.mla is not None:
         return "mla"
     if spec.num_sliding_layers and spec.num_full_layers:
         return "hybrid"
     if spec.num_sliding_layers:
         return "sliding"
+    return _full_attention_kind(spec)
+
+
+def _full_attention_kind(spec: ModelSpec) -> str:
     if spec.num_key_value_heads == spec.num_attention_heads:
         return "mha"
     return "mqa" if spec.num_key_value_heads == 1 else "gqa"
@@ -73,8 +80,15 @@ TP_SIZES = (1, 2, 4, 8)
 
 def param_parts(spec: ModelSpec) -> dict[str, int]:
     """Parameters by part (embedding, lm_head, attention, dense_mlp, experts, router, shared_experts, norms,
-    vision); they sum to the formula's param_count."""
+    vision); they sum to the formula's param_count. A hybrid's state layers are outside the dense formula: its
+    decoder layers are one part (`decoder_layers`), the registry's exact total less the embeddings."""
     parts = param_breakdown(spec)
+    if spec.state_space is not None:
+        return {
+            "embedding": parts.embedding,
+            "lm_head": parts.lm_head,
+            "decoder_layers": spec.param_count - parts.embedding - parts.lm_head,
+        }
     return {
         "embedding": parts.embedding,
         "lm_head": parts.lm_head,
