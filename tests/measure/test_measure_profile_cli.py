@@ -379,3 +379,13 @@ def test_an_sglang_fraction_that_leaves_no_pool_says_sglang_stops(
     text = " ".join(capsys.readouterr().out.split())
     assert "SGLang from the same run: no KV pool: mem_fraction_static -" in text
     assert "SGLang would stop at start-up" in text and "→ KV -" not in text
+
+
+@pytest.mark.parametrize("command", ["profile", "validate"])
+def test_a_hybrid_model_is_refused_before_the_device_opens(
+    command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The reference model has no Mamba / Gated DeltaNet layers: measuring it would measure another model."""
+    assert main([command, "nvidia/NVIDIA-Nemotron-Nano-9B-v2", "--device", "cpu"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "the reference model has no mamba2 layers" in err[0]

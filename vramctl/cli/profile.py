@@ -231,12 +231,14 @@ def _device_memory(text: str | None) -> int | None:
 def _request(
     model: str, settings: ServeSettings, device: str, device_memory: str | None, num_layers: int | None
 ) -> ProfileRequest:
+    from vramctl.measure.model import check_supported
     from vramctl.measure.profiler import ProfileRequest
     from vramctl.registry import load_model
 
     if num_layers is not None and num_layers <= 0:
         raise BadInputError(f"--num-layers {num_layers}: must be positive")
     spec = load_model(model)
+    check_supported(spec)
     if num_layers is not None and num_layers > spec.num_hidden_layers:
         raise BadInputError(
             f"--num-layers {num_layers}: {spec.name} has only {spec.num_hidden_layers} layers"

@@ -137,6 +137,16 @@ class Layer:
     w: dict[str, Any] = field(default_factory=dict)
 
 
+def check_supported(spec: ModelSpec) -> None:
+    """BadInputError (exit 2) for a model the reference model cannot build, before any device is opened."""
+    st = spec.state_space
+    if st is not None:
+        raise BadInputError(
+            f"{spec.name}: the reference model has no {st.kind} layers, so its measurement would be of another "
+            f"model; plan it (`vramctl plan {spec.name}`) or read a real start-up (`vramctl read-log`)"
+        )
+
+
 class ReferenceModel:
     """Random-weight decoder for memory measurement (see the module docstring)."""
 
@@ -154,6 +164,7 @@ class ReferenceModel:
     ) -> None:
         import torch
 
+        check_supported(spec)
         self.spec = spec
         self.device = torch.device(device)
         self.dtype = torch_dtype_of(spec.torch_dtype if dtype == "auto" else dtype)
