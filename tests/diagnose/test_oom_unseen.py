@@ -20,6 +20,8 @@ CASES = [
     ("vllm_kvcached_pool_short.log", "kv-pool-exhausted-runtime", "serving", "vllm"),
     ("vllm_ray_worker_killed_after_engine_init.log", "host-oom-killer", "weights-load", "vllm"),
     ("vllm_v1_fatal_error_serving_oom.log", "activation-spike", "serving", "vllm"),
+    ("vllm_gcp_export_sampler_warmup.log", "sampler-warmup-oom", "graph-capture", "vllm"),
+    ("vllm_marlin_repack_driver_oom.log", "weights-do-not-fit", "weights-load", "vllm"),
 ]
 
 
@@ -79,3 +81,13 @@ def test_oom_v1_failed_to_start_is_not_serving(tmp_path: Path) -> None:
     log = tmp_path / "start.log"
     log.write_text(text)
     assert diagnose(log).phase != "serving"
+
+
+def test_oom_cloud_logging_prefix_is_peeled() -> None:
+    from vramctl.diagnose.reader import split_prefixes
+
+    line = (
+        "INFO 2025-08-02T09:41:31.004431007Z [resource.labels.containerName: vllm] (EngineCore_DP0 pid=188) "
+        "ERROR 08-02 02:41:31 [core.py:632] torch.OutOfMemoryError: CUDA out of memory."
+    )
+    assert split_prefixes(line) == ("EngineCore_DP0 pid=188", "torch.OutOfMemoryError: CUDA out of memory.")

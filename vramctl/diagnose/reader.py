@@ -162,6 +162,12 @@ _COLLECTOR_TS_RE = re.compile(
     r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2})(?:\s+(?:stdout|stderr)\s+[PF])?\s+"
 )
 _LMCACHE_RE = re.compile(rf"(?:LMCache\s+{_LEVELS}|{_LEVELS}\s+LMCache):\s*")
+# Google Cloud Logging / GKE exports: `INFO 2025-11-19T20:16:36.096674521Z [resource.labels.containerName: vllm] `
+# (severity, RFC 3339 time, the resource label in brackets) in front of the container's own line.
+_CLOUD_LOG_RE = re.compile(
+    rf"(?:{_LEVELS}|DEFAULT|NOTICE|ALERT|EMERGENCY)\s+\d{{4}}-\d{{2}}-\d{{2}}T\d{{2}}:\d{{2}}:\d{{2}}(?:\.\d+)?Z?\s+"
+    r"\[resource\.labels\.[\w.]+:[^\]]*\]\s*"
+)
 # `journalctl -o short` (`May 01 12:00:00 host vllm[123]: `), `-o short-precise` (fractional seconds),
 # `-o short-iso` (`2024-05-01T12:00:00+0000 host …`), and classic syslog files in the same shape.
 _JOURNAL_SHORT_RE = re.compile(
@@ -197,6 +203,7 @@ def split_prefixes(line: str) -> tuple[str | None, str]:
             rest = stripped[m.end() :]
             continue
         for regex in (
+            _CLOUD_LOG_RE,
             _LEVEL_HEADER_RE,
             _TRACING_HEADER_RE,
             _BARE_FILE_RE,
