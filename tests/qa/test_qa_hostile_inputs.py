@@ -294,6 +294,13 @@ BAD_INPUT: list[tuple[str, list[str], int, str | None]] = [
         2,
         None,
     ),
+    (
+        "sim-kv-bytes-per-token-huge",
+        ["tiers", "simulate", "--json", "--trace", "{trace_good}", "--kv-bytes-per-token", "9" * 23],
+        2,
+        "--kv-bytes-per-token",
+    ),
+    ("sim-tp-without-model", ["tiers", "simulate", "--trace", "{trace_good}", "-tp", "2"], 2, "give --model"),
     # --- tiers plan / simulate: bandwidths files -----------------------------------------------------------------
     (
         "bw-5000-digit-int",
@@ -643,7 +650,7 @@ def test_qa_hostile_input_through_a_pipe(content: bytes, argv_for: Any, tmp_path
 )
 def test_qa_hostile_explain_oom_through_a_pipe(tmp_path: Path) -> None:
     code, out, err = _through_a_fifo(
-        tmp_path, OOM_LOG.read_bytes(), lambda p: ["explain-oom", "--json", p], 8
+        tmp_path, OOM_LOG.read_bytes(), lambda p: ["explain-oom", "--json", p], 5
     )
     assert code == 0, err
     assert json.loads(out)["cause"] != "no-failure"

@@ -78,6 +78,10 @@ def _parse_capacity(text: str, *, flag: str, bytes_per_token: int | None) -> int
     return tokens
 
 
+_MAX_KV_BYTES_PER_TOKEN = 1 << 30
+"""1 GiB of KV per token: 200 × a 175B model's without GQA (96 layers × 12,288 × K,V × 2 B = 4.7 MB); a typo."""
+
+
 def _refuse_overwriting(target: Any, trace: str | None) -> None:
     """--save-trace never replaces the --trace it read (a rewrite drops its extra fields) nor a file that is not a
     Mooncake trace (a user's file); an earlier --save-trace is replaced."""
@@ -216,6 +220,16 @@ def register(app: typer.Typer) -> None:
             raise BadInputError("--model and --kv-bytes-per-token: give one or the other")
         if kv_bytes_per_token is not None and kv_bytes_per_token <= 0:
             raise BadInputError(f"--kv-bytes-per-token {kv_bytes_per_token}: must be positive")
+        if kv_bytes_per_token is not None and kv_bytes_per_token > _MAX_KV_BYTES_PER_TOKEN:
+            raise BadInputError(
+                f"--kv-bytes-per-token {kv_bytes_per_token}: absurdly large (at most {_MAX_KV_BYTES_PER_TOKEN:,}; "
+                "a 175B model without GQA holds about 4.7 MB per token)"
+            )
+        if tensor_parallel_size != 1 and model is None:
+            raise BadInputError(
+                f"--tensor-parallel-size {tensor_parallel_size}: splits --model's KV heads; give --model "
+                "(with --kv-bytes-per-token give the per-rank bytes instead)"
+            )
         if tensor_parallel_size < 1:
             raise BadInputError(f"--tensor-parallel-size {tensor_parallel_size}: must be at least 1")
         if plot is not None:
