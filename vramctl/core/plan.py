@@ -266,10 +266,10 @@ def validate(model: ModelSpec, gpu: GpuSpec, settings: ServeSettings) -> None:
             f"{model.num_hidden_layers} layers"
         )
     mml = settings.max_model_len
-    if mml is not None and mml != AUTO_MAX_MODEL_LEN and mml > model.max_position_embeddings:
+    if mml is not None and mml != AUTO_MAX_MODEL_LEN and mml > model.vllm_max_model_len:
         raise BadInputError(
             f"--max-model-len {mml}: User-specified max_model_len ({mml}) is greater than the derived max_model_len "
-            f"(max_position_embeddings={model.max_position_embeddings} in model's config.json); vLLM refuses it"
+            f"(max_position_embeddings={model.vllm_max_model_len} in model's config.json); vLLM refuses it"
         )
     if settings.kv_cache_dtype:
         kvmath.kv_dtype_bytes(model, settings.kv_cache_dtype, model_dtype=settings.dtype)
@@ -312,7 +312,7 @@ def resolve_settings(model: ModelSpec, gpu: GpuSpec, settings: ServeSettings, ve
         defaults.append("gpu_memory_utilization")
     mml = settings.max_model_len
     if mml is None or mml == AUTO_MAX_MODEL_LEN:
-        mml = model.max_position_embeddings
+        mml = model.vllm_max_model_len
         defaults.append("max_model_len")
     table_tokens, table_seqs = V.default_scheduler_limits(
         gpu,
@@ -626,7 +626,7 @@ def _core(
         pp=pp,
         model_dtype=s.dtype,
     )
-    fit_len = _largest_fitting_len(kv_model, s, available, model.max_position_embeddings, version)
+    fit_len = _largest_fitting_len(kv_model, s, available, model.vllm_max_model_len, version)
     snapshot_free = None
     if s.free_memory_bytes is not None:
         snapshot_free = s.free_memory_bytes - binding.outside.bytes

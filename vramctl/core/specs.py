@@ -130,6 +130,7 @@ class ModelSpec:
     head_dim: int
     vocab_size: int
     max_position_embeddings: int
+    """The context both engines accept (for yarn SGLang's, the smaller; `vllm_max_position_embeddings`)."""
     torch_dtype: str
     param_count: int
     """Exact parameter count (Llama-3-8B: 8,030,261,248)."""
@@ -179,6 +180,14 @@ class ModelSpec:
     state_space: StateSpaceSpec | None = None
     """Hybrid attention + Mamba2 / Gated DeltaNet models: the per-layer recurrent state (layer_types then names
     MAMBA / LINEAR_ATTENTION / MLP_ONLY layers beside the attention ones)."""
+    vllm_max_position_embeddings: int | None = None
+    """vLLM's derived max_model_len when it exceeds max_position_embeddings (a yarn config: vLLM scales
+    original_max_position_embeddings by the factor, SGLang keeps max_position_embeddings); None: the same."""
+
+    @property
+    def vllm_max_model_len(self) -> int:
+        """The longest max_model_len vLLM derives for this model (its default and its limit)."""
+        return self.vllm_max_position_embeddings or self.max_position_embeddings
 
     @property
     def is_hybrid_state(self) -> bool:

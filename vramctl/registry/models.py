@@ -212,7 +212,8 @@ MAX_CONTEXT = 1 << 30
 
 
 def _max_len(config: Mapping[str, Any], model_type: str, where: str) -> tuple[int, str | None]:
-    """(context length, a note when it is not max_position_embeddings), as vLLM derives `max_model_len`.
+    """(context length, a note when it is not max_position_embeddings), as vLLM derives `max_model_len`
+    (yarn: the smaller of vLLM's and SGLang's lengths; `_vllm_yarn_len` gives vLLM's own).
 
     The smallest of `_MAX_LEN_KEYS` present, `model_max_length` winning when set (Command-R / Cohere2); none of
     them: 2048 (vLLM warns and assumes it). Then `rope_scaling` (transformers 5: `rope_parameters`), except for
@@ -266,6 +267,23 @@ def _max_len(config: Mapping[str, Any], model_type: str, where: str) -> tuple[in
         scaled,
         f"rope_scaling {rope_type} factor {factor:g} × {key} {length} (vLLM's derived max_model_len)",
     )
+
+
+def _vllm_yarn_len(config: Mapping[str, Any], model_type: str, where: str, length: int) -> int | None:
+    """vLLM's derived max_model_len of a yarn config when it exceeds `length` (what `_max_len` keeps for both
+    engines): original_max_position_embeddings × factor (`_get_and_verify_max_len`); None otherwise."""
+    rope = config.get("rope_scaling")
+    if rope is None:
+        rope = config.get("rope_parameters")
+    if not isinstance(rope, dict) or "gemma3" in model_type:
+        return None
+    if rope.get("rope_type", rope.get("type")) != "yarn":
+        return None
+    rwhere = f"{where}: rope_scaling"
+    factor = get_float(rope, "factor", rwhere, default=1.0)
+    original = get_int(rope, "original_max_position_embeddings", rwhere, default=length)
+    vllm_len = int(original * factor)
+    return vllm_len if length < vllm_len <= MAX_CONTEXT else None
 
 
 def _dtype(config: Mapping[str, Any], where: str) -> str:
@@ -912,6 +930,7 @@ def spec_from_config(
             )
         head_dim = hidden // heads
     max_pos, max_len_note = _max_len(cfg, model_type, where)
+    vllm_max_pos = _vllm_yarn_len(cfg, model_type, where, max_pos)
     hybrid = _hybrid_pattern(cfg, model_type, layers, hidden, where)
     layer_types: tuple[str, ...]
     window: int | None
@@ -937,6 +956,7 @@ def spec_from_config(
         head_dim=head_dim,
         vocab_size=get_int(cfg, "vocab_size", where),
         max_position_embeddings=max_pos,
+        vllm_max_position_embeddings=vllm_max_pos,
         torch_dtype=_dtype(cfg, where),
         param_count=0,
         weight_bytes=0,
