@@ -913,8 +913,23 @@ def main(argv: list[str] | None = None) -> int:
     if args.write:
         from vramctl.core.atomic import write_text_atomic
 
-        write_text_atomic(Path(args.write), report)
+        write_text_atomic(Path(args.write), report + kept_sections(Path(args.write)))
     return 0
+
+
+KEPT_FROM = "## Unseen config.json files"
+"""docs/accuracy.md from this heading on is written by hand (registry and explain-oom / read-log evaluations):
+`--write` replaces only what comes before it."""
+
+
+def kept_sections(path: Path) -> str:
+    """The hand-written tail of an existing report (from KEPT_FROM), to append after the generated part."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return ""
+    at = text.find(KEPT_FROM)
+    return "" if at < 0 else "\n" + text[at:]
 
 
 def _fmt(key: str, value: float) -> str:

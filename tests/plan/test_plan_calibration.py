@@ -28,3 +28,23 @@ def test_calibration_report_and_kv_error(tmp_path: Path, capsys: pytest.CaptureF
     median_loo = float(cells[4])
     assert median_loo < 5.0, row
     capsys.readouterr()
+
+
+@pytest.mark.skipif(not (SAMPLES / "index.yaml").exists(), reason="../shared/samples/startup not present")
+def test_rewriting_the_report_keeps_the_hand_written_sections(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--write regenerates the calibration part and keeps docs/accuracy.md from 'Unseen config.json files' on:
+    rewriting the committed report changes nothing."""
+    spec = importlib.util.spec_from_file_location("vramctl_calibrate_keep", ROOT / "scripts" / "calibrate.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["vramctl_calibrate_keep"] = module
+    spec.loader.exec_module(module)
+    committed = (ROOT / "docs" / "accuracy.md").read_text()
+    out = tmp_path / "accuracy.md"
+    out.write_text(committed)
+    assert module.main(["--samples", str(SAMPLES), "--write", str(out)]) == 0
+    assert module.KEPT_FROM in committed
+    assert out.read_text() == committed
+    capsys.readouterr()
