@@ -399,6 +399,18 @@ BAD_INPUT: list[tuple[str, list[str], int, str | None]] = [
     ("profile-compare-unknown", ["profile", str(TINY), *FAST, "--compare", "bogus"], 2, "--compare 'bogus'"),
     ("profile-config-5000-digit-int", ["profile", "{cfg_bigint}", "--device", "cpu"], 2, "number too long"),
     ("profile-save-txt", ["profile", str(TINY), *FAST, "--save", "{tmp}/x.txt"], 2, ".json, .yaml or .yml"),
+    (
+        "profile-save-unwritable-folder",
+        ["profile", str(TINY), *FAST, "--save", "/proc/self/x.json"],
+        2,
+        "cannot write in",
+    ),
+    (
+        "bench-save-unwritable-folder",
+        ["tiers", "bench", "--device", "cpu", "--save", "/sys/x.json"],
+        2,
+        "cannot write in",
+    ),
     ("profile-save-directory", ["profile", str(TINY), *FAST, "--save", "{adir}"], 2, "is a folder"),
     (
         "suggest-from-profile-with-util",

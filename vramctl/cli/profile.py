@@ -287,6 +287,18 @@ def _check_save(save: str | None) -> None:
     from vramctl.core.profile_file import check_overwrite
 
     check_overwrite(target)  # and that an existing file there is a profile, before minutes of measuring
+    _check_writable(parent, f"--save {save}")
+
+
+def _check_writable(folder: Path, what: str) -> None:
+    """Create and remove a file in `folder` now: a read-only folder fails before the measurement, not after."""
+    import tempfile
+
+    try:
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".vramctl-probe-"):
+            pass
+    except OSError as exc:
+        raise BadInputError(f"{what}: cannot write in {folder} ({exc.strerror or exc})") from None
 
 
 def _interrupted() -> typer.Exit:

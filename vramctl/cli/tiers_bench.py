@@ -66,6 +66,13 @@ def _check_save_target(save: str) -> None:
     if not parent.is_dir():
         raise BadInputError(f"--save {save}: no such directory {str(parent)!r}")
     _refuse_foreign_file(save)
+    import tempfile
+
+    try:  # a read-only folder fails now, not after the transfers
+        with tempfile.NamedTemporaryFile(dir=parent, prefix=".vramctl-probe-"):
+            pass
+    except OSError as exc:
+        raise BadInputError(f"--save {save}: cannot write in {parent} ({exc.strerror or exc})") from None
 
 
 def _refuse_foreign_file(save: str) -> None:
