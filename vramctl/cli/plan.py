@@ -140,6 +140,10 @@ def run_plan(
                 raise BadInputError(f"serve command: no model (give {flag}, or --model)")
         else:
             model_name = words[0]
+            if options.get("model") is not None and options["model"] != model_name:
+                raise BadInputError(
+                    f"MODEL {model_name!r} and --model {options['model']!r}: two models; give one of them"
+                )
     if options.get("model") is not None:
         if model_name is not None and model_name != options["model"]:
             notes = (*notes, f"--model {options['model']} overrides {model_name!r} from the command")
