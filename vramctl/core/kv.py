@@ -135,10 +135,16 @@ def token_bytes_per_layer(
     """Bytes one token occupies in one attention layer on one rank (the page for a block of 1)."""
     key = kv_cache_dtype.strip().lower()
     if model.mla is not None:
+        indexer = model.mla.indexer_bytes_per_token
+        if indexer and key.startswith("fp8"):
+            # DeepSeek-V3.2: any fp8 KV dtype becomes the packed fp8_ds_mla layout (vllm/model_executor/models/
+            # config.py DeepseekV32ForCausalLM.verify_and_update_config)
+            key = "fp8_ds_mla"
         if key in _MLA_PACKED_BYTES_PER_TOKEN:
-            return _MLA_PACKED_BYTES_PER_TOKEN[key]
+            return _MLA_PACKED_BYTES_PER_TOKEN[key] + indexer
         element = kv_dtype_bytes(model, kv_cache_dtype, model_dtype=model_dtype)
-        return int(model.mla.latent_dim * element)
+        # the indexer's K cache is a layer of its own in the same block (one page per layer, every rank)
+        return int(model.mla.latent_dim * element) + indexer
     element = kv_dtype_bytes(model, kv_cache_dtype, model_dtype=model_dtype)
     return int(kv_heads_per_rank(model, tp) * model.head_dim * 2 * element)
 

@@ -82,6 +82,17 @@ class MLASpec:
     qk_nope_head_dim: int
     v_head_dim: int
     q_lora_rank: int | None = None
+    indexer_head_dim: int = 0
+    """DeepSeek-V3.2's sparse-attention indexer (config `index_topk` / `index_head_dim`): its own K cache per layer
+    and token, 0 for plain MLA."""
+
+    @property
+    def indexer_bytes_per_token(self) -> int:
+        """vLLM `DeepseekV32IndexerCache`: an MLAAttentionSpec of head_size index_head_dim + index_head_dim // 128 × 4
+        uint8 (FP8 values and a float32 scale per 128; vllm/model_executor/models/deepseek_v2.py), 132 B for 128."""
+        if not self.indexer_head_dim:
+            return 0
+        return self.indexer_head_dim + self.indexer_head_dim // 128 * 4
 
     @property
     def latent_dim(self) -> int:

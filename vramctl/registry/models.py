@@ -579,6 +579,10 @@ def _mla(config: Mapping[str, Any], where: str) -> MLASpec | None:
         qk_nope_head_dim=get_int(config, "qk_nope_head_dim", where),
         v_head_dim=get_int(config, "v_head_dim", where),
         q_lora_rank=get_opt_int(config, "q_lora_rank", where),
+        # `index_topk` is how vLLM recognises DeepSeek-V3.2's sparse attention (DeepseekV32ForCausalLM config hook)
+        indexer_head_dim=(get_opt_int(config, "index_head_dim", where) or 128)
+        if config.get("index_topk") is not None
+        else 0,
     )
 
 
