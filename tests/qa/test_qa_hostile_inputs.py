@@ -280,6 +280,34 @@ BAD_INPUT: list[tuple[str, list[str], int, str | None]] = [
     ("plan-config-deep", ["plan", "{deep_json}"], 2, "nested too deeply"),
     ("plan-config-directory", ["plan", "--model", "{adir}"], 2, "no config.json"),
     ("plan-config-missing", ["plan", "--model", "{missing}"], 2, None),
+    # --- explain-oom / read-log: logs ---------------------------------------------------------------------------
+    ("explain-oom-directory", ["explain-oom", "--json", "{adir}"], 2, "is a directory"),
+    ("explain-oom-missing", ["explain-oom", "{missing}"], 2, "no such file"),
+    ("explain-oom-symlink-loop", ["explain-oom", "{loop}"], 2, "Too many levels of symbolic links"),
+    ("explain-oom-unreadable", ["explain-oom", "/proc/self/mem"], 2, "/proc/self/mem"),
+    ("explain-oom-json-and-markdown", ["explain-oom", "--json", "--markdown", str(OOM_LOG)], 2, "pick one"),
+    ("explain-oom-two-logs", ["explain-oom", str(OOM_LOG), str(OOM_LOG)], 2, None),
+    ("read-log-directory", ["read-log", "--json", "{adir}"], 2, "is a directory"),
+    ("read-log-missing", ["read-log", "{missing}"], 2, "no such file"),
+    ("read-log-unreadable", ["read-log", "/proc/self/mem"], 2, "/proc/self/mem"),
+    ("read-log-run-99", ["read-log", "--json", str(STARTUP_LOG), "--run", "99"], 2, "--run 99"),
+    ("read-log-run-nan", ["read-log", str(STARTUP_LOG), "--run", "nan"], 2, "'--run'"),
+    ("read-log-gpu-memory-0", ["read-log", str(STARTUP_LOG), "--gpu-memory", "0"], 2, "--gpu-memory 0"),
+    (
+        "read-log-gpu-and-memory",
+        ["read-log", str(STARTUP_LOG), "--gpu", "h100-sxm", "--gpu-memory", "80GiB"],
+        2,
+        "not both",
+    ),
+    (
+        "read-log-compare-unknown-model",
+        ["read-log", str(STARTUP_LOG), "--compare-plan", "--model", "llama-3-8"],
+        2,
+        "did you mean",
+    ),
+    ("models-extra-argument", ["models", "extra"], 2, "unknown model 'extra'"),
+    ("gpus-unknown-option", ["gpus", "--bogus"], 2, "No such option: --bogus"),
+    ("unknown-command", ["nosuchcommand"], 2, "nosuchcommand"),
     # --- tiers simulate: Mooncake traces ------------------------------------------------------------------------
     (
         "trace-5000-digit-int",
@@ -724,3 +752,36 @@ def test_qa_hostile_binary_log_is_bad_input(
     argv = [command, hostile["garbage"]]
     code, out, err = _run(capsys, argv)
     assert_contract(argv, code, out, err, 2, "binary")
+
+
+@pytest.mark.parametrize("command", ["explain-oom", "read-log"])
+@pytest.mark.parametrize("name", ["empty", "sparse", "trunc_json"])
+def test_qa_hostile_log_without_failure_is_nothing_found(
+    command: str, name: str, hostile: dict[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An empty log, 1 GiB of NULs, a JSON fragment: exit 3 (nothing found), the answer as JSON on stdout."""
+    code, out, err = _run(capsys, [command, "--json", hostile[name]])
+    assert code == 3, err
+    assert "Traceback" not in err
+    assert isinstance(json.loads(out), dict)
+
+
+def test_qa_hostile_truncated_gzip_log_is_read_up_to_the_cut(
+    hostile: dict[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = _run(capsys, ["explain-oom", "--json", hostile["trunc_gz"]])
+    assert code == 0, err
+    result = json.loads(out)
+    assert result["cause"] != "no-failure"
+    assert any("truncated gzip" in w for w in result["warnings"])
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="vramctl/diagnose reader: an empty LOG argument is read as '.', so the error says '.: is a directory'",
+)
+@pytest.mark.parametrize("command", ["explain-oom", "read-log"])
+def test_qa_hostile_empty_log_path_is_named(command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = [command, ""]
+    code, out, err = _run(capsys, argv)
+    assert_contract(argv, code, out, err, 2, "empty")
