@@ -725,13 +725,6 @@ def test_qa_hostile_input_through_a_pipe(content: bytes, argv_for: Any, tmp_path
     assert json.loads(out)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="vramctl/diagnose/classify.py _parallel_plan opens the source and reads 2 bytes of magic before it checks "
-    "S_ISREG: on a pipe that consumes the stream, so `explain-oom <(cat oom.log)` says 'the log is empty' (exit 3) "
-    "or, when the writer has gone, blocks forever on the second open",
-    raises=(AssertionError, subprocess.TimeoutExpired),
-)
 def test_qa_hostile_explain_oom_through_a_pipe(tmp_path: Path) -> None:
     code, out, err = _through_a_fifo(
         tmp_path, OOM_LOG.read_bytes(), lambda p: ["explain-oom", "--json", p], 5
@@ -740,11 +733,6 @@ def test_qa_hostile_explain_oom_through_a_pipe(tmp_path: Path) -> None:
     assert json.loads(out)["cause"] != "no-failure"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="vramctl/diagnose reader: 1 MiB of random bytes is read as a text log and reported as 'the log holds no "
-    "failure' with confidence high (exit 3); a binary file is unreadable input (exit 2, docs/exit-codes.md)",
-)
 @pytest.mark.parametrize("command", ["explain-oom", "read-log"])
 def test_qa_hostile_binary_log_is_bad_input(
     command: str, hostile: dict[str, str], capsys: pytest.CaptureFixture[str]
@@ -785,3 +773,30 @@ def test_qa_hostile_empty_log_path_is_named(command: str, capsys: pytest.Capture
     argv = [command, ""]
     code, out, err = _run(capsys, argv)
     assert_contract(argv, code, out, err, 2, "empty")
+
+
+@pytest.mark.parametrize(
+    ("data", "needle"),
+    [
+        (
+            (REPO / "examples/deploy-llama3-8b-h100.yaml").read_bytes() + b"# pad\n" * 200_000,
+            "larger than 1 MiB",
+        ),
+        (os.urandom(100_000), "not UTF-8"),
+        (b"", "top level: must be a mapping"),
+    ],
+    ids=["over-1mib", "binary", "empty"],
+)
+def test_qa_hostile_check_spec_on_stdin(
+    data: bytes, needle: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`... | vramctl check -`: a spec over 1 MiB was cut at 1 MiB and checked (PASS without the requirements after
+    the cut); binary bytes were 'unacceptable character #xdcd8'."""
+    import io
+
+    monkeypatch.setattr(
+        sys, "stdin", io.TextIOWrapper(io.BytesIO(data), encoding="utf-8", errors="surrogateescape")
+    )
+    argv = ["check", "--json", "-"]
+    code, out, err = _run(capsys, argv)
+    assert_contract(argv, code, out, err, 2, needle)

@@ -23,7 +23,16 @@ def _read_spec(path: str) -> str:
     if path == "-":
         import sys
 
-        return sys.stdin.read(MAX_SPEC_BYTES + 1)
+        stdin = getattr(sys.stdin, "buffer", None)
+        data: str | bytes = (stdin or sys.stdin).read(MAX_SPEC_BYTES + 1)
+        if len(data) > MAX_SPEC_BYTES:  # the rest must not be dropped silently: it may hold the requirements
+            raise BadInputError("<stdin>: larger than 1 MiB, not a deployment spec")
+        if isinstance(data, str):
+            return data
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise BadInputError("<stdin>: not UTF-8 text") from None
     if not path.strip():
         raise BadInputError(f"SPEC {path!r}: empty file name (give a deployment spec YAML, or - for stdin)")
     spec = Path(path)
