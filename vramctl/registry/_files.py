@@ -47,12 +47,27 @@ def read_yaml(path: Path) -> dict[str, Any]:
     return data
 
 
+MAX_JSON_BYTES = 64 << 20
+"""config.json files are kilobytes, a safetensors index a few megabytes."""
+
+
 def read_json_object(path: Path) -> dict[str, Any]:
     """One JSON object; malformed JSON or another top-level type is a BadInputError naming the file."""
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise BadInputError(f"{path}: cannot read: {getattr(exc, 'strerror', None) or exc}") from None
+        with path.open("rb") as handle:  # at most 64 MiB: `--model model.bin` must not read 10 GB into memory
+            raw = handle.read(MAX_JSON_BYTES + 1)
+        if len(raw) > MAX_JSON_BYTES:
+            raise BadInputError(
+                f"{path}: larger than {MAX_JSON_BYTES >> 20} MiB, not a config.json (give the model's folder "
+                "or its config.json)"
+            )
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BadInputError(
+            f"{path}: not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset {exc.start})"
+        ) from None
+    except OSError as exc:
+        raise BadInputError(f"{path}: cannot read: {exc.strerror or exc}") from None
     try:
         data = json.loads(text)
     except RecursionError:

@@ -181,15 +181,28 @@ def loads_bandwidths(text: str, *, source: str = "bandwidths") -> BenchBandwidth
     return parse_bandwidths(obj, source=source)
 
 
+_MAX_FILE_BYTES = 16 << 20
+
+
 def load_bandwidths(path: str | Path) -> BenchBandwidths:
     """Read and validate a bandwidths file written by `vramctl tiers bench` (or by hand)."""
     target = Path(path)
     try:
-        text = target.read_text(encoding="utf-8")
+        with target.open("rb") as handle:  # a bandwidths file is a few KiB: never read a huge file whole
+            raw = handle.read(_MAX_FILE_BYTES + 1)
+        if len(raw) > _MAX_FILE_BYTES:
+            raise BadInputError(
+                f"--bandwidths {path}: larger than {_MAX_FILE_BYTES >> 20} MiB, not a `tiers bench` file"
+            )
+        text = raw.decode("utf-8")
     except FileNotFoundError:
         raise BadInputError(f"--bandwidths {path}: no such file") from None
     except IsADirectoryError:
         raise BadInputError(f"--bandwidths {path}: is a directory, expected a JSON file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise BadInputError(f"--bandwidths {path}: cannot read ({exc})") from None
+    except UnicodeDecodeError as exc:
+        raise BadInputError(
+            f"--bandwidths {path}: not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset {exc.start})"
+        ) from None
+    except OSError as exc:
+        raise BadInputError(f"--bandwidths {path}: cannot read ({exc.strerror or exc})") from None
     return loads_bandwidths(text, source=f"--bandwidths {path}")
