@@ -130,10 +130,19 @@ def test_missing_file_and_directory_exit_2(capsys: pytest.CaptureFixture[str], t
     assert code == 2 and "directory" in err
 
 
+def test_binary_data_exit_2(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """Bytes that are not text (a PNG header, invalid UTF-8, control characters) are the wrong file: exit 2."""
+    path = tmp_path / "x.log"
+    path.write_bytes(b"\x00\xff\xfe garbage \x89PNG\r\n\x1a\n" * 100)
+    code, out, err = run(capsys, str(path))
+    assert code == 2 and out == "" and "binary data, not a text log" in err
+    assert len(err.strip().splitlines()) == 1
+
+
 @pytest.mark.parametrize(
     "content",
-    [b"", b"\x00\xff\xfe garbage \x89PNG\r\n\x1a\n" * 100, b"INFO just a server\nnothing about memory\n"],
-    ids=["empty", "binary", "no-memory-lines"],
+    [b"", b"\x00" * 100_000, b"INFO just a server\nnothing about memory\n"],
+    ids=["empty", "zero-filled", "no-memory-lines"],
 )
 def test_nothing_found_exit_3(capsys: pytest.CaptureFixture[str], tmp_path: Path, content: bytes) -> None:
     path = tmp_path / "x.log"

@@ -32,10 +32,12 @@ from vramctl.core.errors import BadInputError
 from vramctl.diagnose.catalogue import Catalogue, Fix, Signature, load_catalogue
 from vramctl.diagnose.facts import FactValue, convert, evaluate, fill, read_setting
 from vramctl.diagnose.reader import (
+    BINARY_SAMPLE_BYTES,
     Block,
     LogLine,
     ScanStats,
     TruncatedInputError,
+    check_text,
     clean_line,
     iter_blocks,
     make_line,
@@ -445,13 +447,21 @@ def _parallel_plan(source: object) -> tuple[str, int, int] | None:
     if not isinstance(source, (str, os.PathLike)) or os.fspath(source) == "-":
         return None
     path = os.fspath(source)
+    import stat as stat_module
+
     try:
         st = os.stat(path)
+        # a pipe or FIFO (`explain-oom <(kubectl logs …)`) is read once, by the streaming reader: reading its magic
+        # here would consume the stream
+        if not stat_module.S_ISREG(st.st_mode):
+            return None
         with open(path, "rb") as fh:
-            magic = fh.read(2)
+            head = fh.read(BINARY_SAMPLE_BYTES)
     except OSError:
         return None
-    import stat as stat_module
+    magic = head[:2]
+    if magic not in (b"\x1f\x8b", b"\xff\xfe", b"\xfe\xff"):
+        check_text(head, path)  # the parallel ranges never pass through the reader's own check
 
     chosen = os.environ.get("VRAMCTL_SCAN_WORKERS", "")
     small = st.st_size < PARALLEL_MIN_BYTES and not (chosen.isdigit() and int(chosen) >= 2)

@@ -284,12 +284,35 @@ def _read(stream: BinaryIO, size: int, name: str) -> bytes:
 _UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
 
 
+BINARY_SAMPLE_BYTES = 64 * 1024
+_BINARY_MIN_TEXT = 512
+_BINARY_MAX_FRACTION = 0.10
+_TEXT_CONTROLS = frozenset("\t\n\r\x0b\x0c\x08\x1b")
+
+
+def check_text(sample: bytes, name: str) -> None:
+    """BadInputError when the start of a log is binary data (an archive, an executable, random bytes) rather than
+    text: more than 10 % of it, NULs aside (a sparse or zero-filled file is an empty log), is invalid UTF-8 or
+    control characters that logs do not print. A log with a few garbled lines stays far below that."""
+    text = sample[:BINARY_SAMPLE_BYTES].replace(b"\x00", b"").decode("utf-8", "replace")
+    if len(text) < _BINARY_MIN_TEXT:
+        return
+    bad = sum(1 for ch in text if ch == "\ufffd" or (ch < " " and ch not in _TEXT_CONTROLS) or ch == "\x7f")
+    if bad > _BINARY_MAX_FRACTION * len(text):
+        raise BadInputError(
+            f"{name}: binary data, not a text log ({100 * bad / len(text):.0f} % of the first "
+            f"{min(len(sample), BINARY_SAMPLE_BYTES) // 1024} KiB is not text); pass the log itself (plain, gzip or "
+            "UTF-16, as `docker logs` / `kubectl logs` / `journalctl` write it)"
+        )
+
+
 def _iter_bytes(stream: BinaryIO, name: str, stats: ScanStats) -> Iterator[bytes]:
     """Chunks of the content as UTF-8-compatible bytes: gzip undone, UTF-16 (with its byte-order mark: what
     Windows PowerShell's `>` writes) transcoded to UTF-8 chunk by chunk, so the byte-level anchors still match."""
     chunks = _iter_raw_bytes(stream, name, stats)
     for first in chunks:
         if not first.startswith(_UTF16_BOMS):
+            check_text(first, name)
             yield first
             yield from chunks
             return
