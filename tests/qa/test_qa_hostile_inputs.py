@@ -767,10 +767,6 @@ def test_qa_hostile_truncated_gzip_log_is_read_up_to_the_cut(
     assert any("truncated gzip" in w for w in result["warnings"])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="vramctl/diagnose reader: an empty LOG argument is read as '.', so the error says '.: is a directory'",
-)
 @pytest.mark.parametrize("command", ["explain-oom", "read-log"])
 def test_qa_hostile_empty_log_path_is_named(command: str, capsys: pytest.CaptureFixture[str]) -> None:
     argv = [command, ""]

@@ -258,6 +258,9 @@ def _open(source: str | os.PathLike[str] | BinaryIO) -> tuple[BinaryIO, str, boo
     if isinstance(source, (str, os.PathLike)):
         if os.fspath(source) == "-":
             return sys.stdin.buffer, "<stdin>", False
+        if not os.fspath(source).strip():
+            # Path("") is "." (the current directory): name the real mistake
+            raise BadInputError("LOG: empty file name (give the log's path, or - for standard input)")
         path = Path(source)
         if path.is_dir():
             raise BadInputError(f"{path}: is a directory, not a log file")
