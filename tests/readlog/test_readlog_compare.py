@@ -85,3 +85,19 @@ def test_settings_from_an_sglang_log() -> None:
     assert s.engine == "sglang" and s.engine_version == "0.4.3"
     assert s.tensor_parallel_size == 2 and s.mem_fraction_static == 0.87 and s.max_total_tokens == 10240
     assert s.chunked_prefill_size == 8192
+
+
+def test_settings_carry_lora_dp_ep_and_online_quantisation() -> None:
+    """vLLM's `non-default args` line (format: vllm/entrypoints/utils.py `log_non_default_args`), own numbers."""
+    args = (
+        "INFO 11-30 10:00:00 [utils.py:233] non-default args: {'model': 'Qwen/Qwen3-30B-A3B', "
+        "'tensor_parallel_size': 2, 'data_parallel_size': 2, 'enable_expert_parallel': True, 'enable_lora': True, "
+        "'max_loras': 4, 'max_lora_rank': 64, 'quantization': 'fp8'}"
+    )
+    kv = "INFO 11-30 10:01:00 [gpu_worker.py:1] Available KV cache memory: 30.00 GiB"
+    s = settings_from_report(parse_startup_log([args, kv]))
+    assert (s.tensor_parallel_size, s.data_parallel_size, s.enable_expert_parallel) == (2, 2, True)
+    assert (s.enable_lora, s.max_loras, s.max_lora_rank, s.quantization) == (True, 4, 64, "fp8")
+    # a checkpoint's own method (the registry's already) is not passed as a flag
+    awq = args.replace("'quantization': 'fp8'", "'quantization': 'awq_marlin'")
+    assert settings_from_report(parse_startup_log([awq, kv])).quantization is None

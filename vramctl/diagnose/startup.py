@@ -39,6 +39,7 @@ from vramctl.core.ledger import (
     Term,
     TermSource,
 )
+from vramctl.core.quantization import ONLINE_METHODS
 from vramctl.core.settings import ServeSettings, parse_version
 from vramctl.core.units import GB, GiB, format_gib
 from vramctl.diagnose.startup_formats import (
@@ -313,6 +314,10 @@ _SETTING_KEYS: dict[str, str] = {
     "enforce_eager": "enforce_eager",
     "block_size": "block_size",
     "quantization": "quantization",
+    "enable_expert_parallel": "enable_expert_parallel",
+    "enable_lora": "enable_lora",
+    "max_loras": "max_loras",
+    "max_lora_rank": "max_lora_rank",
     "enable_prefix_caching": "enable_prefix_caching",
     "enable_chunked_prefill": "enable_chunked_prefill",
     "chunked_prefill_enabled": "enable_chunked_prefill",
@@ -1686,6 +1691,7 @@ def settings_from_report(report: StartupReport, *, engine_version: str | None = 
     kv_dtype = get_str("kv_cache_dtype") or "auto"
     # SGLang prints the KV pool's torch dtype (`torch.float8_e4m3fn`); the flag spells it `fp8_e4m3`.
     kv_dtype = _TORCH_KV_DTYPES.get(kv_dtype.lower(), kv_dtype)
+    quantization = (get_str("quantization") or "").strip().lower()
     changes: dict[str, Any] = {
         "engine": engine,
         "engine_version": version,
@@ -1706,6 +1712,14 @@ def settings_from_report(report: StartupReport, *, engine_version: str | None = 
             enforce_eager=bool(get_bool("enforce_eager")),
             kv_cache_memory_bytes=get_int("kv_cache_memory_bytes"),
             enable_chunked_prefill=get_bool("enable_chunked_prefill"),
+            data_parallel_size=get_int("data_parallel_size") or 1,
+            enable_expert_parallel=bool(get_bool("enable_expert_parallel")),
+            enable_lora=bool(get_bool("enable_lora")),
+            max_loras=get_int("max_loras"),
+            max_lora_rank=get_int("max_lora_rank"),
+            # the log names the method in use; only the in-flight ones change the plan of an unquantised checkpoint
+            # (a checkpoint's own method is the registry's already)
+            quantization=quantization if quantization in ONLINE_METHODS else None,
         )
     else:
         changes.update(
