@@ -5,8 +5,9 @@ reproduces the safetensors totals the Hub shows: Llama-3-8B = 8,030,261,248.
 
 Per decoder layer:
 - attention, GQA/MHA: q (hidden × heads·head_dim), k and v (hidden × kv_heads·head_dim),
-  o (heads·head_dim × hidden); biases on q/k/v (Qwen2, gpt-oss, OPT) and o (gpt-oss, OPT); q/k RMSNorm
-  of head_dim each (Qwen3, Gemma-3); one sink logit per head (gpt-oss);
+  o (heads·head_dim × hidden); biases on q/k/v (Qwen2, gpt-oss, OPT, GLM-4) and o (gpt-oss, OPT); q/k RMSNorm
+  of head_dim each (Qwen3, Gemma-3, EXAONE-4, GLM-4.5 `use_qk_norm`) or over the whole projection,
+  heads·head_dim and kv_heads·head_dim (OLMo-2, MiniMax-M2, Command-R+); one sink logit per head (gpt-oss);
 - attention, MLA (DeepSeek-V2/V3, Kimi-K2): q_a (hidden × q_lora_rank) + its norm + q_b
   (q_lora_rank × heads·(nope+rope)), or one q projection when q_lora_rank is None; kv_a
   (hidden × (kv_lora_rank + rope)) + its norm (kv_lora_rank); kv_b (kv_lora_rank × heads·(nope+v));
@@ -15,7 +16,8 @@ Per decoder layer:
   MoE layers: experts × a gated MLP of moe_intermediate_size (+ per-expert biases for gpt-oss), the router
   (experts × hidden, + bias for gpt-oss), DeepSeek-V3's per-expert score-correction bias, and the shared
   expert(s);
-- norms_per_layer norm vectors of hidden_size (× 2 with a LayerNorm bias).
+- norms_per_layer norm vectors of hidden_size (× 2 with a LayerNorm bias): 1 for Cohere's parallel block,
+  2 for Llama, 4 for Gemma-2/3 and GLM-4-0414.
 Plus the embedding (vocab × hidden), a learned position table (OPT), the final norm, and the lm_head
 unless tied.
 
@@ -149,7 +151,9 @@ def _attention_tensors(spec: ModelSpec) -> list[_Linear | _Vector]:
         out += [_Vector(q_dim, "col"), _Vector(kv_dim, "kv"), _Vector(kv_dim, "kv")]
     if spec.attention_out_bias:
         out.append(_Vector(hidden, "rep"))
-    if spec.qk_norm:
+    if spec.qk_norm and spec.qk_norm_whole:  # vLLM olmo2.py keeps the full q / k norm weights on every rank
+        out += [_Vector(q_dim, "rep"), _Vector(kv_dim, "rep")]
+    elif spec.qk_norm:
         out += [_Vector(spec.head_dim, "rep"), _Vector(spec.head_dim, "rep")]
     if spec.attention_sinks:
         out.append(_Vector(heads, "col"))

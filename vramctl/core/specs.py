@@ -165,11 +165,15 @@ class ModelSpec:
     """The output projection has a bias (gpt-oss, Llama with `attention_bias: true`)."""
     qk_norm: bool = False
     """Per-head RMSNorm on q and k (Qwen3, Gemma-3): 2 × head_dim weights per layer."""
+    qk_norm_whole: bool = False
+    """With qk_norm: the q / k norms span the whole projection, (heads + kv_heads) × head_dim weights per layer
+    (OLMo-2, MiniMax-M2, Command-R+ `use_qk_norm`) instead of 2 × head_dim."""
     attention_sinks: bool = False
     """A learned sink logit per attention head and layer (gpt-oss)."""
     mlp_bias: bool = False
     norms_per_layer: int = 2
-    """RMSNorm weight vectors of hidden_size per layer: 2 (Llama), 4 (Gemma-2/3 pre+post norms)."""
+    """RMSNorm weight vectors of hidden_size per layer: 2 (Llama), 4 (Gemma-2/3, GLM-4-0414 pre+post norms), 1 (Cohere's
+    parallel attention + MLP block)."""
     num_mtp_layers: int = 0
     """Multi-token-prediction layers in the checkpoint that a plain serve does not load (DeepSeek-V3)."""
     mlp_gated: bool = True

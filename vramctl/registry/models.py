@@ -50,8 +50,19 @@ MAX_LAYERS = 10_000
 _OPT_POSITION_OFFSET = 2
 """transformers OPTLearnedPositionalEmbedding keeps max_position_embeddings + 2 rows."""
 _QKV_BIAS_ALWAYS = {"qwen2", "qwen2_moe", "qwen2_vl", "qwen2_5_vl", "chatglm"}
-_QK_NORM = {"qwen3", "qwen3_moe", "gemma3", "gemma3_text", "qwen3_vl_text", "qwen3_vl_moe_text"}
-_FOUR_NORMS = {"gemma2", "gemma3", "gemma3_text"}
+_QK_NORM = {"qwen3", "qwen3_moe", "gemma3", "gemma3_text", "qwen3_vl_text", "qwen3_vl_moe_text", "exaone4"}
+"""Per-head q/k RMSNorm of head_dim, always present (vLLM exaone4.py Exaone4Attention q_norm / k_norm)."""
+_QK_NORM_WHOLE = {"olmo2", "minimax_m2"}
+"""q/k RMSNorm over the whole projection, heads × head_dim and kv_heads × head_dim (vLLM olmo2.py, minimax_m2.py)."""
+_QK_NORM_FLAG = {"glm4_moe": False, "cohere": True}
+"""`use_qk_norm` gates the q/k norms: per head for Glm4Moe (vLLM glm4_moe.py RMSNorm(head_dim)), over
+(heads, head_dim) / (kv_heads, head_dim) for Cohere (commandr.py LayerNorm(param_shape=...)); value = whole."""
+_FOUR_NORMS = {"gemma2", "gemma3", "gemma3_text", "glm4"}
+"""Pre + post norms around attention and MLP (GLM-4-0414: post_self_attn_layernorm, post_mlp_layernorm)."""
+_ONE_NORM = {"cohere", "cohere2"}
+"""One input_layernorm feeding attention and MLP in parallel (vLLM commandr.py CohereDecoderLayer)."""
+_NO_OUT_BIAS = {"glm4", "glm4_moe"}
+"""`attention_bias` adds q/k/v biases only; o_proj has none (vLLM glm4.py, glm4_moe.py RowParallelLinear bias=False)."""
 _LAYER_TYPES = {FULL_ATTENTION, SLIDING_ATTENTION}
 _GLOBAL_EVERY = {"gemma3": 6, "gemma3_text": 6, "cohere2": 4}
 """Default `sliding_window_pattern` of the transformers config class (Cohere2Config: 4; vLLM cohere2.py
@@ -949,6 +960,10 @@ def spec_from_config(
     is_opt = model_type == "opt"
     attention_bias = get_bool(cfg, "enable_bias" if is_opt else "attention_bias", where, default=is_opt)
     quant = _quantization(cfg, where)
+    qk_norm_whole = model_type in _QK_NORM_WHOLE
+    qk_norm = model_type in _QK_NORM or qk_norm_whole
+    if model_type in _QK_NORM_FLAG and get_bool(cfg, "use_qk_norm", where):
+        qk_norm, qk_norm_whole = True, _QK_NORM_FLAG[model_type]
     spec = ModelSpec(
         name=name,
         architecture=architecture,
@@ -977,8 +992,9 @@ def spec_from_config(
         aliases=tuple(aliases),
         sources=tuple(sources),
         attention_qkv_bias=attention_bias or model_type in _QKV_BIAS_ALWAYS,
-        attention_out_bias=attention_bias,
-        qk_norm=model_type in _QK_NORM,
+        attention_out_bias=attention_bias and model_type not in _NO_OUT_BIAS,
+        qk_norm=qk_norm,
+        qk_norm_whole=qk_norm_whole,
         attention_sinks=model_type == "gpt_oss",
         mlp_bias=get_bool(cfg, "enable_bias", where, default=True)
         if is_opt
@@ -986,7 +1002,7 @@ def spec_from_config(
         mlp_gated=not is_opt,
         norm_bias=is_opt,
         learned_position_embeddings=max_pos + _OPT_POSITION_OFFSET if is_opt else 0,
-        norms_per_layer=4 if model_type in _FOUR_NORMS else 2,
+        norms_per_layer=4 if model_type in _FOUR_NORMS else 1 if model_type in _ONE_NORM else 2,
         num_mtp_layers=get_int(cfg, "num_nextn_predict_layers", where, default=0, minimum=0),
         vision_params=vision_params,
         vision_layers=vision_layers,
