@@ -472,6 +472,24 @@ BAD_INPUT: list[tuple[str, list[str], int, str | None]] = [
         "absurdly",
     ),
     ("profile-compare-unknown", ["profile", str(TINY), *FAST, "--compare", "bogus"], 2, "--compare 'bogus'"),
+    (
+        "profile-compare-huge-batch",
+        ["profile", str(TINY), *FAST, "--compare", "max-num-batched-tokens=" + "9" * 20],
+        2,
+        "--compare max-num-batched-tokens=",
+    ),
+    (
+        "profile-compare-block-size-12",
+        ["profile", str(TINY), *FAST, "--compare", "block-size=12"],
+        2,
+        "vLLM accepts",
+    ),
+    (
+        "profile-compare-seqs-1e20",
+        ["profile", str(TINY), *FAST, "--compare", "max-num-seqs=" + "9" * 20],
+        2,
+        "absurdly large",
+    ),
     ("profile-config-5000-digit-int", ["profile", "{cfg_bigint}", "--device", "cpu"], 2, "number too long"),
     ("profile-save-txt", ["profile", str(TINY), *FAST, "--save", "{tmp}/x.txt"], 2, ".json, .yaml or .yml"),
     (

@@ -387,6 +387,13 @@ def register(app: typer.Typer) -> None:
 
         settings = _engine_settings(locals())
         flips = [parse_compare(text) for text in compare]
+        base_flags = {name: value for name, value in locals().items() if name in _ENGINE_FLAGS}
+        for flag, value in flips:  # a compared value gets the checks the flag itself gets
+            if flag.replace("-", "_") in base_flags:
+                try:
+                    _engine_settings({**base_flags, flag.replace("-", "_"): value})
+                except BadInputError as exc:
+                    raise BadInputError(f"--compare {flag}={value}: {exc}") from None
         _check_save(save)
         request = _request(model, settings, device, device_memory, num_layers)
         on_phase = _progress(not as_json)
