@@ -11,6 +11,7 @@ No torch import anywhere on this path.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import typer
@@ -20,7 +21,7 @@ from vramctl.core.exit_codes import ExitCode
 from vramctl.core.host_tier import machine_memory_bytes
 from vramctl.core.serve_command import parse_human_int, parse_max_model_len
 from vramctl.core.settings import ServeSettings
-from vramctl.core.units import parse_bytes, parse_number
+from vramctl.core.units import MiB, parse_bytes, parse_number
 
 DEFAULT_MODEL = "meta-llama/Meta-Llama-3-8B-Instruct"
 DEFAULT_GPU = "h100-sxm"
@@ -59,6 +60,18 @@ def _float(text: str | None, flag: str) -> float | None:
 
 def _size(text: str | None, flag: str, default_unit: str = "B") -> int | None:
     return None if text is None else parse_bytes(text, what=flag, default_unit=default_unit)
+
+
+_BARE_NUMBER = re.compile(r"\s*[0-9][0-9_]*(\.[0-9]*)?([eE][+-]?[0-9]+)?\s*")
+
+
+def _memory_size(text: str | None, flag: str) -> int | None:
+    """A card's or a host's memory. A bare number is bytes; one below 1 MiB (`--gpu-memory 80`) is a missing unit,
+    not a GPU of 80 bytes that nothing fits on (read-log and check read such a number as GiB)."""
+    size = _size(text, flag)
+    if text is not None and size is not None and 0 < size < MiB and _BARE_NUMBER.fullmatch(text):
+        raise BadInputError(f"{flag} {text.strip()}: {size} bytes; write the unit, e.g. {text.strip()}GiB")
+    return size
 
 
 _VLLM_ONLY = (
@@ -172,8 +185,8 @@ def run_plan(
         "max_loras": _int(options.get("max_loras"), "--max-loras"),
         "max_lora_rank": _int(options.get("max_lora_rank"), "--max-lora-rank"),
         "kv_cache_memory_bytes": _size(options.get("kv_cache_memory_bytes"), "--kv-cache-memory-bytes"),
-        "free_memory_bytes": _size(options.get("free_memory"), "--free-memory"),
-        "gpu_memory_bytes": _size(options.get("gpu_memory"), "--gpu-memory"),
+        "free_memory_bytes": _memory_size(options.get("free_memory"), "--free-memory"),
+        "gpu_memory_bytes": _memory_size(options.get("gpu_memory"), "--gpu-memory"),
         "mem_fraction_static": _float(options.get("mem_fraction_static"), "--mem-fraction-static"),
         "chunked_prefill_size": _int(options.get("chunked_prefill_size"), "--chunked-prefill-size"),
         "max_running_requests": _int(options.get("max_running_requests"), "--max-running-requests"),
@@ -183,7 +196,7 @@ def run_plan(
         "hicache_ratio": _float(options.get("hicache_ratio"), "--hicache-ratio"),
         "hicache_size_gb": _float(options.get("hicache_size"), "--hicache-size"),
         "kv_offloading_size_gib": _float(options.get("kv_offloading_size"), "--kv-offloading-size"),
-        "host_memory_bytes": _size(options.get("host_memory"), "--host-memory"),
+        "host_memory_bytes": _memory_size(options.get("host_memory"), "--host-memory"),
     }
     changes.update({k: v for k, v in numeric.items() if v is not None})
     if command is not None:
