@@ -93,15 +93,30 @@ def _usage_error_line(exc: typer.TyperException) -> str:
     return f"{message} (see `{command} --help`)"
 
 
+MAX_ERROR_CHARS = 2000
+"""An error line repeats the user's value; a 100,000-character argument must not make a 100 KB line."""
+
+
+def _one_line(message: str) -> str:
+    if len(message) <= MAX_ERROR_CHARS:
+        return message
+    keep = MAX_ERROR_CHARS // 2
+    return f"{message[:keep]} … ({len(message) - 2 * keep:,} characters cut) … {message[-keep:]}"
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; every failure becomes one line on stderr and a documented exit code."""
+    if sys.stdout is None:
+        # fd 1 was closed before Python started (`vramctl plan >&-`): print() would drop the answer silently
+        print("vramctl: error: standard output is closed: nowhere to write the answer", file=sys.stderr)
+        return int(ExitCode.BAD_INPUT)
     try:
         result = app(args=argv, prog_name="vramctl", standalone_mode=False)
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else ExitCode.BAD_INPUT)
         return int(code)
     except VramctlError as exc:
-        print(f"vramctl: error: {exc}", file=sys.stderr)
+        print(f"vramctl: error: {_one_line(str(exc))}", file=sys.stderr)
         return int(exc.exit_code)
     except (KeyboardInterrupt, typer.Abort):
         print("vramctl: interrupted", file=sys.stderr)
@@ -113,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
             with contextlib.suppress(BrokenPipeError):
                 print(exc.ctx.get_help())  # type: ignore[attr-defined]
             return 0
-        print(f"vramctl: error: {_usage_error_line(exc)}", file=sys.stderr)
+        print(f"vramctl: error: {_one_line(_usage_error_line(exc))}", file=sys.stderr)
         return int(getattr(exc, "exit_code", ExitCode.BAD_INPUT))
     except RecursionError:
         # A JSON / YAML input nested thousands deep reaches here from any reader: it is bad input.
