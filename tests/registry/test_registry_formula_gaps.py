@@ -104,6 +104,7 @@ def test_minimax_m2_whole_projection_qk_norm() -> None:
     assert total == 228_689_764_864
     spec = load_model("minimax-m2")
     assert spec.quantization == "fp8" and spec.quant_group_size == 128
+    assert spec.num_mtp_layers == 3  # num_mtp_modules: skipped by vLLM, not counted
     assert param_count_from_spec(spec) == spec.param_count == total
     assert total - layers * (q_norm + k_norm) == 228_689_320_448  # before
 

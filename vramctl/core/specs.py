@@ -175,7 +175,8 @@ class ModelSpec:
     """RMSNorm weight vectors of hidden_size per layer: 2 (Llama), 4 (Gemma-2/3, GLM-4-0414 pre+post norms), 1 (Cohere's
     parallel attention + MLP block)."""
     num_mtp_layers: int = 0
-    """Multi-token-prediction layers in the checkpoint that a plain serve does not load (DeepSeek-V3)."""
+    """Multi-token-prediction layers in the checkpoint that a plain serve does not load (DeepSeek-V3, GLM-4.5
+    `num_nextn_predict_layers`; MiniMax-M2 `num_mtp_modules`)."""
     mlp_gated: bool = True
     """gate + up + down (SwiGLU/GeGLU); False: fc1 + fc2 (OPT, GPT-2)."""
     norm_bias: bool = False
