@@ -152,8 +152,9 @@ def _attention_tensors(spec: ModelSpec) -> list[_Linear | _Vector]:
     if spec.attention_out_bias:
         out.append(_Vector(hidden, "rep"))
     if spec.qk_norm and spec.qk_norm_whole:
-        # counted whole on every rank: vLLM olmo2.py all-gathers q / k and keeps the full weights; minimax_m2.py's
-        # MiniMaxText01RMSNormTP shards them by tp (< 1 MiB per rank less than booked here)
+        # counted whole on every rank: vLLM olmo2.py all-gathers q / k and keeps the full weights; minimax_m2.py
+        # (MiniMaxText01RMSNormTP) and commandr.py (LayerNorm of (heads per rank, head_dim)) shard them by tp,
+        # < 1 MiB per rank less than booked here
         out += [_Vector(q_dim, "rep"), _Vector(kv_dim, "rep")]
     elif spec.qk_norm:
         out += [_Vector(spec.head_dim, "rep"), _Vector(spec.head_dim, "rep")]
