@@ -1,4 +1,4 @@
-"""Docs examples are executed: every `$ vramctl ...` line in a ```console block of docs/*.md must run
+"""Docs examples are executed: every `$ vramctl ...` line in a ```console block of docs/*.md and README.md must run
 without a traceback and exit with a documented code (0..5). Commands that need a GPU are skipped."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ GPU_MARKERS = ("--device cuda", "--device=cuda", "gpu-check")
 
 def _examples() -> list[tuple[str, str]]:
     found: list[tuple[str, str]] = []
-    for page in sorted((ROOT / "docs").rglob("*.md")):
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]:
         for block in re.findall(r"```console\n(.*?)```", page.read_text(), flags=re.S):
             for line in block.splitlines():
                 if line.startswith("$ vramctl"):
@@ -40,7 +40,7 @@ def test_docs_example_runs(page: str, command: str, tmp_path: Path) -> None:
     if "|" in command or ">" in command:
         argv = ["bash", "-c", command]
     else:
-        argv = shlex.split(command)
+        argv = shlex.split(command, comments=True)  # README's examples end in `# what it shows`
         exe = shutil.which("vramctl")
         assert exe is not None, "vramctl is not installed (pip install -e .)"
         argv[0] = exe
