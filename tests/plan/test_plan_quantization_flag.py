@@ -75,7 +75,9 @@ def test_a_flag_that_disagrees_with_the_checkpoint_stops_the_start_up() -> None:
     with pytest.raises(BadInputError) as err:
         apply_quantization_flag(registry.load_model("Qwen/Qwen3-30B-A3B-FP8"), "awq")
     text = str(err.value)
-    assert text.startswith("--quantization awq: the checkpoint of Qwen/Qwen3-30B-A3B-FP8 is quantised with fp8")
+    assert text.startswith(
+        "--quantization awq: the checkpoint of Qwen/Qwen3-30B-A3B-FP8 is quantised with fp8"
+    )
     assert "Quantization method specified in the model config (fp8) does not match" in text
     assert text.endswith("drop --quantization or pass --quantization fp8")
 
@@ -135,3 +137,11 @@ def test_check_spec_takes_the_flag(tmp_path: Path, capsys: pytest.CaptureFixture
     assert main(["check", str(spec), "--json"]) == 0
     (engine,) = json.loads(capsys.readouterr().out)["engines"]
     assert engine["weights_bytes"] == 9_086_705_664
+
+
+def test_online_fp8_of_a_hybrid_scales_its_exact_total() -> None:
+    """A hybrid's exact count is the registry's per-kind one: fp8 shrinks it in the layout formula's proportion
+    instead of replacing it with the dense formula's size (Nemotron-Nano-9B-v2 was 16 GiB after fp8)."""
+    model = registry.load_model("nvidia/NVIDIA-Nemotron-Nano-9B-v2")
+    served = apply_quantization_flag(model, "fp8").model
+    assert 0.5 * model.weight_bytes < served.weight_bytes < 0.6 * model.weight_bytes

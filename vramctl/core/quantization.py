@@ -95,7 +95,14 @@ def apply_quantization_flag(model: ModelSpec, flag: str | None, *, engine: str =
         )
     bits, group = ONLINE_METHODS[wanted]
     staged = replace(model, quantization=wanted, quant_bits=bits, quant_group_size=group)
-    quantized = replace(staged, weight_bytes=weight_bytes_from_spec(staged))
+    # The layout formula's quantised / unquantised ratio applied to the checkpoint's own total, so what the formula
+    # does not see (safetensors extras, a hybrid's Mamba / Gated DeltaNet layers) shrinks in proportion rather than
+    # being replaced by the dense formula's size.
+    dense_before, dense_after = weight_bytes_from_spec(model), weight_bytes_from_spec(staged)
+    exact = model.weight_bytes if model.weight_bytes and dense_before else dense_before
+    quantized = replace(
+        staged, weight_bytes=round(exact * dense_after / dense_before) if dense_before else dense_after
+    )
     before, after = model.weight_bytes, quantized.weight_bytes
     note = (
         f"--quantization {wanted}: the {model.torch_dtype} checkpoint is quantised while it loads "
