@@ -112,3 +112,9 @@ def test_check_spec_takes_the_flags(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert main(["check", str(spec), "--json"]) == 0
     (engine,) = json.loads(capsys.readouterr().out)["engines"]
     assert engine["weights_bytes"] == 16_060_522_496 + 1_342_177_280
+
+
+def test_lora_on_a_hybrid_is_refused_rather_than_guessed(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", "qwen3-next-80b-a3b", "--gpu", "h200", "-tp", "4", "--enable-lora"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "gated_delta_net layers, whose LoRA slots vramctl does not model yet" in err[0]

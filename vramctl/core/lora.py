@@ -90,6 +90,11 @@ def lora_slots(
         raise BadInputError(
             f"--max-lora-rank {rank}: vLLM accepts {allowed} (vllm/config/lora.py MaxLoRARanks)"
         )
+    if model.state_space is not None:
+        raise BadInputError(
+            f"--enable-lora: {model.name} has {model.state_space.kind} layers, whose LoRA slots vramctl does not "
+            "model yet (the layout it sizes slots from is attention + MLP only)"
+        )
     if expert_parallel and model.moe is not None:
         raise BadInputError(
             "--enable-lora with --enable-expert-parallel: vLLM stops at start-up on an MoE model (EP support for "
