@@ -222,9 +222,9 @@ MAX_CONTEXT = 1 << 30
 """1,073,741,824 tokens: 100 × any context a config declares (Llama-4-Scout: 10,485,760); more is corrupt."""
 
 
-def _max_len(config: Mapping[str, Any], model_type: str, where: str) -> tuple[int, str | None]:
-    """(context length, a note when it is not max_position_embeddings), as vLLM derives `max_model_len`
-    (yarn: the smaller of vLLM's and SGLang's lengths; `_vllm_yarn_len` gives vLLM's own).
+def _max_len(config: Mapping[str, Any], model_type: str, where: str) -> tuple[int, str | None, int | None]:
+    """(context length, a note when it is not max_position_embeddings, vLLM's own length when larger), as vLLM
+    derives `max_model_len` (yarn: the smaller of vLLM's and SGLang's lengths, and vLLM's as the third item).
 
     The smallest of `_MAX_LEN_KEYS` present, `model_max_length` winning when set (Command-R / Cohere2); none of
     them: 2048 (vLLM warns and assumes it). Then `rope_scaling` (transformers 5: `rope_parameters`), except for
@@ -239,7 +239,11 @@ def _max_len(config: Mapping[str, Any], model_type: str, where: str) -> tuple[in
         if config.get(key) is not None
     }
     if not found:
-        return 2048, "no max_position_embeddings (or another length key) in config.json: vLLM assumes 2048"
+        return (
+            2048,
+            "no max_position_embeddings (or another length key) in config.json: vLLM assumes 2048",
+            None,
+        )
     length = found.get("model_max_length") or min(found.values())
     key = "model_max_length" if "model_max_length" in found else min(found, key=lambda k: found[k])
     note = None if key == "max_position_embeddings" else f"context length from config.json '{key}' ({length})"
@@ -247,7 +251,7 @@ def _max_len(config: Mapping[str, Any], model_type: str, where: str) -> tuple[in
     if rope is None:
         rope = config.get("rope_parameters")
     if rope is None or "gemma3" in model_type:
-        return length, note
+        return length, note, None
     if not isinstance(rope, dict):
         raise BadInputError(f"{where}: field 'rope_scaling' must be a mapping or null, got {rope!r:.40}")
     rope_type = rope.get("rope_type", rope.get("type", "default"))
@@ -256,20 +260,21 @@ def _max_len(config: Mapping[str, Any], model_type: str, where: str) -> tuple[in
             f"{where}: field 'rope_scaling.rope_type' must be a string, got {rope_type!r:.40}"
         )
     if rope_type in _UNSCALED_ROPE or rope_type == "mrope":
-        return length, note
+        return length, note, None
     rwhere = f"{where}: rope_scaling"
     factor = get_float(rope, "factor", rwhere, default=1.0)
     if not 0 < factor <= 1024:
         raise BadInputError(f"{rwhere}: field 'factor' must be in (0, 1024], got {factor}")
     if rope_type == "yarn":
         original = get_int(rope, "original_max_position_embeddings", rwhere, default=length)
-        scaled = min(int(original * factor), length)
+        vllm_len = int(original * factor)  # vLLM's `_get_and_verify_max_len`; SGLang keeps `length`
+        scaled = min(vllm_len, length)
         if scaled != length:
-            note = f"yarn: original_max_position_embeddings {original} × factor {factor:g} = {int(original * factor)}"
-        return scaled, note
+            note = f"yarn: original_max_position_embeddings {original} × factor {factor:g} = {vllm_len}"
+        return scaled, note, vllm_len if scaled < vllm_len <= MAX_CONTEXT else None
     scaled = int(length * factor)
     if scaled == length:
-        return length, note
+        return length, note, None
     if scaled > MAX_CONTEXT:
         raise BadInputError(
             f"{rwhere}: factor {factor:g} × {length} is an implausible context ({scaled} tokens)"
@@ -277,24 +282,8 @@ def _max_len(config: Mapping[str, Any], model_type: str, where: str) -> tuple[in
     return (
         scaled,
         f"rope_scaling {rope_type} factor {factor:g} × {key} {length} (vLLM's derived max_model_len)",
+        None,
     )
-
-
-def _vllm_yarn_len(config: Mapping[str, Any], model_type: str, where: str, length: int) -> int | None:
-    """vLLM's derived max_model_len of a yarn config when it exceeds `length` (what `_max_len` keeps for both
-    engines): original_max_position_embeddings × factor (`_get_and_verify_max_len`); None otherwise."""
-    rope = config.get("rope_scaling")
-    if rope is None:
-        rope = config.get("rope_parameters")
-    if not isinstance(rope, dict) or "gemma3" in model_type:
-        return None
-    if rope.get("rope_type", rope.get("type")) != "yarn":
-        return None
-    rwhere = f"{where}: rope_scaling"
-    factor = get_float(rope, "factor", rwhere, default=1.0)
-    original = get_int(rope, "original_max_position_embeddings", rwhere, default=length)
-    vllm_len = int(original * factor)
-    return vllm_len if length < vllm_len <= MAX_CONTEXT else None
 
 
 def _dtype(config: Mapping[str, Any], where: str) -> str:
@@ -944,8 +933,7 @@ def spec_from_config(
                 " and 'head_dim' is missing"
             )
         head_dim = hidden // heads
-    max_pos, max_len_note = _max_len(cfg, model_type, where)
-    vllm_max_pos = _vllm_yarn_len(cfg, model_type, where, max_pos)
+    max_pos, max_len_note, vllm_max_pos = _max_len(cfg, model_type, where)
     hybrid = _hybrid_pattern(cfg, model_type, layers, hidden, where)
     layer_types: tuple[str, ...]
     window: int | None
