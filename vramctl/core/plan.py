@@ -563,6 +563,8 @@ class _Core:
     other_processes: int
     non_kv_bytes: int
     """What vLLM subtracts from `requested` (weights + activation + non-torch growth + applied graph estimate)."""
+    lora: lora.LoraSlots | None = None
+    """The `--enable-lora` slots booked with each stage's weights."""
 
 
 def _core(
@@ -717,6 +719,7 @@ def _core(
         + binding.activation.bytes
         + binding.non_torch.bytes
         + binding.graph_charged,
+        lora=slots,
     )
 
 
@@ -926,7 +929,7 @@ def _explanations(model: ModelSpec, gpu: GpuSpec, core: _Core, ledger: Ledger) -
             "MoE experts are assumed sharded by TP; with --enable-expert-parallel each rank runs whole experts and "
             "the fused-MoE workspace is larger (DeepSeek-R1 at TP 16: KV over-estimated by 20–40 %, docs/accuracy.md)."
         )
-    slots = lora_slots_of(model, s)
+    slots = core.lora
     if slots is not None:
         notes.append(
             f"--enable-lora: {slots.max_loras} adapter slot(s) at rank {slots.max_lora_rank} on every Linear"
