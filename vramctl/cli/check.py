@@ -73,6 +73,15 @@ def register(app: typer.Typer) -> None:
             "--host-memory",
             help="The serving host's RAM (e.g. 512GiB), overriding the spec's host_memory.",
         ),
+        against_version: Optional[str] = typer.Option(
+            None,
+            "--against-version",
+            help="Also plan the deployment on this engine version (0.34.0, or sglang@0.5.23) and fail when it "
+            "would not start or would lose more KV cache than --max-kv-loss (docs/diff.md).",
+        ),
+        max_kv_loss: str = typer.Option(
+            "10%", "--max-kv-loss", help="With --against-version: the KV share an upgrade may lose (10%, 0.1)."
+        ),
     ) -> None:
         """Check a deployment spec's memory requirements: exit 0 all hold, 1 one fails, 2 bad spec."""
         from dataclasses import replace
@@ -103,14 +112,31 @@ def register(app: typer.Typer) -> None:
             gpu = gpu_from_capacity(spec.gpu_memory_bytes)
         try:
             result = run_check(spec, model, gpu)
+            gate = None
+            if against_version is not None:
+                from vramctl.core.diff import upgrade_gate
+
+                gate = upgrade_gate(spec, model, gpu, against=against_version, max_kv_loss=_share(max_kv_loss))
         except BadInputError as exc:
             raise BadInputError(f"{source}: {exc}") from None
+        exit_code = int(result.exit_code)
+        if gate is not None and not gate.passed:
+            exit_code = max(exit_code, 1)
         if json_out:
-            typer.echo(dumps(result.to_json()))
+            data = result.to_json()
+            if gate is not None:
+                data["upgrade"] = gate.to_json()
+                data["passed"] = bool(data.get("passed", True)) and gate.passed
+            typer.echo(dumps(data))
         elif markdown:
             from vramctl.render.check import check_markdown
 
             typer.echo(check_markdown(result), nl=False)
+            if gate is not None:
+                from vramctl.render.diff import diff_markdown
+
+                state = "✅ passes" if gate.passed else "❌ fails"
+                typer.echo(f"\n#### upgrade gate {state}: {gate.message}\n\n{diff_markdown(gate.diff)}", nl=False)
         else:
             from rich.console import Console
 
@@ -120,4 +146,22 @@ def register(app: typer.Typer) -> None:
             if not console.is_terminal:
                 console = Console(width=180, soft_wrap=False)
             console.print(render_check(result))
-        raise typer.Exit(int(result.exit_code))
+            if gate is not None:
+                from rich.text import Text
+
+                from vramctl.render.diff import render_diff
+
+                state = "PASS" if gate.passed else "FAIL"
+                console.print(Text(f"upgrade gate: {state}: {gate.message}", style="bold"))
+                console.print(render_diff(gate.diff))
+        raise typer.Exit(exit_code)
+
+
+def _share(text: str) -> float:
+    """`10%`, `10 %` or `0.1` → 0.1."""
+    from vramctl.core.units import parse_number
+
+    word = text.strip()
+    if word.endswith("%"):
+        return parse_number(word[:-1].strip(), what="--max-kv-loss") / 100
+    return parse_number(word, what="--max-kv-loss")

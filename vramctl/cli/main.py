@@ -25,6 +25,7 @@ from vramctl.core.exit_codes import ExitCode
 # command runs (or for `--help`), so `vramctl plan` never pays for the log catalogue, torch, etc.
 COMMAND_MODULES: dict[str, str] = {
     "plan": "vramctl.cli.plan",
+    "diff": "vramctl.cli.diff",
     "check": "vramctl.cli.check",
     "profile": "vramctl.cli.profile",
     "suggest": "vramctl.cli.profile",

@@ -7,6 +7,7 @@ keeps vLLM's versioned rules; `vramctl.core.plan` applies them.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Literal
 
@@ -29,10 +30,16 @@ Subtraction = Literal["v0", "profile-sum", "consumed"]
 """
 
 
+VERSION_TEXT = re.compile(r"[vV]?\d+(\.\d+){1,3}([.+-]?(post|rc|dev|a|b)\d*)?(\+[0-9A-Za-z.]+)?")
+"""A release as pip spells it (0.11.0, 0.6.6.post1, 0.10.1rc1, 0.8.5+cpu); `0.x` or `1.x.y` is not one."""
+
+
 def resolve_version(version: str | None) -> str:
     """The version string to plan for (None = the latest vLLM vramctl knows)."""
     text = LATEST_VLLM_VERSION if version is None else version.strip()
     try:
+        if not VERSION_TEXT.fullmatch(text):
+            raise ValueError(text)
         parse_version(text)
     except ValueError:
         raise BadInputError(

@@ -1,0 +1,237 @@
+"""The engines' versioned memory rules as a table: what each switch is at a version, which ledger terms it moves,
+and where the engine says so. `vramctl diff` lists the rules whose value differs between two versions beside
+the terms that moved.
+
+Each rule evaluates the function the planner itself applies (`vramctl.core.engines.vllm`, `.sglang`), so the
+table cannot drift from the arithmetic: a rule here only names, groups and cites what the planner does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from vramctl.core.engines import sglang as sg
+from vramctl.core.engines import vllm as vr
+from vramctl.core.ledger import ACTIVATION_PEAK, CUDA_GRAPH, KV_CACHE, NON_TORCH, OTHER_PROCESSES, SLACK
+from vramctl.core.settings import parse_version
+from vramctl.core.specs import GpuSpec
+
+
+@dataclass(frozen=True)
+class RuleContext:
+    """What a rule may depend on besides the version: the card and the deployment's own limits."""
+
+    gpu: GpuSpec
+    entrypoint: str = "server"
+    max_model_len: int | None = None
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 8192
+    tensor_parallel_size: int = 1
+    enforce_eager: bool = False
+    defaults_used: frozenset[str] = frozenset()
+    """Settings that took the engine's default on both sides: a rule about a default matters only for these."""
+
+
+@dataclass(frozen=True)
+class VersionRule:
+    engine: str
+    key: str
+    """A short stable id (JSON, the diff table's column)."""
+    name: str
+    terms: tuple[str, ...]
+    """Ledger terms (and `verdict`) the rule moves."""
+    citation: str
+    value: Callable[[str, RuleContext], str]
+    """The rule's value at a version, in words a user can compare."""
+    default_of: tuple[str, ...] = ()
+    """The settings whose default the rule is: it moves nothing when the user gave all of them."""
+
+
+@dataclass(frozen=True)
+class RuleChange:
+    engine: str
+    key: str
+    name: str
+    before: str
+    after: str
+    terms: tuple[str, ...]
+    citation: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "engine": self.engine,
+            "key": self.key,
+            "rule": self.name,
+            "before": self.before,
+            "after": self.after,
+            "terms": list(self.terms),
+            "citation": self.citation,
+        }
+
+
+def _yes(flag: bool) -> str:
+    return "yes" if flag else "no"
+
+
+def _subtraction(version: str, _: RuleContext) -> str:
+    return {
+        "v0": "V0: weights + torch peak + non-torch growth, baseline before NCCL",
+        "profile-sum": "V1: non-torch increase + torch peak increase + weights",
+        "consumed": "V1: free-memory drop since the init snapshot + transient peak",
+    }[vr.subtraction_kind(version)]
+
+
+def _scheduler(version: str, ctx: RuleContext) -> str:
+    tokens, seqs = vr.default_scheduler_limits(
+        ctx.gpu, version, ctx.entrypoint, max_model_len=ctx.max_model_len
+    )
+    return f"max_num_batched_tokens {tokens}, max_num_seqs {seqs}"
+
+
+def _capture(version: str, ctx: RuleContext) -> str:
+    if ctx.enforce_eager:
+        return "none (--enforce-eager)"
+    sizes = vr.default_capture_sizes(ctx.max_num_seqs, ctx.max_num_batched_tokens, ctx.gpu, version)
+    return f"{len(sizes)} sizes up to {max(sizes) if sizes else 0}"
+
+
+def _graph_regime(version: str, ctx: RuleContext) -> str:
+    if ctx.enforce_eager:
+        return "none (--enforce-eager)"
+    v = parse_version(version)
+    if v < (0, 8, 0):
+        return "V0 full graphs per batch size"
+    if v < (0, 12, 0):
+        return "piecewise graphs (attention outside)"
+    return "full + piecewise graphs"
+
+
+VLLM_RULES: tuple[VersionRule, ...] = (
+    VersionRule(
+        "vllm",
+        "default-utilization",
+        "default --gpu-memory-utilization",
+        (SLACK, KV_CACHE),
+        "vllm/config/cache.py (0.90 until 0.19, 0.92 from 0.20.0, PR #38284)",
+        lambda v, _: f"{vr.default_gpu_memory_utilization(v):.2f}",
+        ("gpu_memory_utilization",),
+    ),
+    VersionRule(
+        "vllm",
+        "graph-estimate",
+        "CUDA-graph memory estimated inside the budget (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS)",
+        (CUDA_GRAPH, KV_CACHE, SLACK),
+        "vllm/envs.py (absent until 0.18, default 0 in 0.19, 1 from 0.20.0; PR #30515, PR #38284)",
+        lambda v, _: (
+            _yes(vr.estimate_cudagraphs_default(v))
+            if vr.supports_cudagraph_estimate(v)
+            else "no (graphs outside the budget)"
+        ),
+        ("estimate_cudagraphs",),
+    ),
+    VersionRule(
+        "vllm",
+        "subtraction",
+        "non-KV subtraction",
+        (NON_TORCH, ACTIVATION_PEAK, KV_CACHE, SLACK),
+        "vllm/utils/mem_utils.py (0.26.0: lines 309-313; 0.28.0 on: lines 312-321); V0 worker/worker.py",
+        _subtraction,
+    ),
+    VersionRule(
+        "vllm",
+        "nccl-charged",
+        "NCCL buffers charged to the budget",
+        (NON_TORCH, KV_CACHE, SLACK),
+        "vllm/worker/worker.py at 0.6.6.post1 (baseline before NCCL init); MemorySnapshot from 0.7 (PR #11809)",
+        lambda v, _: _yes(vr.charges_nccl_to_budget(v)),
+    ),
+    VersionRule(
+        "vllm",
+        "free-memory-check",
+        "start-up check: free memory >= utilisation x total",
+        ("verdict",),
+        "vllm/v1/worker/gpu_worker.py request_memory (PR #19312, from 0.10.0)",
+        lambda v, _: _yes(vr.checks_free_memory(v)),
+    ),
+    VersionRule(
+        "vllm",
+        "other-processes",
+        "other processes' memory taken from this instance's KV budget",
+        (OTHER_PROCESSES, KV_CACHE),
+        "V1 0.8-0.9 gpu_worker.py determine_available_memory (fixed by PR #18974 / #19312); V0 <= 0.6.4 (PR #9352)",
+        lambda v, _: _yes(vr.counts_other_processes(v)),
+    ),
+    VersionRule(
+        "vllm",
+        "scheduler-defaults",
+        "default scheduler limits for this card and entry point",
+        (ACTIVATION_PEAK, KV_CACHE),
+        "vllm/engine/arg_utils.py (0.11.0: lines 1605-1651; 0.33.0: lines 2940-3039)",
+        _scheduler,
+        ("max_num_batched_tokens", "max_num_seqs"),
+    ),
+    VersionRule(
+        "vllm",
+        "capture-sizes",
+        "CUDA-graph capture sizes",
+        (CUDA_GRAPH, KV_CACHE, SLACK),
+        "vllm/config/vllm.py _set_cudagraph_sizes (0.33.0: lines 2398-2620); 0.8-0.11 vllm/config.py",
+        _capture,
+    ),
+    VersionRule(
+        "vllm",
+        "graph-regime",
+        "CUDA-graph regime",
+        (CUDA_GRAPH, SLACK),
+        "vllm/compilation (piecewise from the V1 engine, 0.8; FULL_AND_PIECEWISE default from 0.12)",
+        _graph_regime,
+    ),
+)
+
+
+def _sglang_rules(version: str, _: RuleContext) -> str:
+    return f"the {sg.rules_for_version(version)} heuristic"
+
+
+def _post_capture_floor(version: str, _: RuleContext) -> str:
+    floor = sg.POST_CAPTURE_FLOOR_MIB.get(sg.rules_for_version(version))
+    return "none" if floor is None else f"{floor} MiB"
+
+
+SGLANG_RULES: tuple[VersionRule, ...] = (
+    VersionRule(
+        "sglang",
+        "fraction-heuristic",
+        "default --mem-fraction-static heuristic",
+        (SLACK, KV_CACHE, ACTIVATION_PEAK, CUDA_GRAPH),
+        "python/sglang/srt/server_args.py (0.4.6 table; 0.5.2; 0.5.9 activation tokens; 0.5.18 lines 4802-5203; "
+        "0.5.23 memory_hook.py)",
+        _sglang_rules,
+    ),
+    VersionRule(
+        "sglang",
+        "post-capture-floor",
+        "post-capture KV sizing headroom floor",
+        (KV_CACHE, SLACK),
+        "python/sglang/srt/model_executor/model_runner.py (512 MB in 0.5.17, 1536 MB from 0.5.18)",
+        _post_capture_floor,
+    ),
+)
+
+
+def rules_for(engine: str) -> tuple[VersionRule, ...]:
+    return VLLM_RULES if engine == "vllm" else SGLANG_RULES
+
+
+def changed_rules(engine: str, before: str, after: str, ctx: RuleContext) -> tuple[RuleChange, ...]:
+    """The rules of `engine` whose value differs between two of its versions, in table order."""
+    out: list[RuleChange] = []
+    for rule in rules_for(engine):
+        if rule.default_of and not any(name in ctx.defaults_used for name in rule.default_of):
+            continue
+        a, b = rule.value(before, ctx), rule.value(after, ctx)
+        if a != b:
+            out.append(RuleChange(engine, rule.key, rule.name, a, b, rule.terms, rule.citation))
+    return tuple(out)
