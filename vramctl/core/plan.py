@@ -1156,7 +1156,8 @@ def _plan_served_model(
             model,
             gpu,
             settings,
-            device_kv_tokens=result.kv_tokens,
+            # the pool's token slots (blocks × block size), as `check` sizes the tier: one rule for both
+            device_kv_tokens=result.num_blocks * result.block_size,
             kv_bytes_per_token=result.kv_bytes_per_token,
             engine="vllm",
         )

@@ -177,6 +177,7 @@ def resolve(request: ProfileRequest, info: DeviceInfo, total_bytes: int) -> Reso
     tp = s.tensor_parallel_size
     if tp < 1:
         raise BadInputError(f"--tensor-parallel-size {tp}: must be at least 1")
+    from vramctl.core.plan import default_block_size_for
     from vramctl.measure.model import Shard
 
     Shard.of(
@@ -207,7 +208,10 @@ def resolve(request: ProfileRequest, info: DeviceInfo, total_bytes: int) -> Reso
     tokens, seqs = vllm_rules.apply_scheduler_caps(
         tokens, seqs, max_model_len, user_batched_tokens=user_tokens
     )
-    block_size = s.block_size or vllm_rules.default_block_size(version)
+    # the plan's rule (MLA on Hopper / Blackwell takes FlashMLA's 64 / CUTLASS MLA's 128): one rule for both
+    block_size = s.block_size or (
+        default_block_size_for(spec, gpu, version) if gpu is not None else vllm_rules.default_block_size(version)
+    )
     if block_size <= 0:
         raise BadInputError(f"--block-size {block_size}: must be positive")
     eager = s.enforce_eager

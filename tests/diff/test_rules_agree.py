@@ -1,0 +1,44 @@
+"""Rules that exist once give one answer: `plan` and `check` size the vLLM host tier from the same device pool, and
+`profile` resolves the same default block size as `plan` (MLA on Hopper / Blackwell)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from vramctl.cli.main import main
+from vramctl.core.plan import default_block_size_for
+from vramctl.measure.device import DeviceInfo
+from vramctl.measure.profiler import ProfileRequest, resolve
+from vramctl.registry import load_gpu, load_model
+
+
+@pytest.mark.parametrize("max_model_len", ["8001", "8192", "4095"])
+def test_plan_and_check_agree_on_the_vllm_host_tier(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, max_model_len: str
+) -> None:
+    assert main(["plan", "llama-3-8b", "--kv-offloading-size", "64", "--host-memory", "512GiB",
+                 "--max-model-len", max_model_len, "--json"]) == 0
+    planned = json.loads(capsys.readouterr().out)["host_tier"]
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(
+        "name: t\nmodel: llama-3-8b\ngpu: h100-sxm\nengine: vllm\nhost_memory: 512GiB\n"
+        f"flags:\n  max-model-len: {max_model_len}\n  kv-offloading-size: 64\n"
+    )
+    assert main(["check", str(spec), "--json"]) == 0
+    checked = json.loads(capsys.readouterr().out)["engines"][0]["host_tier"]
+    assert planned == checked
+
+
+@pytest.mark.parametrize(("model", "gpu", "block"), [("deepseek-v2-lite-chat", "h100-sxm", 64),
+                                                       ("deepseek-v2-lite-chat", "b200", 128),
+                                                       ("deepseek-v2-lite-chat", "a100-80gb", 16),
+                                                       ("llama-3-8b", "h100-sxm", 16)])
+def test_profile_resolves_plans_block_size(model: str, gpu: str, block: int) -> None:
+    spec, card = load_model(model), load_gpu(gpu)
+    assert default_block_size_for(spec, card, "0.33.0") == block
+    info = DeviceInfo(kind="cuda", name=card.display_name, compute_capability=card.compute_capability)
+    resolved = resolve(ProfileRequest(spec=spec), info, card.cuda_total_bytes)
+    assert resolved.block_size == block
