@@ -42,3 +42,32 @@ def test_profile_resolves_plans_block_size(model: str, gpu: str, block: int) -> 
     info = DeviceInfo(kind="cuda", name=card.display_name, compute_capability=card.compute_capability)
     resolved = resolve(ProfileRequest(spec=spec), info, card.cuda_total_bytes)
     assert resolved.block_size == block
+
+
+def test_vramctls_own_flags_after_the_serve_command_are_honoured(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", "--", "vllm", "serve", "Qwen/Qwen3-8B", "--gpu", "l40s", "--engine=both", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["gpu"]["name"] == "l40s" and d["sglang"] is not None
+    assert not any("ignored --gpu" in e or "ignored --engine" in e for e in d["explanations"])
+
+
+def test_own_flag_twice_with_two_values_is_bad_input(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", "--gpu", "h100-sxm", "--", "vllm", "serve", "Qwen/Qwen3-8B", "--gpu", "l40s"]) == 2
+    err = capsys.readouterr().err
+    assert "--gpu" in err and "l40s" in err and len(err.strip().splitlines()) == 1
+
+
+def test_diff_takes_json_after_the_command(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["diff", "--from", "0.11.0", "--", "vllm", "serve", "meta-llama/Llama-3.1-8B-Instruct", "--gpu", "h200", "--json"])
+    assert code == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["gpu"].startswith("NVIDIA H200")
+
+
+def test_tiers_plan_takes_model_as_option_too(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["tiers", "plan", "--model", "qwen3-8b", "--host-memory", "512GiB", "--json"]) == 0
+    by_option = json.loads(capsys.readouterr().out)
+    assert main(["tiers", "plan", "qwen3-8b", "--host-memory", "512GiB", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == by_option
+    assert main(["tiers", "plan", "qwen3-8b", "--model", "llama-3-8b"]) == 2
+    assert "two models" in capsys.readouterr().err

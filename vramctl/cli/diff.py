@@ -146,17 +146,28 @@ def register(app: typer.Typer) -> None:
         json_out: bool = typer.Option(False, "--json", help="One JSON object (docs/json.md)."),
         markdown: bool = typer.Option(False, "--markdown", help="GitHub Markdown."),
     ) -> None:
+        from vramctl.cli.own_flags import OWN_FLAGS, merge_own_flags, split_own_flags
+
+        # --engine / --engine-version / --entrypoint are the sides' business (--from / --to) or the command's
+        own_here = {f: v for f, v in OWN_FLAGS.items() if f not in ("--engine", "--engine-version", "--entrypoint")}
+        command_words, own = split_own_flags(list(words or []), own_here)
+        options = merge_own_flags(
+            {
+                "model": model,
+                "gpu": gpu,
+                "gpu_memory": gpu_memory,
+                "free_memory": free_memory,
+                "host_memory": host_memory,
+                "json_out": json_out,
+                "markdown": markdown,
+            },
+            own,
+        )
+        json_out, markdown = bool(options.pop("json_out")), bool(options.pop("markdown"))
         if json_out and markdown:
             raise BadInputError("--json and --markdown: pick one output format")
-        options = {
-            "model": model,
-            "gpu": gpu,
-            "gpu_memory": gpu_memory,
-            "free_memory": free_memory,
-            "host_memory": host_memory,
-        }
         result = run_diff(
-            list(words or []),
+            command_words,
             options,
             from_side=from_side,
             to_side=to_side,

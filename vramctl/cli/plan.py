@@ -369,10 +369,15 @@ def register(app: typer.Typer) -> None:
         json_out: bool = typer.Option(False, "--json", help="One JSON object (docs/json.md)."),
         markdown: bool = typer.Option(False, "--markdown", help="GitHub Markdown."),
     ) -> None:
+        given = {k: v for k, v in locals().items() if k != "words"}
+        from vramctl.cli.own_flags import merge_own_flags, split_own_flags
+
+        command_words, own = split_own_flags(list(words or []))
+        flags = merge_own_flags(given, own)
+        json_out, markdown = bool(flags.pop("json_out")), bool(flags.pop("markdown"))
         if json_out and markdown:
             raise BadInputError("--json and --markdown: pick one output format")
-        options = {k: v for k, v in locals().items() if k not in ("words", "json_out", "markdown")}
-        result, _, notes = run_plan(list(words or []), options)
+        result, _, notes = run_plan(command_words, flags)
         if notes:
             result = _with_notes(result, notes)
         if json_out:

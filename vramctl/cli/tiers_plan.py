@@ -72,6 +72,9 @@ def register(app: typer.Typer) -> None:
         model: Optional[str] = typer.Argument(
             None, help=f"HF id, alias or config.json path [default: {DEFAULT_MODEL}]."
         ),
+        model_option: Optional[str] = typer.Option(
+            None, "--model", help="The model, as the positional (both are accepted, as in `plan`)."
+        ),
         gpu: str = typer.Option(
             DEFAULT_GPU, "--gpu", help="GPU profile: its HBM and host-link bandwidth and FLOP/s."
         ),
@@ -165,6 +168,9 @@ def register(app: typer.Typer) -> None:
 
             check_plot_target(plot)
 
+        if model is not None and model_option is not None and model != model_option:
+            raise BadInputError(f"MODEL {model!r} and --model {model_option!r}: two models; give one of them")
+        model = model if model is not None else model_option
         spec = load_model(DEFAULT_MODEL if model is None else model)
         card = load_gpu(gpu)
         check_tensor_parallel(spec, tp)
