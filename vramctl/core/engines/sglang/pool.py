@@ -1,0 +1,256 @@
+"""SGLang's KV pool: the cell size (bytes per token per rank), hybrid SWA pools, the per-rank weights and the
+context before the load, and the mamba state pool of hybrid (Mamba2 / Gated DeltaNet) models."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from vramctl.core.engines.sglang.options import SglangOptions
+from vramctl.core.engines.sglang.rules import (
+    CONTEXT_BYTES,
+    CONTEXT_UNCERTAINTY_BYTES,
+    HYBRID_SWA_ARCHITECTURES,
+    NCCL_MULTI_NODE_BYTES,
+    NCCL_SINGLE_NODE_BYTES,
+    NCCL_UNCERTAINTY_BYTES,
+    RULES_0_4_6,
+    RULES_0_5_2,
+)
+from vramctl.core.errors import BadInputError
+from vramctl.core.kv import pp_partition
+from vramctl.core.settings import ServeSettings
+from vramctl.core.specs import ModelSpec
+from vramctl.core.units import GiB, MiB
+from vramctl.core.weights import stage_rank_weight_bytes
+
+
+def _kv_dtype_bytes(model: ModelSpec, settings: ServeSettings) -> float:
+    kv = settings.kv_cache_dtype.lower()
+    if kv in ("auto", ""):
+        dtype = settings.dtype if settings.dtype not in ("auto", "") else model.torch_dtype
+        kv = dtype.lower().removeprefix("torch.")
+    table = {
+        "bfloat16": 2.0,
+        "bf16": 2.0,
+        "float16": 2.0,
+        "fp16": 2.0,
+        "half": 2.0,
+        "float32": 4.0,
+        "fp32": 4.0,
+        "fp8": 1.0,
+        "fp8_e4m3": 1.0,
+        "fp8_e5m2": 1.0,
+        "float8_e4m3fn": 1.0,
+        "float8_e5m2": 1.0,
+    }
+    if kv not in table:
+        raise BadInputError(
+            f"--kv-cache-dtype {settings.kv_cache_dtype!r}: SGLang sizing knows auto, bf16, fp16, fp32, "
+            "fp8_e4m3, fp8_e5m2"
+        )
+    return table[kv]
+
+
+def layers_per_stage(num_layers: int, pp: int) -> int:
+    """The largest PP stage's layer count: the stage whose cell is largest sets the MIN token count."""
+    return math.ceil(num_layers / pp)
+
+
+def cell_size(
+    model: ModelSpec,
+    settings: ServeSettings,
+    options: SglangOptions | None = None,
+    *,
+    layers: int | None = None,
+) -> int:
+    """SGLang bytes per token per rank (0.5.18 `pool_configurator.py::_compute_cell_size` L235).
+
+    MHA/GQA: max(1, kv_heads // attn_tp) × 2 × head_dim × layers × dtype. MLA: (kv_lora_rank +
+    qk_rope_head_dim) × layers × dtype, not divided by TP (every rank stores the full latent).
+    """
+    opts = options or SglangOptions()
+    if layers is None:
+        layers = layers_per_stage(model.num_hidden_layers, settings.pipeline_parallel_size)
+    dtype_bytes = _kv_dtype_bytes(model, settings)
+    if model.mla is not None:
+        return int((model.mla.kv_lora_rank + model.mla.qk_rope_head_dim) * layers * dtype_bytes)
+    attn_tp = settings.tensor_parallel_size
+    if opts.enable_dp_attention and opts.dp_size > 1:
+        attn_tp = max(1, settings.tensor_parallel_size // opts.dp_size)
+    attn_tp = max(1, attn_tp // max(1, opts.dcp_size))
+    heads = max(1, model.num_key_value_heads // attn_tp)
+    return int(heads * 2 * model.head_dim * layers * dtype_bytes)
+
+
+def is_hybrid_swa(model: ModelSpec, options: SglangOptions) -> bool:
+    """SGLang sizes separate full / SWA pools only for the architectures in HYBRID_SWA_ARCHITECTURES."""
+    return (
+        model.architecture in HYBRID_SWA_ARCHITECTURES
+        and not options.disable_hybrid_swa_memory
+        and 0 < model.num_sliding_layers < model.num_hidden_layers
+    )
+
+
+def context_estimate_bytes(world_size: int) -> tuple[int, int, str]:
+    """CUDA context + NCCL before the weights load: (bytes, uncertainty, formula)."""
+    if world_size <= 1:
+        return (
+            CONTEXT_BYTES,
+            CONTEXT_UNCERTAINTY_BYTES,
+            "CUDA context ≈ 480 MiB (samples: 0.39–0.61 GiB at TP1)",
+        )
+    if world_size <= 8:
+        return (
+            CONTEXT_BYTES + NCCL_SINGLE_NODE_BYTES,
+            CONTEXT_UNCERTAINTY_BYTES + NCCL_UNCERTAINTY_BYTES,
+            "CUDA context 480 MiB + NCCL 288 MiB (samples: 0.7–0.8 GiB at TP2)",
+        )
+    return (
+        CONTEXT_BYTES + NCCL_MULTI_NODE_BYTES,
+        CONTEXT_UNCERTAINTY_BYTES + 2 * NCCL_UNCERTAINTY_BYTES,
+        "CUDA context 480 MiB + multi-node NCCL 1.6 GiB (sample 109: ~2.1 GiB at TP16)",
+    )
+
+
+def weights_per_rank_bytes(model: ModelSpec, tp: int, pp: int) -> int:
+    """Weights on one rank of the heaviest pipeline stage (see `stage_layout`)."""
+    return max(weights for _, weights in stage_layout(model, tp, pp))
+
+
+def stage_layout(model: ModelSpec, tp: int, pp: int) -> tuple[tuple[int, int], ...]:
+    """(layers, weight bytes per rank) of each pipeline stage.
+
+    Layers split as `get_pp_indices` splits them (vramctl.core.kv.pp_partition); the embedding sits on the first
+    stage and the lm_head on the last (a tied head is materialised there too when pp > 1). Per rank exactly
+    (`vramctl.core.weights.stage_rank_weight_bytes`): column/row-parallel layers and the vocab-parallel
+    embedding (rows padded to 64, as SGLang's `VocabParallelEmbedding`) split over TP, norms, routers and MLA's
+    q_a / kv_a replicated on every rank.
+    """
+    parts = pp_partition(model.num_hidden_layers, pp)
+    weights = stage_rank_weight_bytes(model, tp=tp, pp=pp)
+    return tuple(zip(parts, weights, strict=True))
+
+
+# --- hybrid (Mamba2 / Gated DeltaNet) models: the mamba state pool (docs/hybrid.md) ------------------------------
+#
+# SGLang (`python/sglang/srt/model_executor/model_runner_kv_cache_mixin.py` as stored by the search index, the
+# 0.5.x line; sglang.md §1.8 and §2.2 for 0.5.18 / 0.5.23):
+# - `_profile_available_bytes`: rest = post_load − pre × (1 − mfs); for a "mambaish" model rest =
+#   `_handle_max_mamba_cache(rest)` before the token pool is sized from it;
+# - `_handle_max_mamba_cache`: --max-mamba-cache-size given → that many slots (÷ attention DP size); else with
+#   --disable-radix-cache and --max-running-requests → that many; else mamba budget = rest × r / (1 + r), r =
+#   --mamba-full-memory-ratio (0.9), slots = int(budget_bytes // mamba_cache_per_req); a non-positive count raises
+#   "Not enough GPU memory for hybrid (mamba/linear-attention) state cache…"; rest −= slots × per_req;
+# - `Mamba2CacheParams.mamba_cache_per_req` = (prod(conv) × conv dtype + prod(temporal) × SSM dtype) × state layers,
+#   shapes from `Mamba2StateShape.create` (conv (conv_dim / tp, kernel − 1), temporal (heads / tp, head_dim,
+#   state)); `mamba2_state_dtype`: conv bf16, SSM = SGLANG_MAMBA_SSM_DTYPE / --mamba-ssm-dtype, else the config's
+#   `mamba_ssm_dtype`, else float32;
+# - `_resolve_max_num_reqs`: max_running_requests = min(…, max_mamba_cache_size // `_calculate_mamba_ratio`), the
+#   ratio 1 with --disable-radix-cache, else 3 (+1 / +2 with the extra-buffer scheduler strategy, not modelled).
+MAMBA_RATIO_RADIX = 3
+"""`MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO`: state slots per running request with the radix cache on."""
+_SGLANG_SSM_DTYPES = {"float32": 4, "bfloat16": 2, "float16": 2}
+
+
+@dataclass(frozen=True)
+class MambaPool:
+    """SGLang's mamba state pool for one hybrid model on one rank."""
+
+    state_layers: int
+    conv_shape: tuple[int, int]
+    ssm_shape: tuple[int, int, int]
+    ssm_dtype: str
+    per_request_bytes: int
+    slots: int
+    """max_mamba_cache_size after the split."""
+    ratio: int
+    source: str
+    """`given`, `max-running-requests` or `ratio`."""
+    rest_before_gib: float
+    rest_after_gib: float
+    words: str
+    error: str = ""
+
+    @property
+    def pool_bytes(self) -> int:
+        return max(0, self.slots) * self.per_request_bytes
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "state_layers": self.state_layers,
+            "conv_state_shape": list(self.conv_shape),
+            "ssm_state_shape": list(self.ssm_shape),
+            "ssm_dtype": self.ssm_dtype,
+            "mamba_cache_per_req_bytes": self.per_request_bytes,
+            "max_mamba_cache_size": self.slots,
+            "mamba_pool_bytes": self.pool_bytes,
+            "mamba_ratio": self.ratio,
+            "source": self.source,
+            "rest_before_gib": round(self.rest_before_gib, 4),
+            "rest_after_gib": round(self.rest_after_gib, 4),
+        }
+
+
+def mamba_pool(
+    model: ModelSpec,
+    settings: ServeSettings,
+    options: SglangOptions,
+    rest_gib: float,
+    rules: str,
+    *,
+    version: str | None = None,
+) -> MambaPool:
+    """The state pool SGLang carves out of `rest_gib` before sizing the token pool (see the sources above)."""
+    from vramctl.core.kv import state_shapes
+
+    st = model.state_space
+    assert st is not None
+    if rules in (RULES_0_4_6, RULES_0_5_2):
+        raise BadInputError(
+            f"--engine-version {version or rules}: {model.name} is a Mamba / linear-attention hybrid; vramctl plans SGLang's mamba pool "
+            f"from the 0.5.9 rules on, not {rules}'s"
+        )
+    if settings.pipeline_parallel_size > 1:
+        raise BadInputError(
+            f"--pipeline-parallel-size {settings.pipeline_parallel_size}: SGLang's per-stage mamba pool of "
+            f"{model.name} is not modelled (plan it with pipeline parallelism 1)"
+        )
+    ssm = (options.mamba_ssm_dtype or st.ssm_dtype or "float32").lower().removeprefix("torch.")
+    if ssm not in _SGLANG_SSM_DTYPES:
+        raise BadInputError(f"--mamba-ssm-dtype {ssm}: SGLang accepts float32, bfloat16, float16")
+    tp = settings.tensor_parallel_size
+    shapes = state_shapes(model, tp=tp, element_bytes=2, mamba_ssm_cache_dtype=ssm)
+    layers = model.num_state_layers
+    per_req = shapes.page_bytes * layers
+    dp = options.dp_size if options.enable_dp_attention else 1
+    ratio = 1 if options.disable_radix_cache else MAMBA_RATIO_RADIX
+    r = options.mamba_full_memory_ratio
+    if options.max_mamba_cache_size is not None:
+        slots, source = options.max_mamba_cache_size // dp, "given"
+        how = f"--max-mamba-cache-size {options.max_mamba_cache_size}"
+    elif options.disable_radix_cache and settings.max_running_requests is not None:
+        slots, source = settings.max_running_requests // dp, "max-running-requests"
+        how = f"--disable-radix-cache with --max-running-requests {settings.max_running_requests}"
+    else:
+        budget = rest_gib * r / (1 + r)
+        slots, source = int(budget * GiB // per_req), "ratio"
+        how = f"rest {rest_gib:.2f} GiB × {r} / (1 + {r}) = {budget:.2f} GiB"
+    after = rest_gib - slots * per_req / GiB
+    error = ""
+    if slots <= 0:
+        error = (
+            "Not enough GPU memory for hybrid (mamba/linear-attention) state cache. Computed "
+            f"max_mamba_cache_size={slots} (total_rest_memory={rest_gib:.2f} GB, mamba_cache_per_req="
+            f"{per_req / MiB:.2f} MB). Try: (1) reduce --max-running-requests, (2) increase --mem-fraction-static, "
+            "(3) reduce --speculative-num-draft-tokens, or (4) use GPUs with more memory."
+        )
+    words = (
+        f"mamba pool: {layers} state layers × (conv {shapes.conv} bf16 + SSM {shapes.ssm} {ssm}) = "
+        f"{per_req / MiB:.2f} MiB per request; {how} → max_mamba_cache_size {slots} "
+        f"({max(0, slots) * per_req / GiB:.2f} GiB); rest for the token pool {after:.2f} GiB"
+    )
+    return MambaPool(
+        layers, shapes.conv, shapes.ssm, ssm, per_req, slots, ratio, source, rest_gib, after, words, error
+    )
