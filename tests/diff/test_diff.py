@@ -161,3 +161,13 @@ def test_every_moved_term_has_a_rule(a: str, b: str, deployment: tuple[str, str]
         assert r.before != r.after
     if a == b:
         assert not d.moved_terms and not d.rules
+
+
+def test_sglang_post_capture_rule_only_when_post_capture_sizing_is_on(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["diff", "--from", "sglang@0.5.9", "--to", "sglang@0.5.23", "--json"]
+    assert main([*args, "qwen3-8b"]) == 0
+    assert "post-capture-floor" not in {r["key"] for r in json.loads(capsys.readouterr().out)["rules"]}
+    assert main([*args, "--", "env", "SGLANG_ENABLE_POST_CAPTURE_KV_SIZING=1", "python", "-m", "sglang.launch_server",
+                 "--model-path", "Qwen/Qwen3-8B"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert "post-capture-floor" in {r["key"] for r in d["rules"]}

@@ -231,6 +231,9 @@ def _rule_context(result: Any, other: Any) -> RuleContext:
         max_num_batched_tokens=int(getattr(s, "max_num_batched_tokens", 8192)),
         tensor_parallel_size=int(getattr(s, "tensor_parallel_size", 1)),
         enforce_eager=bool(getattr(s, "enforce_eager", False)),
+        sglang_post_capture=any(
+            bool(getattr(r.sglang, "post_capture", False)) for r in (result, other) if r.sglang is not None
+        ),
         defaults_used=frozenset(both),
     )
 

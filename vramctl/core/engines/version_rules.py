@@ -30,6 +30,8 @@ class RuleContext:
     max_num_batched_tokens: int = 8192
     tensor_parallel_size: int = 1
     enforce_eager: bool = False
+    sglang_post_capture: bool = False
+    """SGLang's post-capture KV sizing is on in either plan (SGLANG_ENABLE_POST_CAPTURE_KV_SIZING=1)."""
     defaults_used: frozenset[str] = frozenset()
     """Settings that took the engine's default on both sides: a rule about a default matters only for these."""
 
@@ -195,7 +197,9 @@ def _sglang_rules(version: str, _: RuleContext) -> str:
     return f"the {sg.rules_for_version(version)} heuristic"
 
 
-def _post_capture_floor(version: str, _: RuleContext) -> str:
+def _post_capture_floor(version: str, ctx: RuleContext) -> str:
+    if not ctx.sglang_post_capture:
+        return "not used (post-capture KV sizing off)"
     floor = sg.POST_CAPTURE_FLOOR_MIB.get(sg.rules_for_version(version))
     return "none" if floor is None else f"{floor} MiB"
 
