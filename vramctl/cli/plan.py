@@ -78,6 +78,7 @@ _VLLM_ONLY = (
     "gpu_memory_utilization",
     "max_num_batched_tokens",
     "max_num_seqs",
+    "max_num_active_seqs",
     "block_size",
     "enforce_eager",
     "kv_cache_memory_bytes",
@@ -178,6 +179,7 @@ def run_plan(
         "max_model_len": _max_model_len(options.get("max_model_len")),
         "max_num_batched_tokens": _int(options.get("max_num_batched_tokens"), "--max-num-batched-tokens"),
         "max_num_seqs": _int(options.get("max_num_seqs"), "--max-num-seqs"),
+        "max_num_active_seqs": _int(options.get("max_num_active_seqs"), "--max-num-active-seqs"),
         "block_size": _int(options.get("block_size"), "--block-size"),
         "tensor_parallel_size": _int(options.get("tensor_parallel_size"), "--tensor-parallel-size"),
         "pipeline_parallel_size": _int(options.get("pipeline_parallel_size"), "--pipeline-parallel-size"),
@@ -310,6 +312,9 @@ def register(app: typer.Typer) -> None:
         max_model_len: str = typer.Option(None, "--max-model-len"),
         max_num_batched_tokens: str = typer.Option(None, "--max-num-batched-tokens"),
         max_num_seqs: str = typer.Option(None, "--max-num-seqs"),
+        max_num_active_seqs: str = typer.Option(
+            None, "--max-num-active-seqs", help="vLLM 0.31 →: requests admitted to run at once (≤ --max-num-seqs)."
+        ),
         kv_cache_dtype: str = typer.Option(
             None, "--kv-cache-dtype", help="auto, fp8, fp8_e5m2, fp8_ds_mla, …"
         ),

@@ -95,9 +95,11 @@ class VllmSettings:
     max_loras: int = 1
     max_lora_rank: int = 16
     fully_sharded_loras: bool = False
+    max_num_active_seqs: int | None = None
+    """vLLM 0.31 →: requests admitted into RUNNING; None = max_num_seqs (the flag not given)."""
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out = {
             "engine_version": self.version,
             "gpu_memory_utilization": self.gpu_memory_utilization,
             "max_model_len": self.max_model_len,
@@ -121,6 +123,9 @@ class VllmSettings:
             "max_loras": self.max_loras if self.enable_lora else None,
             "max_lora_rank": self.max_lora_rank if self.enable_lora else None,
         }
+        if self.max_num_active_seqs is not None:  # only when given: other plans' JSON is unchanged
+            out["max_num_active_seqs"] = self.max_num_active_seqs
+        return out
 
 
 @dataclass(frozen=True)
@@ -245,6 +250,7 @@ def validate(model: ModelSpec, gpu: GpuSpec, settings: ServeSettings) -> None:
         _check_positive(settings.max_model_len, "--max-model-len", upper=_ABSURD_TOKENS)
     _check_positive(settings.max_num_batched_tokens, "--max-num-batched-tokens", upper=_ABSURD_TOKENS)
     _check_positive(settings.max_num_seqs, "--max-num-seqs", upper=1 << 20)
+    _check_positive(settings.max_num_active_seqs, "--max-num-active-seqs", upper=1 << 20)
     _check_positive(settings.kv_cache_memory_bytes, "--kv-cache-memory-bytes", upper=float(1 << 50))
     _check_positive(settings.gpu_memory_bytes, "--gpu-memory", upper=float(1 << 44))
     if settings.free_memory_bytes is not None and settings.free_memory_bytes < 0:
@@ -389,7 +395,27 @@ def resolve_settings(model: ModelSpec, gpu: GpuSpec, settings: ServeSettings, ve
         if settings.max_lora_rank is not None
         else lora.DEFAULT_MAX_LORA_RANK,
         fully_sharded_loras=settings.fully_sharded_loras,
+        max_num_active_seqs=_active_seqs(settings, version, seqs),
     )
+
+
+def _active_seqs(settings: ServeSettings, version: str, max_num_seqs: int) -> int | None:
+    """`--max-num-active-seqs` (vLLM 0.31.0 →, `vllm/config/scheduler.py`): admission into RUNNING only; it must
+    not exceed max_num_seqs (the same ValueError as vLLM's) and moves no memory term."""
+    active = settings.max_num_active_seqs
+    if active is None:
+        return None
+    if parse_version(version) < (0, 31, 0):
+        raise BadInputError(
+            f"--max-num-active-seqs {active}: vLLM {version} has no such flag (added in 0.31.0); vLLM would stop "
+            "with 'unrecognized arguments'"
+        )
+    if active > max_num_seqs:
+        raise BadInputError(
+            f"--max-num-active-seqs {active}: max_num_active_seqs ({active}) cannot be greater than max_num_seqs "
+            f"({max_num_seqs}). (vLLM's error; lower it or raise --max-num-seqs)"
+        )
+    return active
 
 
 # --- the vLLM budget ---------------------------------------------------------------------------------------------
@@ -863,6 +889,12 @@ def _explanations(model: ModelSpec, gpu: GpuSpec, core: _Core, ledger: Ledger) -
         + (f" (vLLM {s.version}'s default utilisation)" if u_default else "")
         + f"; the card's total is what CUDA reports for {gpu.display_name}, not its marketing size."
     )
+    if s.max_num_active_seqs is not None:
+        notes.append(
+            f"--max-num-active-seqs {s.max_num_active_seqs}: at most {s.max_num_active_seqs} requests run at once; "
+            f"the model runner, the sampler warm-up and the CUDA graphs stay sized for max_num_seqs "
+            f"{s.max_num_seqs}, so no memory term moves (vllm/config/scheduler.py, 0.31.0 →)"
+        )
     if s.kv_cache_memory_bytes is not None:
         notes.append(
             "--kv-cache-memory-bytes skips vLLM's memory profiling and ignores --gpu-memory-utilization: the KV pool "

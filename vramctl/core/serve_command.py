@@ -115,6 +115,7 @@ _VLLM_VALUE_FLAGS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "--max-model-len": ("max_model_len", _max_model_len("--max-model-len")),
     "--max-num-batched-tokens": ("max_num_batched_tokens", _int("--max-num-batched-tokens")),
     "--max-num-seqs": ("max_num_seqs", _int("--max-num-seqs")),
+    "--max-num-active-seqs": ("max_num_active_seqs", _int("--max-num-active-seqs")),
     "--kv-cache-dtype": ("kv_cache_dtype", _str("--kv-cache-dtype")),
     "--quantization": ("quantization", _str("--quantization")),
     "-q": ("quantization", _str("-q")),

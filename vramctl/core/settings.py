@@ -40,6 +40,8 @@ class ServeSettings:
     gpu_memory_utilization: float | None = None
     max_num_batched_tokens: int | None = None
     max_num_seqs: int | None = None
+    max_num_active_seqs: int | None = None
+    """vLLM 0.31 →: requests admitted into RUNNING (≤ max_num_seqs); the runner and graphs stay sized by max_num_seqs."""
     block_size: int | None = None
     enforce_eager: bool = False
     kv_cache_memory_bytes: int | None = None
