@@ -51,7 +51,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from vramctl.core.errors import BadInputError
-from vramctl.tiers.policies import EVICTION_POLICIES, TierCache, make_cache
+from vramctl.tiers.policies import EVICTION_POLICIES, PinnedLRUCache, TierCache, make_cache
 from vramctl.tiers.trace import Trace
 
 WRITE_THROUGH = "write_through"
@@ -258,25 +258,30 @@ def simulate(trace: Trace, config: SimConfig) -> SimResult:
     g = make_cache(config.eviction, _blocks(config.tiers[0].capacity_tokens, bs))
     h_cfg = next((t for t in config.tiers if t.name == HOST), None)
     d_cfg = next((t for t in config.tiers if t.name == DISK), None)
-    h: TierCache | None = make_cache(config.eviction, _blocks(h_cfg.capacity_tokens, bs)) if h_cfg else None
+    policy = config.write_policy
+    exclusive = config.hierarchy == EXCLUSIVE
+    sglang_recency = policy != LAZY and not exclusive
+    # SGLang's host (LRU by the node's last access) never drops the copy of a node still on the device; vLLM's
+    # CPU policies (the only home of lfu/arc here) evict by their own order.
+    pinning = sglang_recency and h_cfg is not None and config.eviction == "lru"
+    h: TierCache | None = None
+    pinned_host: PinnedLRUCache | None = None
+    if h_cfg is not None:
+        if pinning:
+            h = pinned_host = PinnedLRUCache(_blocks(h_cfg.capacity_tokens, bs), g.members)
+        else:
+            h = make_cache(config.eviction, _blocks(h_cfg.capacity_tokens, bs))
     d: TierCache | None = make_cache(config.eviction, _blocks(d_cfg.capacity_tokens, bs)) if d_cfg else None
     nothing: dict[int, None] = {}
     in_g = g.members.__contains__
     in_h = (h.members if h is not None else nothing).__contains__
     in_d = (d.members if d is not None else nothing).__contains__
 
-    policy = config.write_policy
-    exclusive = config.hierarchy == EXCLUSIVE
-    sglang_recency = policy != LAZY and not exclusive
     write_threshold = _WRITE_THRESHOLD.get(policy, 0)
     counting = write_threshold > 1 and h is not None
     backup_on_insert = write_threshold == 1 and h is not None
     evict_hook = h is not None and (exclusive or policy == WRITE_BACK or counting)
-    # SGLang's host (LRU by the node's last access) never drops the copy of a node still on the device; vLLM's
-    # CPU policies (the only home of lfu/arc here) evict by their own order.
-    host_pin: Container[int] | None = (
-        g.members if (sglang_recency and h is not None and config.eviction == "lru") else None
-    )
+    host_pin: Container[int] | None = g.members if pinning else None
     load_back_threshold = config.load_back_threshold
     prefetch_threshold = config.prefetch_threshold
     lazy_blocks = max(1, config.lazy_window_tokens // bs)
@@ -448,6 +453,9 @@ def simulate(trace: Trace, config: SimConfig) -> SimResult:
                     admitted_since_walk += 1
                 out = g_admit(b)[1]
                 if out:
+                    if pinned_host is not None:
+                        for victim in out:
+                            pinned_host.unpinned(victim)
                     if evict_hook:
                         on_gpu_evicted(out)
                     else:
