@@ -160,7 +160,7 @@ def test_columns_stream_plain_gzip_and_sorted(tmp_path: Path) -> None:
 _DIE_MARK = "VRAMCTL_TEST_DIE_MARK"
 
 
-def _dies_once(part: tuple[Any, Any], lo: Any, s: Any) -> tuple[Any, Any]:
+def _dies_once(part: tuple[Any, Any], lo: Any, s: Any) -> Any:
     mark = Path(os.environ[_DIE_MARK])
     if not mark.exists():
         mark.write_text("died")
@@ -168,7 +168,7 @@ def _dies_once(part: tuple[Any, Any], lo: Any, s: Any) -> tuple[Any, Any]:
     return stackdist.dominance_counts(part[0], part[1], lo, s)
 
 
-def _always_dies(part: tuple[Any, Any], lo: Any, s: Any) -> tuple[Any, Any]:
+def _always_dies(part: tuple[Any, Any], lo: Any, s: Any) -> Any:
     os._exit(1)
 
 

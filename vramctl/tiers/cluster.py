@@ -23,7 +23,7 @@ from vramctl.tiers.stackdist import ShardFailedError, ShardRunner, dominance_cou
 _ADDRESS = re.compile(r"^(?:tcp|tls)://[A-Za-z0-9.\-\[\]:]+:\d{1,5}$")
 
 
-def count_shard(part: tuple[Any, Any], queries: tuple[Any, Any]) -> tuple[Any, Any]:
+def count_shard(part: tuple[Any, Any], queries: tuple[Any, Any]) -> Any:
     return dominance_counts(part[0], part[1], queries[0], queries[1])
 
 
@@ -40,7 +40,7 @@ def dask_runner(address: str, workers: int, fn: Any = count_shard) -> ShardRunne
             f"--dask {address}: needs the optional Dask package (pip install 'vramctl[tiers-cluster]')"
         ) from None
 
-    def run(shards: Sequence[tuple[Any, Any]], lo: Any, s: Any) -> list[tuple[Any, Any]]:
+    def run(shards: Sequence[tuple[Any, Any]], lo: Any, s: Any) -> list[Any]:
         with dask.config.set({"distributed.scheduler.allowed-failures": 1}):
             cluster: Any = None
             try:

@@ -26,7 +26,7 @@ the counts add up to the exact ones (the same curve as one process). Shards run 
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,7 +55,7 @@ class TraceColumns:
     offsets: Any
     """int64[n + 1]: request r's blocks are blocks[offsets[r]:offsets[r + 1]]."""
     blocks: Any
-    """int64[N]: dense block ids (0..num_unique_blocks-1)."""
+    """int32 (or int64) [N]: non-negative block ids, below `id_bound`."""
     num_unique_blocks: int
     source: str = ""
     warnings: tuple[str, ...] = field(default=(), compare=False)
@@ -72,13 +72,20 @@ class TraceColumns:
     def num_accesses(self) -> int:
         return len(self.blocks)
 
+    @property
+    def id_bound(self) -> int:
+        """1 + the largest block id (per-block arrays are this long)."""
+        return int(self.blocks.max()) + 1 if len(self.blocks) else 0
+
 
 def columns_of(trace: Trace) -> TraceColumns:
     """The columns of an in-memory trace."""
     counts = np.fromiter((len(b) for b in trace.blocks), dtype=np.int64, count=trace.num_requests)
     offsets: Any = np.zeros(trace.num_requests + 1, dtype=np.int64)
     np.cumsum(counts, out=offsets[1:])
-    blocks = np.fromiter((x for b in trace.blocks for x in b), dtype=np.int64, count=int(offsets[-1]))
+    blocks = _compact(
+        np.fromiter((x for b in trace.blocks for x in b), dtype=np.int64, count=int(offsets[-1]))
+    )
     return TraceColumns(
         block_size=trace.block_size,
         input_lengths=np.asarray(trace.input_lengths, dtype=np.int64),
@@ -95,29 +102,52 @@ def make_columns(
 ) -> TraceColumns:
     """Columns from arrays (the synthetic generators use this). Ids are remapped to dense ints."""
     lengths = np.asarray(input_lengths, dtype=np.int64)
-    counts = np.asarray(block_counts, dtype=np.int64)
+    counts = np.asarray(block_counts)
     if len(lengths) == 0:
         raise BadInputError(f"{source or 'trace'}: no requests (empty trace)")
-    if (lengths < 1).any() or (counts < 1).any() or ((counts - 1) * block_size >= lengths).any():
+    if (
+        (lengths < 1).any()
+        or (counts < 1).any()
+        or ((counts.astype(np.int64) - 1) * block_size >= lengths).any()
+    ):
         raise BadInputError(
             f"{source or 'trace'}: every request needs 1..ceil(input_length / block_size) blocks"
         )
     offsets: Any = np.zeros(len(counts) + 1, dtype=np.int64)
     np.cumsum(counts, out=offsets[1:])
-    raw = np.asarray(blocks, dtype=np.int64)
+    raw = np.asarray(blocks)
+    if raw.dtype.kind not in "iu":
+        raw = raw.astype(np.int64)
     if len(raw) != offsets[-1]:
         raise BadInputError(f"{source or 'trace'}: {len(raw)} block ids for {int(offsets[-1])} block slots")
-    uniq, first, inverse = np.unique(raw, return_index=True, return_inverse=True)
+    if len(raw) and raw.min() >= 0 and raw.max() < min(2 * len(raw) + 1024, 1 << 31):
+        # Already compact (a generator's ids): keep them, count the distinct ones with a bitmap.
+        seen: Any = np.zeros(int(raw.max()) + 1, dtype=bool)
+        seen[raw] = True
+        return TraceColumns(
+            block_size=block_size,
+            input_lengths=lengths,
+            offsets=offsets,
+            blocks=raw if raw.dtype == np.int32 else raw.astype(np.int32),
+            num_unique_blocks=int(seen.sum()),
+            source=source,
+        )
+    uniq, first, inverse = np.unique(raw.astype(np.int64), return_index=True, return_inverse=True)
     rank: Any = np.empty(len(uniq), dtype=np.int64)
     rank[np.argsort(first, kind="stable")] = np.arange(len(uniq), dtype=np.int64)
     return TraceColumns(
         block_size=block_size,
         input_lengths=lengths,
         offsets=offsets,
-        blocks=rank[inverse.reshape(-1)],
+        blocks=_compact(rank[inverse.reshape(-1)]),
         num_unique_blocks=len(uniq),
         source=source,
     )
+
+
+def _compact(ids: Any) -> Any:
+    """int32 where the ids fit (half the memory of every per-access array derived from them)."""
+    return ids.astype(np.int32) if len(ids) == 0 or int(ids.max()) < (1 << 31) else ids
 
 
 # --------------------------------------------------------------------------------------------------
@@ -169,7 +199,17 @@ class HitCurve:
         return round(float(tokens)), float(self.cum_request_share[idx - 1])
 
 
-def _curve(dist: Any, tokens: Any, share: Any, cols: TraceColumns, **extra: Any) -> HitCurve:
+def _curve(
+    dist: Any,
+    tokens: Any,
+    share: Any,
+    *,
+    block_size: int,
+    requests: int,
+    input_tokens: int,
+    accesses: int,
+    **extra: Any,
+) -> HitCurve:
     order = np.argsort(dist, kind="stable")
     d = dist[order]
     ct = np.cumsum(tokens[order])
@@ -178,105 +218,174 @@ def _curve(dist: Any, tokens: Any, share: Any, cols: TraceColumns, **extra: Any)
         last = np.flatnonzero(np.append(d[1:] != d[:-1], True))
         d, ct, cs = d[last], ct[last], cs[last]
     return HitCurve(
-        block_size=cols.block_size,
-        requests=cols.num_requests,
-        input_tokens=cols.input_tokens,
+        block_size=block_size,
+        requests=requests,
+        input_tokens=input_tokens,
         distances=d,
         cum_tokens=ct,
         cum_request_share=cs,
-        accesses=cols.num_accesses,
+        accesses=accesses,
         **extra,
     )
 
 
-def _request_index(cols: TraceColumns) -> Any:
-    return np.repeat(np.arange(cols.num_requests, dtype=np.int64), np.diff(cols.offsets))
-
-
-def _previous_uses(blocks: Any) -> tuple[Any, Any]:
-    """(prev, next) flat positions of each access's block's previous / next use; -1 / N where none."""
-    n = len(blocks)
-    order = np.argsort(blocks, kind="stable")
-    sorted_blocks = blocks[order]
-    same = np.flatnonzero(sorted_blocks[1:] == sorted_blocks[:-1])
-    del sorted_blocks
-    prev: Any = np.full(n, -1, dtype=np.int64)
-    nxt: Any = np.full(n, n, dtype=np.int64)
-    later, earlier = order[same + 1], order[same]
-    prev[later] = earlier
-    nxt[earlier] = later
-    return prev, nxt
-
-
-def _lookup_state(cols: TraceColumns, prev: Any) -> tuple[Any, Any, Any]:
-    """Per access: (request start s, m = running min of the before-request previous uses, valid mask).
-
-    An access is valid (can hit at some capacity) iff no block up to it in its request is new. A block
-    repeated inside one request looks up the previous use before the request, like its first copy."""
-    req = _request_index(cols)
-    s = cols.offsets[:-1][req]
-    e = prev.copy()
-    inside = e >= s
-    while inside.any():
-        e[inside] = e[e[inside]]
-        inside = e >= s
-    cold = np.cumsum(e < 0)
-    start_cold = np.concatenate(([0], cold))[cols.offsets[:-1]]
-    valid = cold == start_cold[req]
-    big = len(e) + 2
-    top = cols.num_requests
-    m = np.minimum.accumulate(np.where(valid, e, big - 1) + (top - req) * big) - (top - req) * big
-    return s, m, valid
-
-
 QUERY_LIMIT = 4_000_000
-"""A sampled curve weighs every lookup up to this many (request, prefix-minimum) groups, a uniform sample of
-them beyond (each then weighs 1 / the lookup rate)."""
+"""A sampled curve weighs every lookup up to this many (request, prefix-minimum) groups; beyond, a uniform
+hash sample of the requests, halved each time the kept groups pass the limit (each then weighs 1 / rate)."""
+
+_CHUNK = 1 << 18
+"""Accesses per chunk (request-aligned): the per-chunk temporaries are a few times this, whatever the trace."""
 
 
-def _groups(cols: TraceColumns, valid: Any, m: Any, s: Any) -> tuple[Any, Any, Any, Any]:
-    """The valid accesses grouped into runs with the same request and prefix minimum (one count answers a run):
-    (lo = m + 1, request start s, Σ tokens, Σ tokens / input length) per run."""
-    idx = np.flatnonzero(valid)
-    req: Any = np.searchsorted(cols.offsets, idx, side="right") - 1
-    length = cols.input_lengths[req]
-    tokens = np.minimum(cols.block_size, length - (idx - cols.offsets[req]) * cols.block_size)
-    share = tokens / length
+@dataclass(frozen=True)
+class Chunk:
+    """Consecutive requests of a trace: local block offsets (from 0), input lengths and block ids."""
+
+    offsets: Any
+    input_lengths: Any
+    blocks: Any
+
+    @property
+    def accesses(self) -> int:
+        return len(self.blocks)
+
+
+def iter_chunks(cols: TraceColumns, accesses: int | None = None) -> Iterator[Chunk]:
+    """Request-aligned views of `cols`, about `accesses` (default _CHUNK) block accesses each (at least one
+    request)."""
+    accesses = accesses or _CHUNK
+    offsets = cols.offsets
+    ra = 0
+    while ra < cols.num_requests:
+        rb = int(np.searchsorted(offsets, offsets[ra] + accesses, side="right")) - 1
+        rb = min(max(rb, ra + 1), cols.num_requests)
+        pa, pb = int(offsets[ra]), int(offsets[rb])
+        yield Chunk(offsets[ra : rb + 1] - pa, cols.input_lengths[ra:rb], cols.blocks[pa:pb])
+        ra = rb
+
+
+class _LastUse:
+    """The flat position of every block's last use so far (-1: never), one int64 per block id."""
+
+    def __init__(self, bound: int = 1024) -> None:
+        self.last: Any = np.full(max(bound, 1), -1, dtype=np.int64)
+
+    def previous(self, blocks: Any, pos0: int) -> Any:
+        """Each access's previous use (flat position, -1 for none), for the chunk at flat position pos0;
+        then the chunk's uses become the last ones."""
+        top = int(blocks.max()) + 1 if len(blocks) else 0
+        if top > len(self.last):
+            grown: Any = np.full(max(top, 2 * len(self.last)), -1, dtype=np.int64)
+            grown[: len(self.last)] = self.last
+            self.last = grown
+        order = np.argsort(blocks, kind="stable")
+        ordered = blocks[order]
+        same = ordered[1:] == ordered[:-1]
+        head: Any = np.ones(len(blocks), dtype=bool)
+        head[1:] = ~same
+        tail: Any = np.ones(len(blocks), dtype=bool)
+        tail[:-1] = ~same
+        prev: Any = np.empty(len(blocks), dtype=np.int64)
+        prev[order[head]] = self.last[ordered[head]]
+        inner = np.flatnonzero(same)
+        prev[order[inner + 1]] = order[inner] + pos0
+        self.last[ordered[tail]] = order[tail] + pos0
+        return prev
+
+
+def _chunk_lookups(chunk: Chunk, prev: Any, pos0: int, bs: int) -> tuple[Any, Any, Any, Any, Any]:
+    """The chunk's lookups that can hit, grouped into runs with the same request and prefix minimum m (one
+    count answers a run): (lo = m + 1, request start s, Σ tokens, Σ tokens / input length, local request).
+
+    Per access: a block repeated inside one request looks up its previous use before the request, like its
+    first copy; an access can hit (at some capacity) iff no block up to it in its request is new; m is the
+    running minimum of the previous uses along the request."""
+    offsets = chunk.offsets
+    nreq = len(offsets) - 1
+    req: Any = np.repeat(np.arange(nreq, dtype=np.int64), np.diff(offsets))
+    start: Any = offsets[:-1][req] + pos0
+    e = prev.copy()
+    inside = np.flatnonzero(e >= start)
+    while len(inside):
+        e[inside] = e[e[inside] - pos0]
+        inside = inside[e[inside] >= start[inside]]
+    del start
+    cold: Any = np.cumsum(e < 0)
+    before: Any = np.concatenate(([0], cold))[offsets[:-1]]
+    valid: Any = cold == before[req]
+    del cold, before
+    big = pos0 + len(e) + 2
+    shift: Any = (nreq - req) * big
+    m: Any = np.where(valid, e, big - 1) + shift
+    np.minimum.accumulate(m, out=m)
+    m -= shift
+    del shift, e
+    idx: Any = np.flatnonzero(valid)
+    r = req[idx]
     mm = m[idx]
-    start: Any = np.ones(len(idx), dtype=bool)
-    start[1:] = (req[1:] != req[:-1]) | (mm[1:] != mm[:-1])
-    heads = np.flatnonzero(start)
-    return (
-        mm[heads] + 1,
-        s[idx[heads]],
-        np.add.reduceat(tokens, heads) if len(heads) else tokens[:0],
-        np.add.reduceat(share, heads) if len(heads) else share[:0],
-    )
+    del m, req, valid
+    head: Any = np.ones(len(idx), dtype=bool)
+    head[1:] = (r[1:] != r[:-1]) | (mm[1:] != mm[:-1])
+    heads = np.flatnonzero(head)
+    if len(heads) == 0:
+        nothing: Any = np.zeros(0, dtype=np.int64)
+        return nothing, nothing, nothing, np.zeros(0), nothing
+    tails: Any = np.append(heads[1:], len(idx)) - 1
+    gr = r[heads]
+    first_block = offsets[:-1][gr]
+    ia = idx[heads] - first_block
+    ib = idx[tails] - first_block + 1
+    length = chunk.input_lengths[gr]
+    tokens = np.minimum(ib * bs, length) - ia * bs
+    return mm[heads] + 1, first_block + pos0, tokens, tokens / length, gr
 
 
-def dominance_counts(point_q: Any, point_next: Any, lo: Any, s: Any) -> tuple[Any, Any]:
-    """For each query j: (#{i: next_i < s_j}, #{i: q_i < lo_j and next_i < s_j}) over the points (q_i, next_i).
+_QUERY_CHUNK = 1 << 20
 
-    q, next, lo, s are non-negative int64 below 2^31. Fenwick decomposition of [0, lo) into aligned blocks,
-    one sorted key array (q >> k, next) per bit k; each level is a stable sort of the previous (merging runs)."""
-    lt: Any = np.zeros(len(lo), dtype=np.int64)
-    le: Any = np.zeros(len(lo), dtype=np.int64)
+
+def dominance_counts(point_q: Any, point_next: Any, lo: Any, s: Any) -> Any:
+    """For each query j: #{i: q_i >= lo_j and next_i < s_j} over the points (q_i, next_i), as int32.
+
+    All values are non-negative and below 2^31. It is #{next_i < s_j} - #{q_i < lo_j and next_i < s_j}; the
+    second count splits [0, lo_j) into at most one aligned block per bit k (a Fenwick decomposition), each
+    answered by two binary searches in the points sorted by (q >> k, next). Each level's order is a stable
+    sort of the previous one (merging sorted runs); queries go through in chunks of 2^20, so the memory is
+    the points' key array plus a few chunk-sized temporaries."""
+    out: Any = np.zeros(len(lo), dtype=np.int32)
     if len(point_q) == 0 or len(lo) == 0:
-        return lt, le
-    lt += np.searchsorted(np.sort(point_next), s)
+        return out
+    by_next = np.sort(point_next)
+    for a in range(0, len(lo), _QUERY_CHUNK):
+        out[a : a + _QUERY_CHUNK] = np.searchsorted(by_next, s[a : a + _QUERY_CHUNK])
+    del by_next
     scale = np.int64(max(int(point_next.max()), int(s.max())) + 1)
-    key = np.sort(point_q.astype(np.int64) * scale + point_next)
+    key: Any = point_q.astype(np.int64)
+    key *= scale
+    key += point_next
+    key.sort()
     top = int(lo.max())
     k = 0
     while (1 << k) <= top:
-        bit = ((lo >> k) & 1).astype(bool)
-        if bit.any():
-            base = ((lo[bit] >> k) - 1) * scale
-            le[bit] += np.searchsorted(key, base + s[bit]) - np.searchsorted(key, base)
+        for a in range(0, len(lo), _QUERY_CHUNK):
+            lo_c: Any = lo[a : a + _QUERY_CHUNK].astype(np.int64)
+            bit = np.flatnonzero((lo_c >> k) & 1)
+            if len(bit):
+                base = ((lo_c[bit] >> k) - 1) * scale
+                found = np.searchsorted(key, base + s[a : a + _QUERY_CHUNK][bit])
+                found -= np.searchsorted(key, base)
+                out[a + bit] -= found.astype(np.int32)
         k += 1
-        block = key // scale
-        key = np.sort((block >> 1) * scale + (key - block * scale), kind="stable")
-    return lt, le
+        if (1 << k) > top:
+            break
+        # key = (q >> k, next) -> (q >> (k + 1), next): subtract (block - block // 2) * scale, then merge runs.
+        for a in range(0, len(key), _QUERY_CHUNK):
+            part = key[a : a + _QUERY_CHUNK]
+            step: Any = part // scale
+            step -= step >> 1
+            step *= scale
+            part -= step
+        key.sort(kind="stable")
+    return out
 
 
 def _shard_of(blocks: Any, shards: int) -> Any:
@@ -292,11 +401,11 @@ def _hash64(blocks: Any, seed: int = 0) -> Any:
         return x ^ (x >> np.uint64(31))
 
 
-ShardRunner = Callable[[Sequence[tuple[Any, Any]], Any, Any], list[tuple[Any, Any]]]
+ShardRunner = Callable[[Sequence[tuple[Any, Any]], Any, Any], list[Any]]
 """Runs dominance_counts on each (points q, points next) shard for the same queries (lo, s)."""
 
 
-def _in_process(shards: Sequence[tuple[Any, Any]], lo: Any, s: Any) -> list[tuple[Any, Any]]:
+def _in_process(shards: Sequence[tuple[Any, Any]], lo: Any, s: Any) -> list[Any]:
     return [dominance_counts(q, n, lo, s) for q, n in shards]
 
 
@@ -307,130 +416,180 @@ def exact_curve(cols: TraceColumns, *, shards: int = 1, runner: ShardRunner | No
         raise BadInputError(
             f"{cols.source or 'trace'}: {n:,} block accesses; at most 2^31 - 1 (use --sample-rate)"
         )
-    prev, nxt = _previous_uses(cols.blocks)
-    s, m, valid = _lookup_state(cols, prev)
+    # One pass in chunks: every access's previous use (flat int32 positions) and the grouped lookups.
+    prev: Any = np.empty(n, dtype=np.int32)
+    last = _LastUse(cols.id_bound)
+    pieces: list[tuple[Any, ...]] = []
+    pos0 = 0
+    for chunk in iter_chunks(cols):
+        p = last.previous(chunk.blocks, pos0)
+        prev[pos0 : pos0 + chunk.accesses] = p
+        lo_c, s_c, tok_c, share_c, _req = _chunk_lookups(chunk, p, pos0, cols.block_size)
+        pieces.append((lo_c.astype(np.int32), s_c.astype(np.int32), tok_c, share_c))
+        pos0 += chunk.accesses
+    del last
+    lo, q_s, tokens, share = (np.concatenate([piece[i] for piece in pieces]) for i in range(4))
+    del pieces
+    # The reuse pairs (q, next(q)) are (prev[t], t) for every access t with a previous use.
+    has_next: Any = np.flatnonzero(prev >= 0).astype(np.int32)
+    point_q = prev[has_next]
     del prev
-    lo, q_s, tokens, share = _groups(cols, valid, m, s)
-    del m, s, valid
-    has_next = np.flatnonzero(nxt < n)
-    point_next = nxt[has_next]
-    del nxt
     if shards <= 1:
-        parts = [(has_next, point_next)]
+        parts = [(point_q, has_next)]
     else:
         which = _shard_of(cols.blocks[has_next], shards)
-        parts = [(has_next[which == k], point_next[which == k]) for k in range(shards)]
-    del has_next, point_next
+        parts = [(point_q[which == k], has_next[which == k]) for k in range(shards)]
+    del has_next, point_q
     counts = (runner or _in_process)(parts, lo, q_s)
-    lt = sum(c[0] for c in counts)
-    le = sum(c[1] for c in counts)
-    distinct = (q_s - lo) - (lt - le)
-    return _curve(distinct + 1, tokens, share, cols)
+    inner = counts[0]
+    for more in counts[1:]:
+        inner += more
+    # Distinct blocks last used in (m, s): the s - m - 1 positions, less those re-used before s.
+    distinct = (q_s - lo) - inner
+    return _curve(
+        distinct + 1,
+        tokens,
+        share,
+        block_size=cols.block_size,
+        requests=cols.num_requests,
+        input_tokens=cols.input_tokens,
+        accesses=n,
+    )
 
 
 # --------------------------------------------------------------------------------------------------
 # SHARDS
 
 
-def _fixed_size_threshold(cols: TraceColumns, hashes: Any, size: int) -> tuple[Any, Any, Any]:
-    """Fixed-size SHARDS: per block, the flat position where it leaves the sample (n: never; -1: never in),
-    and the threshold drops as (positions, rates). The threshold starts at 2^64 and drops to the largest
-    kept hash when a new block would make the sample exceed `size` blocks."""
-    n = cols.num_accesses
-    order = np.argsort(cols.blocks, kind="stable")
-    head = np.flatnonzero(np.concatenate(([True], cols.blocks[order][1:] != cols.blocks[order][:-1])))
-    first: Any = np.full(cols.num_unique_blocks, n, dtype=np.int64)
-    first[cols.blocks[order[head]]] = order[head]
-    del order, head
-    block_hash: Any = np.zeros(cols.num_unique_blocks, dtype=np.uint64)
-    block_hash[cols.blocks] = hashes
-    leave: Any = np.full(cols.num_unique_blocks, n, dtype=np.int64)
-    threshold = 1 << 64
-    kept: list[tuple[int, int]] = []  # max-heap of (-hash, block)
-    drop_at: list[int] = []
-    drop_rate: list[float] = []
-    by_first = np.argsort(first, kind="stable")
-    for block, h in zip(by_first.tolist(), block_hash[by_first].tolist(), strict=True):
-        if h >= threshold:
-            leave[block] = -1
-            continue
-        heapq.heappush(kept, (-h, block))
-        if len(kept) > size:
-            neg, out = heapq.heappop(kept)
-            threshold = -neg
-            leave[out] = first[block] if out != block else -1
-            drop_at.append(int(first[block]))
-            drop_rate.append(threshold / float(1 << 64))
-    return leave, np.asarray(drop_at, dtype=np.int64), np.asarray(drop_rate, dtype=np.float64)
-
-
 def sampled_curve(
     cols: TraceColumns, *, rate: float | None = None, size: int | None = None, seed: int = 0
 ) -> HitCurve:
     """A SHARDS estimate of the single-tier LRU hit curve (fixed rate, or fixed size: at most `size` blocks)."""
+    return sampled_curve_stream(
+        iter_chunks(cols), block_size=cols.block_size, rate=rate, size=size, seed=seed, id_bound=cols.id_bound
+    )
+
+
+def sampled_curve_stream(
+    chunks: Iterable[Chunk],
+    *,
+    block_size: int,
+    rate: float | None = None,
+    size: int | None = None,
+    seed: int = 0,
+    id_bound: int = 1024,
+) -> HitCurve:
+    """SHARDS over a stream of request-aligned chunks; memory: one last-use position per block id, the
+    sampled accesses, and at most QUERY_LIMIT lookup groups (not the trace)."""
     if (rate is None) == (size is None):
         raise BadInputError("give one of --sample-rate R and --sample-size N")
     if rate is not None and not 0 < rate <= 1:
         raise BadInputError(f"--sample-rate {rate}: must be in (0, 1]")
     if size is not None and size < 1:
         raise BadInputError(f"--sample-size {size}: must be at least 1 block")
-    n = cols.num_accesses
-    prev, _nxt = _previous_uses(cols.blocks)
-    del _nxt
-    s, m, valid = _lookup_state(cols, prev)
-    del prev
-    hashes = _hash64(cols.blocks, seed)
-    if rate is not None:
-        cut = np.uint64(min(int(rate * float(1 << 64)), (1 << 64) - 1))
-        sampled = hashes < cut
-        leave_at = None
+    two64 = float(1 << 64)
+    cut = np.uint64(min(int(rate * two64), (1 << 64) - 1)) if rate is not None else None
+    last = _LastUse(id_bound)
+    # Fixed size: the kept blocks (a max-heap on the hash), the threshold, and when each block left.
+    threshold = 1 << 64
+    kept: list[tuple[int, int]] = []
+    entered: Any = np.zeros(max(id_bound, 1), dtype=bool)
+    never = np.int64(1 << 62)
+    leave: Any = np.full(max(id_bound, 1), never, dtype=np.int64)
+    drop_at: list[int] = []
+    drop_rate: list[float] = []
+    # The lookups kept: all while under QUERY_LIMIT groups, then requests whose hash is under a halving cut.
+    lookup_cut = 1 << 64
+    groups: list[tuple[Any, ...]] = []
+    group_count = 0
+    sample_pos: list[Any] = []
+    sample_blk: list[Any] = []
+    pos0 = req0 = input_tokens = 0
+    for chunk in chunks:
+        blocks = chunk.blocks
+        p = last.previous(blocks, pos0)
+        lo_c, s_c, tok_c, share_c, req_c = _chunk_lookups(chunk, p, pos0, block_size)
+        if lookup_cut < 1 << 64:
+            keep = _hash64(req_c + req0, seed + 1) < np.uint64(lookup_cut)
+            lo_c, s_c, tok_c, share_c, req_c = lo_c[keep], s_c[keep], tok_c[keep], share_c[keep], req_c[keep]
+        groups.append((lo_c, s_c, tok_c, share_c, req_c + req0))
+        group_count += len(lo_c)
+        while group_count > QUERY_LIMIT:
+            lookup_cut //= 2
+            cutoff = np.uint64(lookup_cut)
+            groups = [tuple(a[_hash64(g[4], seed + 1) < cutoff] for a in g) for g in groups]
+            group_count = sum(len(g[0]) for g in groups)
+        hashes = _hash64(blocks, seed)
+        positions: Any = np.arange(pos0, pos0 + len(blocks), dtype=np.int64)
+        if cut is not None:
+            mask = hashes < cut
+        else:
+            assert size is not None
+            top = int(blocks.max()) + 1
+            if top > len(entered):
+                grow = max(top, 2 * len(entered))
+                entered = np.concatenate((entered, np.zeros(grow - len(entered), dtype=bool)))
+                leave = np.concatenate((leave, np.full(grow - len(leave), never, dtype=np.int64)))
+            new = np.flatnonzero((p < 0) & (hashes < np.uint64(min(threshold, (1 << 64) - 1))))
+            new_at: list[int] = (new + pos0).tolist()
+            for at, block, h in zip(new_at, blocks[new].tolist(), hashes[new].tolist(), strict=True):
+                if h >= threshold:
+                    continue
+                entered[block] = True
+                heapq.heappush(kept, (-h, block))
+                if len(kept) > size:
+                    neg, out = heapq.heappop(kept)
+                    threshold = -neg
+                    leave[out] = at
+                    drop_at.append(at)
+                    drop_rate.append(threshold / two64)
+            mask = entered[blocks] & (leave[blocks] > positions)
+        sample_pos.append(positions[mask])
+        sample_blk.append(blocks[mask])
+        pos0 += len(blocks)
+        req0 += len(chunk.input_lengths)
+        input_tokens += int(chunk.input_lengths.sum())
+    if req0 == 0:
+        raise BadInputError("no requests (empty trace)")
+    n = pos0
+    del last
+    spos = np.concatenate(sample_pos)
+    sblk = np.concatenate(sample_blk)
+    del sample_pos, sample_blk
+    # Points: a sampled block's consecutive sampled uses (q, next), the next capped at its leaving time - 1.
+    order = np.argsort(sblk, kind="stable")
+    same = np.flatnonzero(sblk[order][1:] == sblk[order][:-1])
+    point_q = spos[order[same]]
+    point_next = spos[order[same + 1]]
+    if size is not None:
+        leave[leave == never] = n
+        point_next = np.minimum(point_next, leave[sblk[order[same]]] - 1)
+    del order, same
+    lo, q_s, tokens, share = (np.concatenate([g[i] for g in groups]) for i in range(4))
+    del groups
+    weight = lookup_cut / two64
+    inside = np.searchsorted(spos, q_s) - np.searchsorted(spos, lo)
+    inner = dominance_counts(point_q, point_next, lo, q_s)
+    if size is None:
+        assert rate is not None
+        r: Any = np.full(len(lo), rate)
         final_rate = rate
-        rate_at: Any = np.full(n, rate)
     else:
-        assert size is not None
-        leave, drop_at, drop_rate = _fixed_size_threshold(cols, hashes, size)
-        leave_at = leave[cols.blocks]
-        sampled = leave_at > np.arange(n, dtype=np.int64)
-        # The rate in force at each position: the threshold after the last drop at or before it.
-        steps = np.concatenate(([1.0], drop_rate))
-        rate_at = steps[np.searchsorted(drop_at, np.arange(n, dtype=np.int64), side="right")]
+        steps = np.concatenate(([1.0], np.asarray(drop_rate)))
+        r = steps[np.searchsorted(np.asarray(drop_at, dtype=np.int64), q_s, side="right")]
         final_rate = float(steps[-1])
-    del hashes
-    sidx = np.flatnonzero(sampled)
-    # Points: uses of sampled blocks, paired with the block's next sampled use (or its leaving time).
-    sub_blocks = cols.blocks[sidx]
-    order = np.argsort(sub_blocks, kind="stable")
-    same = np.flatnonzero(sub_blocks[order][1:] == sub_blocks[order][:-1])
-    nxt: Any = np.full(len(sidx), n, dtype=np.int64)
-    nxt[order[same]] = sidx[order[same + 1]]
-    if leave_at is not None:
-        nxt = np.minimum(nxt, leave_at[sidx] - 1)
-    del order, same, sub_blocks
-    lo, q_s, tokens, share = _groups(cols, valid, m, s)
-    del m, s, valid
-    weight = 1.0
-    if len(lo) > QUERY_LIMIT:
-        # Hit weights from a uniform sample of the lookups (independent of the block sample).
-        weight = QUERY_LIMIT / len(lo)
-        pick = np.flatnonzero(
-            _hash64(np.arange(len(lo), dtype=np.int64), seed + 1) < np.uint64(int(weight * 2.0**64))
-        )
-        lo, q_s, tokens, share = lo[pick], q_s[pick], tokens[pick], share[pick]
-    counted = np.concatenate(([0], np.cumsum(sampled)))
-    inside = counted[q_s] - counted[lo]
-    keep = nxt < n
-    lt, le = dominance_counts(sidx[keep], nxt[keep], lo, q_s)
-    r = rate_at[q_s]
-    distinct_est = (inside - (lt - le)) / r
-    sampled_blocks = len(np.unique(cols.blocks[sidx])) if len(sidx) else 0
+    distinct_est = (inside - inner) / r
     return _curve(
         np.floor(distinct_est).astype(np.int64) + 1,
         tokens / weight,
         share / weight,
-        cols,
+        block_size=block_size,
+        requests=req0,
+        input_tokens=input_tokens,
+        accesses=n,
         method="shards-fixed-rate" if size is None else "shards-fixed-size",
         sample_rate=final_rate,
-        sampled_blocks=sampled_blocks,
+        sampled_blocks=len(np.unique(sblk)) if len(sblk) else 0,
         lookup_rate=weight,
     )
 
@@ -478,7 +637,7 @@ def load_columns(path: str, *, block_size: int, sort_by_time: bool = False) -> T
     del ids
     length_arr: Any = np.frombuffer(lengths, dtype=np.int64).copy()
     count_arr: Any = np.frombuffer(counts, dtype=np.int64).copy()
-    blocks: Any = np.frombuffer(flat, dtype=np.int64).copy()
+    blocks: Any = _compact(np.frombuffer(flat, dtype=np.int64))
     del flat
     if sort_by_time:
         order = np.argsort(np.frombuffer(stamps, dtype=np.float64), kind="stable")
@@ -511,7 +670,7 @@ def load_columns(path: str, *, block_size: int, sort_by_time: bool = False) -> T
 # Shards in local processes
 
 
-def _count_shard(part: tuple[Any, Any], lo: Any, s: Any) -> tuple[Any, Any]:
+def _count_shard(part: tuple[Any, Any], lo: Any, s: Any) -> Any:
     return dominance_counts(part[0], part[1], lo, s)
 
 
@@ -523,15 +682,15 @@ def _context() -> Any:
     return multiprocessing.get_context("fork" if "fork" in methods else "spawn")
 
 
-def local_runner(workers: int, fn: Callable[..., tuple[Any, Any]] = _count_shard) -> ShardRunner:
+def local_runner(workers: int, fn: Callable[..., Any] = _count_shard) -> ShardRunner:
     """Run the shards on `workers` local processes; a shard whose process dies is retried once in a fresh
     pool; a second failure is a ShardFailedError (no partial curve)."""
 
-    def run(shards: Sequence[tuple[Any, Any]], lo: Any, s: Any) -> list[tuple[Any, Any]]:
+    def run(shards: Sequence[tuple[Any, Any]], lo: Any, s: Any) -> list[Any]:
         from concurrent.futures import ProcessPoolExecutor
         from concurrent.futures.process import BrokenProcessPool
 
-        results: dict[int, tuple[Any, Any]] = {}
+        results: dict[int, Any] = {}
         todo = list(range(len(shards)))
         for attempt in (1, 2):
             failed: list[tuple[int, str]] = []
