@@ -15,7 +15,9 @@ Part 2 (`--scale`), a seeded synthetic multi-turn trace per size, every case in 
 is the process's own, plus its worker processes' for the sharded case):
 - naive (one OrderedDict replay at one capacity) and replay (`simulate`, one capacity), up to 1 M requests
   (their per-request Python objects do not fit beyond);
-- exact sweep (20 points), sampled sweep (1 %, 20 points), sharded exact sweep over 2 local processes.
+- exact sweep (20 points; the trace held as numpy columns), sampled sweep (1 %, 20 points; the trace
+  streamed chunk by chunk from the generator, generation time included), sharded exact sweep over 2 local
+  processes.
 Results are recorded in docs/perf/tiers-simulate.md and docs/performance.md.
 """
 
@@ -31,7 +33,7 @@ import subprocess
 import sys
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -143,46 +145,73 @@ def mooncake(path: str, repeat: int) -> None:
 # The synthetic scaling table
 
 
-def synthetic_columns(requests: int, seed: int = 0, block_size: int = BLOCK) -> stackdist.TraceColumns:
-    """A seeded multi-turn trace as columns, built in int32 chunks: sessions of 1-3 turns (turn gaps
-    exponential, mean 30 request slots); half the sessions start with one of 100 shared system-prompt blocks
-    (Zipf popularity); turn t sends the system block and the session's first t history blocks."""
+def synthetic_chunks(requests: int, seed: int = 0, block_size: int = BLOCK) -> Iterator[stackdist.Chunk]:
+    """A seeded multi-turn trace, generated as a stream of request chunks (memory: one epoch of requests).
+
+    Sessions of 1-3 turns start at 0.5 per request slot; turn gaps are exponential (mean 30 slots); half
+    the sessions start with one of 100 shared system-prompt blocks (Zipf popularity); turn t sends the
+    system block and the session's first t history blocks (dense ids from 100), the last one partial."""
     rng = np.random.default_rng(seed)
-    turns = rng.integers(1, 4, size=requests, dtype=np.int32)
-    sessions = int(np.searchsorted(np.cumsum(turns, dtype=np.int64), requests)) + 1
-    turns = turns[:sessions].copy()
-    turns[-1] -= int(turns.sum(dtype=np.int64) - requests)
-    sess = np.repeat(np.arange(sessions, dtype=np.int32), turns)
-    first = np.zeros(sessions, dtype=np.int32)
-    np.cumsum(turns[:-1], out=first[1:])
-    t = np.arange(requests, dtype=np.int32) - np.repeat(first, turns)
-    del first
-    when = rng.uniform(0, requests, size=sessions)[sess] + t * rng.exponential(30.0, size=requests)
-    order = np.argsort(when, kind="stable")
-    del when
-    sess, t = sess[order], t[order]
-    del order
-    system = np.where(rng.random(sessions) < 0.5, rng.zipf(1.5, size=sessions) % 100, -1).astype(np.int32)[
-        sess
-    ]
-    counts = (1 + t + (system >= 0)).astype(np.int32)
-    total = int(counts.sum(dtype=np.int64))
-    ids = np.empty(total, dtype=np.int32)
-    pos = 0
-    chunk = 1 << 20
-    for a in range(0, requests, chunk):
-        c, s_, y = counts[a : a + chunk], sess[a : a + chunk], system[a : a + chunk]
-        m = int(c.sum(dtype=np.int64))
-        rep = np.repeat(np.arange(len(c), dtype=np.int32), c)
-        start = np.zeros(len(c), dtype=np.int32)
-        np.cumsum(c[:-1], out=start[1:])
-        j = np.arange(m, dtype=np.int32) - start[rep] - (y[rep] >= 0)
-        ids[pos : pos + m] = np.where(j < 0, y[rep], 100 + s_[rep] * 4 + j)
-        pos += m
-    lengths = counts.astype(np.int64) * block_size - rng.integers(0, block_size, size=requests)
+    epoch = 1 << 16
+    made = emitted = sessions = 0
+    next_id = 100
+    # per pending request: time, its session's first history id, turn, system block (-1: none)
+    carry = (np.zeros(0), np.zeros(0, np.int64), np.zeros(0, np.int32), np.zeros(0, np.int32))
+    e = 0
+    while emitted < requests:
+        when, sess, turn, system = carry
+        if made < requests:
+            turns = rng.integers(1, 4, size=epoch // 2)
+            total = np.cumsum(turns)
+            k = int(np.searchsorted(total, requests - made)) + 1
+            turns = turns[:k]
+            turns[-1] -= max(0, int(turns.sum()) - (requests - made))
+            turns = turns[turns > 0]
+            k = len(turns)
+            start = e * epoch + rng.uniform(0, epoch, size=k)
+            own = np.repeat(np.arange(k), turns)
+            first = np.concatenate(([0], np.cumsum(turns)[:-1]))
+            t_new = np.arange(int(turns.sum())) - np.repeat(first, turns)
+            w_new = start[own] + t_new * rng.exponential(30.0, size=len(own))
+            sys_new = np.where(rng.random(k) < 0.5, rng.zipf(1.5, size=k) % 100, -1)[own]
+            base = next_id + np.concatenate(([0], np.cumsum(turns)[:-1]))  # dense: a session uses `turns` ids
+            next_id += int(turns.sum())
+            when = np.concatenate((when, w_new))
+            sess = np.concatenate((sess, base[own]))
+            turn = np.concatenate((turn, t_new.astype(np.int32)))
+            system = np.concatenate((system, sys_new.astype(np.int32)))
+            sessions += k
+            made += len(own)
+        order = np.argsort(when, kind="stable")
+        when, sess, turn, system = when[order], sess[order], turn[order], system[order]
+        cut = len(when) if made >= requests else int(np.searchsorted(when, (e + 1) * epoch))
+        carry = (when[cut:], sess[cut:], turn[cut:], system[cut:])
+        e += 1
+        if cut == 0:
+            continue
+        sess_c, turn_c, sys_c = sess[:cut], turn[:cut], system[:cut]
+        counts = 1 + turn_c.astype(np.int64) + (sys_c >= 0)
+        rep = np.repeat(np.arange(cut), counts)
+        offsets = np.zeros(cut + 1, dtype=np.int64)
+        np.cumsum(counts, out=offsets[1:])
+        j = np.arange(int(offsets[-1])) - offsets[:-1][rep] - (sys_c[rep] >= 0)
+        ids = np.where(j < 0, sys_c[rep], sess_c[rep] + j).astype(np.int32)
+        lengths = counts * block_size - rng.integers(0, block_size, size=cut)
+        emitted += cut
+        yield stackdist.Chunk(offsets, lengths, ids)
+
+
+def synthetic_columns(requests: int, seed: int = 0, block_size: int = BLOCK) -> stackdist.TraceColumns:
+    """The whole synthetic trace in memory (for the exact curve and the replays)."""
+    lengths, counts, ids = [], [], []
+    for chunk in synthetic_chunks(requests, seed, block_size):
+        lengths.append(chunk.input_lengths)
+        counts.append(np.diff(chunk.offsets).astype(np.int32))
+        ids.append(chunk.blocks)
     return stackdist.make_columns(
-        lengths, counts, ids, block_size=block_size, source=f"synthetic n={requests}"
-    )
+        np.concatenate(lengths), np.concatenate(counts), np.concatenate(ids), block_size=block_size,
+        source=f"synthetic n={requests} seed={seed}",
+    )  # fmt: skip
 
 
 def _as_lists(cols: stackdist.TraceColumns) -> tuple[list[int], list[list[int]]]:
@@ -193,10 +222,22 @@ def _as_lists(cols: stackdist.TraceColumns) -> tuple[list[int], list[list[int]]]
 
 def child(case: str, requests: int, seed: int) -> None:
     """One case in this (fresh) process; prints one JSON line."""
+    caps = SWEEP
+    if case == "sampled":  # streamed: the trace is never held whole
+        start = time.perf_counter()
+        curve = stackdist.sampled_curve_stream(synthetic_chunks(requests, seed), block_size=BLOCK, rate=0.01)
+        seconds = time.perf_counter() - start
+        hits = [curve.at(c // BLOCK)[0] for c in caps]
+        own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
+        print(json.dumps({
+            "case": case, "requests": requests, "accesses": curve.accesses, "unique": None, "generate_s": 0.0,
+            "seconds": seconds, "peak_mb": own, "worker_peak_mb": 0, "input_tokens": curve.input_tokens,
+            "hits": hits,
+        }))  # fmt: skip
+        return
     start = time.perf_counter()
     cols = synthetic_columns(requests, seed)
     made = time.perf_counter() - start
-    caps = SWEEP
     start = time.perf_counter()
     if case == "naive":
         lengths, blocks = _as_lists(cols)
@@ -208,8 +249,6 @@ def child(case: str, requests: int, seed: int) -> None:
         hits = [simulate(trace, SimConfig(tiers=(TierConfig("gpu", ONE_CAP),))).hit_tokens]
     elif case == "exact":
         hits = [r.hit_tokens for r in lru_sweep(cols, caps)]
-    elif case == "sampled":
-        hits = [r.hit_tokens for r in lru_sweep(cols, caps, profile=stackdist.sampled_curve(cols, rate=0.01))]
     elif case == "sharded-2":
         curve = stackdist.exact_curve(cols, shards=2, runner=stackdist.local_runner(2))
         hits = [r.hit_tokens for r in lru_sweep(cols, caps, profile=curve)]

@@ -200,9 +200,7 @@ class HitCurve:
 
 
 def _curve(
-    dist: Any,
-    tokens: Any,
-    share: Any,
+    owned: list[Any],
     *,
     block_size: int,
     requests: int,
@@ -210,10 +208,17 @@ def _curve(
     accesses: int,
     **extra: Any,
 ) -> HitCurve:
+    """The step function from per-lookup [distances, tokens, shares]; `owned` is emptied as it goes (the
+    caller keeps no other reference, so each input is freed as soon as it is sorted)."""
+    dist = owned.pop(0)
     order = np.argsort(dist, kind="stable")
     d = dist[order]
-    ct = np.cumsum(tokens[order])
-    cs = np.cumsum(share[order])
+    del dist
+    ct = owned.pop(0)[order]
+    np.cumsum(ct, out=ct)
+    cs = owned.pop(0)[order]
+    np.cumsum(cs, out=cs)
+    del order
     if len(d):
         last = np.flatnonzero(np.append(d[1:] != d[:-1], True))
         d, ct, cs = d[last], ct[last], cs[last]
@@ -229,7 +234,7 @@ def _curve(
     )
 
 
-QUERY_LIMIT = 4_000_000
+QUERY_LIMIT = 1_000_000
 """A sampled curve weighs every lookup up to this many (request, prefix-minimum) groups; beyond, a uniform
 hash sample of the requests, halved each time the kept groups pass the limit (each then weighs 1 / rate)."""
 
@@ -265,17 +270,20 @@ def iter_chunks(cols: TraceColumns, accesses: int | None = None) -> Iterator[Chu
 
 
 class _LastUse:
-    """The flat position of every block's last use so far (-1: never), one int64 per block id."""
+    """The flat position of every block's last use so far (-1: never): one int32 per block id while the
+    positions fit, int64 beyond 2^31 accesses."""
 
     def __init__(self, bound: int = 1024) -> None:
-        self.last: Any = np.full(max(bound, 1), -1, dtype=np.int64)
+        self.last: Any = np.full(max(bound, 1), -1, dtype=np.int32)
 
     def previous(self, blocks: Any, pos0: int) -> Any:
         """Each access's previous use (flat position, -1 for none), for the chunk at flat position pos0;
         then the chunk's uses become the last ones."""
         top = int(blocks.max()) + 1 if len(blocks) else 0
+        if self.last.dtype == np.int32 and pos0 + len(blocks) >= (1 << 31) - 1:
+            self.last = self.last.astype(np.int64)
         if top > len(self.last):
-            grown: Any = np.full(max(top, 2 * len(self.last)), -1, dtype=np.int64)
+            grown: Any = np.full(max(top, 2 * len(self.last)), -1, dtype=self.last.dtype)
             grown[: len(self.last)] = self.last
             self.last = grown
         order = np.argsort(blocks, kind="stable")
@@ -286,7 +294,7 @@ class _LastUse:
         tail: Any = np.ones(len(blocks), dtype=bool)
         tail[:-1] = ~same
         prev: Any = np.empty(len(blocks), dtype=np.int64)
-        prev[order[head]] = self.last[ordered[head]]
+        prev[order[head]] = self.last[ordered[head]]  # (widened to int64)
         inner = np.flatnonzero(same)
         prev[order[inner + 1]] = order[inner] + pos0
         self.last[ordered[tail]] = order[tail] + pos0
@@ -340,7 +348,7 @@ def _chunk_lookups(chunk: Chunk, prev: Any, pos0: int, bs: int) -> tuple[Any, An
     return mm[heads] + 1, first_block + pos0, tokens, tokens / length, gr
 
 
-_QUERY_CHUNK = 1 << 20
+_QUERY_CHUNK = 1 << 18
 
 
 def dominance_counts(point_q: Any, point_next: Any, lo: Any, s: Any) -> Any:
@@ -349,7 +357,7 @@ def dominance_counts(point_q: Any, point_next: Any, lo: Any, s: Any) -> Any:
     All values are non-negative and below 2^31. It is #{next_i < s_j} - #{q_i < lo_j and next_i < s_j}; the
     second count splits [0, lo_j) into at most one aligned block per bit k (a Fenwick decomposition), each
     answered by two binary searches in the points sorted by (q >> k, next). Each level's order is a stable
-    sort of the previous one (merging sorted runs); queries go through in chunks of 2^20, so the memory is
+    sort of the previous one (merging sorted runs); queries go through in chunks of 2^18, so the memory is
     the points' key array plus a few chunk-sized temporaries."""
     out: Any = np.zeros(len(lo), dtype=np.int32)
     if len(point_q) == 0 or len(lo) == 0:
@@ -425,7 +433,8 @@ def exact_curve(cols: TraceColumns, *, shards: int = 1, runner: ShardRunner | No
         p = last.previous(chunk.blocks, pos0)
         prev[pos0 : pos0 + chunk.accesses] = p
         lo_c, s_c, tok_c, share_c, _req = _chunk_lookups(chunk, p, pos0, cols.block_size)
-        pieces.append((lo_c.astype(np.int32), s_c.astype(np.int32), tok_c, share_c))
+        small = tok_c.astype(np.int32) if len(tok_c) and int(tok_c.max()) < (1 << 31) else tok_c
+        pieces.append((lo_c.astype(np.int32), s_c.astype(np.int32), small, share_c))
         pos0 += chunk.accesses
     del last
     lo, q_s, tokens, share = (np.concatenate([piece[i] for piece in pieces]) for i in range(4))
@@ -441,15 +450,20 @@ def exact_curve(cols: TraceColumns, *, shards: int = 1, runner: ShardRunner | No
         parts = [(point_q[which == k], has_next[which == k]) for k in range(shards)]
     del has_next, point_q
     counts = (runner or _in_process)(parts, lo, q_s)
-    inner = counts[0]
-    for more in counts[1:]:
-        inner += more
-    # Distinct blocks last used in (m, s): the s - m - 1 positions, less those re-used before s.
-    distinct = (q_s - lo) - inner
+    del parts
+    inner = counts.pop(0)
+    while counts:
+        inner += counts.pop()
+    # Distinct blocks last used in (m, s): the s - m - 1 positions, less those re-used before s; + 1.
+    inner -= q_s
+    inner += lo
+    inner *= -1
+    inner += 1
+    del lo, q_s
+    owned = [inner, tokens, share]
+    del inner, tokens, share
     return _curve(
-        distinct + 1,
-        tokens,
-        share,
+        owned,
         block_size=cols.block_size,
         requests=cols.num_requests,
         input_tokens=cols.input_tokens,
@@ -459,6 +473,22 @@ def exact_curve(cols: TraceColumns, *, shards: int = 1, runner: ShardRunner | No
 
 # --------------------------------------------------------------------------------------------------
 # SHARDS
+
+
+def _rechunk(chunks: Iterable[Chunk]) -> Iterator[Chunk]:
+    """Split chunks larger than _CHUNK accesses (request-aligned), so the temporaries stay bounded."""
+    for chunk in chunks:
+        if chunk.accesses <= _CHUNK:
+            yield chunk
+            continue
+        offsets = chunk.offsets
+        ra, nreq = 0, len(offsets) - 1
+        while ra < nreq:
+            rb = int(np.searchsorted(offsets, offsets[ra] + _CHUNK, side="right")) - 1
+            rb = min(max(rb, ra + 1), nreq)
+            pa, pb = int(offsets[ra]), int(offsets[rb])
+            yield Chunk(offsets[ra : rb + 1] - pa, chunk.input_lengths[ra:rb], chunk.blocks[pa:pb])
+            ra = rb
 
 
 def sampled_curve(
@@ -505,7 +535,7 @@ def sampled_curve_stream(
     sample_pos: list[Any] = []
     sample_blk: list[Any] = []
     pos0 = req0 = input_tokens = 0
-    for chunk in chunks:
+    for chunk in _rechunk(chunks):
         blocks = chunk.blocks
         p = last.previous(blocks, pos0)
         lo_c, s_c, tok_c, share_c, req_c = _chunk_lookups(chunk, p, pos0, block_size)
@@ -579,10 +609,11 @@ def sampled_curve_stream(
         r = steps[np.searchsorted(np.asarray(drop_at, dtype=np.int64), q_s, side="right")]
         final_rate = float(steps[-1])
     distinct_est = (inside - inner) / r
+    del inside, inner, r, lo, q_s
+    owned = [np.floor(distinct_est).astype(np.int64) + 1, tokens / weight, share / weight]
+    del distinct_est, tokens, share
     return _curve(
-        np.floor(distinct_est).astype(np.int64) + 1,
-        tokens / weight,
-        share / weight,
+        owned,
         block_size=block_size,
         requests=req0,
         input_tokens=input_tokens,
