@@ -307,6 +307,35 @@ def scale(sizes: list[int], seed: int, timeout: int) -> None:
             )
 
 
+def errors(trace_dir: Path) -> None:
+    """Largest |token hit rate difference| of the sampled curve vs exact over the 20 sweep points, seeds 0-4."""
+    sets = [
+        (name, stackdist.load_columns(str(trace_dir / f"{name}_trace.jsonl"), block_size=BLOCK))
+        for name in ("conversation", "synthetic")
+        if (trace_dir / f"{name}_trace.jsonl").exists()
+    ]
+    sets.append(("generated 1M", synthetic_columns(1_000_000)))
+    caps = np.array([c // BLOCK for c in SWEEP])
+    for name, cols in sets:
+        exact = stackdist.exact_curve(cols)
+        want = np.array([exact.at(int(c))[0] for c in caps]) / cols.input_tokens
+        for rate in (0.01, 0.1):
+            every, resolved, expected = [], [], []
+            for seed in range(5):
+                curve = stackdist.sampled_curve(cols, rate=rate, seed=seed)
+                got = np.array([curve.at(int(c))[0] for c in caps]) / cols.input_tokens
+                diff = np.abs(got - want)
+                every.append(diff.max())
+                resolved.append(diff[caps * rate >= 10].max())
+                expected.append(max(curve.expected_error(int(c)) for c in caps))
+            print(
+                f"{name:<14} R={rate:<5} {cols.num_requests:>9,} requests {cols.num_unique_blocks:>9,} blocks  "
+                f"all points {min(every):.4f}-{max(every):.4f}  R*C>=10 {min(resolved):.4f}-{max(resolved):.4f}  "
+                f"largest expected {max(expected):.4f}",
+                flush=True,
+            )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--trace", default=str(DEFAULT_TRACE))
@@ -315,10 +344,14 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--timeout", type=int, default=900, help="per case, seconds")
     parser.add_argument("--skip-mooncake", action="store_true")
+    parser.add_argument("--errors", action="store_true", help="the sampled-vs-exact error table")
     parser.add_argument("--child", nargs=3, metavar=("CASE", "N", "SEED"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         child(args.child[0], int(args.child[1]), int(args.child[2]))
+        return 0
+    if args.errors:
+        errors(Path(args.trace).parent)
         return 0
     if not args.skip_mooncake:
         mooncake(args.trace, args.repeat)

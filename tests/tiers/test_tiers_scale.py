@@ -210,6 +210,11 @@ def test_cli_workers_give_the_same_sweep(capsys: pytest.CaptureFixture[str], sav
     sampled = _sweep_json(capsys, saved_trace, "--sample-rate", "0.5")
     assert sampled["method"] == "shards-fixed-rate" and sampled["sampling"]["sample_rate"] == 0.5
     assert len(sampled["sampling"]["expected_error"]) == 4
+    # The CLI streams the file for a sampled curve; the same estimate as from the columns in memory.
+    cols = stackdist.load_columns(saved_trace, block_size=64)
+    want = lru_sweep(cols, [640, 6400, 64000, None], profile=stackdist.sampled_curve(cols, rate=0.5))
+    assert [p["hit_tokens"] for p in sampled["sweep"]] == [r.hit_tokens for r in want]
+    assert sampled["requests"] == cols.num_requests and sampled["unique_blocks"] == cols.num_unique_blocks
 
 
 @pytest.mark.parametrize(

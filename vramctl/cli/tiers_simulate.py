@@ -376,11 +376,22 @@ def register(app: typer.Typer) -> None:
             if sampling and (workers > 1 or dask_address is not None):
                 raise BadInputError(f"{flag}: a sampled curve runs in one process; drop --workers/--dask")
         columns = None
-        if trace is not None and sweep is not None and single_lru and save_trace is None:
+        curve: Any = None
+        if trace is not None and sampling and not sort_trace and save_trace is None:
+            # Streamed: the sampled curve never holds the trace.
+            from vramctl.tiers import stackdist
+
+            stream = stackdist.TraceStream(trace, block_size=block_size)
+            curve = stackdist.sampled_curve_stream(
+                stream, block_size=block_size, rate=fraction, size=sample_size, seed=sample_seed
+            )
+            data: Any = stream
+            source = trace
+        elif trace is not None and sweep is not None and single_lru and save_trace is None:
             from vramctl.tiers.stackdist import load_columns
 
             columns = load_columns(trace, block_size=block_size, sort_by_time=sort_trace)
-            data: Any = columns
+            data = columns
             source = trace
         elif trace is not None:
             data = load_mooncake(trace, block_size=block_size, sort_by_time=sort_trace)
@@ -407,9 +418,10 @@ def register(app: typer.Typer) -> None:
 
         from dataclasses import replace
 
-        curve: Any = None
         if sweep is not None:
-            if single_lru:
+            if curve is not None:
+                results = lru_sweep(data, capacities, bytes_per_token=bpt, profile=curve)
+            elif single_lru:
                 from vramctl.tiers import stackdist
 
                 cols = columns if columns is not None else stackdist.columns_of(data)

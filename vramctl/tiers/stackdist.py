@@ -697,6 +697,72 @@ def load_columns(path: str, *, block_size: int, sort_by_time: bool = False) -> T
     )
 
 
+class TraceStream:
+    """A Mooncake trace file read as request-aligned chunks of about _CHUNK accesses (for the sampled curve):
+    the trace is never held whole. The counts (`num_requests`, `input_tokens`, `num_unique_blocks`,
+    `warnings`) are filled in once it has been iterated; hash ids go through one dictionary (distinct ids)."""
+
+    def __init__(self, path: str, *, block_size: int) -> None:
+        self.path = path
+        self.block_size = block_size
+        self.source = f"--trace {path}"
+        self.num_requests = 0
+        self.input_tokens = 0
+        self.num_unique_blocks = 0
+        self.warnings: tuple[str, ...] = ()
+
+    def __iter__(self) -> Iterator[Chunk]:
+        from array import array
+
+        from vramctl.tiers.trace import _open_trace, _rows, _text_lines
+
+        source, bs = self.source, self.block_size
+        ids: dict[object, int] = {}
+        setdefault = ids.setdefault
+        mismatched = requests = tokens = 0
+        lengths, counts, flat = array("q"), array("q"), array("q")
+
+        def chunk() -> Chunk:
+            offsets: Any = np.zeros(len(counts) + 1, dtype=np.int64)
+            np.cumsum(np.frombuffer(counts, dtype=np.int64), out=offsets[1:])
+            return Chunk(
+                offsets,
+                np.frombuffer(lengths, dtype=np.int64).copy(),
+                np.frombuffer(flat, dtype=np.int64).copy(),
+            )
+
+        handle = _open_trace(self.path, source)
+        try:
+            with handle:
+                for _ts, length, _out, raw_ids, _line in _rows(
+                    _text_lines(handle, source), block_size=bs, source=source, sort_by_time=False
+                ):
+                    lengths.append(length)
+                    counts.append(len(raw_ids))
+                    flat.extend([setdefault(h, len(ids)) for h in raw_ids])
+                    requests += 1
+                    tokens += length
+                    if len(raw_ids) != -(-length // bs):
+                        mismatched += 1
+                    if len(flat) >= _CHUNK:
+                        yield chunk()
+                        lengths, counts, flat = array("q"), array("q"), array("q")
+        except IsADirectoryError:
+            raise BadInputError(f"{source}: is a directory, expected a JSONL file") from None
+        except OSError as exc:
+            raise BadInputError(f"{source}: cannot read ({exc.strerror or exc})") from None
+        if not requests:
+            raise BadInputError(f"{source}: no requests (empty trace)")
+        if counts:
+            yield chunk()
+        self.num_requests, self.input_tokens, self.num_unique_blocks = requests, tokens, len(ids)
+        if mismatched:
+            self.warnings = (
+                f"{mismatched} of {requests} requests have fewer hash ids than ceil(input_length / {bs}): "
+                f"their tail tokens can never hit; check --block-size",
+            )
+
+
 # --------------------------------------------------------------------------------------------------
 # Shards in local processes
 
