@@ -608,7 +608,9 @@ def sampled_curve_stream(
         steps = np.concatenate(([1.0], np.asarray(drop_rate)))
         r = steps[np.searchsorted(np.asarray(drop_at, dtype=np.int64), q_s, side="right")]
         final_rate = float(steps[-1])
-    distinct_est = (inside - inner) / r
+    # A window with no sampled block counts as half a sample (the estimate 0 would make every short-lived
+    # prefix hit at every capacity), and no window holds more distinct blocks than its s - m - 1 positions.
+    distinct_est = np.minimum(np.maximum(inside - inner, 0.5) / r, q_s - lo)
     del inside, inner, r, lo, q_s
     owned = [np.floor(distinct_est).astype(np.int64) + 1, tokens / weight, share / weight]
     del distinct_est, tokens, share
