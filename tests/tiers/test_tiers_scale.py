@@ -138,6 +138,16 @@ def test_sampled_curves_converge_and_fixed_size_keeps_its_bound() -> None:
         assert bounded.expected_error(c) >= 0.0
 
 
+def test_hit_token_sums_beyond_2_to_the_31() -> None:
+    # 3,000 requests of one 2 M-token block, all the same block: 5,998,000,000 hit tokens (int32 would wrap).
+    n = 3000
+    cols = stackdist.make_columns(
+        np.full(n, 2_000_000), np.ones(n, dtype=np.int32), np.zeros(n, dtype=np.int32), block_size=2_000_000
+    )
+    assert stackdist.exact_curve(cols).at(None)[0] == (n - 1) * 2_000_000
+    assert stackdist.sampled_curve(cols, rate=1.0).at(None)[0] == (n - 1) * 2_000_000
+
+
 def test_columns_stream_plain_gzip_and_sorted(tmp_path: Path) -> None:
     rng = random.Random(4)
     rows = []

@@ -215,6 +215,8 @@ def _curve(
     d = dist[order]
     del dist
     ct = owned.pop(0)[order]
+    if ct.dtype.kind in "iu":
+        ct = ct.astype(np.int64)  # per-lookup tokens may be int32; their running sum is not
     np.cumsum(ct, out=ct)
     cs = owned.pop(0)[order]
     np.cumsum(cs, out=cs)
