@@ -261,3 +261,13 @@ def test_dask_local_cluster_gives_the_same_curve(
     one = _sweep_json(capsys, saved_trace)
     cluster = _sweep_json(capsys, saved_trace, "--dask", "local", "--workers", "2")
     assert cluster["sweep"] == one["sweep"] and cluster["dask"] == "local"
+
+
+@pytest.mark.slow
+def test_unreachable_dask_scheduler_is_one_line(capsys: pytest.CaptureFixture[str], saved_trace: str) -> None:
+    pytest.importorskip("distributed", reason="needs the optional dask[distributed] (vramctl[tiers-cluster])")
+    capsys.readouterr()
+    code = main(["tiers", "simulate", "--trace", saved_trace, "--block-size", "64", "--sweep", "640",
+                 "--dask", "tcp://127.0.0.1:1"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2 and "cannot reach the scheduler" in err and err.count("\n") == 1, err
