@@ -107,6 +107,27 @@ def _refuse_overwriting(target: Any, trace: str | None) -> None:
         )
 
 
+def _blocks(capacity: int | None, block_size: int) -> int | None:
+    return None if capacity is None else capacity // block_size
+
+
+def _sampling_json(
+    curve: Any, capacities: list[int | None], block_size: int, size: int | None, seed: int
+) -> dict[str, Any] | None:
+    """The SHARDS parameters and each point's expected error (null for an exact curve)."""
+    if curve is None or curve.sample_rate is None:
+        return None
+    return {
+        "method": curve.method,
+        "sample_rate": curve.sample_rate,
+        "sample_size": size,
+        "seed": seed,
+        "sampled_blocks": curve.sampled_blocks,
+        "lookup_rate": curve.lookup_rate,
+        "expected_error": [curve.expected_error(_blocks(c, block_size)) for c in capacities],
+    }
+
+
 def register(app: typer.Typer) -> None:
     """Add `simulate` to the `tiers` group."""
 
@@ -155,6 +176,22 @@ def register(app: typer.Typer) -> None:
         ),
         sweep: Optional[str] = typer.Option(
             None, "--sweep", help="GPU capacities C1,C2,... (one pass for LRU)."
+        ),
+        sample_rate: Optional[str] = typer.Option(
+            None, "--sample-rate", help="With --sweep: SHARDS spatial sampling at rate R (e.g. 0.01)."
+        ),
+        sample_size: Optional[int] = typer.Option(
+            None, "--sample-size", help="With --sweep: fixed-size SHARDS, at most N sampled blocks."
+        ),
+        sample_seed: int = typer.Option(0, "--sample-seed", help="Seed of the sampling hash."),
+        workers: int = typer.Option(
+            1, "--workers", help="With --sweep: count the hash-partitioned shards on N local processes."
+        ),
+        dask_address: Optional[str] = typer.Option(
+            None,
+            "--dask",
+            help="With --sweep: run the shards on a Dask scheduler (tcp://HOST:PORT) or `local` "
+            "(a LocalCluster of --workers processes on 127.0.0.1); needs vramctl[tiers-cluster].",
         ),
         model: Optional[str] = typer.Option(
             None, "--model", help="Model for KV bytes per token (bytes, economics)."
@@ -301,7 +338,62 @@ def register(app: typer.Typer) -> None:
                     problem = str(exc).partition(": ")[2] or str(exc)
                     raise BadInputError(f"--sweep {item}: {problem}") from None
 
-        if trace is not None:
+        sampling = sample_rate is not None or sample_size is not None
+        fraction: float | None = None
+        if sample_rate is not None:
+            fraction = parse_number(sample_rate, what="--sample-rate")
+            if not 0 < fraction <= 1:
+                raise BadInputError(f"--sample-rate {sample_rate}: must be in (0, 1] (e.g. 0.01 for 1 %)")
+        if sample_rate is not None and sample_size is not None:
+            raise BadInputError(f"--sample-rate {sample_rate} and --sample-size {sample_size}: give one")
+        if sample_size is not None and sample_size < 1:
+            raise BadInputError(f"--sample-size {sample_size}: must be at least 1 block")
+        if workers < 1 or workers > 256:
+            raise BadInputError(f"--workers {workers}: must be between 1 and 256")
+        scaled = sampling or workers > 1 or dask_address is not None
+        single_lru = len(config.tiers) == 1 and config.eviction == "lru"
+        if scaled:
+            flag = (
+                f"--sample-rate {sample_rate}"
+                if sample_rate is not None
+                else f"--sample-size {sample_size}"
+                if sample_size is not None
+                else f"--dask {dask_address}"
+                if dask_address is not None
+                else f"--workers {workers}"
+            )
+            if sweep is None:
+                raise BadInputError(f"{flag}: applies to the one-pass LRU curve; give --sweep C1,C2,...")
+            if not single_lru:
+                raise BadInputError(
+                    f"{flag}: the stack-distance curve models one LRU tier; "
+                    + (
+                        "drop --host-capacity/--disk-capacity (a tiered sweep replays each point)"
+                        if len(config.tiers) > 1
+                        else f"drop --eviction {eviction} (only LRU has stack distances)"
+                    )
+                )
+            if sampling and (workers > 1 or dask_address is not None):
+                raise BadInputError(f"{flag}: a sampled curve runs in one process; drop --workers/--dask")
+        columns = None
+        curve: Any = None
+        if trace is not None and sampling and not sort_trace and save_trace is None:
+            # Streamed: the sampled curve never holds the trace.
+            from vramctl.tiers import stackdist
+
+            stream = stackdist.TraceStream(trace, block_size=block_size)
+            curve = stackdist.sampled_curve_stream(
+                stream, block_size=block_size, rate=fraction, size=sample_size, seed=sample_seed
+            )
+            data: Any = stream
+            source = trace
+        elif trace is not None and sweep is not None and single_lru and save_trace is None:
+            from vramctl.tiers.stackdist import load_columns
+
+            columns = load_columns(trace, block_size=block_size, sort_by_time=sort_trace)
+            data = columns
+            source = trace
+        elif trace is not None:
             data = load_mooncake(trace, block_size=block_size, sort_by_time=sort_trace)
             source = trace
         else:
@@ -327,9 +419,27 @@ def register(app: typer.Typer) -> None:
         from dataclasses import replace
 
         if sweep is not None:
-            single_lru = len(config.tiers) == 1 and config.eviction == "lru"
-            if single_lru:
-                results = lru_sweep(data, capacities, bytes_per_token=bpt)
+            if curve is not None:
+                results = lru_sweep(data, capacities, bytes_per_token=bpt, profile=curve)
+            elif single_lru:
+                from vramctl.tiers import stackdist
+
+                cols = columns if columns is not None else stackdist.columns_of(data)
+                if sampling:
+                    curve = stackdist.sampled_curve(cols, rate=fraction, size=sample_size, seed=sample_seed)
+                elif dask_address is not None:
+                    from vramctl.tiers.cluster import dask_runner
+
+                    curve = stackdist.exact_curve(
+                        cols, shards=workers, runner=dask_runner(dask_address, workers)
+                    )
+                elif workers > 1:
+                    curve = stackdist.exact_curve(
+                        cols, shards=workers, runner=stackdist.local_runner(workers)
+                    )
+                else:
+                    curve = stackdist.exact_curve(cols)
+                results = lru_sweep(data, capacities, bytes_per_token=bpt, profile=curve)
             else:
                 results = [
                     simulate(data, replace(config, tiers=(TierConfig(GPU, cap), *config.tiers[1:])))
@@ -353,12 +463,18 @@ def register(app: typer.Typer) -> None:
                     "method": results[0].method,
                     "sweep": [r.to_json() for r in results],
                     "warnings": warnings,
+                    "sampling": _sampling_json(curve, capacities, block_size, sample_size, sample_seed),
+                    "workers": workers if curve is not None and not sampling else None,
+                    "dask": dask_address if curve is not None and not sampling else None,
                 }
                 typer.echo(dumps(out))
             else:
                 from vramctl.render.tiers import print_renderable, render_sweep
 
-                print_renderable(render_sweep(results, source=source, warnings=warnings))
+                errors = None
+                if curve is not None and curve.sample_rate is not None:
+                    errors = [curve.expected_error(_blocks(c, block_size)) for c in capacities]
+                print_renderable(render_sweep(results, source=source, warnings=warnings, errors=errors))
                 if plot is not None:
                     typer.echo(f"wrote {plot}")
             return

@@ -367,7 +367,14 @@ def render_simulation(
     return Group(*parts)
 
 
-def render_sweep(results: Sequence[SimResult], *, source: str, warnings: Sequence[str] = ()) -> Group:
+def render_sweep(
+    results: Sequence[SimResult],
+    *,
+    source: str,
+    warnings: Sequence[str] = (),
+    errors: Sequence[float] | None = None,
+) -> Group:
+    """`errors`: a sampled curve's expected error per point (token hit rate), shown as a ± column."""
     parts: list[RenderableType] = []
     first = results[0]
     method = first.method
@@ -383,12 +390,16 @@ def render_sweep(results: Sequence[SimResult], *, source: str, warnings: Sequenc
     columns = ["GPU capacity (tok)", "hit % tok", "hit % req"]
     if tiered:  # the total is GPU + the fixed lower tiers: show the GPU's own share beside it
         columns.append("GPU tier alone % tok")
+    if errors is not None:
+        columns.append("± % tok")
     for column in columns:
         table.add_column(column, justify="right")
     for r in results:
         cells = [_cap(r.tiers[0].capacity_tokens), _pct(r.token_hit_rate), _pct(r.request_hit_rate)]
         if tiered:
             cells.append(_pct(r.tiers[0].token_hit_rate))
+        if errors is not None:
+            cells.append(_pct(errors[len(table.rows)]))
         table.add_row(*cells)
     if tiered:
         lower = ", ".join(

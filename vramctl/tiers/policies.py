@@ -99,6 +99,89 @@ class LRUCache:
         return iter(self._d)
 
 
+class PinnedLRUCache:
+    """LRU whose victim is the least recently used block *not* in `pinned`, found in O(log n).
+
+    SGLang's host pool never drops the copy of a node still on the device; with a large (or unlimited) GPU
+    tier most host blocks are pinned, and scanning the LRU order past them on every admission made a replay
+    quadratic. Here every host block that is not on the GPU has an entry (its recency stamp) in a heap; the
+    simulator calls `unpinned(b)` when the GPU drops a block the host holds. Entries whose block was touched
+    again, removed, or is back on the GPU are stale and skipped when popped. The victims are exactly those
+    of `LRUCache.admit(block, pinned)`.
+    """
+
+    __slots__ = ("_d", "_heap", "_pinned", "_tick", "capacity")
+
+    def __init__(self, capacity: int | None, pinned: Container[int]) -> None:
+        self.capacity = capacity
+        self._d: dict[int, int] = {}
+        """block -> recency stamp (larger is more recent)."""
+        self._heap: list[tuple[int, int]] = []
+        self._pinned = pinned
+        self._tick = 0
+
+    def __contains__(self, block: object) -> bool:
+        return block in self._d
+
+    def __len__(self) -> int:
+        return len(self._d)
+
+    @property
+    def members(self) -> Container[int]:
+        return self._d
+
+    def _stamp(self, block: int) -> None:
+        self._tick += 1
+        self._d[block] = self._tick
+        if block not in self._pinned:
+            self._push(self._tick, block)
+
+    def _push(self, stamp: int, block: int) -> None:
+        heap = self._heap
+        heapq.heappush(heap, (stamp, block))
+        if len(heap) > 4 * len(self._d) + 64:
+            pinned = self._pinned
+            self._heap = [(s, b) for b, s in self._d.items() if b not in pinned]
+            heapq.heapify(self._heap)
+
+    def touch(self, block: int) -> None:
+        self._stamp(block)
+
+    def unpinned(self, block: int) -> None:
+        """`block` left the pinning tier: it becomes a candidate victim again (at its own recency)."""
+        stamp = self._d.get(block)
+        if stamp is not None:
+            self._push(stamp, block)
+
+    def admit(self, block: int, pinned: Container[int] | None = None) -> tuple[bool, list[int]]:
+        """`pinned` is ignored: the cache's own pinning container decides."""
+        cap = self.capacity
+        evicted: list[int] = []
+        if cap is not None and len(self._d) >= cap:
+            if cap <= 0:
+                return False, evicted
+            d, heap, pins = self._d, self._heap, self._pinned
+            while len(d) >= cap:
+                victim = None
+                while heap:
+                    stamp, b = heapq.heappop(heap)
+                    if d.get(b) == stamp and b not in pins:
+                        victim = b
+                        break
+                if victim is None:
+                    return False, evicted
+                del d[victim]
+                evicted.append(victim)
+        self._stamp(block)
+        return True, evicted
+
+    def discard(self, block: int) -> None:
+        self._d.pop(block, None)
+
+    def eviction_order(self) -> Iterator[int]:
+        return iter(sorted(self._d, key=self._d.__getitem__))
+
+
 class LFUCache:
     __slots__ = ("_counter", "_entries", "_heap", "capacity")
 

@@ -44,14 +44,13 @@ This is a flat block model: one id per block, no radix nodes, no pinning of in-f
 
 from __future__ import annotations
 
-import bisect
 import itertools
 from collections.abc import Container, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from vramctl.core.errors import BadInputError
-from vramctl.tiers.policies import EVICTION_POLICIES, TierCache, make_cache
+from vramctl.tiers.policies import EVICTION_POLICIES, PinnedLRUCache, TierCache, make_cache
 from vramctl.tiers.trace import Trace
 
 WRITE_THROUGH = "write_through"
@@ -258,25 +257,30 @@ def simulate(trace: Trace, config: SimConfig) -> SimResult:
     g = make_cache(config.eviction, _blocks(config.tiers[0].capacity_tokens, bs))
     h_cfg = next((t for t in config.tiers if t.name == HOST), None)
     d_cfg = next((t for t in config.tiers if t.name == DISK), None)
-    h: TierCache | None = make_cache(config.eviction, _blocks(h_cfg.capacity_tokens, bs)) if h_cfg else None
+    policy = config.write_policy
+    exclusive = config.hierarchy == EXCLUSIVE
+    sglang_recency = policy != LAZY and not exclusive
+    # SGLang's host (LRU by the node's last access) never drops the copy of a node still on the device; vLLM's
+    # CPU policies (the only home of lfu/arc here) evict by their own order.
+    pinning = sglang_recency and h_cfg is not None and config.eviction == "lru"
+    h: TierCache | None = None
+    pinned_host: PinnedLRUCache | None = None
+    if h_cfg is not None:
+        if pinning:
+            h = pinned_host = PinnedLRUCache(_blocks(h_cfg.capacity_tokens, bs), g.members)
+        else:
+            h = make_cache(config.eviction, _blocks(h_cfg.capacity_tokens, bs))
     d: TierCache | None = make_cache(config.eviction, _blocks(d_cfg.capacity_tokens, bs)) if d_cfg else None
     nothing: dict[int, None] = {}
     in_g = g.members.__contains__
     in_h = (h.members if h is not None else nothing).__contains__
     in_d = (d.members if d is not None else nothing).__contains__
 
-    policy = config.write_policy
-    exclusive = config.hierarchy == EXCLUSIVE
-    sglang_recency = policy != LAZY and not exclusive
     write_threshold = _WRITE_THRESHOLD.get(policy, 0)
     counting = write_threshold > 1 and h is not None
     backup_on_insert = write_threshold == 1 and h is not None
     evict_hook = h is not None and (exclusive or policy == WRITE_BACK or counting)
-    # SGLang's host (LRU by the node's last access) never drops the copy of a node still on the device; vLLM's
-    # CPU policies (the only home of lfu/arc here) evict by their own order.
-    host_pin: Container[int] | None = (
-        g.members if (sglang_recency and h is not None and config.eviction == "lru") else None
-    )
+    host_pin: Container[int] | None = g.members if pinning else None
     load_back_threshold = config.load_back_threshold
     prefetch_threshold = config.prefetch_threshold
     lazy_blocks = max(1, config.lazy_window_tokens // bs)
@@ -448,6 +452,9 @@ def simulate(trace: Trace, config: SimConfig) -> SimResult:
                     admitted_since_walk += 1
                 out = g_admit(b)[1]
                 if out:
+                    if pinned_host is not None:
+                        for victim in out:
+                            pinned_host.unpinned(victim)
                     if evict_hook:
                         on_gpu_evicted(out)
                     else:
@@ -600,112 +607,42 @@ def economics(
 
 
 # --------------------------------------------------------------------------------------------------
-# One pass for every LRU capacity (Mattson et al. 1970 stack distances)
+# One pass for every LRU capacity (Mattson et al. 1970 stack distances; vramctl.tiers.stackdist)
 
 
-@dataclass(frozen=True)
-class StackProfile:
-    """Per hit-able block access: the prefix stack distance (running max along the request) and weights.
+def stack_profile(trace: Trace) -> Any:
+    """The exact single-tier LRU hit curve of `trace` (a `vramctl.tiers.stackdist.HitCurve`; numpy)."""
+    from vramctl.tiers.stackdist import columns_of, exact_curve
 
-    A block is resident at lookup in an LRU cache of C blocks iff its stack distance (1 + the number of
-    distinct blocks used since its last use, counted before this request's own touches) is <= C; under the
-    prefix rule block i of a request hits iff every block 0..i does, i.e. iff max(d_0..d_i) <= C. So the
-    hit tokens at C are the sum of the block tokens whose running max is <= C, and one sorted list answers
-    every capacity.
-    """
-
-    block_size: int
-    requests: int
-    input_tokens: int
-    distances: tuple[int, ...]
-    """Sorted prefix stack distances (in blocks) of every access that can hit at some capacity."""
-    cum_tokens: tuple[int, ...]
-    """cum_tokens[i]: Σ block tokens of distances[0..i]."""
-    cum_request_share: tuple[float, ...]
-    """cum_request_share[i]: Σ block tokens / request input tokens of distances[0..i]."""
-
-    def at(self, capacity_blocks: int | None) -> tuple[int, float]:
-        """(hit tokens, Σ per-request hit ratios) for an LRU cache of `capacity_blocks` (None: unlimited)."""
-        if capacity_blocks is None:
-            idx = len(self.distances)
-        else:
-            idx = bisect.bisect_right(self.distances, capacity_blocks)
-        if idx == 0:
-            return 0, 0.0
-        return self.cum_tokens[idx - 1], self.cum_request_share[idx - 1]
-
-
-def stack_profile(trace: Trace) -> StackProfile:
-    """One pass over the trace. Distances via a bit array of "last use" positions with per-chunk counts:
-    the number of distinct blocks used after position p is a C-speed `bytearray.count` over p's chunk plus a
-    sum over later chunk counts, and an update is O(1)."""
-    bs = trace.block_size
-    total_accesses = sum(len(b) for b in trace.blocks)
-    shift = 11
-    flags = bytearray(total_accesses + 2)
-    counts = [0] * ((len(flags) >> shift) + 1)
-    last: dict[int, int] = {}
-    last_get = last.get
-    now = 0
-    pairs: list[tuple[int, int, float]] = []
-    append = pairs.append
-    lengths = trace.input_lengths
-    for r, bl in enumerate(trace.blocks):
-        length = lengths[r]
-        running = 0
-        for i, b in enumerate(bl):
-            p = last_get(b)
-            if p is None:
-                break
-            c = p >> shift
-            dist = flags.count(1, p + 1, (c + 1) << shift) + sum(counts[c + 1 :]) + 1
-            if dist > running:
-                running = dist
-            tokens = min(bs, length - i * bs)
-            if tokens > 0:
-                append((running, tokens, tokens / length))
-        for b in bl:
-            p = last_get(b)
-            if p is not None:
-                flags[p] = 0
-                counts[p >> shift] -= 1
-            now += 1
-            flags[now] = 1
-            counts[now >> shift] += 1
-            last[b] = now
-    pairs.sort()
-    distances = tuple(p[0] for p in pairs)
-    cum_tokens = tuple(itertools.accumulate(p[1] for p in pairs))
-    cum_share = tuple(itertools.accumulate(p[2] for p in pairs))
-    return StackProfile(
-        block_size=bs,
-        requests=trace.num_requests,
-        input_tokens=trace.input_tokens,
-        distances=distances,
-        cum_tokens=cum_tokens,
-        cum_request_share=cum_share,
-    )
+    return exact_curve(columns_of(trace))
 
 
 def lru_sweep(
-    trace: Trace,
+    trace: Any,
     capacities_tokens: Sequence[int | None],
     *,
     bytes_per_token: int | None = None,
-    profile: StackProfile | None = None,
+    profile: Any = None,
 ) -> list[SimResult]:
-    """Single-tier (GPU-only) LRU at every capacity from one stack-distance pass."""
+    """Single-tier (GPU-only) LRU at every capacity from one stack-distance pass.
+
+    `trace`: a Trace or a `stackdist.TraceColumns`; `profile`: a precomputed `stackdist.HitCurve` (exact, or
+    a SHARDS estimate: then the hit counts are estimates and `method` names the sampling)."""
     bs = trace.block_size
     base = SimConfig(tiers=(TierConfig(GPU, None),), bytes_per_token=bytes_per_token)
     for cap in capacities_tokens:
         validate_config(replace(base, tiers=(TierConfig(GPU, cap),)), block_size=bs)
-    prof = profile if profile is not None else stack_profile(trace)
+    if profile is None:
+        from vramctl.tiers.stackdist import TraceColumns, columns_of, exact_curve
+
+        profile = exact_curve(trace if isinstance(trace, TraceColumns) else columns_of(trace))
     results = []
     n = trace.num_requests
     total = trace.input_tokens
     for cap in capacities_tokens:
         cap_blocks = _blocks(cap, bs)
-        hit, share = prof.at(cap_blocks)
+        hit, share = profile.at(cap_blocks)
+        hit = min(hit, total)
         tier = TierResult(
             name=GPU,
             capacity_tokens=cap,
@@ -731,7 +668,7 @@ def lru_sweep(
                 token_hit_rate=hit / total,
                 request_hit_rate=share / n,
                 tiers=(tier,),
-                method="stack-distance",
+                method=profile.method,
             )
         )
     return results

@@ -22,9 +22,10 @@ import json
 import math
 import random
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
 from vramctl.core.errors import BadInputError
 
@@ -120,17 +121,20 @@ def _build(
     )
 
 
-def parse_mooncake_lines(
-    lines: Iterable[str],
-    *,
-    block_size: int = MOONCAKE_BLOCK_SIZE,
-    source: str = "trace",
-    sort_by_time: bool = False,
-) -> Trace:
-    """Parse Mooncake JSONL text lines (blank lines are skipped). Errors name `source` and the line number."""
+MAX_LINE_BYTES = 16 << 20
+"""A trace line longer than 16 MiB is refused: a Mooncake request of 1 M tokens in 16-token blocks is ~1.3 MB of
+JSON; a longer line is a file that is not a trace (`/dev/zero`, a binary) and would otherwise be read whole."""
+_READ_CHUNK = 1 << 20
+MAX_HASH_ID = (1 << 64) - 1
+"""Integer hash ids are 64-bit (signed or unsigned); a larger one is a corrupt line."""
+
+
+def _rows(
+    lines: Iterable[str], *, block_size: int, source: str, sort_by_time: bool
+) -> Iterator[tuple[float, int, int, list[object], int]]:
+    """Validate Mooncake JSONL lines one by one: (timestamp_s, input_length, output_length, hash ids, line)."""
     if block_size <= 0:
         raise BadInputError(f"--block-size {block_size}: must be a positive number of tokens")
-    rows: list[tuple[float, int, int, Sequence[object], int]] = []
     previous_ts = -math.inf
     previous_line = 0
     for number, line in enumerate(lines, start=1):
@@ -175,6 +179,11 @@ def parse_mooncake_lines(
         for h in raw_ids:
             if isinstance(h, bool) or not isinstance(h, (int, str)):
                 raise BadInputError(f"{where}: hash_ids must hold integers or strings, got {_show(h)}")
+            if isinstance(h, int) and not -(1 << 63) <= h <= MAX_HASH_ID:
+                raise BadInputError(
+                    f"{where}: hash id {_show(h)} does not fit in 64 bits (a corrupt line, or ids that are not "
+                    "block hashes)"
+                )
         max_blocks = -(-length // block_size)
         if len(raw_ids) > max_blocks:
             raise BadInputError(
@@ -188,32 +197,140 @@ def parse_mooncake_lines(
                 f"the trace is not sorted by time (pass --sort-trace to replay it in timestamp order)"
             )
         previous_ts, previous_line = max(previous_ts, ts), number
-        rows.append((ts, length, out, raw_ids, number))
+        yield ts, length, out, raw_ids, number
+
+
+def parse_mooncake_lines(
+    lines: Iterable[str],
+    *,
+    block_size: int = MOONCAKE_BLOCK_SIZE,
+    source: str = "trace",
+    sort_by_time: bool = False,
+) -> Trace:
+    """Parse Mooncake JSONL text lines (blank lines are skipped). Errors name `source` and the line number."""
+    rows = list(_rows(lines, block_size=block_size, source=source, sort_by_time=sort_by_time))
     if not rows:
         raise BadInputError(f"{source}: no requests (empty trace)")
     return _build(rows, block_size=block_size, source=source, sort_by_time=sort_by_time)
 
 
-def load_mooncake(
-    path: str | Path, *, block_size: int = MOONCAKE_BLOCK_SIZE, sort_by_time: bool = False
-) -> Trace:
-    """Read a Mooncake-format JSONL trace file."""
-    target = Path(path)
-    source = f"--trace {path}"
+def _bounded_lines(stream: BinaryIO, source: str) -> Iterator[bytes]:
+    """The stream's lines (without the newline), read 1 MiB at a time; memory is bounded by the longest line,
+    and a line over MAX_LINE_BYTES is an error (so `/dev/zero` fails after 16 MiB instead of filling memory)."""
+    pending: list[bytes] = []
+    pending_len = 0
+    number = 0
+    while True:
+        chunk = stream.read(_READ_CHUNK)
+        if not chunk:
+            break
+        start = 0
+        while True:
+            cut = chunk.find(b"\n", start)
+            if cut < 0:
+                rest = chunk[start:]
+                pending.append(rest)
+                pending_len += len(rest)
+                if pending_len > MAX_LINE_BYTES:
+                    raise BadInputError(
+                        f"{source} line {number + 1}: longer than {MAX_LINE_BYTES >> 20} MiB without a newline; "
+                        "not a JSONL trace"
+                    )
+                break
+            piece = chunk[start:cut]
+            if pending_len + len(piece) > MAX_LINE_BYTES:
+                raise BadInputError(
+                    f"{source} line {number + 1}: longer than {MAX_LINE_BYTES >> 20} MiB; not a JSONL trace"
+                )
+            if pending:
+                pending.append(piece)
+                piece = b"".join(pending)
+                pending, pending_len = [], 0
+            number += 1
+            yield piece
+            start = cut + 1
+    if pending:
+        yield b"".join(pending)
+
+
+_GZIP_MAGIC = b"\x1f\x8b"
+_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+
+
+def _text_lines(handle: BinaryIO, source: str) -> Iterator[str]:
+    """Decode a (possibly gzip- or zstd-compressed) trace stream line by line, bounded."""
+    import io
+
+    buffered = handle if isinstance(handle, io.BufferedReader) else io.BufferedReader(handle)  # type: ignore[arg-type,type-var]
+    head = buffered.peek(4)[:4]
+    stream: BinaryIO = buffered
+    kind = "plain"
+    if head.startswith(_GZIP_MAGIC):
+        import gzip
+
+        stream = gzip.GzipFile(fileobj=buffered, mode="rb")  # type: ignore[assignment]
+        kind = "gzip"
+    elif head.startswith(_ZSTD_MAGIC):
+        try:
+            import zstandard
+        except ImportError:
+            raise BadInputError(
+                f"{source}: zstd-compressed; reading it needs the zstandard package "
+                "(pip install 'vramctl[tiers-scale]'), or decompress it first (zstd -d)"
+            ) from None
+        stream = zstandard.ZstdDecompressor().stream_reader(buffered)
+        kind = "zstd"
     try:
-        # utf-8-sig: a byte-order mark (Windows editors, PowerShell's Out-File) is skipped, not a JSON error.
-        with target.open(encoding="utf-8-sig") as handle:
-            return parse_mooncake_lines(
-                handle, block_size=block_size, source=source, sort_by_time=sort_by_time
-            )
+        for number, raw in enumerate(_bounded_lines(stream, source), start=1):
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise BadInputError(
+                    f"{source}: not UTF-8 text ({exc.reason} at byte {exc.start} of line {number})"
+                ) from None
+            if number == 1 and text.startswith("\ufeff"):
+                # A byte-order mark (Windows editors, PowerShell's Out-File) is skipped, not a JSON error.
+                text = text[1:]
+            yield text
+    except EOFError:
+        raise BadInputError(
+            f"{source}: truncated {kind} stream (it ends before its end-of-stream marker)"
+        ) from None
+    except (OSError, ValueError) as exc:
+        if kind == "plain" and isinstance(exc, OSError):
+            raise
+        if isinstance(exc, BadInputError):
+            raise
+        raise BadInputError(f"{source}: corrupt {kind} data ({exc})") from None
+
+
+def _open_trace(path: str | Path, source: str) -> BinaryIO:
+    target = Path(path)
+    try:
+        return target.open("rb")
     except FileNotFoundError:
         raise BadInputError(f"{source}: no such file") from None
     except IsADirectoryError:
         raise BadInputError(f"{source}: is a directory, expected a JSONL file") from None
-    except UnicodeDecodeError as exc:
-        raise BadInputError(f"{source}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     except OSError as exc:
         raise BadInputError(f"{source}: cannot read ({exc.strerror})") from None
+
+
+def load_mooncake(
+    path: str | Path, *, block_size: int = MOONCAKE_BLOCK_SIZE, sort_by_time: bool = False
+) -> Trace:
+    """Read a Mooncake-format JSONL trace file (plain, gzip, or zstd with the `zstandard` package)."""
+    source = f"--trace {path}"
+    handle = _open_trace(path, source)
+    try:
+        with handle:
+            return parse_mooncake_lines(
+                _text_lines(handle, source), block_size=block_size, source=source, sort_by_time=sort_by_time
+            )
+    except IsADirectoryError:
+        raise BadInputError(f"{source}: is a directory, expected a JSONL file") from None
+    except OSError as exc:
+        raise BadInputError(f"{source}: cannot read ({exc.strerror or exc})") from None
 
 
 # --------------------------------------------------------------------------------------------------
