@@ -275,9 +275,10 @@ def _suggest_input(result: ProfileResult, spec: ModelSpec, model_arg: str) -> Su
 def _check_save(save: str | None) -> None:
     if save is None:
         return
+    from vramctl.core.atomic import output_target
     from vramctl.core.profile_file import dump_document
 
-    target = Path(save)
+    target = output_target(save, flag="--save")  # never a FIFO / device; a symbolic link: its file
     if target.is_dir():
         raise BadInputError(f"--save {save}: is a folder, expected a file name")
     parent = target.parent if str(target.parent) else Path(".")

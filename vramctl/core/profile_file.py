@@ -23,8 +23,9 @@ from typing import Any
 
 import yaml
 
-from vramctl.core.atomic import write_text_atomic
+from vramctl.core.atomic import output_target, write_text_atomic
 from vramctl.core.errors import BadInputError
+from vramctl.core.safe_yaml import YamlBudgetError, load_yaml
 from vramctl.core.specs import ModelSpec
 from vramctl.core.suggest import SuggestInput
 
@@ -101,19 +102,23 @@ def dump_document(document: dict[str, Any], path: str | os.PathLike[str]) -> str
 def save_profile(document: dict[str, Any], path: str | os.PathLike[str]) -> None:
     """Write atomically (a temporary file renamed over the target: never a half-written profile)."""
     text = dump_document(document, path)
-    target = Path(path)
+    target = output_target(path, flag="--save")
     if target.parent and not target.parent.exists():
         raise BadInputError(f"--save {path}: the folder {target.parent} does not exist")
     check_overwrite(target)
     try:
-        write_text_atomic(target, text)  # on failure the temporary file goes, the old file stays as it was
+        write_text_atomic(
+            target, text, flag="--save"
+        )  # on failure the temporary file goes, the old file stays as it was
     except OSError as exc:
         raise BadInputError(f"--save {path}: cannot write it ({exc.strerror or exc})") from None
 
 
 def check_overwrite(target: Path) -> None:
     """Refuse to replace an existing file that is not a vramctl profile: `--save` must not clobber what the user
-    has (a deploy.yaml, a config.json). A saved profile (any version of this schema) is ours to replace."""
+    has (a deploy.yaml, a config.json). A saved profile (any version of this schema) is ours to replace; a FIFO,
+    a device or a folder is never replaced, a symbolic link is followed to its file."""
+    target = output_target(target, flag="--save")
     try:
         if not target.is_file() or target.stat().st_size == 0:
             return
@@ -162,7 +167,9 @@ def _parse(path: Path) -> Any:
                 f"--from-profile {path}: not valid JSON: a number too long to read (over 4,300 digits)"
             ) from None
     try:
-        return yaml.safe_load(text)
+        return load_yaml(text)
+    except YamlBudgetError as exc:
+        raise BadInputError(f"--from-profile {path}: {exc}") from None
     except RecursionError:
         raise BadInputError(f"--from-profile {path}: YAML nested too deeply to be a profile file") from None
     except yaml.YAMLError as exc:
