@@ -11,7 +11,6 @@ import os
 import stat
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -56,7 +55,9 @@ def one_error_line(err: str, needle: str | None = None) -> str:
     return lines[0]
 
 
-def timed_in_child(argv: list[str], *, timeout: float = 20, memory_bytes: int = 2 << 30) -> tuple[int, str, float]:
+def timed_in_child(
+    argv: list[str], *, timeout: float = 20, memory_bytes: int = 2 << 30
+) -> tuple[int, str, float]:
     """`main(argv)` in a child process capped in time and address space (a bomb or a hang must not take the test
     run down with it): its exit code, its stderr (the timing line removed) and the seconds `main` took."""
     import resource
@@ -99,12 +100,27 @@ def bomb(levels: int = 10, width: int = 10, key: str = "engine") -> str:
 WRITERS = {
     "profile-save": (["profile", str(TINY), *FAST, "--save", "{target}"], ".json"),
     "bench-save": (
-        ["tiers", "bench", "--device", "cpu", "--blocks", "2", "--repeat", "1", "--skip-disk", "--save", "{target}"],
+        [
+            "tiers",
+            "bench",
+            "--device",
+            "cpu",
+            "--blocks",
+            "2",
+            "--repeat",
+            "1",
+            "--skip-disk",
+            "--save",
+            "{target}",
+        ],
         ".json",
     ),
     "save-trace": (["tiers", "simulate", "--synthetic", "sessions=2", "--save-trace", "{target}"], ".jsonl"),
     "tiers-plan-plot": (["tiers", "plan", "--plot", "{target}"], ".svg"),
-    "simulate-plot": (["tiers", "simulate", "--trace", "{trace}", "--sweep", "4096", "--plot", "{target}"], ".svg"),
+    "simulate-plot": (
+        ["tiers", "simulate", "--trace", "{trace}", "--sweep", "4096", "--plot", "{target}"],
+        ".svg",
+    ),
 }
 
 
@@ -127,7 +143,9 @@ def test_output_flag_refuses_a_fifo(name: str, tmp_path: Path, capsys: pytest.Ca
 
 
 @pytest.mark.parametrize("name", list(WRITERS))
-def test_output_flag_refuses_a_link_to_a_pipe(name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_output_flag_refuses_a_link_to_a_pipe(
+    name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """A symbolic link to /proc/self/fd/N where N is a pipe (stdout in CI) became a 0666 regular file."""
     read_end, write_end = os.pipe()
     try:
@@ -200,7 +218,9 @@ def test_sigkill_leftover_temporary_is_cleaned_by_the_next_save(tmp_path: Path) 
 
 
 @pytest.mark.parametrize("key", ["engine", "version", "model", "description"])
-def test_alias_bomb_spec_is_refused_fast(key: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_alias_bomb_spec_is_refused_fast(
+    key: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     spec = tmp_path / "bomb.yaml"
     spec.write_text(bomb(key=key))
     assert len(spec.read_bytes()) < 600
@@ -230,7 +250,9 @@ def test_alias_referring_to_itself_is_refused(tmp_path: Path, capsys: pytest.Cap
     one_error_line(err, "refers to itself")
 
 
-def test_twenty_thousand_aliased_requirements_are_fast(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_twenty_thousand_aliased_requirements_are_fast(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     lines = ["model: llama-3-8b", "gpu: h100-sxm", "requirements:", "  min_concurrency:"]
     lines += ["  - &r {context: 8192, value: 1}"] + ["  - *r"] * 20_000
     spec = tmp_path / "many.yaml"
@@ -261,7 +283,9 @@ NUMBER_FLAGS = [
 
 @pytest.mark.parametrize("value", [*MANTISSA_LESS, "1e400", "nan", "inf", "-inf", "9" * 400])
 @pytest.mark.parametrize("args", NUMBER_FLAGS, ids=lambda a: " ".join(a[:3])[:40])
-def test_absurd_numbers_are_bad_input(value: str, args: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+def test_absurd_numbers_are_bad_input(
+    value: str, args: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
     if value == "inf" and "--gpu-capacity" in args:
         pytest.skip("--gpu-capacity inf is documented: an unlimited GPU tier")
     argv = [a.replace("{v}", value) for a in args]
@@ -281,7 +305,9 @@ def test_absurd_numbers_are_bad_input(value: str, args: list[str], capsys: pytes
         "requirements: {{min_concurrency: {{context: 8192, value: {n}}}}}",
     ],
 )
-def test_four_hundred_digit_integer_in_a_spec(field: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_four_hundred_digit_integer_in_a_spec(
+    field: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     spec = tmp_path / "s.yaml"
     spec.write_text("model: llama-3-8b\ngpu: h100-sxm\n" + field.format(n="9" * 400) + "\n")
     code, _, err = run(capsys, ["check", str(spec)])

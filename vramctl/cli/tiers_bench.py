@@ -33,6 +33,12 @@ def _geometry(
         raise BadInputError(f"--block-size {block_size}: must be a positive number of tokens")
     if tp <= 0:
         raise BadInputError(f"--tensor-parallel-size {tp}: must be at least 1")
+    from vramctl.core.kv import KV_CACHE_DTYPES
+
+    if kv_cache_dtype.strip().lower() not in KV_CACHE_DTYPES:  # refused with --block-bytes too, not ignored
+        raise BadInputError(
+            f"--kv-cache-dtype {kv_cache_dtype!r}: unknown KV cache dtype (use one of {', '.join(KV_CACHE_DTYPES)})"
+        )
     if block_bytes is not None:
         if model is not None:
             raise BadInputError(f"--block-bytes {block_bytes} and MODEL {model!r}: give one or the other")

@@ -133,22 +133,27 @@ def check_overwrite(target: Path) -> None:
 
 
 def _parse(path: Path) -> Any:
+    """The document in a profile file, read up to its bound by bytes actually read (limit + 1), never by its `stat`
+    size: /dev/zero, /dev/urandom, a FIFO or a /proc file report 0 and would be read without end."""
     try:
-        size = path.stat().st_size
+        with path.open("rb") as handle:
+            raw = handle.read(_MAX_FILE_BYTES + 1)
     except FileNotFoundError:
         raise BadInputError(f"--from-profile {path}: no such file") from None
+    except IsADirectoryError:
+        raise BadInputError(f"--from-profile {path}: is a folder, not a profile file") from None
     except OSError as exc:
-        raise BadInputError(f"--from-profile {path}: cannot read it ({exc.strerror})") from None
-    if path.is_dir():
-        raise BadInputError(f"--from-profile {path}: is a folder, not a profile file")
-    if size > _MAX_FILE_BYTES:
-        raise BadInputError(f"--from-profile {path}: {size} bytes is too large for a profile file")
+        raise BadInputError(f"--from-profile {path}: cannot read it ({exc.strerror or exc})") from None
+    if len(raw) > _MAX_FILE_BYTES:
+        raise BadInputError(
+            f"--from-profile {path}: more than {_MAX_FILE_BYTES >> 20} MiB; too large for a profile file"
+        )
     try:
-        text = path.read_text(encoding="utf-8")
+        text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise BadInputError(f"--from-profile {path}: not a text file (not UTF-8)") from None
-    except OSError as exc:
-        raise BadInputError(f"--from-profile {path}: cannot read it ({exc.strerror})") from None
+    if "\x00" in text:
+        raise BadInputError(f"--from-profile {path}: a binary file (NUL bytes), not a profile file")
     if not text.strip():
         raise BadInputError(f"--from-profile {path}: the file is empty")
     if path.suffix.lower() == ".json" or text.lstrip().startswith("{"):

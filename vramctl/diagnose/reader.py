@@ -422,6 +422,10 @@ def iter_blocks(source: str | os.PathLike[str] | BinaryIO, stats: ScanStats) -> 
         skipping = False  # inside the unread rest of an over-long line
         cr_only: bool | None = None
         for chunk in _iter_bytes(stream, name, stats):
+            if (
+                b"\x00" in chunk
+            ):  # NUL runs (what `logrotate copytruncate` leaves) go before the line cap counts
+                chunk = chunk.replace(b"\x00", b"")
             if cr_only is None:
                 cr_only = b"\n" not in chunk and b"\r" in chunk
             if cr_only:
