@@ -11,6 +11,7 @@ import os
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -63,7 +64,10 @@ def timed_in_child(
     import resource
 
     code = (
-        "import sys, time; from vramctl.cli.main import main; t = time.perf_counter(); rc = main(sys.argv[1:]); "
+        "import contextlib, io, sys, time; from vramctl.cli.main import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):\n"
+        "    main([sys.argv[1], '--help'])  # the command's modules imported: the timing is the work alone\n"
+        "t = time.perf_counter(); rc = main(sys.argv[1:])\n"
         "print(f'@@{time.perf_counter() - t:.3f}', file=sys.stderr); sys.exit(rc)"
     )
 
@@ -328,3 +332,274 @@ def test_unit_parser_directly() -> None:
         with pytest.raises(BadInputError):
             as_float(value)
     assert parse_number("1.5e3") == 1500.0 and parse_bytes("1e3") == 1000 and parse_bytes(".5KiB") == 512
+
+
+# --- 3. signals: SIGTERM like SIGINT; the interrupt path never re-imports torch ------------------------------------
+
+
+def test_sigterm_inside_a_command_is_exit_143(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """SIGTERM had no handler (the process died with no cleanup); now it unwinds like Ctrl-C, with its own code."""
+    import signal
+
+    import vramctl.core.check as check_module
+
+    def terminated(*_: object, **__: object) -> None:
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)  # the handler raises before this ends
+
+    monkeypatch.setattr(check_module, "parse_spec", terminated)
+    code, _, err = run(capsys, ["check", str(SPEC)])
+    assert code == 143
+    assert err.strip().splitlines()[-1] == "vramctl: terminated"
+    assert signal.getsignal(signal.SIGTERM) is not None  # the previous handler is back
+
+
+def test_interrupt_swallowed_by_a_library_still_stops_the_save(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A Ctrl-C that a third-party import swallowed (it catches everything) must not let `--save` happen."""
+    import signal
+
+    import vramctl.measure.run as run_module
+
+    real = run_module.run_profile
+
+    def swallowing(*args: object, **kwargs: object) -> object:
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(5)
+        except KeyboardInterrupt:
+            pass  # what a careless library does
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(run_module, "run_profile", swallowing)
+    saved = tmp_path / "p.json"
+    code, _, err = run(capsys, ["profile", str(TINY), *FAST, "--json", "--save", str(saved)])
+    assert code == 130, err
+    assert not saved.exists()
+    assert err.strip().splitlines()[-1].startswith("vramctl: interrupted")
+
+
+def test_release_never_imports_a_half_initialised_torch(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.machinery
+    import types
+
+    from vramctl.measure import oom
+
+    half = types.ModuleType("torch")
+    half.__spec__ = importlib.machinery.ModuleSpec("torch", None)
+    half.__spec__._initializing = True  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "torch", half)
+    oom.release()  # touched nothing: the half module has no `cuda`, an import would have re-run torch/__init__
+    monkeypatch.delitem(sys.modules, "torch")
+    oom.release()
+    assert "torch" not in sys.modules  # not imported by the cleanup either
+
+
+# --- 4. every input read bounded by the bytes read, not by stat ----------------------------------------------------
+
+
+@pytest.mark.parametrize("device", ["/dev/zero", "/dev/urandom"])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["suggest", "--from-profile"],
+        ["validate", "--device", "cpu", "--from-profile"],
+        ["explain-oom"],
+        ["read-log"],
+    ],
+    ids=["suggest", "validate", "explain-oom", "read-log"],
+)
+def test_endless_device_input_is_one_line_fast(command: list[str], device: str) -> None:
+    code, err, seconds = timed_in_child([*command, device], timeout=30, memory_bytes=1 << 30)
+    assert code == 2, err
+    one_error_line(err)
+    assert seconds < 5.0
+
+
+def test_endless_fifo_profile_is_bounded(tmp_path: Path) -> None:
+    fifo = tmp_path / "p.yaml"
+    os.mkfifo(fifo)
+    writer = subprocess.Popen(["bash", "-c", f"cat /dev/zero > {fifo}"], stderr=subprocess.DEVNULL)
+    try:
+        code, err, _ = timed_in_child(
+            ["suggest", "--from-profile", str(fifo)], timeout=30, memory_bytes=1 << 30
+        )
+    finally:
+        writer.kill()
+        writer.wait()
+    assert code == 2, err
+    one_error_line(err, "too large")
+
+
+# --- 5. a NUL run does not swallow the next line ----------------------------------------------------------------
+
+OOM_LINE = (
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
+    "79.10 GiB of which 1.05 GiB is free. Including non-PyTorch memory, this process has 78.04 GiB memory in use. "
+    "Of the allocated memory 75.12 GiB is allocated by PyTorch, and 1.20 GiB is reserved by PyTorch but "
+    "unallocated.\n"
+)
+
+
+@pytest.mark.parametrize("nuls", [100 << 10, 5 << 20])
+def test_copytruncate_nul_run_keeps_the_next_line(
+    nuls: int, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`logrotate copytruncate`: NULs up to the old size, then the new lines. The OOM line was glued to the NUL
+    run, cut at 64 KiB and skipped: `no-failure`, exit 3."""
+    log = tmp_path / "server.log"
+    log.write_bytes(b"\x00" * nuls + OOM_LINE.encode())
+    code, out, err = run(capsys, ["explain-oom", "--json", str(log)])
+    assert code == 0, err
+    assert json.loads(out)["cause"] != "no-failure"
+
+
+def test_nul_dropping_in_the_reader_keeps_line_numbers(tmp_path: Path) -> None:
+    from vramctl.diagnose.reader import iter_log_lines
+
+    log = tmp_path / "a.log"
+    log.write_bytes(b"first\n" + b"\x00" * (70 << 10) + b"second\nthird\x00\x00 line\n")
+    lines = [(line.number, line.text) for line in iter_log_lines(log)]
+    assert lines == [(1, "first"), (2, "second"), (3, "third line")]
+
+
+# --- 6. paths: ~name, over-long names, no home ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["plan", "~vramctl-no-such-user/model"],
+        ["plan", "--model", "~vramctl-no-such-user"],
+        ["models", "~vramctl-no-such-user/m"],
+        ["profile", "~vramctl-no-such-user/m", "--device", "cpu"],
+        ["plan", "a/" + "x" * 5000],
+        ["plan", "x" * 5000 + "/config.json"],
+        ["models", "org/" + "x" * 5000],
+        ["check", "x" * 5000],
+        ["explain-oom", "x" * 5000],
+        ["read-log", "y" * 5000],
+    ],
+    ids=lambda a: f"{a[0]}-{a[-1][:12]}",
+)
+def test_odd_paths_are_one_line(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, argv)
+    assert code == 2, err
+    assert len(one_error_line(err)) <= 4100
+
+
+def test_hf_home_with_an_unknown_user(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("HF_HOME", "~vramctl-no-such-user/hf")
+    code, _, err = run(capsys, ["plan", "org/model"])
+    assert code == 2
+    one_error_line(err, "HF_HOME")
+
+
+def test_no_home_directory_at_all(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """HOME unset and no passwd entry (a container's random uid): Path.home() raises RuntimeError."""
+
+    def no_home(*_: object) -> Path:
+        raise RuntimeError("Could not determine home directory.")
+
+    monkeypatch.delenv("HOME", raising=False)
+    for var in ("HF_HOME", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setattr(Path, "home", classmethod(no_home))
+    monkeypatch.setattr(Path, "expanduser", lambda self: no_home() if str(self).startswith("~") else self)
+    code, _, err = run(capsys, ["plan", "~/model"])
+    assert code == 2, err
+    one_error_line(err, "cannot expand")
+    code, _, err = run(capsys, ["plan", "org/model"])
+    assert code == 2, err
+    one_error_line(err, "unknown model")
+
+
+@pytest.mark.parametrize(
+    "field", ["hidden_size", "num_hidden_layers", "vocab_size", "max_position_embeddings"]
+)
+def test_4299_digit_integer_in_config_json(
+    field: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = json.loads((TINY / "config.json").read_text())
+    (tmp_path / "config.json").write_text(
+        json.dumps(config).replace(f'"{field}": {config[field]}', f'"{field}": {"9" * 4299}')
+    )
+    for command in (["models"], ["plan"], ["tiers", "plan", "--model"]):
+        code, _, err = run(capsys, [*command, str(tmp_path)])
+        assert code == 2, (command, err)
+        assert len(one_error_line(err)) <= 4100
+
+
+# --- tiers bench: --io-size 1TiB, ENOMEM, int3 ------------------------------------------------------------------
+
+BENCH = ["tiers", "bench", "--device", "cpu", "--skip-device", "--size", "4MiB", "--repeat", "1"]
+
+
+def test_bench_io_size_larger_than_the_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`--io-size 1TiB` asked mmap for 2 TiB of buffers (ENOMEM, exit 70, its data file left): a request is never
+    larger than the file."""
+    code, out, err = run(capsys, [*BENCH, "--dir", str(tmp_path), "--io-size", "1TiB", "--json"])
+    assert code == 0, err
+    assert json.loads(out)["ok"] is True
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_bench_buffer_enomem_is_one_line_and_removes_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import errno
+    import mmap
+
+    def enomem(*_: object, **__: object) -> None:
+        raise OSError(errno.ENOMEM, "Cannot allocate memory")
+
+    monkeypatch.setattr(mmap, "mmap", enomem)
+    code, _, err = run(capsys, [*BENCH, "--dir", str(tmp_path), "--io-size", "64MiB"])
+    assert code == 2, err
+    one_error_line(err, "--io-size")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_bench_unknown_kv_cache_dtype_with_block_bytes(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(
+        capsys, ["tiers", "bench", "--device", "cpu", "--block-bytes", "2MiB", "--kv-cache-dtype", "int3"]
+    )
+    assert code == 2
+    one_error_line(err, "int3")
+
+
+# --- 9. small contract breaks -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["plan", "llama\nx"],
+        ["plan", "--gpu-memory", "8\n0GiB"],
+        ["tiers", "simulate", "--synthetic", "sessions=2\nx"],
+        ["check", "a\rb"],
+        ["gpus", "h100\u2028x"],
+    ],
+)
+def test_error_line_escapes_the_users_newline(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, argv)
+    assert code == 2
+    assert err.count("\n") == 1 and err.endswith("\n"), repr(err)
+    assert len(err.splitlines()) == 1, repr(err)
+
+
+@pytest.mark.parametrize(
+    "argv", [["models", "llama-3-8b"], ["gpus", "h100-sxm"], ["models"], ["gpus"], ["plan"]]
+)
+def test_output_into_head_exits_0(argv: list[str]) -> None:
+    shell = f"{sys.executable} -m vramctl {' '.join(argv)} | head -1 > /dev/null; exit ${{PIPESTATUS[0]}}"
+    done = subprocess.run(["bash", "-c", shell], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr

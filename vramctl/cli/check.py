@@ -41,6 +41,8 @@ def _read_spec(path: str) -> str:
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise BadInputError(f"{path}: a symbolic link loop, not a deployment spec") from None
+        if exc.errno == errno.ENAMETOOLONG:
+            raise BadInputError(f"{path}: file name too long for a deployment spec") from None
     if spec.is_dir():
         raise BadInputError(f"{path}: is a directory, expected a deployment spec (YAML file)")
     if not spec.exists():  # a pipe is fine: `vramctl check <(render-spec …)`

@@ -136,6 +136,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(argv: list[str] | None) -> int:
+    bad = next((arg for arg in argv or () if "\x00" in arg), None)
+    if bad is not None:  # execve cannot pass one; `main([...])` from Python can, and no file name holds it
+        print(f"vramctl: error: {_one_line(repr(bad))}: an argument holds a NUL byte", file=sys.stderr)
+        return int(ExitCode.BAD_INPUT)
     try:
         try:
             result = app(args=argv, prog_name="vramctl", standalone_mode=False)
