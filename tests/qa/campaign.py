@@ -465,13 +465,14 @@ def run_in_process(argv: list[str], *, limit_s: float) -> tuple[int | None, str,
     from vramctl.cli.main import main
 
     out, err = io.StringIO(), io.StringIO()
+    stdin = io.TextIOWrapper(io.BytesIO(STDIN_BYTES), encoding="utf-8", errors="surrogateescape")
     previous = signal.signal(signal.SIGALRM, _on_alarm)
     signal.setitimer(signal.ITIMER_REAL, limit_s)
     started = time.perf_counter()
     code: int | None = None
     hung = False
     try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), _stdin(stdin):
             code = main(argv)
     except Hang:
         hung = True
@@ -481,6 +482,22 @@ def run_in_process(argv: list[str], *, limit_s: float) -> tuple[int | None, str,
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
     return code, out.getvalue(), err.getvalue(), time.perf_counter() - started, hung
+
+
+STDIN_BYTES = b"model: llama-3-8b\ngpu: h100-sxm\n" + b"\x00garbage\xff" * 10 + b"\n"
+"""What `-` reads in the campaign: a spec start, then binary garbage."""
+
+
+@contextlib.contextmanager
+def _stdin(stream: io.TextIOWrapper) -> Iterator[None]:
+    import sys
+
+    saved = sys.stdin
+    sys.stdin = stream
+    try:
+        yield
+    finally:
+        sys.stdin = saved
 
 
 def judge(argv: list[str], command: str, code: int | None, out: str, err: str, hung: bool) -> list[str]:
