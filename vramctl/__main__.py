@@ -1,6 +1,19 @@
-"""`python -m vramctl`: the CLI without an installed entry point (e.g. a GPU machine with no network, where
-the checkout is put on PYTHONPATH instead of installed; scripts/gpu-check.sh runs it this way)."""
+"""`python -m vramctl` (and the `vramctl` script): the CLI.
 
-from vramctl.cli.main import entry
+Also the way to run it without an installed entry point (e.g. a GPU machine with no network, where the checkout is
+put on PYTHONPATH instead of installed; scripts/gpu-check.sh runs it this way). Ctrl-C and SIGTERM are answered
+from the first line on (exit 130 / 143, one line), before the CLI's modules are even imported.
+"""
 
-entry()
+from vramctl.core.interrupts import install_early
+
+
+def run() -> None:
+    install_early()
+    from vramctl.cli.main import entry
+
+    entry()
+
+
+if __name__ == "__main__":
+    run()

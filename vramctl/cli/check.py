@@ -23,8 +23,15 @@ def _read_spec(path: str) -> str:
     if path == "-":
         import sys
 
+        if sys.stdin is None:  # `vramctl check - <&-`
+            raise BadInputError("<stdin>: standard input is closed; give the spec's path")
         stdin = getattr(sys.stdin, "buffer", None)
-        data: str | bytes = (stdin or sys.stdin).read(MAX_SPEC_BYTES + 1)
+        try:
+            data: str | bytes = (stdin or sys.stdin).read(MAX_SPEC_BYTES + 1)
+        except (OSError, ValueError) as exc:
+            raise BadInputError(
+                f"<stdin>: cannot read it ({getattr(exc, 'strerror', None) or exc})"
+            ) from None
         if len(data) > MAX_SPEC_BYTES:  # the rest must not be dropped silently: it may hold the requirements
             raise BadInputError("<stdin>: larger than 1 MiB, not a deployment spec")
         if isinstance(data, str):
@@ -41,6 +48,8 @@ def _read_spec(path: str) -> str:
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise BadInputError(f"{path}: a symbolic link loop, not a deployment spec") from None
+        if exc.errno == errno.ENAMETOOLONG:
+            raise BadInputError(f"{path}: file name too long for a deployment spec") from None
     if spec.is_dir():
         raise BadInputError(f"{path}: is a directory, expected a deployment spec (YAML file)")
     if not spec.exists():  # a pipe is fine: `vramctl check <(render-spec …)`

@@ -7,9 +7,11 @@ Nothing here (or in any cli module at import time) imports torch: `plan`, `check
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import importlib
 import os
+import signal
 import sys
 from typing import Any
 
@@ -20,6 +22,7 @@ from typer.core import TyperGroup
 from vramctl import __version__
 from vramctl.core.errors import VramctlError
 from vramctl.core.exit_codes import ExitCode
+from vramctl.core.interrupts import Terminated, exit_code_for, handling_signals, raise_if_pending
 
 # Command name → the module whose `register(app)` defines it. Modules are imported only when their
 # command runs (or for `--help`), so `vramctl plan` never pays for the log catalogue, torch, etc.
@@ -98,11 +101,29 @@ MAX_ERROR_CHARS = 2000
 """An error line repeats the user's value; a 100,000-character argument must not make a 100 KB line."""
 
 
+def _broken_pipe(exc: BaseException | None) -> bool:
+    return isinstance(exc, BrokenPipeError) or (isinstance(exc, OSError) and exc.errno == errno.EPIPE)
+
+
 def _one_line(message: str) -> str:
+    """The message as one line: a newline or carriage return from the user's token is escaped (`\\n`), a very
+    long message is cut in the middle."""
+    if any(ch in message for ch in "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"):
+        message = "".join(_escape_break(ch) for ch in message)
     if len(message) <= MAX_ERROR_CHARS:
         return message
     keep = MAX_ERROR_CHARS // 2
     return f"{message[:keep]} … ({len(message) - 2 * keep:,} characters cut) … {message[-keep:]}"
+
+
+def _escape_break(ch: str) -> str:
+    if ch == "\n":
+        return "\\n"
+    if ch == "\r":
+        return "\\r"
+    if ch in "\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029":  # str.splitlines() breaks a line at each of these
+        return ascii(ch)[1:-1]
+    return ch
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -111,17 +132,35 @@ def main(argv: list[str] | None = None) -> int:
         # fd 1 was closed before Python started (`vramctl plan >&-`): print() would drop the answer silently
         print("vramctl: error: standard output is closed: nowhere to write the answer", file=sys.stderr)
         return int(ExitCode.BAD_INPUT)
+    with handling_signals():
+        return _run(argv)
+
+
+def _run(argv: list[str] | None) -> int:
+    bad = next((arg for arg in argv or () if "\x00" in arg), None)
+    if bad is not None:  # execve cannot pass one; `main([...])` from Python can, and no file name holds it
+        print(f"vramctl: error: {_one_line(repr(bad))}: an argument holds a NUL byte", file=sys.stderr)
+        return int(ExitCode.BAD_INPUT)
     try:
-        result = app(args=argv, prog_name="vramctl", standalone_mode=False)
+        try:
+            result = app(args=argv, prog_name="vramctl", standalone_mode=False)
+        finally:
+            raise_if_pending()  # a signal a library swallowed still ends the run as interrupted
     except SystemExit as exc:
+        if _broken_pipe(exc.__context__):  # click turns EPIPE into exit 1; the docs promise `| head` exits 0
+            return 0
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else ExitCode.BAD_INPUT)
         return int(code)
     except VramctlError as exc:
         print(f"vramctl: error: {_one_line(str(exc))}", file=sys.stderr)
         return int(exc.exit_code)
-    except (KeyboardInterrupt, typer.Abort):
-        print("vramctl: interrupted", file=sys.stderr)
-        return 130
+    except (KeyboardInterrupt, typer.Abort) as exc:
+        # click turns a KeyboardInterrupt (and so SIGTERM's Terminated) into Abort: the signal is its cause
+        signal_exc = exc if isinstance(exc, KeyboardInterrupt) else exc.__cause__ or exc.__context__
+        terminated = isinstance(signal_exc, Terminated)
+        with contextlib.suppress(OSError, ValueError):
+            print("vramctl: terminated" if terminated else "vramctl: interrupted", file=sys.stderr)
+        return exit_code_for(Terminated() if terminated else KeyboardInterrupt())
     except BrokenPipeError:
         return 0
     except typer.TyperException as exc:
@@ -139,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
         if os.environ.get("VRAMCTL_DEBUG"):
             raise
         print(
-            f"vramctl: internal error: {type(exc).__name__}: {exc} (set VRAMCTL_DEBUG=1 for the traceback)",
+            f"vramctl: internal error: {type(exc).__name__}: {_one_line(str(exc))} (set VRAMCTL_DEBUG=1 for the traceback)",
             file=sys.stderr,
         )
         return int(ExitCode.INTERNAL_ERROR)
@@ -147,7 +186,16 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def entry() -> None:
-    sys.exit(main())
+    code = main()
+    if code in (128 + signal.SIGINT, 128 + signal.SIGTERM):
+        # Interrupted: what vramctl held is released and its line printed. Skip the interpreter's finalisation: an
+        # interrupt inside `import torch` leaves half-initialised extension modules whose teardown can die of the
+        # signal (exit -2) after the clean exit code was chosen.
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(code)
+    sys.exit(code)
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ during a measurement (explained); 130 interrupted.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
@@ -275,9 +276,10 @@ def _suggest_input(result: ProfileResult, spec: ModelSpec, model_arg: str) -> Su
 def _check_save(save: str | None) -> None:
     if save is None:
         return
+    from vramctl.core.atomic import output_target
     from vramctl.core.profile_file import dump_document
 
-    target = Path(save)
+    target = output_target(save, flag="--save")  # never a FIFO / device; a symbolic link: its file
     if target.is_dir():
         raise BadInputError(f"--save {save}: is a folder, expected a file name")
     parent = target.parent if str(target.parent) else Path(".")
@@ -301,12 +303,17 @@ def _check_writable(folder: Path, what: str) -> None:
         raise BadInputError(f"{what}: cannot write in {folder} ({exc.strerror or exc})") from None
 
 
-def _interrupted() -> typer.Exit:
+def _interrupted(exc: KeyboardInterrupt) -> typer.Exit:
+    """Ctrl-C (exit 130) or SIGTERM (exit 143) during a measurement: memory released, nothing saved, one line."""
+    from vramctl.core.interrupts import Terminated, answered, exit_code_for
     from vramctl.measure.oom import release
 
-    release()
-    print("vramctl: interrupted; device memory released, nothing saved", file=sys.stderr)
-    return typer.Exit(130)
+    answered()
+    release()  # never imports torch itself: an interrupt inside `import torch` leaves it half-initialised
+    what = "terminated" if isinstance(exc, Terminated) else "interrupted"
+    with contextlib.suppress(OSError, ValueError):
+        print(f"vramctl: {what}; device memory released, nothing saved", file=sys.stderr)
+    return typer.Exit(exit_code_for(exc))
 
 
 def _settings_from_profile(pf: ProfileFile) -> ServeSettings:
@@ -409,12 +416,15 @@ def register(app: typer.Typer) -> None:
                 comparisons.append(
                     compare_results(result, other, name, value, noise_bytes=noise_threshold(result.device))
                 )
+            from vramctl.core.interrupts import raise_if_pending
+
+            raise_if_pending()  # a Ctrl-C a library swallowed (inside `import torch`) must not let the save happen
             if save is not None:
                 from vramctl.core.profile_file import save_profile
 
                 save_profile(_document(result, request.spec, model), save)
-        except KeyboardInterrupt:
-            raise _interrupted() from None
+        except KeyboardInterrupt as exc:
+            raise _interrupted(exc) from None
         if as_json:
             from vramctl.render.jsonout import dumps
 
@@ -485,8 +495,8 @@ def register(app: typer.Typer) -> None:
 
             try:
                 result = run_profile(request, on_phase=_progress(not as_json))
-            except KeyboardInterrupt:
-                raise _interrupted() from None
+            except KeyboardInterrupt as exc:
+                raise _interrupted(exc) from None
             spec = request.spec
             inp, device_name, source = _suggest_input(result, spec, model), result.device.name, "this run"
         suggestion = suggest_kv_cache_memory(inp)
@@ -590,8 +600,8 @@ def register(app: typer.Typer) -> None:
             outcome = run_validate(
                 request, kv_cache_memory_bytes=kv_bytes, min_free_bytes=min_free_bytes, on_phase=on_phase
             )
-        except KeyboardInterrupt:
-            raise _interrupted() from None
+        except KeyboardInterrupt as exc:
+            raise _interrupted(exc) from None
         if as_json:
             from vramctl.render.jsonout import dumps
 

@@ -33,6 +33,12 @@ def _geometry(
         raise BadInputError(f"--block-size {block_size}: must be a positive number of tokens")
     if tp <= 0:
         raise BadInputError(f"--tensor-parallel-size {tp}: must be at least 1")
+    from vramctl.core.kv import KV_CACHE_DTYPES
+
+    if kv_cache_dtype.strip().lower() not in KV_CACHE_DTYPES:  # refused with --block-bytes too, not ignored
+        raise BadInputError(
+            f"--kv-cache-dtype {kv_cache_dtype!r}: unknown KV cache dtype (use one of {', '.join(KV_CACHE_DTYPES)})"
+        )
     if block_bytes is not None:
         if model is not None:
             raise BadInputError(f"--block-bytes {block_bytes} and MODEL {model!r}: give one or the other")
@@ -59,13 +65,15 @@ def _geometry(
 
 
 def _check_save_target(save: str) -> None:
-    target = Path(save)
+    from vramctl.core.atomic import output_target
+
+    target = output_target(save, flag="--save")  # never a FIFO / device; a symbolic link: its file
     parent = target.parent if str(target.parent) else Path(".")
     if target.is_dir():
         raise BadInputError(f"--save {save}: is a directory, expected a file name")
     if not parent.is_dir():
         raise BadInputError(f"--save {save}: no such directory {str(parent)!r}")
-    _refuse_foreign_file(save)
+    _refuse_foreign_file(str(target), save)
     import tempfile
 
     try:  # a read-only folder fails now, not after the transfers
@@ -75,13 +83,13 @@ def _check_save_target(save: str) -> None:
         raise BadInputError(f"--save {save}: cannot write in {parent} ({exc.strerror or exc})") from None
 
 
-def _refuse_foreign_file(save: str) -> None:
+def _refuse_foreign_file(resolved: str, save: str) -> None:
     """An existing file at --save is replaced only when it is a bandwidths file (ours): never a user's file."""
     import json
 
     from vramctl.tiers.bandwidths import SCHEMA
 
-    target = Path(save)
+    target = Path(resolved)
     try:
         if not target.is_file() or target.stat().st_size == 0:
             return
@@ -235,7 +243,9 @@ def register(app: typer.Typer) -> None:
         payload = report.to_json()
         if save is not None and report.ok:
             try:
-                write_text_atomic(save, dumps(payload) + "\n")  # on failure the old file stays as it was
+                write_text_atomic(
+                    save, dumps(payload) + "\n", flag="--save"
+                )  # on failure the old file stays as it was
             except OSError as exc:
                 raise BadInputError(f"--save {save}: cannot write it ({exc.strerror or exc})") from None
             saved = save

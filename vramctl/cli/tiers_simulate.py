@@ -88,6 +88,9 @@ def _refuse_overwriting(target: Any, trace: str | None) -> None:
     import json
     import os
 
+    from vramctl.core.atomic import output_target
+
+    target = output_target(target, flag="--save-trace")  # never a FIFO / device; a symbolic link: its file
     try:
         if not target.is_file() or target.stat().st_size == 0:
             return
@@ -412,7 +415,7 @@ def register(app: typer.Typer) -> None:
                 raise BadInputError(f"--save-trace {save_trace}: not a file in an existing directory")
             _refuse_overwriting(target, trace)
             try:
-                write_text_atomic(target, to_mooncake_jsonl(data))
+                write_text_atomic(target, to_mooncake_jsonl(data), flag="--save-trace")
             except OSError as exc:
                 raise BadInputError(f"--save-trace {save_trace}: cannot write ({exc.strerror})") from None
 

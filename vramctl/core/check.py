@@ -30,10 +30,11 @@ from vramctl.core.errors import BadInputError
 from vramctl.core.exit_codes import ExitCode
 from vramctl.core.host_tier import HostTierPlan, plan_host_tier
 from vramctl.core.ledger import SLACK, WEIGHTS
+from vramctl.core.safe_yaml import YamlBudgetError, load_yaml
 from vramctl.core.serve_command import parse_human_int, parse_serve_command
 from vramctl.core.settings import ServeSettings
 from vramctl.core.specs import GpuSpec, ModelSpec
-from vramctl.core.units import cdiv, format_bytes, format_count, parse_bytes, parse_number
+from vramctl.core.units import as_float, cdiv, format_bytes, format_count, parse_bytes, parse_number
 from vramctl.core.utilization import utilization_for_kv
 
 EngineName = Literal["vllm", "sglang"]
@@ -292,20 +293,10 @@ def _as_int(value: Any, where: str, source: str, *, minimum: int = 1) -> int:
 
 
 def _as_float(value: Any, where: str, source: str) -> float:
-    if isinstance(value, bool):
-        raise _bad(source, where, f"{value!r} is not a number")
-    if isinstance(value, (int, float)):
-        number = float(value)
-    elif isinstance(value, str):
-        try:
-            number = parse_number(value, what=where)
-        except BadInputError:
-            raise _bad(source, where, f"{value!r} is not a number") from None
-    else:
-        raise _bad(source, where, f"{value!r} is not a number")
-    if not math.isfinite(number):
-        raise _bad(source, where, f"{value!r} is not a finite number")
-    return number
+    try:
+        return as_float(value, what=where)
+    except BadInputError as exc:
+        raise BadInputError(f"{source}: {exc}") from None
 
 
 def _as_fraction(value: Any, where: str, source: str) -> float:
@@ -456,6 +447,7 @@ def _parse_requirements(raw: Any, source: str) -> Requirements:
                 source, f"requirements.{key}", f"unknown requirement (known: {', '.join(REQUIREMENT_KEYS)})"
             )
     concurrency: list[ConcurrencyRequirement] = []
+    seen: set[ConcurrencyRequirement] = set()
     if "min_concurrency" in raw:
         items = raw["min_concurrency"]
         items = items if isinstance(items, list) else [items]
@@ -468,9 +460,10 @@ def _parse_requirements(raw: Any, source: str) -> Requirements:
             value = _as_float(item["value"], f"{where}.value", source)
             if value <= 0:
                 raise _bad(source, f"{where}.value", f"{value} must be > 0")
-            concurrency.append(
-                ConcurrencyRequirement(_as_int(item["context"], f"{where}.context", source), value)
-            )
+            requirement = ConcurrencyRequirement(_as_int(item["context"], f"{where}.context", source), value)
+            if requirement not in seen:  # the same requirement twice (an alias repeated) is checked once
+                seen.add(requirement)
+                concurrency.append(requirement)
     return Requirements(
         must_fit=_as_bool(raw["must_fit"], "requirements.must_fit", source) if "must_fit" in raw else None,
         min_concurrency=tuple(concurrency),
@@ -501,7 +494,9 @@ def _parse_requirements(raw: Any, source: str) -> Requirements:
 def parse_spec(text: str, *, source: str = "spec") -> DeploySpec:
     """YAML text → DeploySpec. Any problem raises BadInputError naming the file and the field."""
     try:
-        data = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader subclass: safe
+        data = load_yaml(text, loader=_UniqueKeyLoader)  # a SafeLoader subclass: safe; aliases budgeted
+    except YamlBudgetError as exc:
+        raise BadInputError(f"{source}: {exc}") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark is not None else "YAML"

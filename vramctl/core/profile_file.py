@@ -23,8 +23,9 @@ from typing import Any
 
 import yaml
 
-from vramctl.core.atomic import write_text_atomic
+from vramctl.core.atomic import output_target, write_text_atomic
 from vramctl.core.errors import BadInputError
+from vramctl.core.safe_yaml import YamlBudgetError, load_yaml
 from vramctl.core.specs import ModelSpec
 from vramctl.core.suggest import SuggestInput
 
@@ -101,19 +102,23 @@ def dump_document(document: dict[str, Any], path: str | os.PathLike[str]) -> str
 def save_profile(document: dict[str, Any], path: str | os.PathLike[str]) -> None:
     """Write atomically (a temporary file renamed over the target: never a half-written profile)."""
     text = dump_document(document, path)
-    target = Path(path)
+    target = output_target(path, flag="--save")
     if target.parent and not target.parent.exists():
         raise BadInputError(f"--save {path}: the folder {target.parent} does not exist")
     check_overwrite(target)
     try:
-        write_text_atomic(target, text)  # on failure the temporary file goes, the old file stays as it was
+        write_text_atomic(
+            target, text, flag="--save"
+        )  # on failure the temporary file goes, the old file stays as it was
     except OSError as exc:
         raise BadInputError(f"--save {path}: cannot write it ({exc.strerror or exc})") from None
 
 
 def check_overwrite(target: Path) -> None:
     """Refuse to replace an existing file that is not a vramctl profile: `--save` must not clobber what the user
-    has (a deploy.yaml, a config.json). A saved profile (any version of this schema) is ours to replace."""
+    has (a deploy.yaml, a config.json). A saved profile (any version of this schema) is ours to replace; a FIFO,
+    a device or a folder is never replaced, a symbolic link is followed to its file."""
+    target = output_target(target, flag="--save")
     try:
         if not target.is_file() or target.stat().st_size == 0:
             return
@@ -128,22 +133,27 @@ def check_overwrite(target: Path) -> None:
 
 
 def _parse(path: Path) -> Any:
+    """The document in a profile file, read up to its bound by bytes actually read (limit + 1), never by its `stat`
+    size: /dev/zero, /dev/urandom, a FIFO or a /proc file report 0 and would be read without end."""
     try:
-        size = path.stat().st_size
+        with path.open("rb") as handle:
+            raw = handle.read(_MAX_FILE_BYTES + 1)
     except FileNotFoundError:
         raise BadInputError(f"--from-profile {path}: no such file") from None
+    except IsADirectoryError:
+        raise BadInputError(f"--from-profile {path}: is a folder, not a profile file") from None
     except OSError as exc:
-        raise BadInputError(f"--from-profile {path}: cannot read it ({exc.strerror})") from None
-    if path.is_dir():
-        raise BadInputError(f"--from-profile {path}: is a folder, not a profile file")
-    if size > _MAX_FILE_BYTES:
-        raise BadInputError(f"--from-profile {path}: {size} bytes is too large for a profile file")
+        raise BadInputError(f"--from-profile {path}: cannot read it ({exc.strerror or exc})") from None
+    if len(raw) > _MAX_FILE_BYTES:
+        raise BadInputError(
+            f"--from-profile {path}: more than {_MAX_FILE_BYTES >> 20} MiB; too large for a profile file"
+        )
     try:
-        text = path.read_text(encoding="utf-8")
+        text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise BadInputError(f"--from-profile {path}: not a text file (not UTF-8)") from None
-    except OSError as exc:
-        raise BadInputError(f"--from-profile {path}: cannot read it ({exc.strerror})") from None
+    if "\x00" in text:
+        raise BadInputError(f"--from-profile {path}: a binary file (NUL bytes), not a profile file")
     if not text.strip():
         raise BadInputError(f"--from-profile {path}: the file is empty")
     if path.suffix.lower() == ".json" or text.lstrip().startswith("{"):
@@ -162,7 +172,9 @@ def _parse(path: Path) -> Any:
                 f"--from-profile {path}: not valid JSON: a number too long to read (over 4,300 digits)"
             ) from None
     try:
-        return yaml.safe_load(text)
+        return load_yaml(text)
+    except YamlBudgetError as exc:
+        raise BadInputError(f"--from-profile {path}: {exc}") from None
     except RecursionError:
         raise BadInputError(f"--from-profile {path}: YAML nested too deeply to be a profile file") from None
     except yaml.YAMLError as exc:

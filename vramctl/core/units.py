@@ -50,21 +50,63 @@ _LETTER_BYTES: dict[str, int] = {
     "T": TiB,
 }
 
-_SIZE_RE = re.compile(
-    r"^\s*(?P<num>[+-]?(?:\d[\d,_]*)?(?:\.\d+)?(?:[eE][+-]?\d+)?)\s*(?P<unit>[A-Za-z]*)\s*$"
+_MANTISSA = r"(?:\d+(?:[,_]\d+)*(?:\.\d+)?|\.\d+)"
+"""A number needs digits before its exponent: `e5`, `E9`, `e-5GiB` have none and are not numbers."""
+_SIZE_RE = re.compile(rf"^\s*(?P<num>[+-]?{_MANTISSA}(?:[eE][+-]?\d+)?)\s*(?P<unit>[A-Za-z]*)\s*$", re.ASCII)
+_NUMBER_RE = re.compile(
+    r"^\s*[+-]?(?:(?:\d{1,3}(?:,\d{3})+|\d+(?:_\d+)*)(?:\.\d+)?|\.\d+)(?:[eE][+-]?\d+)?\s*$", re.ASCII
 )
-_NUMBER_RE = re.compile(r"^\s*[+-]?(?:\d{1,3}(?:,\d{3})+|\d[\d_]*)?(?:\.\d+)?(?:[eE][+-]?\d+)?\s*$")
+_MAX_NUMBER_CHARS = 400
+"""No number a user means is longer; past it the text is refused before any conversion (a 4,299-digit integer)."""
 
 
 def parse_number(text: str, *, what: str = "value") -> float:
-    """Parse a plain number, accepting thousands separators (`205,728`) and underscores."""
+    """Parse a plain number, accepting thousands separators (`205,728`) and underscores (`1_000`).
+
+    Everything else is one BadInputError naming `what`: no mantissa (`e5`), `nan`, `inf`, `1e400`, text."""
     raw = text.strip()
-    if not raw or not _NUMBER_RE.match(raw) or not any(ch.isdigit() for ch in raw):
+    if len(raw) > _MAX_NUMBER_CHARS:
+        raise BadInputError(f"{what}: {_short(text)} is not a number (over {_MAX_NUMBER_CHARS} characters)")
+    if not raw or not _NUMBER_RE.match(raw):
         raise BadInputError(f"{what}: {text!r} is not a number")
-    value = float(raw.replace(",", "").replace("_", ""))
+    try:
+        value = float(raw.replace(",", "").replace("_", ""))
+    except (ValueError, OverflowError):
+        raise BadInputError(f"{what}: {text!r} is not a number") from None
     if not math.isfinite(value):
         raise BadInputError(f"{what}: {text!r} is not a finite number")
     return value
+
+
+def as_float(value: object, *, what: str = "value") -> float:
+    """A number from a file (YAML / JSON: int, float or text) as a finite float, or one BadInputError.
+
+    A 400-digit integer (too large for a float), `.nan`, `.inf`, a bool or a list are refused, never raised as
+    OverflowError / TypeError."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise BadInputError(f"{what}: {_short(value)} is not a number")
+    if isinstance(value, str):
+        return parse_number(value, what=what)
+    try:
+        number = float(value)
+    except OverflowError:
+        raise BadInputError(f"{what}: {_short(value)} is absurdly large") from None
+    if not math.isfinite(number):
+        raise BadInputError(f"{what}: {value!r} is not a finite number")
+    return number
+
+
+def _short(value: object) -> str:
+    """A value for an error line: repr, cut to 40 characters (a 4,000-digit integer is named, not printed)."""
+    text = repr(value) if not isinstance(value, int) or isinstance(value, bool) else _int_repr(value)
+    return text if len(text) <= 40 else f"{text[:24]}… ({len(text):,} characters)"
+
+
+def _int_repr(value: int) -> str:
+    digits = len(str(abs(value))) if abs(value) < 10**4000 else None
+    if digits is None or digits > 40:
+        return f"{str(value)[:8]}… ({'over 4,000' if digits is None else f'{digits:,}'} digits)"
+    return str(value)
 
 
 def parse_bytes(text: str | int | float, *, default_unit: str = "B", what: str = "size") -> int:
@@ -76,18 +118,23 @@ def parse_bytes(text: str | int | float, *, default_unit: str = "B", what: str =
     if isinstance(text, bool):
         raise BadInputError(f"{what}: {text!r} is not a size")
     if isinstance(text, (int, float)):
-        number = float(text)
+        number = as_float(text, what=what)
         unit = default_unit
     else:
+        if len(text) > _MAX_NUMBER_CHARS:
+            raise BadInputError(f"{what}: {_short(text)} is not a size (over {_MAX_NUMBER_CHARS} characters)")
         match = _SIZE_RE.match(text)
-        if match is None or not any(ch.isdigit() for ch in match.group("num")):
+        if match is None:
             raise BadInputError(
                 f"{what}: {text!r} is not a size (expected e.g. 80GiB, 79.18 GiB, 512MiB, 1e9)"
             )
         num_text = match.group("num")
         if "," in num_text and not re.fullmatch(r"[+-]?\d{1,3}(?:,\d{3})+(?:\.\d+)?", num_text):
             raise BadInputError(f"{what}: {text!r} has misplaced thousands separators")
-        number = float(num_text.replace(",", "").replace("_", ""))
+        try:
+            number = float(num_text.replace(",", "").replace("_", ""))
+        except ValueError:  # `1__0`, `1_`: the shape matched, Python's float() does not take it
+            raise BadInputError(f"{what}: {text!r} is not a size") from None
         unit = match.group("unit") or default_unit
     if not math.isfinite(number):
         raise BadInputError(f"{what}: {text!r} is not a finite size")

@@ -39,6 +39,7 @@ from __future__ import annotations
 import codecs
 import os
 import re
+import stat
 import sys
 import zlib
 from collections.abc import Iterator
@@ -262,7 +263,13 @@ def _open(source: str | os.PathLike[str] | BinaryIO) -> tuple[BinaryIO, str, boo
             # Path("") is "." (the current directory): name the real mistake
             raise BadInputError("LOG: empty file name (give the log's path, or - for standard input)")
         path = Path(source)
-        if path.is_dir():
+        try:
+            is_dir = path.is_dir()
+        except OSError as exc:  # a name too long for the filesystem (ENAMETOOLONG)
+            raise BadInputError(f"{path}: cannot read: {exc.strerror or exc}") from None
+        except ValueError:  # a NUL byte in the name
+            raise BadInputError(f"{str(path)!r}: not a file name (it holds a NUL byte)") from None
+        if is_dir:
             raise BadInputError(f"{path}: is a directory, not a log file")
         try:
             stream = path.open("rb")
@@ -270,9 +277,21 @@ def _open(source: str | os.PathLike[str] | BinaryIO) -> tuple[BinaryIO, str, boo
             raise BadInputError(f"{path}: no such file") from None
         except OSError as exc:
             raise BadInputError(f"{path}: cannot read: {exc.strerror or exc}") from None
+        if _endless_device(stream):  # /dev/zero, /dev/urandom: read without end; a terminal or a pipe is fine
+            stream.close()
+            raise BadInputError(f"{path}: is a device, not a log file (give the log's path, or - for a pipe)")
         return stream, str(path), True
     name = getattr(source, "name", None)
     return source, str(name) if isinstance(name, str) else "<stream>", False
+
+
+def _endless_device(stream: BinaryIO) -> bool:
+    """A character or block device that is not a terminal: no log lives there, and /dev/zero never ends."""
+    try:
+        mode = os.fstat(stream.fileno()).st_mode
+        return (stat.S_ISCHR(mode) or stat.S_ISBLK(mode)) and not os.isatty(stream.fileno())
+    except (OSError, ValueError):
+        return False
 
 
 def _read(stream: BinaryIO, size: int, name: str) -> bytes:
@@ -422,6 +441,10 @@ def iter_blocks(source: str | os.PathLike[str] | BinaryIO, stats: ScanStats) -> 
         skipping = False  # inside the unread rest of an over-long line
         cr_only: bool | None = None
         for chunk in _iter_bytes(stream, name, stats):
+            if (
+                b"\x00" in chunk
+            ):  # NUL runs (what `logrotate copytruncate` leaves) go before the line cap counts
+                chunk = chunk.replace(b"\x00", b"")
             if cr_only is None:
                 cr_only = b"\n" not in chunk and b"\r" in chunk
             if cr_only:

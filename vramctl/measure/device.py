@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from vramctl.core.errors import BadInputError, NoDeviceError
+from vramctl.core.interrupts import raise_if_pending
 
 _PROC_STATUS = Path("/proc/self/status")
 _PROC_CLEAR_REFS = Path("/proc/self/clear_refs")
@@ -246,6 +247,7 @@ class CpuBackend:
         try:
             import torch  # noqa: F401  (the libraries are the process, not the emulated device)
         except ImportError as exc:  # pragma: no cover - torch is a test dependency
+            raise_if_pending()  # an import cut by Ctrl-C / SIGTERM is an interrupt, not a missing torch
             raise NoDeviceError(
                 "torch is not installed: install vramctl[measure], or use `vramctl plan`"
             ) from exc
@@ -349,6 +351,7 @@ class CudaBackend:
         try:
             import torch
         except ImportError as exc:  # pragma: no cover - torch is a test dependency
+            raise_if_pending()  # an import cut by Ctrl-C / SIGTERM is an interrupt, not a missing torch
             raise NoDeviceError(
                 "torch is not installed: install vramctl[gpu], or use --device cpu, or `vramctl plan` to estimate"
             ) from exc

@@ -22,6 +22,7 @@ from typing import Any
 
 from vramctl.core.errors import NoDeviceError, VramctlError
 from vramctl.core.exit_codes import ExitCode
+from vramctl.core.interrupts import signals_blocked
 from vramctl.measure.device import DeviceInfo, open_device, parse_device
 from vramctl.measure.profiler import (
     PhaseCallback,
@@ -137,8 +138,11 @@ def run_ranks(
     procs = [
         ctx.Process(target=_rank_main, args=(r, world, port, request, out), daemon=True) for r in range(world)
     ]
-    for proc in procs:
-        proc.start()
+    with (
+        signals_blocked()
+    ):  # the ranks start with SIGINT / SIGTERM blocked: the parent alone answers a Ctrl-C
+        for proc in procs:
+            proc.start()
     results: dict[int, tuple[RankMeasurement, Resolved, DeviceInfo]] = {}
     deadline = time.monotonic() + _RESULT_TIMEOUT_S
     try:
@@ -166,8 +170,8 @@ def run_ranks(
         for proc in procs:
             proc.join(timeout=10 if len(results) == world else 0.1)
         for proc in procs:
-            if proc.is_alive():
-                proc.terminate()
+            if proc.is_alive():  # SIGKILL: the ranks block SIGTERM; the kernel releases what they held
+                proc.kill()
                 proc.join(timeout=5)
         out.close()
     measurements = [results[r][0] for r in range(world)]

@@ -100,13 +100,29 @@ def release(*objects: Any) -> None:
     """Drop references, collect, and give cached device memory back (best effort)."""
     del objects
     gc.collect()
+    torch = _imported_torch()
+    if torch is None:
+        return
     try:
-        import torch
-
         if torch.cuda.is_available() and torch.cuda.is_initialized():
             torch.cuda.empty_cache()
     except Exception:  # pragma: no cover - cleanup must never raise
         pass
+
+
+def _imported_torch() -> Any:
+    """torch when it is already imported and fully initialised, else None. Never imports it: an interrupt inside
+    `import torch` leaves a half-initialised module in sys.modules, and importing it again from a cleanup path
+    crashed (SIGSEGV, SIGABRT) or reported "torch is not installed"."""
+    import sys
+
+    torch = sys.modules.get("torch")
+    if torch is None or getattr(getattr(torch, "__spec__", None), "_initializing", False):
+        return None
+    cuda = getattr(torch, "cuda", None)
+    if cuda is None or not hasattr(cuda, "is_initialized"):
+        return None
+    return torch
 
 
 def release_traceback(exc: BaseException) -> None:

@@ -47,6 +47,24 @@ def read_yaml(path: Path) -> dict[str, Any]:
     return data
 
 
+MAX_INT_DIGITS = 30
+"""No count in a model's config.json or safetensors index has more digits (10^30 parameters); a 4,299-digit integer
+would reach the arithmetic (and Python's 4,300-digit str() limit) as an internal error."""
+
+
+class _IntTooLong(ValueError):
+    def __init__(self, digits: int) -> None:
+        super().__init__(digits)
+        self.digits = digits
+
+
+def _bounded_int(text: str) -> int:
+    digits = len(text.lstrip("-"))
+    if digits > MAX_INT_DIGITS:
+        raise _IntTooLong(digits)
+    return int(text)
+
+
 MAX_JSON_BYTES = 64 << 20
 """config.json files are kilobytes, a safetensors index a few megabytes."""
 
@@ -69,7 +87,12 @@ def read_json_object(path: Path) -> dict[str, Any]:
     except OSError as exc:
         raise BadInputError(f"{path}: cannot read: {exc.strerror or exc}") from None
     try:
-        data = json.loads(text)
+        data = json.loads(text, parse_int=_bounded_int)
+    except _IntTooLong as exc:
+        raise BadInputError(
+            f"{path}: a number too long to be a model's field (an integer of {exc.digits:,} digits; none has over "
+            f"{MAX_INT_DIGITS})"
+        ) from None
     except RecursionError:
         raise BadInputError(f"{path}: JSON nested too deeply") from None
     except json.JSONDecodeError as exc:

@@ -24,13 +24,32 @@ class LocalModel:
     """The HF id for a cache snapshot (`org/name`), else the path as given."""
 
 
+def expand_user(text: str, *, flag: str = "--model") -> Path:
+    """`~/x` and `~name/x` as the shell expands them; an unknown user or no home directory (HOME unset and no
+    passwd entry, common in containers) is one BadInputError, not RuntimeError("Could not determine home ...")."""
+    try:
+        return Path(text).expanduser()
+    except (RuntimeError, KeyError):
+        user = text[1:].split("/", 1)[0]
+        who = f"user {user!r} is unknown" if user else "HOME is not set and the user has no home directory"
+        raise BadInputError(f"{flag} {text}: cannot expand '~' ({who})") from None
+
+
+def _exists(path: Path) -> bool:
+    """Path.exists() that is False for a name too long for the filesystem (ENAMETOOLONG), not an OSError."""
+    try:
+        return path.exists()
+    except OSError:
+        return False
+
+
 def looks_like_path(text: str) -> bool:
     """A name is a path if it exists, starts like one (`/`, `./`, `~`), or names a .json file."""
     if text.startswith(("/", "./", "../", "~", ".\\")) or text in (".", "..") or text.endswith(".json"):
         return True
     try:
         return Path(text).expanduser().exists()
-    except OSError:
+    except (OSError, RuntimeError, KeyError):
         return False
 
 
@@ -38,9 +57,14 @@ def hf_cache_dir() -> Path:
     """The hub cache, as huggingface_hub resolves it: HF_HUB_CACHE, HUGGINGFACE_HUB_CACHE, HF_HOME/hub."""
     for var in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
         if os.environ.get(var):
-            return Path(os.environ[var]).expanduser()
+            return expand_user(os.environ[var], flag=var)
     home = os.environ.get("HF_HOME")
-    base = Path(home).expanduser() if home else Path.home() / ".cache" / "huggingface"
+    if home:
+        return expand_user(home, flag="HF_HOME") / "hub"
+    try:
+        base = Path.home() / ".cache" / "huggingface"
+    except (RuntimeError, KeyError):  # no HOME and no passwd entry: there is no default cache to look in
+        base = Path(".cache") / "huggingface"
     return base / "hub"
 
 
@@ -49,7 +73,10 @@ def find_in_hf_cache(repo_id: str) -> Path | None:
     if repo_id.count("/") != 1:
         return None
     folder = hf_cache_dir() / ("models--" + repo_id.replace("/", "--"))
-    return folder if folder.is_dir() else None
+    try:
+        return folder if folder.is_dir() else None
+    except OSError:  # a 5,000-character name: File name too long
+        return None
 
 
 def _snapshot_of(repo_folder: Path) -> Path:
@@ -82,8 +109,8 @@ def _repo_id_of(folder: Path) -> str | None:
 
 
 def resolve_local(text: str) -> LocalModel:
-    path = Path(text).expanduser()
-    if not path.exists():
+    path = expand_user(text)
+    if not _exists(path):
         raise BadInputError(f"--model {text}: no such file or directory")
     if not path.is_dir():  # a file, or a pipe: `--model <(curl …/config.json)`
         folder = path.parent

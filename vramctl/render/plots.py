@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from vramctl.core.atomic import write_bytes_atomic
+from vramctl.core.atomic import output_target, write_bytes_atomic
 from vramctl.core.errors import BadInputError
 
 FORMATS = ("png", "svg")
@@ -42,6 +42,7 @@ def check_plot_target(path: str) -> str:
         raise BadInputError(f"--plot {path}: no such directory {str(parent)!r}")
     if target.is_dir():
         raise BadInputError(f"--plot {path}: is a directory")
+    target = output_target(path, flag="--plot")  # never a FIFO / device; a symbolic link: its file
     _refuse_foreign_file(target, path)
     _matplotlib()
     return fmt
@@ -68,7 +69,7 @@ def _save(fig: Any, path: str) -> None:
     buffer = io.BytesIO()
     fig.savefig(buffer, format=fmt, dpi=120, bbox_inches="tight")
     try:
-        write_bytes_atomic(path, buffer.getvalue())
+        write_bytes_atomic(path, buffer.getvalue(), flag="--plot")
     except OSError as exc:
         raise BadInputError(f"--plot {path}: cannot write ({exc.strerror})") from None
 

@@ -133,7 +133,9 @@ class BlockLayout:
 
     @property
     def blocks_per_io(self) -> int:
-        return max(1, self.io_bytes // self.slot_bytes)
+        """Whole slots per request; never more than the file (`--io-size 1TiB` on a 32 MiB file is one request
+        of 32 MiB, not a 1 TiB buffer)."""
+        return max(1, min(self.io_bytes // self.slot_bytes, self.num_blocks))
 
     @property
     def chunk_bytes(self) -> int:
@@ -437,7 +439,15 @@ def _aligned_buffer(size: int) -> mmap.mmap:
     """
     length = round_up(size, HUGE_PAGE if size >= HUGE_PAGE else ALIGN)
     flags = getattr(mmap, "MAP_PRIVATE", 0) | getattr(mmap, "MAP_ANONYMOUS", 0)
-    buf = mmap.mmap(-1, length, flags=flags) if flags else mmap.mmap(-1, length)
+    try:
+        buf = mmap.mmap(-1, length, flags=flags) if flags else mmap.mmap(-1, length)
+    except (MemoryError, OverflowError, OSError) as exc:
+        if isinstance(exc, OSError) and exc.errno not in (errno.ENOMEM, errno.EINVAL, errno.EOVERFLOW):
+            raise
+        raise BadInputError(
+            f"--io-size: cannot allocate a {format_bytes(length)} I/O buffer ({length} bytes: "
+            f"{getattr(exc, 'strerror', None) or type(exc).__name__}); use a smaller --io-size"
+        ) from None
     advice = getattr(mmap, "MADV_HUGEPAGE", None)
     if advice is not None and length >= HUGE_PAGE:
         with suppress(OSError):
@@ -516,9 +526,10 @@ def write_blocks(
             raise DirectUnsupportedError(exc.errno, f"O_DIRECT refused: {exc.strerror}") from None
         raise
     written = 0
-    buffers = [_aligned_buffer(layout.chunk_bytes) for _ in range(2)]
+    buffers: list[mmap.mmap] = []
     ok = False
     try:
+        buffers.extend(_aligned_buffer(layout.chunk_bytes) for _ in range(2))  # ENOMEM: the file still goes
         with ThreadPoolExecutor(max_workers=1) as writer, _pool(workers) as sealer:
             pending: Future[int] | None = None
             pending_len = 0
@@ -641,8 +652,9 @@ def read_blocks(
         flags |= os.O_DIRECT
     fd = os.open(path, flags)
     stats = ReadStats()
-    buffers = [_aligned_buffer(layout.chunk_bytes) for _ in range(READ_RING)]
+    buffers: list[mmap.mmap] = []
     try:
+        buffers.extend(_aligned_buffer(layout.chunk_bytes) for _ in range(READ_RING))
         threads = workers if workers is not None else default_workers()
         with _pool(threads) as verifier:
             pending: deque[tuple[memoryview, list[Future[list[tuple[int, BadBlock | None]]]]]] = deque()
@@ -806,6 +818,33 @@ def check_directory(
     return path
 
 
+_BENCH_FILE = re.compile(
+    r"^(?:vramctl-tiers-bench-(\d+)-[0-9a-f]+\.[a-z-]+\.kv|\.vramctl-probe-(\d+)-[0-9a-f]+)$"
+)
+
+
+def remove_stale_bench_files(directory: Path) -> list[Path]:
+    """Remove the bench data files (and probes) of runs whose process is gone: a SIGKILL gives no chance to clean
+    up, so the next run does. Files of a bench still running, and anything not named like ours, stay."""
+    from vramctl.core.atomic import process_alive
+
+    removed: list[Path] = []
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return removed
+    for name in names:
+        match = _BENCH_FILE.match(name)
+        if match is None or process_alive(int(match.group(1) or match.group(2))):
+            continue
+        leftover = directory / name
+        with suppress(OSError):
+            if os.path.isfile(leftover) and not os.path.islink(leftover):
+                leftover.unlink()
+                removed.append(leftover)
+    return removed
+
+
 def _new_name(directory: Path, method: str) -> Path:
     for _ in range(100):
         candidate = directory / f"vramctl-tiers-bench-{os.getpid()}-{random.getrandbits(40):010x}.{method}.kv"
@@ -963,6 +1002,7 @@ def run_disk_bench(
         need,
         what="the kept bench files" if keep and len(methods) > 1 else "the bench file",
     )
+    stale = remove_stale_bench_files(where)
     run_seq = seq if seq is not None else random.getrandbits(63)
     try:
         load = os.getloadavg()[0]  # before the bench adds its own threads
@@ -984,6 +1024,11 @@ def run_disk_bench(
         for method in methods
     ]
     notes: list[str] = []
+    if stale:
+        notes.append(
+            f"removed {len(stale)} bench file(s) left in {where} by an earlier run that was killed: "
+            + ", ".join(p.name for p in stale)
+        )
     cpus = os.cpu_count() or 1
     if load > 0.75 * cpus:
         notes.append(
