@@ -134,3 +134,26 @@ def _death(samples: tuple[Sample, ...]) -> float | None:
         if before.up and after.status == DOWN:
             death = after.t
     return death
+
+
+def read_log_tail(log: str, limit: int = TAIL_BYTES) -> str | None:
+    """The last `limit` bytes of a plain log file (None for standard input or a gzip file: no time to join)."""
+    if log == "-":
+        return None
+    try:
+        with open(log, "rb") as handle:
+            if handle.read(2) == b"\x1f\x8b":
+                return None
+            handle.seek(0, 2)
+            size = handle.tell()
+            handle.seek(max(0, size - limit))
+            return handle.read().decode("utf-8", errors="replace")
+    except OSError:
+        return None
+
+
+def explain_timeline(timeline_path: str, log: str) -> TimelineDiagnosis:
+    """`explain-oom LOG --timeline FILE`: read the ring (TimelineError, exit 2, when damaged) and join it."""
+    from vramctl.watch.ring import read_timeline
+
+    return diagnose_timeline(read_timeline(timeline_path), log_tail=read_log_tail(log))

@@ -1,0 +1,96 @@
+"""The timeline ring: constant disk use, readable after a crash, damage refused in one line."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.watch.test_trends import BASE, series
+from vramctl.watch.ring import RingRecorder, TimelineError, previous_segment, read_timeline
+
+
+def _record(path: Path, n: int, max_samples: int = 20) -> None:
+    rec = RingRecorder(path, max_samples=max_samples, fsync=False)
+    for s in series([BASE + i for i in range(n)]):
+        rec.append(s)
+    rec.close()
+
+
+def test_disk_use_is_bounded(tmp_path: Path) -> None:
+    path = tmp_path / "tl.jsonl"
+    sizes = []
+    for n in (40, 400, 2000):
+        _record(path, n)
+        sizes.append(path.stat().st_size + previous_segment(path).stat().st_size)
+        timeline = read_timeline(path)
+        assert 10 < len(timeline.samples) <= 20
+        assert timeline.samples[-1].term("transient") == series([BASE + n - 1])[0].term("transient")
+    assert max(sizes) <= 1.05 * min(sizes)
+
+
+def test_a_crash_mid_line_leaves_a_readable_file(tmp_path: Path) -> None:
+    path = tmp_path / "tl.jsonl"
+    _record(path, 15)
+    with open(path, "ab") as handle:
+        handle.write(b'{"t": 1015.0, "status": "up", "eng')  # what a kill during write() leaves
+    timeline = read_timeline(path)
+    assert timeline.dropped_partial_lines == 1 and len(timeline.samples) == 15
+
+
+def test_a_killed_recorder_leaves_a_readable_file(tmp_path: Path) -> None:
+    path = tmp_path / "tl.jsonl"
+    code = (
+        "import sys, os, signal\n"
+        "from tests.watch.test_trends import series, BASE\n"
+        "from vramctl.watch.ring import RingRecorder\n"
+        f"rec = RingRecorder({str(path)!r}, max_samples=50)\n"
+        "for i, s in enumerate(series([BASE + i for i in range(30)])):\n"
+        "    rec.append(s)\n"
+        "os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[2], check=False)
+    timeline = read_timeline(path)
+    assert len(timeline.samples) == 30
+
+
+@pytest.mark.parametrize(
+    "damage, words",
+    [
+        (lambda b: b[: b.index(b"\n") // 2], "truncated"),
+        (lambda b: b"", "empty or truncated"),
+        (lambda b: b.replace(b'"status":"up"', b'"status":"up', 1), "corrupt"),
+        (lambda b: b.replace(b'"vramctl_timeline":1', b'"something":1', 1), "not a vramctl timeline"),
+        (lambda b: b.split(b"\n", 1)[0] + b"\n", "no complete sample"),
+    ],
+)
+def test_damage_is_refused(tmp_path: Path, damage: object, words: str) -> None:
+    path = tmp_path / "tl.jsonl"
+    _record(path, 8)
+    path.write_bytes(damage(path.read_bytes()))  # type: ignore[operator]
+    with pytest.raises(TimelineError, match=words):
+        read_timeline(path)
+
+
+def test_out_of_order_segments_are_refused(tmp_path: Path) -> None:
+    path = tmp_path / "tl.jsonl"
+    _record(path, 30)
+    prev = previous_segment(path)
+    a, b = path.read_bytes(), prev.read_bytes()
+    path.write_bytes(b)
+    prev.write_bytes(a)
+    with pytest.raises(TimelineError, match="out of order"):
+        read_timeline(path)
+
+
+def test_never_writes_through_a_link(tmp_path: Path) -> None:
+    target = tmp_path / "precious"
+    target.write_text("keep")
+    link = tmp_path / "tl.jsonl"
+    os.symlink(target, link)
+    with pytest.raises(Exception, match="not a regular file"):
+        RingRecorder(link)
+    assert target.read_text() == "keep"
