@@ -7,6 +7,7 @@ changed (prometheus_client's `process_start_time_seconds`) or whose counters wen
 
 from __future__ import annotations
 
+import http.client
 import time
 import urllib.error
 import urllib.parse
@@ -32,6 +33,8 @@ class ScrapeError(Exception):
 def metrics_url(url: str) -> str:
     """`host:port`, `http://host:port` or a full /metrics URL → the /metrics URL."""
     text = url.strip()
+    if not text or any(c.isspace() or ord(c) < 32 for c in text):
+        raise BadInputError(f"URL {url!r}: give the server as http://HOST:PORT (its /metrics is read)")
     if "://" not in text:
         text = "http://" + text
     parts = urllib.parse.urlsplit(text)
@@ -51,7 +54,7 @@ def fetch(url: str, timeout_s: float) -> str:
             body: bytes = response.read(MAX_BODY_BYTES + 1)
     except urllib.error.HTTPError as exc:
         raise ScrapeError(f"HTTP {exc.code} from {url}") from None
-    except (urllib.error.URLError, OSError, ValueError) as exc:
+    except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException) as exc:
         reason = getattr(exc, "reason", exc)
         raise ScrapeError(f"{url} unreachable ({reason})") from None
     if len(body) > MAX_BODY_BYTES:
