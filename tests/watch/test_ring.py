@@ -94,3 +94,22 @@ def test_never_writes_through_a_link(tmp_path: Path) -> None:
     with pytest.raises(Exception, match="not a regular file"):
         RingRecorder(link)
     assert target.read_text() == "keep"
+
+
+def test_a_second_run_continues_the_ring(tmp_path: Path) -> None:
+    path = tmp_path / "tl.jsonl"
+    _record(path, 7, max_samples=100)
+    rec = RingRecorder(path, max_samples=100, fsync=False)
+    for s in series([BASE] * 3, dt=1.0):
+        rec.append(s.__class__(s.t + 100, s.status, s.engine, s.devices, s.terms))
+    rec.close()
+    timeline = read_timeline(path)
+    assert len(timeline.samples) == 10 and timeline.last_seq == 9
+
+
+def test_a_damaged_ring_is_not_continued(tmp_path: Path) -> None:
+    path = tmp_path / "tl.jsonl"
+    path.write_text("garbage\n")
+    with pytest.raises(Exception, match="move it away"):
+        RingRecorder(path)
+    assert path.read_text() == "garbage\n"

@@ -70,6 +70,12 @@ class RingRecorder:
         _check_regular(self.path)
         _check_regular(previous_segment(self.path))
         self.seq = 0
+        if self.path.exists() or previous_segment(self.path).exists():
+            # a new run continues an existing ring (the timeline before a crash is the one worth keeping)
+            try:
+                self.seq = read_timeline(self.path).last_seq + 1
+            except TimelineError as exc:
+                raise BadInputError(f"--record {self.path}: {exc}; move it away to start a new timeline") from None
         self.count = 0
         self._handle: IO[bytes] | None = None
         self._open_new()
@@ -123,6 +129,7 @@ class Timeline:
     dropped_partial_lines: int
     """Partial last lines dropped (what a crash while writing leaves)."""
     files: tuple[str, ...]
+    last_seq: int = 0
 
     @property
     def utc_offset_s(self) -> int:
@@ -207,4 +214,6 @@ def read_timeline(path: str | os.PathLike[str]) -> Timeline:
             )
     if not samples:
         raise TimelineError(f"timeline {current}: holds no complete sample")
-    return Timeline(tuple(s for _, s in samples), header, dropped, tuple(str(p) for p, _ in segments))
+    return Timeline(
+        tuple(s for _, s in samples), header, dropped, tuple(str(p) for p, _ in segments), samples[-1][0]
+    )
