@@ -18,7 +18,7 @@ state = EngineState(kv_usage=0.3, running=4)
 
 
 class Handler(http.server.BaseHTTPRequestHandler):
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         data = vllm_body(state).encode()
         self.send_response(200)
         self.send_header("Content-Length", str(len(data)))
