@@ -146,3 +146,24 @@ def test_kv_full_without_preemption_is_fine() -> None:
 def test_linear_fit_exact() -> None:
     fit = linear_fit([0, 1, 2, 3], [1, 3, 5, 7])
     assert (fit.slope, fit.intercept, fit.r2) == (2.0, 1.0, 1.0)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    capacity=st.integers(1, 1 << 42),
+    used=st.integers(0, 1 << 43),
+    server=st.integers(0, 1 << 43),
+    weights=st.none() | st.integers(0, 1 << 42),
+    pool=st.none() | st.integers(1, 1 << 42),
+)
+def test_the_ledger_always_sums_with_no_negative_term(
+    capacity: int, used: int, server: int, weights: int | None, pool: int | None
+) -> None:
+    from vramctl.watch.sample import map_ledger
+
+    dev = DeviceMemory("cpu", 0, "", "host", capacity, used, server)
+    e = EngineMetrics(engine="vllm", names="x", kv_usage=0.1, running=0, waiting=0, preemptions_total=None,
+                      kv_pool_bytes=pool)
+    ledger = map_ledger(dev, e, ServerSizes(weights_bytes=weights))
+    assert sum(t.bytes for t in ledger.terms) == capacity
+    assert all(t.bytes >= 0 for t in ledger.terms), ledger

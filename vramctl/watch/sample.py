@@ -49,11 +49,12 @@ def kv_pool_bytes(engine: EngineMetrics | None, sizes: ServerSizes) -> int | Non
 
 def map_ledger(device: DeviceMemory, engine: EngineMetrics | None, sizes: ServerSizes) -> Ledger:
     """The device's capacity as a ledger: other processes, weights, KV pool, transient, free."""
-    server = device.server_bytes
+    # RSS double-counts shared pages and NVML may lag: never let a term exceed what the capacity leaves
+    server = min(device.server_bytes, device.capacity_bytes)
     weights = min(sizes.weights_bytes or 0, server)
     pool = kv_pool_bytes(engine, sizes)
     kv_resident = min(pool or 0, server - weights)
-    other = device.other_bytes
+    other = min(device.other_bytes, device.capacity_bytes - server)
     terms = [
         Term(OTHER_PROCESSES, other, TermSource.MEASURED, "device used − the server's processes"),
         Term(
