@@ -25,8 +25,10 @@ VENV = Path(os.environ.get("VRAMCTL_ENGINE_VENV", Path.home() / ".cache" / "vram
 PYTHON = VENV / "bin" / "python"
 KV_SPACE_GIB = 1
 WATCH_S = 130
-REQUESTS = 400
+REQUESTS = 300
 LOAD_S = 150
+PACE_S = 125 / REQUESTS
+"""Request n is not sent before n × PACE_S: the load spans the whole watch instead of ending early."""
 
 TINY = {
     "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 256, "intermediate_size": 512,
@@ -112,7 +114,8 @@ def test_watch_the_real_engine_under_load(vllm_server: tuple[str, Path], tmp_pat
     url, folder = vllm_server
     assert _complete(url, str(folder), 16), "the warm-up request failed"
     done: list[bool] = []
-    stop = time.monotonic() + LOAD_S
+    begin = time.monotonic()
+    stop = begin + LOAD_S
     lock = threading.Lock()
     issued = [0]
 
@@ -123,6 +126,7 @@ def test_watch_the_real_engine_under_load(vllm_server: tuple[str, Path], tmp_pat
                     return
                 issued[0] += 1
                 n = issued[0]
+            time.sleep(max(0.0, begin + n * PACE_S - time.monotonic()))
             done.append(_complete(url, str(folder), 32 + (n % 8) * 24))
 
     threads = [threading.Thread(target=load, daemon=True) for _ in range(4)]
@@ -152,6 +156,7 @@ def test_watch_the_real_engine_under_load(vllm_server: tuple[str, Path], tmp_pat
     samples = read_timeline(timeline).samples
     assert len(samples) >= WATCH_S * 0.8
     busy = [s for s in samples if s.engine is not None and s.engine.running > 0]
+    assert busy and busy[-1].t - busy[0].t >= 100, "the load did not span the watch"
     report_path = os.environ.get("VRAMCTL_ENGINE_WATCH_REPORT")
     if report_path:  # what the run saw, for docs and the issue's report
         summary = {

@@ -167,3 +167,12 @@ def test_the_ledger_always_sums_with_no_negative_term(
     ledger = map_ledger(dev, e, ServerSizes(weights_bytes=weights))
     assert sum(t.bytes for t in ledger.terms) == capacity
     assert all(t.bytes >= 0 for t in ledger.terms), ledger
+
+
+def test_sglang_pool_in_tokens_needs_bytes_per_token() -> None:
+    from vramctl.watch.sample import kv_pool_bytes
+
+    e = EngineMetrics(engine="sglang", names="x", kv_usage=0.1, running=0, waiting=0, preemptions_total=None,
+                      kv_pool_tokens=200_000)
+    assert kv_pool_bytes(e, ServerSizes()) is None
+    assert kv_pool_bytes(e, ServerSizes(kv_token_bytes=131_072)) == 200_000 * 131_072

@@ -36,14 +36,16 @@ def _sizes(model: str | None, block_size: int | None) -> Any:
 
     if model is None:
         return ServerSizes()
-    from vramctl.core.kv import bytes_per_block
+    from vramctl.core.kv import bytes_per_block, kv_bytes_per_token
     from vramctl.core.params import rank_weight_bytes
     from vramctl.registry import load_model
 
     spec = load_model(model)
     weights = rank_weight_bytes(spec, 1, pad_vocab=True).total
     block = bytes_per_block(spec, block_size=block_size) if block_size else None
-    return ServerSizes(weights_bytes=weights, kv_block_bytes=block, source=spec.name)
+    return ServerSizes(
+        weights_bytes=weights, kv_block_bytes=block, kv_token_bytes=kv_bytes_per_token(spec), source=spec.name
+    )
 
 
 def _labels(items: list[str]) -> dict[str, str]:

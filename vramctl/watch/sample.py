@@ -34,6 +34,8 @@ class ServerSizes:
 
     weights_bytes: int | None = None
     kv_block_bytes: int | None = None
+    kv_token_bytes: int | None = None
+    """One token of KV over all layers: SGLang states its pool in tokens (`sglang:max_total_num_tokens`)."""
     source: str = ""
 
 
@@ -44,6 +46,8 @@ def kv_pool_bytes(engine: EngineMetrics | None, sizes: ServerSizes) -> int | Non
         return engine.kv_pool_bytes
     if sizes.kv_block_bytes and engine.num_blocks:
         return sizes.kv_block_bytes * engine.num_blocks
+    if sizes.kv_token_bytes and engine.kv_pool_tokens:
+        return sizes.kv_token_bytes * engine.kv_pool_tokens
     return None
 
 
