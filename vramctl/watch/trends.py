@@ -178,8 +178,15 @@ def _steps(ts: Sequence[float], ys: Sequence[float], loads: Sequence[float | Non
     return min(ys[last_step + 1 :]) >= ys[0] + 0.5 * rise
 
 
-def _utilisation_fix(engine: str | None, capacity: int, neighbour_peak: int) -> str:
+def _utilisation_fix(engine: str | None, capacity: int, neighbour_peak: int, kind: str = "cuda") -> str:
     margin = max(256 * MiB, int(0.02 * capacity))
+    if kind != "cuda":
+        room = max(0, capacity - neighbour_peak - margin)
+        return (
+            f"stop or move the other process, or cap it (a cgroup memory.max); the server can count on "
+            f"{format_bytes(room)} (capacity − the neighbour's {format_bytes(neighbour_peak)} − a "
+            f"{format_bytes(margin)} margin): keep VLLM_CPU_KVCACHE_SPACE plus the weights under it"
+        )
     room = max(0.0, (capacity - neighbour_peak - margin) / capacity)
     value = math.floor(room * 100) / 100
     flag = "--mem-fraction-static" if engine == "sglang" else "--gpu-memory-utilization"
@@ -308,7 +315,7 @@ def _neighbours(win: Sequence[Sample], config: TrendConfig, engine: str | None) 
                 f"a neighbour on {what} {index} grew {format_bytes(rise)}"
                 + (f": free memory runs out in {_duration(tte)}" if tte is not None else ""),
                 evidence,
-                _utilisation_fix(engine, last.capacity_bytes, peak),
+                _utilisation_fix(engine, last.capacity_bytes, peak, last.kind),
                 rise,
                 slope,
                 tte,
