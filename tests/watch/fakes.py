@@ -70,6 +70,7 @@ class FakeEngine:
         self.state = EngineState()
         self.raw = raw
         self._port = port
+        self.requests = 0
         self.server: http.server.ThreadingHTTPServer | None = None
         self.start()
 
@@ -83,6 +84,7 @@ class FakeEngine:
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_GET(self) -> None:
+                owner.requests += 1
                 data = owner.body().encode()
                 self.send_response(200 if self.path == "/metrics" else 404)
                 self.send_header("Content-Type", "text/plain; version=0.0.4")
@@ -104,6 +106,13 @@ class FakeEngine:
     @property
     def port(self) -> int:
         return self._port
+
+    def wait_for_scrapes(self, n: int, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while self.requests < n:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"only {self.requests} scrapes in {timeout:g} s")
+            time.sleep(0.05)
 
     def stop(self) -> None:
         if self.server is not None:

@@ -8,7 +8,6 @@ import os
 import socket
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -89,11 +88,11 @@ def test_a_server_that_dies_and_restarts_is_followed() -> None:
     fake = FakeEngine("vllm")
     proc = subprocess.Popen(
         [sys.executable, "-m", "vramctl", "watch", fake.url, "--device", "cpu", "--interval", "0.2",
-         "--duration", "6", "--json", "--down-timeout", "30"],
+         "--duration", "8", "--json", "--down-timeout", "30"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
     )
     try:
-        time.sleep(2.0)
+        fake.wait_for_scrapes(3)
         fake.stop()
         time.sleep(1.0)
         fake.restart()
@@ -111,12 +110,19 @@ def test_a_server_that_dies_and_restarts_is_followed() -> None:
 
 def test_a_server_that_stays_down_ends_the_watch_with_exit_2() -> None:
     fake = FakeEngine("sglang")
-    threading.Timer(1.0, fake.stop).start()
-    result = _watch(fake.url, "--device", "cpu", "--interval", "0.2", "--duration", "20", "--down-timeout", "1")
-    assert result.returncode == 2
-    last = result.stderr.strip().splitlines()[-1]
-    assert "down for" in last and "--down-timeout" in last and "Traceback" not in result.stderr
-    assert "server down" in result.stderr  # said when it happened, before giving up
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "vramctl", "watch", fake.url, "--device", "cpu", "--interval", "0.2", "--duration",
+         "30", "--down-timeout", "1"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+    )
+    assert proc.stdout is not None
+    proc.stdout.readline()  # the first sample is in: now the server dies
+    fake.stop()
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 2
+    last = err.strip().splitlines()[-1]
+    assert "down for" in last and "--down-timeout" in last and "Traceback" not in err
+    assert "server down" in err  # said when it happened, before giving up
 
 
 def test_record_then_explain(tmp_path: Path) -> None:
@@ -132,3 +138,35 @@ def test_record_then_explain(tmp_path: Path) -> None:
     from vramctl.watch.ring import read_timeline
 
     assert 3 <= len(read_timeline(path).samples) <= 6
+
+
+def test_serve_from_the_cli_on_loopback() -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    fake = FakeEngine("vllm")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "vramctl", "watch", fake.url, "--device", "cpu", "--interval", "0.2",
+         "--duration", "8", "--serve", ":0", "--label", "pod=vllm-0"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+    )
+    try:
+        assert proc.stderr is not None
+        line = proc.stderr.readline()
+        assert line.startswith("vramctl: exporting on http://127.0.0.1:"), line
+        url = line.split()[-1]
+        import urllib.request
+
+        body = ""
+        for _ in range(50):
+            body = urllib.request.urlopen(url, timeout=5).read().decode()
+            if "vramctl_memory_bytes" in body:
+                break
+            time.sleep(0.1)
+        names = {s.name: s for f in text_string_to_metric_families(body) for s in f.samples}
+        assert names["vramctl_up"].value == 1.0
+        assert names["vramctl_capacity_bytes"].labels["pod"] == "vllm-0"
+        assert names["vramctl_kv_cache_usage_ratio"].labels["model_name"] == "tiny-llama"
+    finally:
+        proc.kill()
+        proc.wait()
+        fake.stop()

@@ -57,11 +57,11 @@ def watch_loop(
         sample = sampler.step()
         if not sample.up:
             if result.samples == 0:
-                raise ServerDownError(f"{sampler.url}: {sample.error}; is the server running? (exit 2)")
+                raise ServerDownError(f"{sample.error}: is the server running, and is this its address?")
             down_since = sample.t if down_since is None else down_since
             if sample.t - down_since > down_timeout_s:
                 raise ServerDownError(
-                    f"{sampler.url} down for {sample.t - down_since:.0f} s (> --down-timeout {down_timeout_s:g}): {sample.error}"
+                    f"server down for {sample.t - down_since:.0f} s (> --down-timeout {down_timeout_s:g}): {sample.error}"
                 )
         else:
             down_since = None
