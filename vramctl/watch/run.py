@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from vramctl.core.errors import BadInputError
 from vramctl.watch.ring import RingRecorder
-from vramctl.watch.sample import RESTARTED, Sample
+from vramctl.watch.sample import Sample
 from vramctl.watch.sampler import Event, Sampler
 from vramctl.watch.trends import TrendConfig, TrendReport, analyse
 
@@ -88,6 +88,3 @@ def watch_loop(
         else:
             next_tick = now  # fell behind (a slow scrape): do not burst
 
-
-def was_restart(sample: Sample) -> bool:
-    return sample.status == RESTARTED
