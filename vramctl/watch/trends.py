@@ -181,10 +181,10 @@ def _steps(ts: Sequence[float], ys: Sequence[float], loads: Sequence[float | Non
 def _utilisation_fix(engine: str | None, capacity: int, neighbour_peak: int, kind: str = "cuda") -> str:
     margin = max(256 * MiB, int(0.02 * capacity))
     if kind != "cuda":
-        room = max(0, capacity - neighbour_peak - margin)
+        left = max(0, capacity - neighbour_peak - margin)
         return (
             f"stop or move the other process, or cap it (a cgroup memory.max); the server can count on "
-            f"{format_bytes(room)} (capacity − the neighbour's {format_bytes(neighbour_peak)} − a "
+            f"{format_bytes(left)} (capacity − the neighbour's {format_bytes(neighbour_peak)} − a "
             f"{format_bytes(margin)} margin): keep VLLM_CPU_KVCACHE_SPACE plus the weights under it"
         )
     room = max(0.0, (capacity - neighbour_peak - margin) / capacity)
