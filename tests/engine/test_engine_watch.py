@@ -1,7 +1,7 @@
 """`vramctl watch` against the real vLLM CPU server under a bounded loopback load, for over two minutes.
 
-Marked `engine`: needs the vLLM CPU environment (VRAMCTL_ENGINE_VENV, default ~/.cache/vramctl/engine-venv);
-skipped with the reason without it. The server (a 2-layer Llama, head_dim 64, dummy weights) is started
+Marked `engine`: runs with VRAMCTL_ENGINE_TESTS=1 or `-m engine`, and needs the vLLM CPU environment
+(VRAMCTL_ENGINE_VENV, default ~/.cache/vramctl/engine-venv); skipped with the reason otherwise. The server (a 2-layer Llama, head_dim 64, dummy weights) is started
 here; the load is a fixed number of completions from 4 threads, bounded in time.
 """
 
@@ -61,8 +61,18 @@ def _get(url: str, timeout: float = 5) -> bytes:
         return bytes(response.read())
 
 
+def _asked_for(config: pytest.Config) -> bool:
+    """Like the rest of the engine tier: only with VRAMCTL_ENGINE_TESTS=1 or `-m engine` (a server takes minutes)."""
+    expr = str(config.getoption("markexpr", default="") or "")
+    return os.environ.get("VRAMCTL_ENGINE_TESTS") == "1" or ("engine" in expr and "not engine" not in expr)
+
+
 @pytest.fixture(scope="module")
-def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+def vllm_server(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[str, Path]]:
+    if not _asked_for(request.config):
+        pytest.skip("engine tier: run with VRAMCTL_ENGINE_TESTS=1 or -m engine (starts a vLLM server, ~4 min)")
     reason = _engine_ok()
     if reason:
         pytest.skip(reason)
