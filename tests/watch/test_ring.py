@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tests.watch.test_trends import BASE, series
 from vramctl.watch.ring import RingRecorder, TimelineError, previous_segment, read_timeline
@@ -113,3 +115,51 @@ def test_a_damaged_ring_is_not_continued(tmp_path: Path) -> None:
     with pytest.raises(Exception, match="move it away"):
         RingRecorder(path)
     assert path.read_text() == "garbage\n"
+
+
+_VALID: dict[str, bytes] = {}
+
+
+def _valid_bytes(tmp: Path) -> bytes:
+    if "ring" not in _VALID:
+        path = tmp / "valid.jsonl"
+        _record(path, 6, max_samples=100)
+        _VALID["ring"] = path.read_bytes()
+    return _VALID["ring"]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_any_damage_is_a_timeline_error_or_a_readable_ring(tmp_path: Path, data: st.DataObject) -> None:
+    original = _valid_bytes(tmp_path)
+    cut = data.draw(st.integers(0, len(original)))
+    pos = data.draw(st.integers(0, max(0, cut - 1)))
+    junk = data.draw(st.binary(max_size=8))
+    damaged = original[:pos] + junk + original[pos + len(junk) : cut]
+    path = tmp_path / "damaged.jsonl"
+    path.write_bytes(damaged)
+    try:
+        timeline = read_timeline(path)
+    except TimelineError as exc:
+        assert "\n" not in str(exc)
+    else:
+        assert 1 <= len(timeline.samples) <= 6
+
+
+@pytest.mark.parametrize(
+    "patch",
+    [{"engine": []}, {"engine": "x"}, {"devices": {"a": 1}}, {"devices": [{"kind": "cpu"}]}, {"terms": {"free": True}},
+     {"t": "noon"}, {"status": "sleeping"}, {"devices": [7]}],
+)
+def test_wrong_shapes_are_corrupt_samples(tmp_path: Path, patch: dict[str, object]) -> None:
+    import json
+
+    path = tmp_path / "tl.jsonl"
+    _record(path, 2, max_samples=100)
+    lines = path.read_text().splitlines()
+    sample = json.loads(lines[1])
+    sample.update(patch)
+    lines[1] = json.dumps(sample)
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(TimelineError, match="corrupt sample"):
+        read_timeline(path)

@@ -179,8 +179,8 @@ def _read_segment(path: Path, is_current: bool) -> tuple[dict[str, Any], list[tu
             raise TimelineError(f"timeline {path} line {lineno}: corrupt (no sequence number)")
         try:
             samples.append((seq, Sample.from_json(data)))
-        except (KeyError, TypeError, ValueError) as exc:
-            raise TimelineError(f"timeline {path} line {lineno}: corrupt sample ({exc})") from None
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise TimelineError(f"timeline {path} line {lineno}: corrupt sample ({type(exc).__name__}: {exc})") from None
     if header is None:
         raise TimelineError(f"timeline {path}: empty or truncated before its header")
     return header, samples, dropped
