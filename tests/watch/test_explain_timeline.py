@@ -114,3 +114,31 @@ def test_a_damaged_timeline_is_one_line_and_exit_2(tmp_path: Path, content: byte
 def test_a_missing_timeline_is_exit_2(tmp_path: Path) -> None:
     result = _explain("--timeline", str(tmp_path / "nope.jsonl"))
     assert result.returncode == 2 and "no such file" in result.stderr
+
+
+def test_a_log_without_a_failure_plus_a_leaking_timeline_is_diagnosed(tmp_path: Path) -> None:
+    log = tmp_path / "quiet.log"
+    log.write_text("INFO 12-02 03:10:12 [loggers.py:248] Engine 000: Running: 16 reqs, Waiting: 0 reqs\n")
+    path = tmp_path / "tl.jsonl"
+    _timeline(path, [BASE + int(2 * MiB * 60 * i) for i in range(120)])
+    alone = subprocess.run([sys.executable, "-m", "vramctl", "explain-oom", str(log)], capture_output=True, text=True)
+    assert alone.returncode == 3
+    joined = subprocess.run(
+        [sys.executable, "-m", "vramctl", "explain-oom", str(log), "--timeline", str(path), "--json"],
+        capture_output=True, text=True, cwd=ROOT,
+    )
+    assert joined.returncode == 0, joined.stderr
+    assert json.loads(joined.stdout)["timeline"]["cause"] == "memory-leak"
+
+
+def test_a_log_on_stdin_joins_at_the_servers_death(tmp_path: Path) -> None:
+    path = tmp_path / "tl.jsonl"
+    _timeline(path, [BASE] * 30, other=[GiB + i * 300 * MiB for i in range(30)])
+    result = subprocess.run(
+        [sys.executable, "-m", "vramctl", "explain-oom", "-", "--timeline", str(path), "--json"],
+        input=LOG.read_text(), capture_output=True, text=True, cwd=ROOT,
+    )
+    assert result.returncode == 0, result.stderr
+    timeline = json.loads(result.stdout)["timeline"]
+    assert timeline["joined_by"].startswith("the server's death in the timeline")
+    assert timeline["cause"] == "gpu-util-exceeds-free-memory"
