@@ -67,10 +67,54 @@ def _asked_for(config: pytest.Config) -> bool:
     return os.environ.get("VRAMCTL_ENGINE_TESTS") == "1" or ("engine" in expr and "not engine" not in expr)
 
 
+class Server:
+    """The vLLM CPU server of this module; `restart()` kills it and starts a new one on the same port."""
+
+    def __init__(self, folder: Path, port: int) -> None:
+        self.folder = folder
+        self.port = port
+        self.url = f"http://127.0.0.1:{port}"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.starts = 0
+
+    @property
+    def log(self) -> Path:
+        return self.folder / f"server-{self.starts}.log"
+
+    def start(self) -> None:
+        self.starts += 1
+        env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": str(KV_SPACE_GIB)}
+        cmd = [str(PYTHON), "-m", "vllm.entrypoints.openai.api_server", "--model", str(self.folder),
+               "--load-format", "dummy", "--skip-tokenizer-init", "--max-model-len", "512", "--enforce-eager",
+               "--host", "127.0.0.1", "--port", str(self.port)]
+        with open(self.log, "wb") as out:
+            self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        deadline = time.monotonic() + 900
+        while True:
+            if self.proc.poll() is not None:
+                pytest.fail(f"vLLM exited {self.proc.returncode} before serving:\n{self.log.read_text()[-3000:]}")
+            try:
+                _get(self.url + "/v1/models")
+                return
+            except OSError:
+                if time.monotonic() > deadline:
+                    pytest.fail(f"vLLM did not come up in 900 s:\n{self.log.read_text()[-3000:]}")
+                time.sleep(2)
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        os.killpg(self.proc.pid, 15)
+        try:
+            self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, 9)
+            self.proc.wait()
+        self.proc = None
+
+
 @pytest.fixture(scope="module")
-def vllm_server(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[tuple[str, Path]]:
+def vllm_server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     if not _asked_for(request.config):
         pytest.skip("engine tier: run with VRAMCTL_ENGINE_TESTS=1 or -m engine (starts a vLLM server, ~4 min)")
     reason = _engine_ok()
@@ -78,34 +122,12 @@ def vllm_server(
         pytest.skip(reason)
     folder = tmp_path_factory.mktemp("tiny-llama")
     (folder / "config.json").write_text(json.dumps(TINY))
-    port = _free_port()
-    log = folder / "server.log"
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": str(KV_SPACE_GIB)}
-    cmd = [str(PYTHON), "-m", "vllm.entrypoints.openai.api_server", "--model", str(folder), "--load-format", "dummy",
-           "--skip-tokenizer-init", "--max-model-len", "512", "--enforce-eager", "--host", "127.0.0.1", "--port", str(port)]
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
+    server = Server(folder, _free_port())
     try:
-        deadline = time.monotonic() + 900
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"vLLM exited {proc.returncode} before serving:\n{log.read_text()[-3000:]}")
-            try:
-                _get(url + "/v1/models")
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    pytest.fail(f"vLLM did not come up in 900 s:\n{log.read_text()[-3000:]}")
-                time.sleep(2)
-        yield url, folder
+        server.start()
+        yield server
     finally:
-        os.killpg(proc.pid, 15)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, 9)
-            proc.wait()
+        server.stop()
 
 
 def _complete(url: str, model: str, prompt_len: int) -> bool:
@@ -120,8 +142,8 @@ def _complete(url: str, model: str, prompt_len: int) -> bool:
         return False
 
 
-def test_watch_the_real_engine_under_load(vllm_server: tuple[str, Path], tmp_path: Path) -> None:
-    url, folder = vllm_server
+def test_watch_the_real_engine_under_load(vllm_server: Server, tmp_path: Path) -> None:
+    url, folder = vllm_server.url, vllm_server.folder
     assert _complete(url, str(folder), 16), "the warm-up request failed"
     done: list[bool] = []
     begin = time.monotonic()
@@ -184,3 +206,40 @@ def test_watch_the_real_engine_under_load(vllm_server: tuple[str, Path], tmp_pat
     assert sum(done) >= 20, f"only {sum(done)} of {len(done)} requests completed"
     causes = [a["cause"] for a in data["trends"]["alarms"]]
     assert "memory-leak" not in causes, data["trends"]
+
+
+def test_watch_follows_a_real_restart(vllm_server: Server, tmp_path: Path) -> None:
+    """The server is killed and started again on the same port: the watch says so and goes on."""
+    watch = subprocess.Popen(
+        [sys.executable, "-m", "vramctl", "watch", vllm_server.url, "--device", "cpu", "--interval", "1",
+         "--down-timeout", "900", "--record", str(tmp_path / "tl.jsonl")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+    )
+    messages: list[str] = []
+    try:
+        assert watch.stdout is not None and watch.stderr is not None
+        first = watch.stdout.readline()
+        assert "| up |" in first, first
+        from vramctl.watch.procmem import server_pids
+
+        old_pids = set(server_pids(vllm_server.port))
+        vllm_server.stop()
+        vllm_server.start()
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            line = watch.stderr.readline()
+            if line:
+                messages.append(line.strip())
+            if any("server restarted" in m for m in messages):
+                break
+    finally:
+        watch.terminate()
+        watch.wait(timeout=60)
+    assert any(m.startswith("vramctl: server down") for m in messages), messages
+    restarted = next(m for m in messages if "server restarted" in m)
+    assert old_pids and not old_pids & set(json.loads(restarted[restarted.index("[") :])), (old_pids, restarted)
+    from vramctl.watch.ring import read_timeline
+
+    statuses = [s.status for s in read_timeline(tmp_path / "tl.jsonl").samples]
+    assert "down" in statuses and "restarted" in statuses
+
