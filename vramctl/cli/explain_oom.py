@@ -29,6 +29,11 @@ def register(app: typer.Typer) -> None:
         ),
         json_out: bool = typer.Option(False, "--json", help="Print one JSON object (docs/explain-oom.md)."),
         markdown: bool = typer.Option(False, "--markdown", help="Print Markdown for an issue comment."),
+        timeline: Optional[str] = typer.Option(
+            None,
+            "--timeline",
+            help="A `vramctl watch --record` FILE: leaks, neighbours, fragmentation from its samples (docs/watch.md).",
+        ),
     ) -> None:
         """Explain a GPU / host memory failure from a vLLM, SGLang, TGI or TRT-LLM log: cause, phase, fixes.
 
@@ -42,13 +47,25 @@ def register(app: typer.Typer) -> None:
             if sys.stdin is None or sys.stdin.isatty():
                 raise BadInputError("no log: give a LOG file, or pipe one in (`... | vramctl explain-oom -`)")
             log = "-"
+        joined = None
+        if timeline is not None:
+            from vramctl.watch.timeline import explain_timeline
+
+            joined = explain_timeline(timeline, log)
         result = diagnose(log)
         if json_out:
-            typer.echo(dumps(result.to_json()))
+            data = result.to_json()
+            if joined is not None:
+                data["timeline"] = joined.to_json()
+            typer.echo(dumps(data))
         elif markdown:
             from vramctl.render.diagnosis import diagnosis_markdown
 
             typer.echo(diagnosis_markdown(result), nl=False)
+            if joined is not None:
+                from vramctl.render.watch import timeline_text
+
+                typer.echo("\n" + timeline_text(joined), nl=False)
         else:
             from rich.console import Console
 
@@ -58,4 +75,9 @@ def register(app: typer.Typer) -> None:
             if not console.is_terminal:
                 console = Console(width=160, soft_wrap=False)
             console.print(render_diagnosis(result))
-        raise typer.Exit(int(ExitCode.OK if result.found_failure else ExitCode.NOTHING_FOUND))
+            if joined is not None:
+                from vramctl.render.watch import render_timeline
+
+                console.print(render_timeline(joined))
+        found = result.found_failure or (joined is not None and joined.cause is not None)
+        raise typer.Exit(int(ExitCode.OK if found else ExitCode.NOTHING_FOUND))

@@ -35,6 +35,7 @@ COMMAND_MODULES: dict[str, str] = {
     "validate": "vramctl.cli.profile",
     "explain-oom": "vramctl.cli.explain_oom",
     "read-log": "vramctl.cli.read_log",
+    "watch": "vramctl.cli.watch",
     "tiers": "vramctl.cli.tiers",
     "models": "vramctl.cli.catalog",
     "gpus": "vramctl.cli.catalog",
