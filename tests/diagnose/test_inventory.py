@@ -39,15 +39,24 @@ KNOWN_MISSES: frozenset[str] = frozenset(
         "k8s-eviction-memory",
         "k8s-memory-pressure",
         "k8s-system-oom",
+        "linux-memcg-stats-dump",
         "linux-memcg-usage-limit",
+        "linux-no-killable-processes",
         "linux-oom-kill-process-old",
         "linux-oom-reaper",
+        "linux-page-allocation-failure",
         "nccl-cuda-host-alloc",
+        "nccl-host-malloc",
         "nccl-shm-extend",
+        "nccl-unrecoverable-malloc",
+        "numpy-array-memory-error",
         "ray-object-store-full",
+        "ray-oom-prevention-suggestion",
         "ray-workers-killed-memory-pressure",
+        "sglang-no-space-for-one-request",
         "sglang-torch-memory-saver-cuda",
         "sigkill-received",
+        "systemd-oomd-kill",
         "torch-cpu-alloc",
         "torch-nvml-assert-oom-path",
         "torch-shm-open-failed",
@@ -73,7 +82,7 @@ def test_coverage_is_at_least_95_percent(capsys: pytest.CaptureFixture[str]) -> 
         print(f"\ninventory coverage: {mapped}/{found} = {mapped / found:.1%}")
         for component, (m, f) in sorted(inv.counts_by_component(ENTRIES).items()):
             print(f"  {component:18} {m:3}/{f:<3}")
-    assert found >= 80, "the inventory lists every message site found; it cannot be this small"
+    assert found >= 120, "the inventory lists every message site found; it cannot be this small"
     assert mapped / found >= MIN_COVERAGE, f"coverage {mapped}/{found} is under {MIN_COVERAGE:.0%}"
 
 
