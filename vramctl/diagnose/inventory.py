@@ -47,6 +47,8 @@ COMPONENTS: tuple[str, ...] = (
     "docker-containerd",
     "linux",
     "python",
+    "tgi",
+    "tensorrt-llm",
 )
 """Where a message comes from (`component` of an entry)."""
 
