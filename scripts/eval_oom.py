@@ -176,7 +176,7 @@ def score(cases: Sequence[Case], answers: Sequence[Answer]) -> dict[str, Any]:
 def _pct(item: Mapping[str, Any]) -> str:
     if not item["n"]:
         return "-"
-    return f"{item['right']}/{item['n']} ({100 * item['share']:.0f} %)"
+    return f"{item['right']}/{item['n']} ({100 * item['right'] / item['n']:.0f} %)"
 
 
 def table(name: str, result: Mapping[str, Any]) -> str:
