@@ -209,7 +209,7 @@ def test_match_is_fast() -> None:
     for _ in range(2000):
         inv.match(line)
     per_line_us = (time.perf_counter() - start) / 2000 * 1e6
-    assert per_line_us < 500, f"{per_line_us:.0f} µs per line"
+    assert per_line_us < 300, f"{per_line_us:.0f} µs per line (a line with no anchor)"
 
 
 def _write(tmp_path: Path, entries: list[dict[str, object]]) -> str:
