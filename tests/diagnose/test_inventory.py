@@ -53,7 +53,12 @@ KNOWN_MISSES: frozenset[str] = frozenset(
         "ray-object-store-full",
         "ray-oom-prevention-suggestion",
         "ray-workers-killed-memory-pressure",
+        "sglang-beam-group-aborted",
+        "sglang-mamba-state-too-small",
         "sglang-no-space-for-one-request",
+        "sglang-oom-after-retracting-all",
+        "sglang-prefill-runner-backend-failed",
+        "sglang-retract-no-backup",
         "sglang-torch-memory-saver-cuda",
         "sigkill-received",
         "systemd-oomd-kill",
@@ -63,6 +68,7 @@ KNOWN_MISSES: frozenset[str] = frozenset(
         "vllm-custom-allreduce-cuda-failure",
         "vllm-external-weights-exceed",
         "vllm-memory-profiling-error",
+        "vllm-sleep-memory-increased",
     }
 )
 
