@@ -51,7 +51,6 @@ KNOWN_MISSES: frozenset[str] = frozenset(
         "nccl-unrecoverable-malloc",
         "numpy-array-memory-error",
         "ray-object-store-full",
-        "ray-oom-prevention-suggestion",
         "ray-workers-killed-memory-pressure",
         "sglang-beam-group-aborted",
         "sglang-mamba-state-too-small",
