@@ -115,7 +115,9 @@ def test_profile_interrupted_early_and_late(signum: int, tmp_path: Path) -> None
     for delay in (0.4, 1.2, 3.0):
         code, err = signal_run([*PROFILE, "--save", str(saved)], signum, delay, cwd=tmp_path)
         assert judge_signal(code, err, signum, saved) == [], (delay, code, err[-2000:])
-    assert list(tmp_path.iterdir()) == []
+        if code == 0:  # the run finished before the signal came (a fast or idle machine): its save is legitimate
+            saved.unlink(missing_ok=True)
+    assert list(tmp_path.iterdir()) == []  # no temporary left behind by an interrupted save
 
 
 def test_profile_tensor_parallel_ctrl_c_has_no_rank_tracebacks(tmp_path: Path) -> None:
