@@ -31,6 +31,7 @@ from typing import Any, BinaryIO, cast
 from vramctl.core.errors import BadInputError
 from vramctl.diagnose.catalogue import Catalogue, Fix, Signature, load_catalogue
 from vramctl.diagnose.facts import FactValue, convert, evaluate, fill, read_setting
+from vramctl.diagnose.fixvalues import complete_fixes, plain_value
 from vramctl.diagnose.reader import (
     BINARY_SAMPLE_BYTES,
     Block,
@@ -77,7 +78,25 @@ class FixAdvice:
     reason: str
 
     def to_json(self) -> dict[str, Any]:
-        return {"action": self.action, "flag": self.flag, "value": self.value, "reason": self.reason}
+        """`value` is a JSON number when it is one (`0.85`, `4096`), else the text (`expandable_segments:True`)."""
+        return {
+            "action": self.action,
+            "flag": self.flag,
+            "value": json_value(self.value),
+            "reason": self.reason,
+        }
+
+
+def json_value(value: str | None) -> str | int | float | None:
+    """A fix value as JSON: numbers as numbers (no thousands separators), other values as text."""
+    if value is None:
+        return None
+    text = plain_value(value)
+    if re.fullmatch(r"[+-]?\d+", text):
+        return int(text)
+    if re.fullmatch(r"[+-]?\d+\.\d+", text):
+        return float(text)
+    return text
 
 
 @dataclass(frozen=True, slots=True)
@@ -952,6 +971,8 @@ def _apply_fix(fix: Fix, names: Mapping[str, Any], engine: str | None) -> FixAdv
             number = None
         if number is not None and number <= 0 and fix.let:
             return None
+    if value_text is not None:
+        value_text = plain_value(value_text)
     return FixAdvice(action=action, flag=flag, value=value_text, reason=reason)
 
 
@@ -1048,6 +1069,15 @@ def _decide(
         fixes.append(advice)
         if len(fixes) >= 5:
             break
+    if cause not in ("not-oom", "no-failure"):
+        fixes = complete_fixes(
+            cause,
+            phase,
+            names,
+            engine,
+            fixes,
+            lambda a, f, v, r: FixAdvice(action=a, flag=f, value=v, reason=r),
+        )[:5]
     do_not_src = list(sig.do_not) if (not refined or cause == sig.cause) else []
     if info is not None and not do_not_src:
         do_not_src.extend(info.do_not)
