@@ -546,9 +546,9 @@ NUMERIC_FIXES: tuple[NumericFix, ...] = (
         "attention-workspace-overflow",
         "VLLM_FLASHINFER_WORKSPACE_BUFFER_SIZE",
         "vllm",
-        "max(2 * 394 * MiB, ceil(workspace_needed_bytes / MiB) * 2 * MiB)",
+        "max(2 * 394 * MiB, ceil(buffer_request_bytes / MiB) * 2 * MiB)",
         "enlarge FlashInfer's workspace (bytes)",
-        "at least twice what the failing buffer asked for ({workspace_needed_bytes} bytes)",
+        "at least twice what the failing buffer asked for ({buffer_request_bytes} bytes)",
         kind="bytes",
     ),
     _row(
