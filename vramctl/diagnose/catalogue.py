@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import ast
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -200,7 +201,7 @@ class Catalogue:
     keys_to_signatures: dict[str, tuple[int, ...]]
     frame_regex: re.Pattern[str]
     method_regex: re.Pattern[str]
-    decisions: dict[str, tuple[Rule, ...]] = field(default_factory=dict)
+    decisions: dict[str, tuple[Rule, ...]] = dataclass_field(default_factory=dict)
     """The decision tables (facts -> label), by name, in rule order."""
 
     def key_phrases(self) -> list[str]:
