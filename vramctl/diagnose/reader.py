@@ -449,13 +449,18 @@ def iter_blocks(source: str | os.PathLike[str] | BinaryIO, stats: ScanStats) -> 
                 chunk = chunk[nl + 1 :]
                 skipping = False
                 number += 1
-            buf = carry + chunk if carry else chunk
-            last = buf.rfind(b"\n")
+            last = chunk.rfind(b"\n")
             if last < 0:
-                carry = buf
+                carry += chunk
             else:
-                block = buf[: last + 1]
-                carry = buf[last + 1 :]
+                # one copy of the block: the carried partial line joined to the chunk's whole lines
+                if carry:
+                    block = b"".join((carry, memoryview(chunk)[: last + 1]))
+                elif last + 1 == len(chunk):
+                    block = chunk
+                else:
+                    block = chunk[: last + 1]
+                carry = chunk[last + 1 :]
                 out, numbers = unwrapper.block(number, block)
                 if out:
                     yield Block(number, out, numbers=numbers)
