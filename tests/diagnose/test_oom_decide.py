@@ -169,7 +169,9 @@ def test_host_words_decide_host_labels(record: FactRecord) -> None:
         max_size=4,
     ),
 )
-def test_numeric_fixes_are_pasteable_numbers(cause: str, phase: str, engine: str | None, facts: dict[str, float]) -> None:
+def test_numeric_fixes_are_pasteable_numbers(
+    cause: str, phase: str, engine: str | None, facts: dict[str, float]
+) -> None:
     found = numeric_fix(cause, phase, facts, engine)
     if found is None:
         return

@@ -19,6 +19,7 @@ Nothing here names a particular message: that is all in catalogue.yaml.
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import io
 import itertools
 import os
@@ -31,7 +32,7 @@ from typing import Any, BinaryIO, cast
 from vramctl.core.errors import BadInputError
 from vramctl.diagnose.catalogue import Catalogue, Fix, Signature, load_catalogue
 from vramctl.diagnose.facts import FactValue, convert, evaluate, fill, read_setting
-from vramctl.diagnose.fixvalues import complete_fixes, plain_value
+from vramctl.diagnose.fixvalues import VALUE_NOTE, complete_fixes, plain_value
 from vramctl.diagnose.reader import (
     BINARY_SAMPLE_BYTES,
     Block,
@@ -1339,7 +1340,28 @@ def diagnose(source: str | os.PathLike[str] | BinaryIO, *, catalogue: Catalogue 
     result = analyser.finish(stats, warnings, name)
     if truncated is not None and not result.found_failure:
         raise BadInputError(f"{truncated}; no failure in the {stats.lines:,} lines that could be read")
-    return result
+    return _with_plan_checked_fix(result, source)
+
+
+def _with_plan_checked_fix(result: Diagnosis, source: object) -> Diagnosis:
+    """Where the log's own numbers gave no value for the label's setting, the deployment the log describes is
+    planned and the value that makes it start replaces the fix without a value (vramctl/diagnose/planfix.py)."""
+    from vramctl.diagnose.planfix import PLAN_LABELS, plan_checked_fix
+
+    if result.cause not in PLAN_LABELS:
+        return result
+    # a value computed from the failing message's own numbers stands; one from a setting or a default is re-checked
+    computed_from_log = any(
+        f.flag and f.value is not None and VALUE_NOTE not in f.reason for f in result.fixes[:1]
+    )
+    if computed_from_log:
+        return result
+    found = plan_checked_fix(source, result.cause, result.engine, dict(result.facts), result.bytes_read)
+    if found is None:
+        return result
+    advice = FixAdvice(action=found.action, flag=found.flag, value=found.value, reason=found.reason)
+    fixes = [f for f in result.fixes if f.flag != found.flag]
+    return dataclasses.replace(result, fixes=(advice, *fixes[:4]))
 
 
 def diagnose_text(text: str, *, catalogue: Catalogue | None = None) -> Diagnosis:

@@ -605,6 +605,9 @@ NUMERIC_FIXES: tuple[NumericFix, ...] = (
     ),
 )
 
+VALUE_NOTE = "value: "
+"""Starts the part of a reason that says where a value not printed in the failing message came from."""
+
 _COMPILED: dict[str, ast.Expression] = {row.value: compile_expression(row.value) for row in NUMERIC_FIXES}
 
 _NUMBER_RE = re.compile(r"^[+-]?\d[\d,_]*(?:\.\d+)?$")
@@ -679,8 +682,8 @@ def complete_fixes(
     flag, value, action, reason = found
     for i, f in enumerate(out):
         if f.flag == flag and f.value is None:
-            out[i] = make(action, flag, value, f"{f.reason}; value: {reason}")
+            out[i] = make(action, flag, value, f"{f.reason}; {VALUE_NOTE}{reason}")
             return out
-    advice = make(action, flag, value, reason)
+    advice = make(action, flag, value, f"{VALUE_NOTE}{reason}")
     # the catalogue's first (most specific) fix stays first; the number comes right after it
     return [*out[:1], advice, *out[1:]]
