@@ -215,3 +215,13 @@ def test_plain_value_drops_thousands_separators_only_from_numbers() -> None:
 def test_the_tables_print_for_the_docs() -> None:
     text = markdown_table("gpu-allocation")
     assert text.count("\n") > 10 and "`allocator-fragmentation`" in text
+
+
+def test_the_docs_print_the_tables_the_catalogue_holds() -> None:
+    from pathlib import Path
+
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "explain-oom.md").read_text(encoding="utf-8")
+    for table in ("gpu-allocation", "host-words", "host-memory", "cut-traceback"):
+        assert markdown_table(table) in docs, f"docs/explain-oom.md: the {table} table is out of date"
+    for row in NUMERIC_FIXES:
+        assert f"| `{row.cause}` | `{row.flag}` | {', '.join(row.engines)} | `{row.value}` |" in docs
