@@ -125,6 +125,9 @@ class Signature:
     fixes: tuple[Fix, ...]
     do_not: tuple[str, ...]
     head_only: bool = False
+    consequence_of_memory: bool = False
+    """A failure that follows a memory failure when both are in one incident (an NCCL timeout or error on the ranks
+    that wait for the one that died, a crash while shutting down): then the memory failure is the root."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -455,6 +458,7 @@ def _load(path: Path) -> Catalogue:
                 ),
                 do_not=tuple(str(d) for d in raw.get("do_not") or ()),
                 head_only=bool(raw.get("head_only", False)),
+                consequence_of_memory=bool(raw.get("consequence_of_memory", False)),
             )
         )
 

@@ -823,10 +823,19 @@ def _same_facts(a: Mapping[str, FactValue], b: Mapping[str, FactValue]) -> bool:
 
 def _top_event(cat: Catalogue, incident: _Incident) -> Event | None:
     best: Event | None = None
-    best_key: tuple[int, int, int] | None = None
+    best_key: tuple[int, int, int, int] | None = None
+    # root before consequence: a memory failure in the incident outranks the failures that follow one (the other
+    # ranks' NCCL timeouts and errors, a crash on the way down), whatever their weights
+    memory_failure = any(
+        cat.signatures[e.sig_index].kind == "failure"
+        and cat.signatures[e.sig_index].weight >= STRONG_WEIGHT
+        and cat.signatures[e.sig_index].cause not in (None, "not-oom")
+        for e in incident.events
+    )
     for event in incident.events:
         sig = cat.signatures[event.sig_index]
-        key = (1 if sig.kind == "failure" else 0, sig.weight, -event.line)
+        demoted = memory_failure and sig.consequence_of_memory
+        key = (1 if sig.kind == "failure" else 0, 0 if demoted else 1, sig.weight, -event.line)
         if best_key is None or key > best_key:
             best, best_key = event, key
     return best
