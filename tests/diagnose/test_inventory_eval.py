@@ -1,0 +1,132 @@
+"""scripts/eval_oom.py on a tiny synthetic folder: every measure it reports is checked by hand here."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "scripts" / "eval_oom.py"
+
+# Lines in the engines' formats with made-up numbers (no third-party log text).
+LOGS = {
+    "001": (
+        "INFO 10-01 12:00:00 [gpu_worker.py:100] Starting vLLM\n"
+        "ValueError: Free memory on device (31.44/47.38 GiB) on startup is less than desired GPU memory "
+        "utilization (0.95, 45.01 GiB). Decrease GPU memory utilization or reduce GPU memory used by other "
+        "processes.\n"
+    ),
+    "002": (
+        "ValueError: To serve at least one request with the model's max seq len (40960), (5.62 GiB KV cache is "
+        "needed, which is larger than the available KV cache memory (4.50 GiB). Based on the available memory, "
+        "the estimated maximum model length is 32768. Try increasing `gpu_memory_utilization` or decreasing "
+        "`max_model_len` when initializing the engine.\n"
+    ),
+    "003": "INFO 10-01 12:00:00 [api_server.py:1] Uvicorn running on http://0.0.0.0:8000\n",
+    "004": "RuntimeError: CUDA error: an illegal memory access was encountered\n",
+    "005": "INFO 10-01 12:00:00 [api_server.py:1] all fine, nothing failed here\n",
+}
+LABELS = [
+    {
+        "id": "001",
+        "root_cause": "gpu-util-exceeds-free-memory",
+        "phase": "startup-check",
+        "confidence": "high",
+    },
+    # deliberately mislabelled: the script must count it wrong
+    {"id": "002", "root_cause": "no-kv-cache-memory", "phase": "kv-alloc", "confidence": "medium"},
+    # a real failure (label) whose log holds none: reported as no-failure
+    {"id": "003", "root_cause": "host-oom-killer", "phase": "weights-load", "confidence": "low"},
+    {"id": "004", "root_cause": "not-oom", "phase": "serving", "confidence": "high"},
+    {"id": "005", "root_cause": "no-failure", "phase": "unknown", "confidence": "high"},
+]
+
+
+@pytest.fixture
+def folder(tmp_path: Path) -> Path:
+    for case_id, text in LOGS.items():
+        (tmp_path / f"{case_id}.log").write_text(text)
+    cases = [{**case, "source": {"url": f"https://example.invalid/{case['id']}"}} for case in LABELS]
+    (tmp_path / "index.yaml").write_text(yaml.safe_dump({"cases": cases}))
+    return tmp_path
+
+
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=600, cwd=ROOT
+    )
+
+
+@pytest.mark.parametrize("mode", [[], ["--cli"]])
+def test_scores_by_hand(folder: Path, mode: list[str]) -> None:
+    done = _run(str(folder), "--json", *mode)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["logs"] == 5 and result["failures"] == 3 and result["negatives"] == 2
+    # trusted labels: 001 right, 002 wrong (kv-cache-too-small), 004 right, 005 right
+    assert result["cause_right"] == {"right": 3, "n": 4, "share": 0.75}
+    assert result["failures_reported_no_failure"] == 1
+    assert result["negatives_right"]["right"] == 2 and result["negatives_exact"]["right"] == 2
+    # phases over trusted failures with a phase: 001 and 002
+    assert result["phase_right"]["n"] == 2
+    assert result["fix_with_flag_and_number"]["n"] == 3
+    assert sum(level["n"] for level in result["calibration"].values()) == 4
+    assert result["errors"] == 0
+
+
+def test_selection_and_table(folder: Path) -> None:
+    done = _run(str(folder), "--select", "divisible:2", "--cases")
+    assert done.returncode == 0, done.stderr
+    assert "| logs (failures / negatives)" in done.stdout and "2 (1 / 1)" in done.stdout
+    assert "004" in done.stdout and "001" not in done.stdout.split("\n\n")[-1]
+
+
+def test_bad_folder_is_one_line(tmp_path: Path) -> None:
+    done = _run(str(tmp_path))
+    assert done.returncode == 2 and "no index.yaml" in done.stderr and "Traceback" not in done.stderr
+
+
+def _load_script() -> object:
+    spec = importlib.util.spec_from_file_location("eval_oom", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["eval_oom"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_score_counts_each_measure() -> None:
+    ev: Any = _load_script()
+    cases = [
+        ev.Case("1", Path("1.log"), "sampler-warmup-oom", "profiling", "high", ""),
+        ev.Case("2", Path("2.log"), "no-kv-cache-memory", "kv-alloc", "medium", ""),
+        ev.Case("3", Path("3.log"), "host-oom-killer", None, "low", ""),
+        ev.Case("4", Path("4.log"), "not-oom", None, "high", ""),
+        ev.Case("5", Path("5.log"), "no-failure", None, "medium", ""),
+    ]
+    answers = [
+        ev.Answer("sampler-warmup-oom", "profiling", "high", (("--max-num-seqs", 512),)),
+        ev.Answer("activation-spike", "kv-alloc", "high", (("--max-model-len", "205,728"), (None, None))),
+        ev.Answer("no-failure", "unknown", "low", ()),
+        ev.Answer("no-failure", "unknown", "low", ()),
+        ev.Answer("not-oom", "unknown", "medium", (("--gpu-memory-utilization", None),)),
+    ]
+    result = ev.score(cases, answers)
+    assert result["cause_right"] == {"right": 1, "n": 4, "share": 0.25}
+    assert result["cause_right_all"]["right"] == 1
+    assert result["phase_right"] == {"right": 2, "n": 2, "share": 1.0}
+    assert result["cause_and_phase_right"]["right"] == 1
+    assert result["failures_reported_no_failure"] == 1
+    assert result["negatives_right"] == {"right": 2, "n": 2, "share": 1.0}
+    assert result["negatives_exact"]["right"] == 0
+    assert result["fix_with_flag_and_number"] == {"right": 2, "n": 3, "share": 0.667}
+    assert result["values_with_separators"] == 1
+    assert result["calibration"]["high"] == {"right": 1, "n": 2, "share": 0.5}
+    assert result["calibration"]["medium"]["n"] == 1 and result["calibration"]["low"]["n"] == 1
