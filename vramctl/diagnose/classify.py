@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import functools
 import io
 import itertools
 import os
@@ -30,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any, BinaryIO, cast
 
 from vramctl.core.errors import BadInputError
-from vramctl.diagnose.catalogue import Catalogue, Fix, Signature, load_catalogue
+from vramctl.diagnose.catalogue import LABELS, PHASES, Catalogue, Fix, Signature, load_catalogue
 from vramctl.diagnose.facts import FactValue, convert, evaluate, fill, read_setting
 from vramctl.diagnose.fixvalues import VALUE_NOTE, complete_fixes, plain_value
 from vramctl.diagnose.reader import (
@@ -169,6 +170,84 @@ class Diagnosis:
 
 
 # --------------------------------------------------------------------------------------------------
+# 0. The source inventory (vramctl/diagnose/inventory.yaml) beneath the catalogue
+
+INVENTORY_SIGNATURE = "inventory-message"
+"""The catalogue signature an inventory match becomes (weight just above the generic vocabulary's floor)."""
+INVENTORY_KEYS: frozenset[str] = frozenset({"<inventory>"})
+"""The key set of a line that no catalogue key names but the inventory's phrases do (checked by identity)."""
+# the inventory's value names -> explain-oom's fact names
+_INVENTORY_NAMES = {
+    "tried_bytes": "requested_bytes",
+    "total_bytes": "total_bytes",
+    "free_bytes": "free_bytes",
+    "allocated_bytes": "allocated_bytes",
+    "reserved_unallocated_bytes": "reserved_unallocated_bytes",
+    "reserved_bytes": "reserved_bytes",
+    "this_process_bytes": "this_process_bytes",
+    "other_process_bytes": "other_process_bytes",
+    "size_bytes": "requested_bytes",
+    "max_model_len": "max_model_len",
+}
+
+
+@functools.lru_cache(maxsize=1)
+def _inventory_anchors() -> tuple[bytes, ...]:
+    """The inventory's anchor phrases of memory failures, lower-case bytes (the cheap test before `match`)."""
+    try:
+        from vramctl.diagnose.inventory import load_inventory
+    except ImportError:  # pragma: no cover - the inventory ships with the package
+        return ()
+    anchors = {
+        a.lower().encode()
+        for entry in load_inventory()
+        if entry.facts is not None and entry.facts.failure
+        for a in entry.anchors
+    }
+    return tuple(sorted(anchors))
+
+
+# words one of which every failure phrase of the inventory contains (checked before the inventory is loaded: a
+# clean log never pays for loading it)
+_INVENTORY_PREGATE = re.compile(
+    rb"emory|rror|Kill|kill|KILL|SIG|OOM|oom|lloc|ail|137|space|full|insufficient|blocks|created"
+)
+
+
+def _inventory_gate(raw: bytes) -> bool:
+    """Whether a line holds one of the inventory's failure phrases: substring tests on the lower-cased line (an
+    alternation regex with IGNORECASE costs milliseconds a line; these ~150 `in` tests cost microseconds)."""
+    if _INVENTORY_PREGATE.search(raw) is None:
+        return False
+    anchors = _inventory_anchors()
+    if not anchors:
+        return False
+    low = raw.lower()
+    return any(a in low for a in anchors)
+
+
+def _inventory_facts(text: str) -> dict[str, FactValue] | None:
+    """The facts of a line the inventory maps to a memory failure: its numbers, label and phase; None otherwise."""
+    from vramctl.diagnose.inventory import match
+
+    found = match(text)
+    if found is None or not found.failure:
+        return None
+    facts: dict[str, FactValue] = {"inventory_id": found.entry.id}
+    if found.label:
+        facts["inventory_label"] = found.label
+    if found.phase:
+        facts["inventory_phase"] = found.phase
+    if found.kind:
+        facts["inventory_kind"] = found.kind
+    for name, value in found.values.items():
+        mapped = _INVENTORY_NAMES.get(name)
+        if mapped is not None and isinstance(value, (int, float)):
+            facts[mapped] = int(value) if mapped.endswith("_bytes") else value
+    return facts
+
+
+# --------------------------------------------------------------------------------------------------
 # 1. The scan
 
 
@@ -211,9 +290,13 @@ class _LineCounter:
 class _Scanner:
     def __init__(self, cat: Catalogue) -> None:
         self.cat = cat
-        self.failure_keys = frozenset(
-            key for sig in cat.signatures if sig.kind in ("failure", "consequence") for key in sig.keys
+        self.failure_keys = (
+            frozenset(
+                key for sig in cat.signatures if sig.kind in ("failure", "consequence") for key in sig.keys
+            )
+            | INVENTORY_KEYS
         )
+        self._inventory = True
         self.multiline_keys = frozenset(key for sig in cat.signatures if sig.multiline for key in sig.keys)
         self.window = max((sig.multiline for sig in cat.signatures), default=0)
         # one compiled literal per anchor: SRE's literal search runs ~25 % faster than `bytes.find` on megabyte
@@ -239,9 +322,16 @@ class _Scanner:
         return sorted(found.items())
 
     def _keys(self, data: bytes, start: int, end: int) -> frozenset[str]:
-        """The catalogue key phrases on one line (empty for most lines)."""
+        """The catalogue key phrases on one line (empty for most lines); a line with none but with a failure
+        anchor and one of the source inventory's phrases is handed to the inventory (`INVENTORY_KEYS`)."""
         raw = data[start : min(end, start + 65536)]
-        return frozenset(m.group().decode() for m in self.cat.key_regex.finditer(raw))
+        keys = frozenset(m.group().decode() for m in self.cat.key_regex.finditer(raw))
+        if keys or not self._inventory:
+            return keys
+        # (the candidate lines are those with a failure anchor, or any anchor in the head, the tail and the windows)
+        if _inventory_gate(raw):
+            return INVENTORY_KEYS
+        return keys
 
     def _make(self, data: bytes, start: int, end: int, number: int, keys: frozenset[str]) -> Hit:
         raw = data[start : min(end, start + 65536)]
@@ -657,6 +747,12 @@ class _Analyser:
         self.method_keys = frozenset(cat.method_keys)
         self.engine_order = list(cat.engines)
         self.fact_texts: dict[int, str] = {}
+        self.failure_keys = frozenset(
+            key for sig in cat.signatures if sig.kind in ("failure", "consequence") for key in sig.keys
+        )
+        self.inventory_index = next(
+            (i for i, sig in enumerate(cat.signatures) if sig.id == INVENTORY_SIGNATURE), None
+        )
 
     # -- per hit
     def feed(self, hit: Hit) -> None:
@@ -712,7 +808,14 @@ class _Analyser:
                 elif len(self.markers) < 100000:
                     self.markers.append(marker)
                     self.marker_lines.append(number)
+        if hit.keys is INVENTORY_KEYS:
+            inv_facts = _inventory_facts(text)
+            index = self.inventory_index
+            if inv_facts is not None and index is not None:
+                self._event(Event(index, number, short, inv_facts))
+            return
         seen: set[int] = set()
+        strongest = 0
         for key in hit.keys:
             for index in cat.keys_to_signatures.get(key, ()):
                 if index in seen:
@@ -732,7 +835,19 @@ class _Analyser:
                     if len(self.fact_texts) < 50000:
                         self.fact_texts[number] = short
                     continue
+                strongest = max(strongest, sig.weight)
                 self._event(Event(index, number, short, facts))
+        # a line whose catalogue keys gave no strong failure (a bare `ValueError: …`, a key whose pattern did not
+        # match) is also looked up in the source inventory: its wording may be a memory failure the catalogue lacks
+        if (
+            strongest < STRONG_WEIGHT
+            and self.inventory_index is not None
+            and hit.keys & self.failure_keys
+            and _inventory_gate(text.encode("utf-8", "replace"))
+        ):
+            inv_facts = _inventory_facts(text)
+            if inv_facts is not None:
+                self._event(Event(self.inventory_index, number, short, inv_facts))
 
     def _engine(self, raw: str) -> None:
         for engine, words in self.cat.engines.items():
@@ -1221,6 +1336,19 @@ def _resolve(
     phase = sig.phase or "context"
     confidence = sig.confidence
     why: list[str] = []
+    if sig.id == INVENTORY_SIGNATURE:
+        label = names.get("inventory_label")
+        if isinstance(label, str) and label in LABELS and not names.get("hint_pinned"):
+            inv_phase = names.get("inventory_phase")
+            phase = inv_phase if isinstance(inv_phase, str) and inv_phase in PHASES else "context"
+            why.append(f"the source inventory maps this message ({names.get('inventory_id')}) to {label}")
+            return label, phase, confidence, why, label != sig.cause
+        # no label: the kind of site says who allocated (the host, a library or the driver, or torch's allocator)
+        kind = names.get("inventory_kind")
+        if kind == "host-oom":
+            names["hint_host_memory"] = True
+        elif kind in ("driver-oom", "nccl", "cublas"):
+            names["hint_non_torch"] = True
     for rule in sig.refine:
         if evaluate(rule.when, names):
             cause = rule.cause or cause
