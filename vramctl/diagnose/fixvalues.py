@@ -16,6 +16,9 @@ can be computed wins. Defaults, with their sources:
   smaller GPUs; the API server uses 1024 on 70 GiB+ cards since 0.8), `--max-num-batched-tokens` 8192 for the
   V1 API server (`EngineArgs._set_default_args_v1`, v0.11.0), `--swap-space` 4 GiB (`CacheConfig.swap_space`,
   V0), `VLLM_FLASHINFER_WORKSPACE_BUFFER_SIZE` 394 MiB (`vllm/envs.py`, v0.11.0).
+- SGLang `SGLANG_FLASHINFER_WORKSPACE_SIZE` 384 MiB (`python/sglang/srt/environ.py`, v0.5.x), `--hicache-ratio`
+  2.0 (`server_args.py`).
+- LMCache `max_local_cpu_size` 5.0 GB (`lmcache/v1/config.py`, `LMCACHE_MAX_LOCAL_CPU_SIZE`).
 - SGLang `--chunked-prefill-size` 8192 on large GPUs (`python/sglang/srt/server_args.py`
   `_handle_gpu_memory_settings`, v0.5.x; 2048-4096 on small ones).
 - TGI `--max-batch-prefill-tokens` 4096 (`launcher/src/main.rs`, v2.x).
@@ -560,7 +563,89 @@ NUMERIC_FIXES: tuple[NumericFix, ...] = (
         "twice vLLM's default of 394 MiB",
         kind="bytes",
     ),
+    _row(
+        "attention-workspace-overflow",
+        "SGLANG_FLASHINFER_WORKSPACE_SIZE",
+        "sglang",
+        "max(2 * 384 * MiB, ceil(buffer_request_bytes / MiB) * 2 * MiB)",
+        "enlarge FlashInfer's workspace (bytes)",
+        "at least twice what the failing buffer asked for ({buffer_request_bytes} bytes)",
+        kind="bytes",
+    ),
+    _row(
+        "attention-workspace-overflow",
+        "SGLANG_FLASHINFER_WORKSPACE_SIZE",
+        "sglang",
+        "2 * 384 * MiB",
+        "enlarge FlashInfer's workspace (bytes)",
+        "twice SGLang's default of 384 MiB",
+        kind="bytes",
+    ),
     # ---- host memory
+    _row(
+        "host-pinned-memory-failure",
+        "LMCACHE_MAX_LOCAL_CPU_SIZE",
+        "lmcache",
+        "max_local_cpu_size / 2",
+        "halve the pinned CPU buffer (GB)",
+        f"{_FROM_LOG} {{max_local_cpu_size}} halved",
+    ),
+    _row(
+        "host-pinned-memory-failure",
+        "LMCACHE_MAX_LOCAL_CPU_SIZE",
+        "lmcache",
+        "2.5",
+        "halve the pinned CPU buffer (GB)",
+        "half of LMCache's default 5.0",
+    ),
+    _row(
+        "host-pinned-memory-failure",
+        "--hicache-ratio",
+        "sglang",
+        "hicache_ratio / 2",
+        "halve the host KV pool (a ratio of the GPU pool)",
+        f"{_FROM_LOG} {{hicache_ratio}} halved",
+    ),
+    _row(
+        "host-pinned-memory-failure",
+        "--hicache-ratio",
+        "sglang",
+        "1",
+        "halve the host KV pool (a ratio of the GPU pool)",
+        "half of SGLang's default 2.0",
+    ),
+    _row(
+        "host-kv-buffer-exhausted",
+        "LMCACHE_MAX_LOCAL_CPU_SIZE",
+        "lmcache",
+        "2 * max_local_cpu_size",
+        "double the CPU buffer (GB)",
+        f"{_FROM_LOG} {{max_local_cpu_size}} doubled",
+    ),
+    _row(
+        "host-kv-buffer-exhausted",
+        "LMCACHE_MAX_LOCAL_CPU_SIZE",
+        "lmcache",
+        "10",
+        "double the CPU buffer (GB)",
+        "twice LMCache's default 5.0",
+    ),
+    _row(
+        "host-kv-buffer-exhausted",
+        "--hicache-ratio",
+        "sglang",
+        "2 * hicache_ratio",
+        "double the host KV pool (a ratio of the GPU pool)",
+        f"{_FROM_LOG} {{hicache_ratio}} doubled",
+    ),
+    _row(
+        "host-kv-buffer-exhausted",
+        "--hicache-ratio",
+        "sglang",
+        "4",
+        "double the host KV pool (a ratio of the GPU pool)",
+        "twice SGLang's default 2.0",
+    ),
     _row(
         "host-swap-space-exhausted",
         "--swap-space",
