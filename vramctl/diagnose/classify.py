@@ -1148,6 +1148,10 @@ def _decide(
     phase_inferred = False
     if phase == "context":
         phase = ctx_phase or sig.default_phase or "unknown"
+        if ctx_phase is None and sig.default_phase is not None:
+            # no frame or progress line places it: the phase is where this kind of failure usually happens
+            phase_inferred = True
+            why.append(f"phase {phase} assumed: no frame or progress line in the log places the failure")
         if (
             ctx_item is not None
             and ctx_item.kind == "marker"
