@@ -742,6 +742,7 @@ class _Analyser:
         self.global_hint_keys = {word: name for name, words in cat.global_hints.items() for word in words}
         self.global_hints: dict[str, int] = {}  # hint -> first line
         self.marker_keys = {key: m for m in cat.markers for key in m.keys}
+        self.marker_rank = {key: rank for rank, m in enumerate(cat.markers) for key in m.keys}
         self.version_keys = {key: v for v in cat.versions for key in v.keys}
         self.settings_keys = frozenset(cat.settings_keys)
         self.method_keys = frozenset(cat.method_keys)
@@ -802,9 +803,11 @@ class _Analyser:
             mark = self.marker_keys.get(key)
             if mark is not None:
                 marker = _Context(number, "marker", key, phase=mark.phase, text=short, done=mark.done)
-                # the later entry of the markers list wins for one line (kv-alloc after profiling, ...)
+                # the later entry of the markers list wins for one line (kv-alloc after profiling, ...), whatever the
+                # order the line's keys come in (a set: the order changes from run to run)
                 if self.markers and self.markers[-1].line == number:
-                    self.markers[-1] = marker
+                    if self.marker_rank[key] >= self.marker_rank[self.markers[-1].value]:
+                        self.markers[-1] = marker
                 elif len(self.markers) < 100000:
                     self.markers.append(marker)
                     self.marker_lines.append(number)
@@ -814,29 +817,25 @@ class _Analyser:
             if inv_facts is not None and index is not None:
                 self._event(Event(index, number, short, inv_facts))
             return
-        seen: set[int] = set()
         strongest = 0
-        for key in hit.keys:
-            for index in cat.keys_to_signatures.get(key, ()):
-                if index in seen:
-                    continue
-                seen.add(index)
-                sig = cat.signatures[index]
-                facts = _match_signature(sig, hit)
-                if facts is None:
-                    continue
-                if sig.when is not None and not evaluate(sig.when, facts):
-                    continue
-                if sig.kind == "facts":
-                    for name, value in facts.items():
-                        self.global_facts[name] = (number, value)
-                        if self.current is not None and len(self.current.later_facts) < 200:
-                            self.current.later_facts.append((number, name, value))
-                    if len(self.fact_texts) < 50000:
-                        self.fact_texts[number] = short
-                    continue
-                strongest = max(strongest, sig.weight)
-                self._event(Event(index, number, short, facts))
+        # in catalogue order (the line's keys are a set, whose order changes from run to run)
+        for index in sorted({i for key in hit.keys for i in cat.keys_to_signatures.get(key, ())}):
+            sig = cat.signatures[index]
+            facts = _match_signature(sig, hit)
+            if facts is None:
+                continue
+            if sig.when is not None and not evaluate(sig.when, facts):
+                continue
+            if sig.kind == "facts":
+                for name, value in facts.items():
+                    self.global_facts[name] = (number, value)
+                    if self.current is not None and len(self.current.later_facts) < 200:
+                        self.current.later_facts.append((number, name, value))
+                if len(self.fact_texts) < 50000:
+                    self.fact_texts[number] = short
+                continue
+            strongest = max(strongest, sig.weight)
+            self._event(Event(index, number, short, facts))
         # a line whose catalogue keys gave no strong failure (a bare `ValueError: …`, a key whose pattern did not
         # match) is also looked up in the source inventory: its wording may be a memory failure the catalogue lacks
         if (
