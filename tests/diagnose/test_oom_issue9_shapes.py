@@ -143,3 +143,24 @@ def test_no_fix_value_in_any_fixture_has_thousands_separators() -> None:
                 numeric += 1
             assert not (isinstance(value, str) and re.search(r"\d,\d{3}", value)), (log.name, fix)
     assert numeric > 40
+
+
+def test_the_same_answer_whatever_the_hash_seed(tmp_path: Path) -> None:
+    # one line with two progress markers (a summary line): the later marker of the catalogue wins on every run
+    log = tmp_path / "summary.log"
+    log.write_text(
+        "INFO 01-01 00:00:01 [api_server.py:1] vLLM API server version 0.9.1\n"
+        "INFO 01-01 00:00:09 [gpu_worker.py:1] Model loading took 1.12 GiB memory and 16.45 seconds; "
+        "Available KV cache memory: 64.45 GiB\n"
+    )
+    phases = set()
+    for seed in ("0", "1", "2", "3"):
+        out = subprocess.run(
+            [sys.executable, "-m", "vramctl", "explain-oom", "--json", str(log)],
+            capture_output=True,
+            text=True,
+            check=False,
+            env={**__import__("os").environ, "PYTHONHASHSEED": seed},
+        )
+        phases.add(json.loads(out.stdout)["phase"])
+    assert phases == {"profiling"}
