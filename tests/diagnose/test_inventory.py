@@ -29,7 +29,7 @@ KNOWN_MISSES: frozenset[str] = frozenset(
     {
         # Not detected (no-failure) or read as not-oom by the classifier on main when the inventory was
         # written (2026-12-02): no catalogued phrase and no generic failure vocabulary beneath the catalogue
-        # yet (issue 9, item 1). Remove an id once detection covers it (an XPASS says so).
+        # yet (issue 9, item 1). Remove an id once detection covers it (test_known_misses_report lists those).
         "cgroup-v1-oom-control",
         "containerd-task-oom",
         "cuda-error-2",
@@ -51,9 +51,13 @@ KNOWN_MISSES: frozenset[str] = frozenset(
         "nccl-unrecoverable-malloc",
         "numpy-array-memory-error",
         "ray-object-store-full",
-        "ray-oom-prevention-suggestion",
         "ray-workers-killed-memory-pressure",
+        "sglang-beam-group-aborted",
+        "sglang-mamba-state-too-small",
         "sglang-no-space-for-one-request",
+        "sglang-oom-after-retracting-all",
+        "sglang-prefill-runner-backend-failed",
+        "sglang-retract-no-backup",
         "sglang-torch-memory-saver-cuda",
         "sigkill-received",
         "systemd-oomd-kill",
@@ -63,6 +67,7 @@ KNOWN_MISSES: frozenset[str] = frozenset(
         "vllm-custom-allreduce-cuda-failure",
         "vllm-external-weights-exceed",
         "vllm-memory-profiling-error",
+        "vllm-sleep-memory-increased",
     }
 )
 
@@ -125,6 +130,22 @@ def test_failure_examples_are_failures_for_explain_oom(entry_id: str, index: int
         pytest.xfail(f"known miss of today's classifier: {entry_id}")
     assert result.found_failure, f"{entry_id} example {index} reported as no-failure"
     assert result.cause != "not-oom", f"{entry_id} example {index}: a memory failure read as not-oom"
+
+
+def test_known_misses_report(capsys: pytest.CaptureFixture[str]) -> None:
+    """Print which known misses the classifier now detects (so the list can shrink) and which it still misses."""
+    detected: list[str] = []
+    missed: list[str] = []
+    for entry in ENTRIES:
+        if entry.id not in KNOWN_MISSES:
+            continue
+        results = [diagnose_text(example + "\n") for example in entry.examples]
+        ok = all(r.found_failure and r.cause != "not-oom" for r in results)
+        (detected if ok else missed).append(entry.id)
+    with capsys.disabled():
+        print(f"\nknown misses now detected ({len(detected)}): {', '.join(detected) or '-'}")
+        print(f"still missed ({len(missed)}): {', '.join(missed) or '-'}")
+    assert len(detected) + len(missed) == len(KNOWN_MISSES)
 
 
 def test_known_misses_name_real_failure_entries() -> None:
@@ -209,7 +230,7 @@ def test_match_is_fast() -> None:
     for _ in range(2000):
         inv.match(line)
     per_line_us = (time.perf_counter() - start) / 2000 * 1e6
-    assert per_line_us < 500, f"{per_line_us:.0f} µs per line"
+    assert per_line_us < 300, f"{per_line_us:.0f} µs per line (a line with no anchor)"
 
 
 def _write(tmp_path: Path, entries: list[dict[str, object]]) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -130,3 +131,32 @@ def test_score_counts_each_measure() -> None:
     assert result["values_with_separators"] == 1
     assert result["calibration"]["high"] == {"right": 1, "n": 2, "share": 0.5}
     assert result["calibration"]["medium"]["n"] == 1 and result["calibration"]["low"]["n"] == 1
+
+
+def test_frozen_set_labels_are_valid_and_new() -> None:
+    """tests/fixtures/oom_eval: taxonomy labels, one thread per case, no log text, none from the shared samples."""
+    from vramctl.diagnose.inventory import LABELS, PHASES
+
+    index = yaml.safe_load((ROOT / "tests" / "fixtures" / "oom_eval" / "index.yaml").read_text())
+    cases = index["cases"]
+    assert len(cases) >= 40
+    urls = [case["source"]["url"] for case in cases]
+    assert len(set(urls)) == len(urls), "one log per thread"
+    for case in cases:
+        assert set(case) <= {"id", "source", "engine", "phase", "root_cause", "confidence"}, (
+            "labels only, no log text"
+        )
+        assert case["root_cause"] in (*LABELS, "no-failure"), case["id"]
+        assert case["phase"] in PHASES, case["id"]
+        assert case["confidence"] in ("high", "medium", "low"), case["id"]
+        assert case["source"]["url"].startswith("https://github.com/"), case["id"]
+    negatives = [c for c in cases if c["root_cause"] in ("not-oom", "no-failure")]
+    assert len(negatives) >= 8
+    shared = ROOT.parent / "shared" / "samples"
+    if not shared.is_dir():
+        pytest.skip("needs ../shared (the development samples) to check the set is disjoint from them")
+    seen = set()
+    for name in ("oom", "oom-dev", "startup"):
+        text = (shared / name / "index.yaml").read_text()
+        seen |= set(re.findall(r"https://github\.com/[\w.-]+/[\w.-]+/(?:issues|pull)/\d+", text))
+    assert not seen & set(urls)

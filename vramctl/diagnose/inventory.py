@@ -218,6 +218,11 @@ class InventoryEntry:
         """True when the entry says what the message means (a failure's facts, or not-oom)."""
         return self.facts is not None
 
+    @property
+    def failure(self) -> bool:
+        """True when the message states a memory failure (False for not-oom, consequences and unmapped sites)."""
+        return self.facts is not None and self.facts.failure
+
 
 @dataclass(frozen=True)
 class InventoryMatch:
@@ -507,28 +512,59 @@ def _values(found: re.Match[str], entry: InventoryEntry) -> dict[str, int | floa
 @dataclass(frozen=True)
 class _Index:
     entries: tuple[InventoryEntry, ...]
-    anchors: tuple[tuple[tuple[str, ...], InventoryEntry], ...]
+    anchors: tuple[tuple[tuple[str, ...], tuple[str, ...], InventoryEntry], ...]
+    by_glued: tuple[tuple[str, tuple[int, ...]], ...]
+    """Each anchor with its whitespace removed, and the entries (positions in `anchors`) that have it."""
+    gate: re.Pattern[str]
+    """Every anchor with its whitespace removed, in one alternation: a line that has none matches nothing."""
 
 
 @lru_cache(maxsize=4)
 def _index(path: str | None = None) -> _Index:
     entries = load_inventory(path)
-    return _Index(entries, tuple((e.anchors, e) for e in entries))
+    anchors = tuple((e.anchors, tuple(_SPACES.sub("", a) for a in e.anchors), e) for e in entries)
+    owners: dict[str, list[int]] = {}
+    for position, (_, glued_anchors, _) in enumerate(anchors):
+        for glued in glued_anchors:
+            owners.setdefault(glued, []).append(position)
+    by_glued = tuple((glued, tuple(positions)) for glued, positions in owners.items())
+    gate = re.compile(_trie_pattern(set(owners)))
+    return _Index(entries, anchors, by_glued, gate)
+
+
+def _trie_pattern(words: set[str]) -> str:
+    """One regex for a set of literals, factored by common prefix (several times faster than `a|b|c`)."""
+    trie: dict[str, Any] = {}
+    for word in words:
+        node = trie
+        for char in word:
+            node = node.setdefault(char, {})
+        node[""] = {}
+
+    def build(node: dict[str, Any]) -> str:
+        branches = [re.escape(char) + build(child) for char, child in sorted(node.items()) if char]
+        if not branches:
+            return ""
+        body = branches[0] if len(branches) == 1 else "(?:" + "|".join(branches) + ")"
+        return f"(?:{body})?" if "" in node else body
+
+    return build(trie)
 
 
 def match_all(text: str, *, path: str | None = None) -> tuple[InventoryMatch, ...]:
     """Every entry found in `text` (a line or a few lines), full matches first, then by priority."""
+    index = _index(path)
     flat = normalise(text)
     low = flat.lower()
     glued = _SPACES.sub("", low)
+    if index.gate.search(glued) is None:
+        return ()
     rejoined: str | None = None
     found: list[tuple[int, int, int, InventoryMatch]] = []
-    for anchors, entry in _index(path).anchors:
-        anchor = next((a for a in anchors if a in low), None)
-        if anchor is None:
-            if not any(a.replace(" ", "") in glued for a in anchors):
-                continue
-            anchor = anchors[0]
+    candidates = sorted({p for anchor, positions in index.by_glued if anchor in glued for p in positions})
+    for position in candidates:
+        anchors, _, entry = index.anchors[position]
+        anchor = next((a for a in anchors if a in low), anchors[0])
         hit = entry.regex.search(flat)
         if hit is None and "\n" in text:
             rejoined = joined(text) if rejoined is None else rejoined
