@@ -175,6 +175,8 @@ class Diagnosis:
 INVENTORY_SIGNATURE = "inventory-message"
 """The catalogue signature an inventory match becomes (weight just above the generic vocabulary's floor)."""
 INVENTORY_KEYS: frozenset[str] = frozenset({"<inventory>"})
+INVENTORY_LOOKUPS = 50_000
+"""Keyless candidate lines tested against the inventory's phrases per scan (each test costs microseconds)."""
 """The key set of a line that no catalogue key names but the inventory's phrases do (checked by identity)."""
 # the inventory's value names -> explain-oom's fact names
 _INVENTORY_NAMES = {
@@ -296,7 +298,7 @@ class _Scanner:
             )
             | INVENTORY_KEYS
         )
-        self._inventory = True
+        self._inventory_budget = INVENTORY_LOOKUPS
         self.multiline_keys = frozenset(key for sig in cat.signatures if sig.multiline for key in sig.keys)
         self.window = max((sig.multiline for sig in cat.signatures), default=0)
         # one compiled literal per anchor: SRE's literal search runs ~25 % faster than `bytes.find` on megabyte
@@ -326,9 +328,11 @@ class _Scanner:
         anchor and one of the source inventory's phrases is handed to the inventory (`INVENTORY_KEYS`)."""
         raw = data[start : min(end, start + 65536)]
         keys = frozenset(m.group().decode() for m in self.cat.key_regex.finditer(raw))
-        if keys or not self._inventory:
+        if keys or self._inventory_budget <= 0:
             return keys
-        # (the candidate lines are those with a failure anchor, or any anchor in the head, the tail and the windows)
+        # (the candidate lines are those with a failure anchor, or any anchor in the head, the tail and the windows;
+        # a log with a million keyless `Error` lines stops asking after INVENTORY_LOOKUPS of them)
+        self._inventory_budget -= 1
         if _inventory_gate(raw):
             return INVENTORY_KEYS
         return keys
