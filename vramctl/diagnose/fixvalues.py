@@ -740,6 +740,8 @@ def numeric_fix(
         value = evaluate(_COMPILED[row.value], names)
         if value is None or isinstance(value, bool) or value <= 0:
             continue
+        if row.kind in ("int", "bytes") and int(value) < 1:  # a count or a size rounds to at least 1
+            continue
         if (
             row.kind == "float"
             and ("utilization" in row.flag or "fraction" in row.flag)
