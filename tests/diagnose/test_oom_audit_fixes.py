@@ -77,13 +77,13 @@ def test_oom_sglang_capture_advice_computes_a_lower_fraction() -> None:
 def test_oom_tgi_warmup_prefill_tokens_halved() -> None:
     d = diagnose(FIXTURES / "tgi_shard_warmup_prefill.log")
     assert d.cause == "batch-budget-too-large"
-    assert _fix("tgi_shard_warmup_prefill.log", "--max-batch-prefill-tokens")[0][1] == "8,025"
+    assert _fix("tgi_shard_warmup_prefill.log", "--max-batch-prefill-tokens")[0][1] == "8025"
 
 
 def test_oom_trtllm_max_tokens_assertion_gives_the_token_bound() -> None:
     d = diagnose(FIXTURES / "trtllm_max_tokens_paged_kv.log")
     assert d.cause == "kv-cache-too-small-for-max-model-len"
-    assert ("--max_seq_len", "9,216") in [(f.flag, f.value) for f in d.fixes]
+    assert ("--max_seq_len", "9216") in [(f.flag, f.value) for f in d.fixes]
 
 
 def test_oom_ray_oom_killer_table_names_the_threshold() -> None:
@@ -159,7 +159,7 @@ def test_oom_memory_held_outside_this_process_is_named_and_fitted() -> None:
 def test_oom_v0_profile_budget_below_context_needs_chunked_prefill() -> None:
     d = diagnose(FIXTURES / "vllm_v05_profile_run_frames.log")
     pairs = [(f.flag, f.value) for f in d.fixes]
-    assert pairs[:2] == [("--max-num-batched-tokens", "16,384"), ("--max-model-len", "16,384")]
+    assert pairs[:2] == [("--max-num-batched-tokens", "16384"), ("--max-model-len", "16384")]
     assert "--enable-chunked-prefill" in d.fixes[0].action
 
 

@@ -47,7 +47,7 @@ def test_oom_sample_001_fix_lowers_utilisation_from_the_logged_numbers() -> None
 
 def test_oom_sample_022_fix_is_the_engines_own_estimate() -> None:
     d = diagnose(SAMPLES / "022.log")
-    assert (d.fixes[0].flag, d.fixes[0].value) == ("--max-model-len", "205,728")
+    assert (d.fixes[0].flag, d.fixes[0].value) == ("--max-model-len", "205728")
     assert d.facts["estimated_max_model_len"] == 205728
     assert [o.line for o in d.other_failures] == [7], "the second run's failure is listed, not the root"
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import re
 from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -124,6 +125,9 @@ class Signature:
     fixes: tuple[Fix, ...]
     do_not: tuple[str, ...]
     head_only: bool = False
+    consequence_of_memory: bool = False
+    """A failure that follows a memory failure when both are in one incident (an NCCL timeout or error on the ranks
+    that wait for the one that died, a crash while shutting down): then the memory failure is the root."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,6 +204,8 @@ class Catalogue:
     keys_to_signatures: dict[str, tuple[int, ...]]
     frame_regex: re.Pattern[str]
     method_regex: re.Pattern[str]
+    decisions: dict[str, tuple[Rule, ...]] = dataclass_field(default_factory=dict)
+    """The decision tables (facts -> label), by name, in rule order."""
 
     def key_phrases(self) -> list[str]:
         """Every literal key phrase (for `grep -F` / `grep -E` baselines and docs)."""
@@ -322,6 +328,19 @@ def _shipped() -> Catalogue:
     return _load(CATALOGUE_PATH)
 
 
+def _rule(r: Any, where: str) -> Rule:
+    if not isinstance(r, dict):
+        raise CatalogueError(f"{where}: a rule is a mapping with `when`")
+    return Rule(
+        when=_expr(r.get("when"), where),
+        when_text=str(r.get("when")),
+        cause=_check_label(r.get("cause"), where, allow_none=True),
+        phase=_check_phase(r.get("phase"), where),
+        confidence=_confidence(r.get("confidence"), where),
+        why=r.get("why"),
+    )
+
+
 def _load(path: Path) -> Catalogue:
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml: 10x faster start-up
     data = yaml.load(path.read_text(encoding="utf-8"), Loader=loader)  # a safe loader (CSafeLoader)
@@ -356,6 +375,11 @@ def _load(path: Path) -> Catalogue:
                 known.update(_compile(pattern, f"signature {raw.get('id')}").groupindex)
         known.update((raw.get("derive") or {}).keys())
 
+    # Decision tables: ordered rules over an incident's fact record, shared by every wording that maps to the same
+    # kind of failure (a signature's `refine` splices one in with `{use: name}`)
+    decisions: dict[str, tuple[Rule, ...]] = {}
+    for name, rules in (data.get("decisions") or {}).items():
+        decisions[str(name)] = tuple(_rule(r, f"decisions.{name}") for r in rules or ())
     signatures: list[Signature] = []
     seen_ids: set[str] = set()
     for raw in data["signatures"]:
@@ -389,17 +413,15 @@ def _load(path: Path) -> Catalogue:
         cause = None if kind == "facts" else _check_label(raw.get("cause"), where)
         if cause == "no-failure":
             raise CatalogueError(f"{where}: no-failure is the absence of a signature, not one")
-        refine = tuple(
-            Rule(
-                when=_expr(r.get("when"), f"{where}.refine"),
-                when_text=str(r.get("when")),
-                cause=_check_label(r.get("cause"), f"{where}.refine", allow_none=True),
-                phase=_check_phase(r.get("phase"), f"{where}.refine"),
-                confidence=_confidence(r.get("confidence"), f"{where}.refine"),
-                why=r.get("why"),
-            )
-            for r in raw.get("refine") or ()
-        )
+        refine_list: list[Rule] = []
+        for r in raw.get("refine") or ():
+            if isinstance(r, dict) and set(r) == {"use"}:
+                if r["use"] not in decisions:
+                    raise CatalogueError(f"{where}.refine: no decision table {r['use']!r}")
+                refine_list.extend(decisions[r["use"]])
+            else:
+                refine_list.append(_rule(r, f"{where}.refine"))
+        refine = tuple(refine_list)
         rep = raw.get("repeat")
         repeat = (
             Repeat(
@@ -436,6 +458,7 @@ def _load(path: Path) -> Catalogue:
                 ),
                 do_not=tuple(str(d) for d in raw.get("do_not") or ()),
                 head_only=bool(raw.get("head_only", False)),
+                consequence_of_memory=bool(raw.get("consequence_of_memory", False)),
             )
         )
 
@@ -533,6 +556,7 @@ def _load(path: Path) -> Catalogue:
         method_keys=method_keys,
         constants=constants,
         phase_guess=phase_guess,
+        decisions=decisions,
         head_bytes=int(data.get("head_bytes", 8 << 20)),
         back_bytes=int(data.get("back_bytes", 512 << 10)),
         failure_anchors=tuple(a.encode() for a in failure_anchors),

@@ -19,6 +19,8 @@ Nothing here names a particular message: that is all in catalogue.yaml.
 from __future__ import annotations
 
 import bisect
+import dataclasses
+import functools
 import io
 import itertools
 import os
@@ -29,8 +31,9 @@ from dataclasses import dataclass, field
 from typing import Any, BinaryIO, cast
 
 from vramctl.core.errors import BadInputError
-from vramctl.diagnose.catalogue import Catalogue, Fix, Signature, load_catalogue
+from vramctl.diagnose.catalogue import LABELS, PHASES, Catalogue, Fix, Signature, load_catalogue
 from vramctl.diagnose.facts import FactValue, convert, evaluate, fill, read_setting
+from vramctl.diagnose.fixvalues import VALUE_NOTE, complete_fixes, plain_value
 from vramctl.diagnose.reader import (
     BINARY_SAMPLE_BYTES,
     Block,
@@ -77,7 +80,25 @@ class FixAdvice:
     reason: str
 
     def to_json(self) -> dict[str, Any]:
-        return {"action": self.action, "flag": self.flag, "value": self.value, "reason": self.reason}
+        """`value` is a JSON number when it is one (`0.85`, `4096`), else the text (`expandable_segments:True`)."""
+        return {
+            "action": self.action,
+            "flag": self.flag,
+            "value": json_value(self.value),
+            "reason": self.reason,
+        }
+
+
+def json_value(value: str | None) -> str | int | float | None:
+    """A fix value as JSON: numbers as numbers (no thousands separators), other values as text."""
+    if value is None:
+        return None
+    text = plain_value(value)
+    if re.fullmatch(r"[+-]?\d+", text):
+        return int(text)
+    if re.fullmatch(r"[+-]?\d+\.\d+", text):
+        return float(text)
+    return text
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,6 +170,86 @@ class Diagnosis:
 
 
 # --------------------------------------------------------------------------------------------------
+# 0. The source inventory (vramctl/diagnose/inventory.yaml) beneath the catalogue
+
+INVENTORY_SIGNATURE = "inventory-message"
+"""The catalogue signature an inventory match becomes (weight just above the generic vocabulary's floor)."""
+INVENTORY_KEYS: frozenset[str] = frozenset({"<inventory>"})
+INVENTORY_LOOKUPS = 50_000
+"""Keyless candidate lines tested against the inventory's phrases per scan (each test costs microseconds)."""
+"""The key set of a line that no catalogue key names but the inventory's phrases do (checked by identity)."""
+# the inventory's value names -> explain-oom's fact names
+_INVENTORY_NAMES = {
+    "tried_bytes": "requested_bytes",
+    "total_bytes": "total_bytes",
+    "free_bytes": "free_bytes",
+    "allocated_bytes": "allocated_bytes",
+    "reserved_unallocated_bytes": "reserved_unallocated_bytes",
+    "reserved_bytes": "reserved_bytes",
+    "this_process_bytes": "this_process_bytes",
+    "other_process_bytes": "other_process_bytes",
+    "size_bytes": "requested_bytes",
+    "max_model_len": "max_model_len",
+}
+
+
+@functools.lru_cache(maxsize=1)
+def _inventory_anchors() -> tuple[bytes, ...]:
+    """The inventory's anchor phrases of memory failures, lower-case bytes (the cheap test before `match`)."""
+    try:
+        from vramctl.diagnose.inventory import load_inventory
+    except ImportError:  # pragma: no cover - the inventory ships with the package
+        return ()
+    anchors = {
+        a.lower().encode()
+        for entry in load_inventory()
+        if entry.facts is not None and entry.facts.failure
+        for a in entry.anchors
+    }
+    return tuple(sorted(anchors))
+
+
+# words one of which every failure phrase of the inventory contains (checked before the inventory is loaded: a
+# clean log never pays for loading it)
+_INVENTORY_PREGATE = re.compile(
+    rb"emory|rror|Kill|kill|KILL|SIG|OOM|oom|lloc|ail|137|space|full|insufficient|blocks|created"
+)
+
+
+def _inventory_gate(raw: bytes) -> bool:
+    """Whether a line holds one of the inventory's failure phrases: substring tests on the lower-cased line (an
+    alternation regex with IGNORECASE costs milliseconds a line; these ~150 `in` tests cost microseconds)."""
+    if _INVENTORY_PREGATE.search(raw) is None:
+        return False
+    anchors = _inventory_anchors()
+    if not anchors:
+        return False
+    low = raw.lower()
+    return any(a in low for a in anchors)
+
+
+def _inventory_facts(text: str) -> dict[str, FactValue] | None:
+    """The facts of a line the inventory maps to a memory failure: its numbers, label and phase; None otherwise."""
+    from vramctl.diagnose.inventory import match
+
+    found = match(text)
+    if found is None or not found.failure:
+        return None
+    facts: dict[str, FactValue] = {"inventory_id": found.entry.id}
+    if found.label:
+        facts["inventory_label"] = found.label
+    if found.phase:
+        facts["inventory_phase"] = found.phase
+    if found.kind:
+        facts["inventory_kind"] = found.kind
+    for name, value in found.values.items():
+        mapped = _INVENTORY_NAMES.get(name)
+        if mapped is not None and isinstance(value, (int, float)):
+            facts[mapped] = int(value) if mapped.endswith("_bytes") else value
+    return facts
+
+
+# --------------------------------------------------------------------------------------------------
 # 1. The scan
 
 
@@ -191,9 +292,13 @@ class _LineCounter:
 class _Scanner:
     def __init__(self, cat: Catalogue) -> None:
         self.cat = cat
-        self.failure_keys = frozenset(
-            key for sig in cat.signatures if sig.kind in ("failure", "consequence") for key in sig.keys
+        self.failure_keys = (
+            frozenset(
+                key for sig in cat.signatures if sig.kind in ("failure", "consequence") for key in sig.keys
+            )
+            | INVENTORY_KEYS
         )
+        self._inventory_budget = INVENTORY_LOOKUPS
         self.multiline_keys = frozenset(key for sig in cat.signatures if sig.multiline for key in sig.keys)
         self.window = max((sig.multiline for sig in cat.signatures), default=0)
         # one compiled literal per anchor: SRE's literal search runs ~25 % faster than `bytes.find` on megabyte
@@ -219,9 +324,18 @@ class _Scanner:
         return sorted(found.items())
 
     def _keys(self, data: bytes, start: int, end: int) -> frozenset[str]:
-        """The catalogue key phrases on one line (empty for most lines)."""
+        """The catalogue key phrases on one line (empty for most lines); a line with none but with a failure
+        anchor and one of the source inventory's phrases is handed to the inventory (`INVENTORY_KEYS`)."""
         raw = data[start : min(end, start + 65536)]
-        return frozenset(m.group().decode() for m in self.cat.key_regex.finditer(raw))
+        keys = frozenset(m.group().decode() for m in self.cat.key_regex.finditer(raw))
+        if keys or self._inventory_budget <= 0:
+            return keys
+        # (the candidate lines are those with a failure anchor, or any anchor in the head, the tail and the windows;
+        # a log with a million keyless `Error` lines stops asking after INVENTORY_LOOKUPS of them)
+        self._inventory_budget -= 1
+        if _inventory_gate(raw):
+            return INVENTORY_KEYS
+        return keys
 
     def _make(self, data: bytes, start: int, end: int, number: int, keys: frozenset[str]) -> Hit:
         raw = data[start : min(end, start + 65536)]
@@ -632,11 +746,18 @@ class _Analyser:
         self.global_hint_keys = {word: name for name, words in cat.global_hints.items() for word in words}
         self.global_hints: dict[str, int] = {}  # hint -> first line
         self.marker_keys = {key: m for m in cat.markers for key in m.keys}
+        self.marker_rank = {key: rank for rank, m in enumerate(cat.markers) for key in m.keys}
         self.version_keys = {key: v for v in cat.versions for key in v.keys}
         self.settings_keys = frozenset(cat.settings_keys)
         self.method_keys = frozenset(cat.method_keys)
         self.engine_order = list(cat.engines)
         self.fact_texts: dict[int, str] = {}
+        self.failure_keys = frozenset(
+            key for sig in cat.signatures if sig.kind in ("failure", "consequence") for key in sig.keys
+        )
+        self.inventory_index = next(
+            (i for i, sig in enumerate(cat.signatures) if sig.id == INVENTORY_SIGNATURE), None
+        )
 
     # -- per hit
     def feed(self, hit: Hit) -> None:
@@ -686,33 +807,50 @@ class _Analyser:
             mark = self.marker_keys.get(key)
             if mark is not None:
                 marker = _Context(number, "marker", key, phase=mark.phase, text=short, done=mark.done)
-                # the later entry of the markers list wins for one line (kv-alloc after profiling, ...)
+                # the later entry of the markers list wins for one line (kv-alloc after profiling, ...), whatever the
+                # order the line's keys come in (a set: the order changes from run to run)
                 if self.markers and self.markers[-1].line == number:
-                    self.markers[-1] = marker
+                    if self.marker_rank[key] >= self.marker_rank[self.markers[-1].value]:
+                        self.markers[-1] = marker
                 elif len(self.markers) < 100000:
                     self.markers.append(marker)
                     self.marker_lines.append(number)
-        seen: set[int] = set()
-        for key in hit.keys:
-            for index in cat.keys_to_signatures.get(key, ()):
-                if index in seen:
-                    continue
-                seen.add(index)
-                sig = cat.signatures[index]
-                facts = _match_signature(sig, hit)
-                if facts is None:
-                    continue
-                if sig.when is not None and not evaluate(sig.when, facts):
-                    continue
-                if sig.kind == "facts":
-                    for name, value in facts.items():
-                        self.global_facts[name] = (number, value)
-                        if self.current is not None and len(self.current.later_facts) < 200:
-                            self.current.later_facts.append((number, name, value))
-                    if len(self.fact_texts) < 50000:
-                        self.fact_texts[number] = short
-                    continue
-                self._event(Event(index, number, short, facts))
+        if hit.keys is INVENTORY_KEYS:
+            inv_facts = _inventory_facts(text)
+            index = self.inventory_index
+            if inv_facts is not None and index is not None:
+                self._event(Event(index, number, short, inv_facts))
+            return
+        strongest = 0
+        # in catalogue order (the line's keys are a set, whose order changes from run to run)
+        for index in sorted({i for key in hit.keys for i in cat.keys_to_signatures.get(key, ())}):
+            sig = cat.signatures[index]
+            facts = _match_signature(sig, hit)
+            if facts is None:
+                continue
+            if sig.when is not None and not evaluate(sig.when, facts):
+                continue
+            if sig.kind == "facts":
+                for name, value in facts.items():
+                    self.global_facts[name] = (number, value)
+                    if self.current is not None and len(self.current.later_facts) < 200:
+                        self.current.later_facts.append((number, name, value))
+                if len(self.fact_texts) < 50000:
+                    self.fact_texts[number] = short
+                continue
+            strongest = max(strongest, sig.weight)
+            self._event(Event(index, number, short, facts))
+        # a line whose catalogue keys gave no strong failure (a bare `ValueError: …`, a key whose pattern did not
+        # match) is also looked up in the source inventory: its wording may be a memory failure the catalogue lacks
+        if (
+            strongest < STRONG_WEIGHT
+            and self.inventory_index is not None
+            and hit.keys & self.failure_keys
+            and _inventory_gate(text.encode("utf-8", "replace"))
+        ):
+            inv_facts = _inventory_facts(text)
+            if inv_facts is not None:
+                self._event(Event(self.inventory_index, number, short, inv_facts))
 
     def _engine(self, raw: str) -> None:
         for engine, words in self.cat.engines.items():
@@ -803,10 +941,19 @@ def _same_facts(a: Mapping[str, FactValue], b: Mapping[str, FactValue]) -> bool:
 
 def _top_event(cat: Catalogue, incident: _Incident) -> Event | None:
     best: Event | None = None
-    best_key: tuple[int, int, int] | None = None
+    best_key: tuple[int, int, int, int] | None = None
+    # root before consequence: a memory failure in the incident outranks the failures that follow one (the other
+    # ranks' NCCL timeouts and errors, a crash on the way down), whatever their weights
+    memory_failure = any(
+        cat.signatures[e.sig_index].kind == "failure"
+        and cat.signatures[e.sig_index].weight >= STRONG_WEIGHT
+        and cat.signatures[e.sig_index].cause not in (None, "not-oom")
+        for e in incident.events
+    )
     for event in incident.events:
         sig = cat.signatures[event.sig_index]
-        key = (1 if sig.kind == "failure" else 0, sig.weight, -event.line)
+        demoted = memory_failure and sig.consequence_of_memory
+        key = (1 if sig.kind == "failure" else 0, 0 if demoted else 1, sig.weight, -event.line)
         if best_key is None or key > best_key:
             best, best_key = event, key
     return best
@@ -952,6 +1099,8 @@ def _apply_fix(fix: Fix, names: Mapping[str, Any], engine: str | None) -> FixAdv
             number = None
         if number is not None and number <= 0 and fix.let:
             return None
+    if value_text is not None:
+        value_text = plain_value(value_text)
     return FixAdvice(action=action, flag=flag, value=value_text, reason=reason)
 
 
@@ -1002,6 +1151,10 @@ def _decide(
     phase_inferred = False
     if phase == "context":
         phase = ctx_phase or sig.default_phase or "unknown"
+        if ctx_phase is None and sig.default_phase is not None:
+            # no frame or progress line places it: the phase is where this kind of failure usually happens
+            phase_inferred = True
+            why.append(f"phase {phase} assumed: no frame or progress line in the log places the failure")
         if (
             ctx_item is not None
             and ctx_item.kind == "marker"
@@ -1048,6 +1201,15 @@ def _decide(
         fixes.append(advice)
         if len(fixes) >= 5:
             break
+    if cause not in ("not-oom", "no-failure"):
+        fixes = complete_fixes(
+            cause,
+            phase,
+            names,
+            engine,
+            fixes,
+            lambda a, f, v, r: FixAdvice(action=a, flag=f, value=v, reason=r),
+        )[:5]
     do_not_src = list(sig.do_not) if (not refined or cause == sig.cause) else []
     if info is not None and not do_not_src:
         do_not_src.extend(info.do_not)
@@ -1181,6 +1343,19 @@ def _resolve(
     phase = sig.phase or "context"
     confidence = sig.confidence
     why: list[str] = []
+    if sig.id == INVENTORY_SIGNATURE:
+        label = names.get("inventory_label")
+        if isinstance(label, str) and label in LABELS and not names.get("hint_pinned"):
+            inv_phase = names.get("inventory_phase")
+            phase = inv_phase if isinstance(inv_phase, str) and inv_phase in PHASES else "context"
+            why.append(f"the source inventory maps this message ({names.get('inventory_id')}) to {label}")
+            return label, phase, confidence, why, label != sig.cause
+        # no label: the kind of site says who allocated (the host, a library or the driver, or torch's allocator)
+        kind = names.get("inventory_kind")
+        if kind == "host-oom":
+            names["hint_host_memory"] = True
+        elif kind in ("driver-oom", "nccl", "cublas"):
+            names["hint_non_torch"] = True
     for rule in sig.refine:
         if evaluate(rule.when, names):
             cause = rule.cause or cause
@@ -1309,7 +1484,28 @@ def diagnose(source: str | os.PathLike[str] | BinaryIO, *, catalogue: Catalogue 
     result = analyser.finish(stats, warnings, name)
     if truncated is not None and not result.found_failure:
         raise BadInputError(f"{truncated}; no failure in the {stats.lines:,} lines that could be read")
-    return result
+    return _with_plan_checked_fix(result, source)
+
+
+def _with_plan_checked_fix(result: Diagnosis, source: object) -> Diagnosis:
+    """Where the log's own numbers gave no value for the label's setting, the deployment the log describes is
+    planned and the value that makes it start replaces the fix without a value (vramctl/diagnose/planfix.py)."""
+    from vramctl.diagnose.planfix import PLAN_LABELS, plan_checked_fix
+
+    if result.cause not in PLAN_LABELS:
+        return result
+    # a value computed from the failing message's own numbers stands; one from a setting or a default is re-checked
+    computed_from_log = any(
+        f.flag and f.value is not None and VALUE_NOTE not in f.reason for f in result.fixes[:1]
+    )
+    if computed_from_log:
+        return result
+    found = plan_checked_fix(source, result.cause, result.engine, dict(result.facts), result.bytes_read)
+    if found is None:
+        return result
+    advice = FixAdvice(action=found.action, flag=found.flag, value=found.value, reason=found.reason)
+    fixes = [f for f in result.fixes if f.flag != found.flag]
+    return dataclasses.replace(result, fixes=(advice, *fixes[:4]))
 
 
 def diagnose_text(text: str, *, catalogue: Catalogue | None = None) -> Diagnosis:

@@ -120,6 +120,14 @@ _ANSI_RE = re.compile(
     r"|\x9b[0-?]*[ -/]*[@-~]"  # 8-bit CSI
 )
 _CONTROL_RE = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+# ANSI colours written out as text by something that escaped the ESC byte: syslog / rsyslog `#033[33m`, a JSON or
+# Python repr `\u001b[0m` / `\x1b[0m` / `\033[0m`, caret notation `^[[0m`
+_ESCAPED_ANSI_RE = re.compile(r"(?:#033|\\u001[bB]|\\x1[bB]|\\033|\^\[)\[[0-?]*[ -/]*[@-~]")
+# a message carried inside a JSON string (an HTTP error payload, a log shipper's record that was not unwrapped):
+# `\n` / `\t` escapes and `\"` quotes. Only undone on a line with two or more of them (a Windows path has one).
+_JSON_ESCAPE_RE = re.compile(r'\\[nt"]')
+# markdown quotes of a pasted log: `> ` (nested `> > `) in front of the line
+_QUOTE_RE = re.compile(r"(?:>[ \t]?)+(?=\S)")
 
 # Process tags in parentheses: `(EngineCore_DP0 pid=123)`, `(VllmWorker TP1 pid=5)`,
 # `(VllmWorker rank=0 pid=10672)`, `(RayWorkerWrapper pid=1, ip=10.0.0.1)`, `(pid=1234)`,
@@ -233,6 +241,14 @@ def clean_line(data: bytes) -> str:
         text = " ".join(seg for seg in text.split("\r") if seg.strip())
     if _CONTROL_RE.search(text) is not None:
         text = _CONTROL_RE.sub("", text)
+    if ("#033[" in text or "\\" in text or "^[[" in text) and _ESCAPED_ANSI_RE.search(text) is not None:
+        text = _ESCAPED_ANSI_RE.sub("", text)
+    if "\\" in text and len(_JSON_ESCAPE_RE.findall(text, 0, 65536)) >= 2:
+        text = text.replace("\\n", " ").replace("\\t", " ").replace('\\"', '"')
+    if text[:1] == ">" and text[:3] != ">>>":
+        m = _QUOTE_RE.match(text)
+        if m is not None:
+            text = text[m.end() :]
     return text
 
 
@@ -456,13 +472,18 @@ def iter_blocks(source: str | os.PathLike[str] | BinaryIO, stats: ScanStats) -> 
                 chunk = chunk[nl + 1 :]
                 skipping = False
                 number += 1
-            buf = carry + chunk if carry else chunk
-            last = buf.rfind(b"\n")
+            last = chunk.rfind(b"\n")
             if last < 0:
-                carry = buf
+                carry += chunk
             else:
-                block = buf[: last + 1]
-                carry = buf[last + 1 :]
+                # one copy of the block: the carried partial line joined to the chunk's whole lines
+                if carry:
+                    block = b"".join((carry, memoryview(chunk)[: last + 1]))
+                elif last + 1 == len(chunk):
+                    block = chunk
+                else:
+                    block = chunk[: last + 1]
+                carry = chunk[last + 1 :]
                 out, numbers = unwrapper.block(number, block)
                 if out:
                     yield Block(number, out, numbers=numbers)

@@ -1,0 +1,776 @@
+"""A flag with a number for every memory failure: values from the log's settings, else from the engine's defaults.
+
+The catalogue's fixes are computed from the numbers of the failing message (free, total, requested, the KV
+terms). Many real logs print none of them, or only a setting; `complete_fixes` then adds (or fills in) one
+fix per label whose value comes, in this order, from
+
+1. the setting the log printed (non-default args, Namespace, ServerArgs, a command line): halve a token /
+   sequence budget, move a utilisation by a fixed step, double a parallel size;
+2. the engine's documented default when the log does not print the setting, said so in the reason.
+
+The table is data (`NUMERIC_FIXES`): one row per (label, flag), tried in order; the first row whose value
+can be computed wins. Defaults, with their sources:
+
+- vLLM `--gpu-memory-utilization` 0.9 (`vllm/config/cache.py` `CacheConfig.gpu_memory_utilization`, v0.11.0;
+  `vllm/config.py` in 0.6-0.10), `--max-num-seqs` 256 (`SchedulerConfig.max_num_seqs`, the `LLM` class and
+  smaller GPUs; the API server uses 1024 on 70 GiB+ cards since 0.8), `--max-num-batched-tokens` 8192 for the
+  V1 API server (`EngineArgs._set_default_args_v1`, v0.11.0), `--swap-space` 4 GiB (`CacheConfig.swap_space`,
+  V0), `VLLM_FLASHINFER_WORKSPACE_BUFFER_SIZE` 394 MiB (`vllm/envs.py`, v0.11.0).
+- SGLang `SGLANG_FLASHINFER_WORKSPACE_SIZE` 384 MiB (`python/sglang/srt/environ.py`, v0.5.x), `--hicache-ratio`
+  2.0 (`server_args.py`).
+- LMCache `max_local_cpu_size` 5.0 GB (`lmcache/v1/config.py`, `LMCACHE_MAX_LOCAL_CPU_SIZE`).
+- SGLang `--chunked-prefill-size` 8192 on large GPUs (`python/sglang/srt/server_args.py`
+  `_handle_gpu_memory_settings`, v0.5.x; 2048-4096 on small ones).
+- TGI `--max-batch-prefill-tokens` 4096 (`launcher/src/main.rs`, v2.x).
+- Ray `RAY_memory_usage_threshold` 0.95 (`src/ray/common/ray_config_def.h`, `memory_usage_threshold`).
+
+Values are written plainly (no thousands separators) so that they paste into a command line.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from vramctl.diagnose.facts import compile_expression, evaluate, fill
+
+__all__ = ["NUMERIC_FIXES", "NumericFix", "complete_fixes", "is_numeric_value", "plain_value"]
+
+
+@dataclass(frozen=True, slots=True)
+class NumericFix:
+    """One row: for `cause`, set `flag` to `value` (an expression over the log's facts and settings)."""
+
+    cause: str
+    flag: str
+    engines: tuple[str, ...]
+    """The engines whose flag this is; `vllm` rows also apply when the log names no engine."""
+    value: str
+    """Expression; unknown names make the row not apply (the next row is tried)."""
+    action: str
+    reason: str
+    phases: tuple[str, ...] = ()
+    """Only in these phases (empty: any)."""
+    kind: str = "float"
+    """`float` (2 decimals), `int`, or `bytes` (an integer number of bytes)."""
+
+
+def _row(
+    cause: str,
+    flag: str,
+    engines: str,
+    value: str,
+    action: str,
+    reason: str,
+    *,
+    phases: str = "",
+    kind: str = "float",
+) -> NumericFix:
+    return NumericFix(cause, flag, tuple(engines.split()), value, action, reason, tuple(phases.split()), kind)
+
+
+_FROM_LOG = "from the log's setting"
+NUMERIC_FIXES: tuple[NumericFix, ...] = (
+    # ---- start-up budget: the utilisation must fit under what is free
+    _row(
+        "gpu-util-exceeds-free-memory",
+        "--gpu-memory-utilization",
+        "vllm",
+        "floor2(gpu_memory_utilization - 0.1)",
+        "lower the utilisation so that u x total fits beside the other processes",
+        f"{_FROM_LOG} {{gpu_memory_utilization}} minus 0.1 (the log does not print the free memory)",
+    ),
+    _row(
+        "gpu-util-exceeds-free-memory",
+        "--gpu-memory-utilization",
+        "vllm",
+        "0.8",
+        "lower the utilisation so that u x total fits beside the other processes",
+        "vLLM's default 0.9 minus 0.1 (the log prints neither the utilisation nor the free memory)",
+    ),
+    _row(
+        "gpu-util-exceeds-free-memory",
+        "--mem-fraction-static",
+        "sglang",
+        "floor2(mem_fraction_static - 0.1)",
+        "lower the static fraction so that it fits beside the other processes",
+        f"{_FROM_LOG} {{mem_fraction_static}} minus 0.1",
+    ),
+    _row(
+        "version-regression",
+        "--gpu-memory-utilization",
+        "vllm",
+        "floor2(gpu_memory_utilization - 0.05)",
+        "lower the utilisation a little (the newer stack uses more memory before the budget), or pin the version that worked",
+        f"{_FROM_LOG} {{gpu_memory_utilization}} minus 0.05",
+    ),
+    _row(
+        "version-regression",
+        "--gpu-memory-utilization",
+        "vllm",
+        "0.85",
+        "lower the utilisation a little (the newer stack uses more memory before the budget), or pin the version that worked",
+        "vLLM's default 0.9 minus 0.05",
+    ),
+    _row(
+        "version-regression",
+        "--mem-fraction-static",
+        "sglang",
+        "floor2(mem_fraction_static - 0.05)",
+        "lower the static fraction a little, or pin the version that worked",
+        f"{_FROM_LOG} {{mem_fraction_static}} minus 0.05",
+    ),
+    # ---- the weights: more GPUs
+    _row(
+        "weights-do-not-fit",
+        "--tensor-parallel-size",
+        "vllm",
+        "2 * tensor_parallel_size",
+        "spread the weights over twice the GPUs",
+        f"{_FROM_LOG} {{tensor_parallel_size}} doubled",
+        kind="int",
+    ),
+    _row(
+        "weights-do-not-fit",
+        "--tensor-parallel-size",
+        "vllm",
+        "2",
+        "spread the weights over two GPUs (or more)",
+        "the log prints no parallel size: one GPU held the weights",
+        kind="int",
+    ),
+    _row(
+        "weights-do-not-fit",
+        "--tp-size",
+        "sglang",
+        "2 * tensor_parallel_size",
+        "spread the weights over twice the GPUs",
+        f"{_FROM_LOG} {{tensor_parallel_size}} doubled",
+        kind="int",
+    ),
+    _row(
+        "weights-do-not-fit",
+        "--tp-size",
+        "sglang",
+        "2",
+        "spread the weights over two GPUs (or more)",
+        "the log prints no parallel size: one GPU held the weights",
+        kind="int",
+    ),
+    # ---- the KV budget
+    _row(
+        "no-kv-cache-memory",
+        "--gpu-memory-utilization",
+        "vllm",
+        "min(0.95, floor2(gpu_memory_utilization + 0.05))",
+        "RAISE the utilisation: the KV cache gets what is left of the budget",
+        f"{_FROM_LOG} {{gpu_memory_utilization}} plus 0.05 (at most 0.95)",
+    ),
+    _row(
+        "no-kv-cache-memory",
+        "--gpu-memory-utilization",
+        "vllm",
+        "0.95",
+        "RAISE the utilisation: the KV cache gets what is left of the budget",
+        "vLLM's default is 0.9",
+    ),
+    _row(
+        "no-kv-cache-memory",
+        "--mem-fraction-static",
+        "sglang",
+        "min(0.95, floor2(mem_fraction_static + 0.05))",
+        "RAISE the static fraction: the KV pool gets what is left of it",
+        f"{_FROM_LOG} {{mem_fraction_static}} plus 0.05",
+    ),
+    _row(
+        "no-kv-cache-memory",
+        "--ctx-size",
+        "llamacpp",
+        "floor(ctx_size / 2)",
+        "halve the context the KV cache is sized for",
+        f"{_FROM_LOG} {{ctx_size}} halved",
+        kind="int",
+    ),
+    _row(
+        "kv-cache-too-small-for-max-model-len",
+        "--max-model-len",
+        "vllm",
+        "floor(max_model_len / 2)",
+        "halve the context length (the log does not print the length the KV cache holds)",
+        f"{_FROM_LOG} {{max_model_len}} halved",
+        kind="int",
+    ),
+    _row(
+        "kv-cache-too-small-for-max-model-len",
+        "--context-length",
+        "sglang",
+        "floor(max_model_len / 2)",
+        "halve the context length",
+        f"{_FROM_LOG} {{max_model_len}} halved",
+        kind="int",
+    ),
+    _row(
+        "kv-pool-overcommit",
+        "--gpu-memory-utilization",
+        "vllm",
+        "floor2(gpu_memory_utilization - 0.03)",
+        "lower the utilisation a little so the pool allocation fits",
+        f"{_FROM_LOG} {{gpu_memory_utilization}} minus 0.03",
+    ),
+    _row(
+        "kv-pool-overcommit",
+        "--gpu-memory-utilization",
+        "vllm",
+        "0.87",
+        "lower the utilisation a little so the pool allocation fits",
+        "vLLM's default 0.9 minus 0.03",
+    ),
+    _row(
+        "kv-pool-overcommit",
+        "--max-total-tokens",
+        "sglang",
+        "floor(max_total_tokens / 2)",
+        "halve the KV pool the engine allocates",
+        f"{_FROM_LOG} {{max_total_tokens}} halved",
+        kind="int",
+    ),
+    _row(
+        "kv-pool-overcommit",
+        "--mem-fraction-static",
+        "sglang",
+        "floor2(mem_fraction_static - 0.03)",
+        "lower the static fraction a little",
+        f"{_FROM_LOG} {{mem_fraction_static}} minus 0.03",
+    ),
+    # ---- warm-up / profiling: the token and sequence budgets
+    _row(
+        "batch-budget-too-large",
+        "--max-num-batched-tokens",
+        "vllm",
+        "floor(max_num_batched_tokens / 2)",
+        "halve the token budget of one forward pass",
+        f"{_FROM_LOG} {{max_num_batched_tokens}} halved",
+        kind="int",
+    ),
+    _row(
+        "batch-budget-too-large",
+        "--max-num-batched-tokens",
+        "vllm",
+        "4096",
+        "lower the token budget of one forward pass (with chunked prefill)",
+        "half of vLLM V1's API-server default 8192",
+        kind="int",
+    ),
+    _row(
+        "batch-budget-too-large",
+        "--chunked-prefill-size",
+        "sglang",
+        "floor(chunked_prefill_size / 2)",
+        "halve the prefill chunk",
+        f"{_FROM_LOG} {{chunked_prefill_size}} halved",
+        kind="int",
+    ),
+    _row(
+        "batch-budget-too-large",
+        "--chunked-prefill-size",
+        "sglang",
+        "4096",
+        "lower the prefill chunk",
+        "half of SGLang's default 8192 on large GPUs",
+        kind="int",
+    ),
+    _row(
+        "batch-budget-too-large",
+        "--max-batch-prefill-tokens",
+        "tgi",
+        "floor(max_batch_prefill_tokens / 2)",
+        "halve the prefill token budget",
+        f"{_FROM_LOG} {{max_batch_prefill_tokens}} halved",
+        kind="int",
+    ),
+    _row(
+        "batch-budget-too-large",
+        "--max-batch-prefill-tokens",
+        "tgi",
+        "2048",
+        "lower the prefill token budget",
+        "half of TGI's default 4096",
+        kind="int",
+    ),
+    _row(
+        "sampler-warmup-oom",
+        "--max-num-seqs",
+        "vllm",
+        "floor(max_num_seqs / 2)",
+        "halve the number of sequences",
+        f"{_FROM_LOG} {{max_num_seqs}} halved",
+        kind="int",
+    ),
+    _row(
+        "sampler-warmup-oom",
+        "--max-num-seqs",
+        "vllm",
+        "128",
+        "lower the number of sequences: the sampler warm-up holds max_num_seqs x vocab fp32 logits",
+        "half of vLLM's default 256 (the API server uses 1024 on 70 GiB+ cards: 128 is below both)",
+        kind="int",
+    ),
+    _row(
+        "multimodal-profiling-oom",
+        "--max-model-len",
+        "vllm",
+        "floor(max_model_len / 2)",
+        "halve the context the dummy multimodal inputs are sized for",
+        f"{_FROM_LOG} {{max_model_len}} halved",
+        kind="int",
+    ),
+    _row(
+        "multimodal-profiling-oom",
+        "--max-num-seqs",
+        "vllm",
+        "floor(max_num_seqs / 2)",
+        "halve the sequences the profiling batch holds",
+        f"{_FROM_LOG} {{max_num_seqs}} halved",
+        kind="int",
+    ),
+    _row(
+        "multimodal-profiling-oom",
+        "--max-num-seqs",
+        "vllm",
+        "32",
+        "fewer sequences in the profiling batch (and --limit-mm-per-prompt for fewer items)",
+        "well below vLLM's default 256: the encoder profiling scales with the dummy batch",
+        kind="int",
+    ),
+    _row(
+        "cuda-graph-capture-oom",
+        "--gpu-memory-utilization",
+        "vllm",
+        "floor2(gpu_memory_utilization - 0.03)",
+        "lower the utilisation so the graph pool fits beside the KV cache",
+        f"{_FROM_LOG} {{gpu_memory_utilization}} minus 0.03",
+    ),
+    _row(
+        "cuda-graph-capture-oom",
+        "--gpu-memory-utilization",
+        "vllm",
+        "0.87",
+        "lower the utilisation so the graph pool fits beside the KV cache",
+        "vLLM's default 0.9 minus 0.03",
+    ),
+    _row(
+        "cuda-graph-capture-oom",
+        "--mem-fraction-static",
+        "sglang",
+        "floor2(mem_fraction_static - 0.03)",
+        "lower the static fraction so the graphs fit",
+        f"{_FROM_LOG} {{mem_fraction_static}} minus 0.03",
+    ),
+    _row(
+        "cuda-graph-capture-oom",
+        "--cuda-graph-max-bs",
+        "sglang",
+        "floor(cuda_graph_max_bs / 2)",
+        "capture fewer batch sizes",
+        f"{_FROM_LOG} {{cuda_graph_max_bs}} halved",
+        kind="int",
+    ),
+    _row(
+        "cuda-graph-capture-oom",
+        "--cuda-graph-max-bs",
+        "sglang",
+        "64",
+        "capture fewer batch sizes (the graph pool grows with them)",
+        "below SGLang's defaults (160-256 on large GPUs)",
+        kind="int",
+    ),
+    # ---- serving: transient tensors scale with the tokens of one step
+    _row(
+        "logprobs-spike",
+        "--max-num-batched-tokens",
+        "vllm",
+        "floor(max_num_batched_tokens / 2)",
+        "halve the tokens per step: prompt logprobs hold tokens x vocab fp32 logits",
+        f"{_FROM_LOG} {{max_num_batched_tokens}} halved",
+        kind="int",
+    ),
+    _row(
+        "logprobs-spike",
+        "--max-num-batched-tokens",
+        "vllm",
+        "2048",
+        "fewer tokens per step (chunked prefill): prompt logprobs hold tokens x vocab fp32 logits",
+        "a quarter of vLLM V1's API-server default 8192",
+        kind="int",
+    ),
+    _row(
+        "logprobs-spike",
+        "--chunked-prefill-size",
+        "sglang",
+        "floor(chunked_prefill_size / 2)",
+        "halve the prefill chunk: logprobs hold tokens x vocab fp32 logits",
+        f"{_FROM_LOG} {{chunked_prefill_size}} halved",
+        kind="int",
+    ),
+    _row(
+        "logprobs-spike",
+        "--chunked-prefill-size",
+        "sglang",
+        "2048",
+        "smaller prefill chunks: logprobs hold tokens x vocab fp32 logits",
+        "a quarter of SGLang's default 8192",
+        kind="int",
+    ),
+    _row(
+        "activation-spike",
+        "--max-num-batched-tokens",
+        "vllm",
+        "floor(max_num_batched_tokens / 2)",
+        "halve the tokens of one step: the transient tensors scale with them",
+        f"{_FROM_LOG} {{max_num_batched_tokens}} halved",
+        kind="int",
+    ),
+    _row(
+        "activation-spike",
+        "--gpu-memory-utilization",
+        "vllm",
+        "floor2(gpu_memory_utilization - 0.05)",
+        "keep more activation headroom: lower the utilisation",
+        f"{_FROM_LOG} {{gpu_memory_utilization}} minus 0.05",
+    ),
+    _row(
+        "activation-spike",
+        "--max-num-batched-tokens",
+        "vllm",
+        "4096",
+        "fewer tokens per step (chunked prefill): the transient tensors scale with them",
+        "half of vLLM V1's API-server default 8192",
+        kind="int",
+    ),
+    _row(
+        "activation-spike",
+        "--chunked-prefill-size",
+        "sglang",
+        "floor(chunked_prefill_size / 2)",
+        "halve the prefill chunk",
+        f"{_FROM_LOG} {{chunked_prefill_size}} halved",
+        kind="int",
+    ),
+    _row(
+        "activation-spike",
+        "--chunked-prefill-size",
+        "sglang",
+        "4096",
+        "smaller prefill chunks",
+        "half of SGLang's default 8192",
+        kind="int",
+    ),
+    _row(
+        "activation-spike",
+        "--max-batch-prefill-tokens",
+        "tgi",
+        "floor(max_batch_prefill_tokens / 2)",
+        "halve the prefill token budget",
+        f"{_FROM_LOG} {{max_batch_prefill_tokens}} halved",
+        kind="int",
+    ),
+    _row(
+        "allocator-fragmentation",
+        "--gpu-memory-utilization",
+        "vllm",
+        "floor2(gpu_memory_utilization - 0.03)",
+        "and leave the allocator some slack: lower the utilisation a little",
+        f"{_FROM_LOG} {{gpu_memory_utilization}} minus 0.03",
+    ),
+    _row(
+        "allocator-fragmentation",
+        "--gpu-memory-utilization",
+        "vllm",
+        "0.87",
+        "and leave the allocator some slack: lower the utilisation a little",
+        "vLLM's default 0.9 minus 0.03",
+    ),
+    _row(
+        "kv-pool-exhausted-runtime",
+        "--max-running-requests",
+        "sglang",
+        "floor(max_running_requests / 2)",
+        "halve the requests run at once",
+        f"{_FROM_LOG} {{max_running_requests}} halved",
+        kind="int",
+    ),
+    _row(
+        "kv-pool-exhausted-runtime",
+        "--max-num-seqs",
+        "vllm",
+        "floor(max_num_seqs / 2)",
+        "halve the sequences run at once",
+        f"{_FROM_LOG} {{max_num_seqs}} halved",
+        kind="int",
+    ),
+    _row(
+        "kv-pool-exhausted-runtime",
+        "--max-num-seqs",
+        "vllm",
+        "128",
+        "fewer sequences at once",
+        "half of vLLM's default 256",
+        kind="int",
+    ),
+    _row(
+        "non-torch-allocation-oom",
+        "--gpu-memory-utilization",
+        "vllm",
+        "floor2(gpu_memory_utilization - 0.05)",
+        "leave memory outside the KV budget for library buffers: lower the utilisation",
+        f"{_FROM_LOG} {{gpu_memory_utilization}} minus 0.05",
+    ),
+    _row(
+        "non-torch-allocation-oom",
+        "--gpu-memory-utilization",
+        "vllm",
+        "0.85",
+        "leave memory outside the KV budget for library buffers: lower the utilisation",
+        "vLLM's default 0.9 minus 0.05",
+    ),
+    _row(
+        "non-torch-allocation-oom",
+        "--mem-fraction-static",
+        "sglang",
+        "floor2(mem_fraction_static - 0.05)",
+        "leave memory outside the static budget: lower the fraction",
+        f"{_FROM_LOG} {{mem_fraction_static}} minus 0.05",
+    ),
+    # ---- attention workspace: FlashInfer's buffer is a fixed size (vllm/envs.py)
+    _row(
+        "attention-workspace-overflow",
+        "VLLM_FLASHINFER_WORKSPACE_BUFFER_SIZE",
+        "vllm",
+        "max(2 * 394 * MiB, ceil(buffer_request_bytes / MiB) * 2 * MiB)",
+        "enlarge FlashInfer's workspace (bytes)",
+        "at least twice what the failing buffer asked for ({buffer_request_bytes} bytes)",
+        kind="bytes",
+    ),
+    _row(
+        "attention-workspace-overflow",
+        "VLLM_FLASHINFER_WORKSPACE_BUFFER_SIZE",
+        "vllm",
+        "2 * 394 * MiB",
+        "enlarge FlashInfer's workspace (bytes)",
+        "twice vLLM's default of 394 MiB",
+        kind="bytes",
+    ),
+    _row(
+        "attention-workspace-overflow",
+        "SGLANG_FLASHINFER_WORKSPACE_SIZE",
+        "sglang",
+        "max(2 * 384 * MiB, ceil(buffer_request_bytes / MiB) * 2 * MiB)",
+        "enlarge FlashInfer's workspace (bytes)",
+        "at least twice what the failing buffer asked for ({buffer_request_bytes} bytes)",
+        kind="bytes",
+    ),
+    _row(
+        "attention-workspace-overflow",
+        "SGLANG_FLASHINFER_WORKSPACE_SIZE",
+        "sglang",
+        "2 * 384 * MiB",
+        "enlarge FlashInfer's workspace (bytes)",
+        "twice SGLang's default of 384 MiB",
+        kind="bytes",
+    ),
+    # ---- host memory
+    _row(
+        "host-pinned-memory-failure",
+        "LMCACHE_MAX_LOCAL_CPU_SIZE",
+        "lmcache",
+        "max_local_cpu_size / 2",
+        "halve the pinned CPU buffer (GB)",
+        f"{_FROM_LOG} {{max_local_cpu_size}} halved",
+    ),
+    _row(
+        "host-pinned-memory-failure",
+        "LMCACHE_MAX_LOCAL_CPU_SIZE",
+        "lmcache",
+        "2.5",
+        "halve the pinned CPU buffer (GB)",
+        "half of LMCache's default 5.0",
+    ),
+    _row(
+        "host-pinned-memory-failure",
+        "--hicache-ratio",
+        "sglang",
+        "hicache_ratio / 2",
+        "halve the host KV pool (a ratio of the GPU pool)",
+        f"{_FROM_LOG} {{hicache_ratio}} halved",
+    ),
+    _row(
+        "host-pinned-memory-failure",
+        "--hicache-ratio",
+        "sglang",
+        "1",
+        "halve the host KV pool (a ratio of the GPU pool)",
+        "half of SGLang's default 2.0",
+    ),
+    _row(
+        "host-kv-buffer-exhausted",
+        "LMCACHE_MAX_LOCAL_CPU_SIZE",
+        "lmcache",
+        "2 * max_local_cpu_size",
+        "double the CPU buffer (GB)",
+        f"{_FROM_LOG} {{max_local_cpu_size}} doubled",
+    ),
+    _row(
+        "host-kv-buffer-exhausted",
+        "LMCACHE_MAX_LOCAL_CPU_SIZE",
+        "lmcache",
+        "10",
+        "double the CPU buffer (GB)",
+        "twice LMCache's default 5.0",
+    ),
+    _row(
+        "host-kv-buffer-exhausted",
+        "--hicache-ratio",
+        "sglang",
+        "2 * hicache_ratio",
+        "double the host KV pool (a ratio of the GPU pool)",
+        f"{_FROM_LOG} {{hicache_ratio}} doubled",
+    ),
+    _row(
+        "host-kv-buffer-exhausted",
+        "--hicache-ratio",
+        "sglang",
+        "4",
+        "double the host KV pool (a ratio of the GPU pool)",
+        "twice SGLang's default 2.0",
+    ),
+    _row(
+        "host-swap-space-exhausted",
+        "--swap-space",
+        "vllm",
+        "2 * swap_space",
+        "double the CPU swap space (GiB per GPU)",
+        f"{_FROM_LOG} {{swap_space}} doubled",
+    ),
+    _row(
+        "host-swap-space-exhausted",
+        "--swap-space",
+        "vllm",
+        "8",
+        "double the CPU swap space (GiB per GPU)",
+        "twice vLLM's default 4",
+    ),
+    _row(
+        "host-pinned-memory-failure",
+        "--swap-space",
+        "vllm",
+        "floor(swap_space / 2)",
+        "halve the pinned CPU swap space (GiB per GPU)",
+        f"{_FROM_LOG} {{swap_space}} halved",
+    ),
+    _row(
+        "host-oom-killer",
+        "RAY_memory_usage_threshold",
+        "ray",
+        "0.98",
+        "if Ray's memory monitor killed the worker, raise its threshold (or give the node more RAM)",
+        "Ray kills workers above this host-memory fraction; its default is 0.95",
+    ),
+    _row(
+        "host-oom-killer",
+        "--max-parallel-loading-workers",
+        "vllm",
+        "1",
+        "load the checkpoint one worker at a time (each rank otherwise reads its shards into host RAM at once)",
+        "the kernel ended a worker while the weights were loading",
+        phases="weights-load startup-check",
+        kind="int",
+    ),
+)
+
+VALUE_NOTE = "value: "
+"""Starts the part of a reason that says where a value not printed in the failing message came from."""
+
+_COMPILED: dict[str, ast.Expression] = {row.value: compile_expression(row.value) for row in NUMERIC_FIXES}
+
+_NUMBER_RE = re.compile(r"^[+-]?\d[\d,_]*(?:\.\d+)?$")
+_NUMERIC_WORD_RE = re.compile(r"^(?:\d+(?:\.\d+)?[a-zA-Z]{0,3}|[a-z_]+:\d+)$")
+_SEPARATED_RE = re.compile(r"(?<=\d)[,_](?=\d{3}(?:\D|$))")
+
+
+def plain_value(value: str) -> str:
+    """`205,728` -> `205728`: a value without thousands separators pastes into a command line."""
+    if _NUMBER_RE.match(value.strip()):
+        return _SEPARATED_RE.sub("", value.strip())
+    return value
+
+
+def is_numeric_value(value: object) -> bool:
+    """A fix value that is a number (`0.85`, `4096`) or a size with a unit (`16g`)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return True
+    return isinstance(value, str) and bool(_NUMBER_RE.match(value) or _NUMERIC_WORD_RE.match(value))
+
+
+def _format(value: float, kind: str) -> str:
+    if kind in ("int", "bytes"):
+        return str(int(value))
+    if float(value).is_integer():
+        return str(int(value))
+    return f"{value:.2f}".rstrip("0").rstrip(".")
+
+
+def _applies(row: NumericFix, engine: str | None, phase: str) -> bool:
+    if row.phases and phase not in row.phases:
+        return False
+    if engine is None:
+        return "vllm" in row.engines
+    return engine in row.engines
+
+
+def numeric_fix(
+    cause: str, phase: str, names: Mapping[str, Any], engine: str | None
+) -> tuple[str, str, str, str] | None:
+    """(flag, value, action, reason) of the first row of `cause` whose value the log's facts give."""
+    for row in NUMERIC_FIXES:
+        if row.cause != cause or not _applies(row, engine, phase):
+            continue
+        value = evaluate(_COMPILED[row.value], names)
+        if value is None or isinstance(value, bool) or value <= 0:
+            continue
+        if row.kind in ("int", "bytes") and int(value) < 1:  # a count or a size rounds to at least 1
+            continue
+        if (
+            row.kind == "float"
+            and ("utilization" in row.flag or "fraction" in row.flag)
+            and not 0.05 <= value <= 0.99
+        ):
+            continue
+        reason = fill(row.reason, names)
+        if reason is None:
+            continue
+        return row.flag, _format(float(value), row.kind), row.action, reason
+    return None
+
+
+def complete_fixes(
+    cause: str, phase: str, names: Mapping[str, Any], engine: str | None, fixes: Sequence[Any], make: Any
+) -> list[Any]:
+    """The fixes, with a flag and a number added where none of them has one (`make(action, flag, value, reason)`
+    builds a fix). A fix for the same flag without a value is replaced in place; otherwise the number goes second."""
+    out = list(fixes)
+    if any(f.flag and is_numeric_value(f.value) for f in out):
+        return out
+    found = numeric_fix(cause, phase, names, engine)
+    if found is None:
+        return out
+    flag, value, action, reason = found
+    for i, f in enumerate(out):
+        if f.flag == flag and f.value is None:
+            out[i] = make(action, flag, value, f"{f.reason}; {VALUE_NOTE}{reason}")
+            return out
+    advice = make(action, flag, value, f"{VALUE_NOTE}{reason}")
+    # the catalogue's first (most specific) fix stays first; the number comes right after it
+    return [*out[:1], advice, *out[1:]]

@@ -1,0 +1,141 @@
+"""A fix value checked with `plan`: the deployment reconstructed from the log, then the value that makes it start.
+
+When a start-up memory failure's own message does not give the number to set (the engine printed no estimate,
+no free memory, no KV terms), the log usually still says what was deployed: the model, the device total, the
+engine version and the flags (what `read-log` reads: `parse_startup_log` + `settings_from_report`). This module
+plans that deployment with `vramctl.core.plan.plan` and searches the one setting the label is about:
+
+| label | setting searched | how |
+| --- | --- | --- |
+| `kv-cache-too-small-for-max-model-len` | `--max-model-len` (SGLang `--context-length`) | the plan's largest length that fits the KV cache |
+| `no-kv-cache-memory` | `--gpu-memory-utilization` (SGLang `--mem-fraction-static`) | the smallest value above the log's, up to 0.98, whose plan fits |
+| `weights-do-not-fit` | `--tensor-parallel-size` (SGLang `--tp-size`) | the smallest of 2, 4, 8 (above the log's) whose plan fits |
+
+Offline only: the model must be in the bundled registry or the local Hugging Face cache (`load_model` never
+downloads). The fix says "checked with plan" and what was planned. Any failure to reconstruct (model not named or
+not known, no device total, a log read from standard input, a log over `MAX_PLAN_LOG_BYTES`) gives no fix, never
+an error: the other fixes stand.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["MAX_PLAN_LOG_BYTES", "PLAN_LABELS", "PlanFix", "plan_checked_fix"]
+
+PLAN_LABELS = frozenset({"kv-cache-too-small-for-max-model-len", "no-kv-cache-memory", "weights-do-not-fit"})
+MAX_PLAN_LOG_BYTES = 64 << 20
+"""A second read of the log for its start-up lines is only done for logs up to this size (start-up failures end
+their logs early; a 1 GiB serving log is not re-read)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PlanFix:
+    action: str
+    flag: str
+    value: str
+    reason: str
+
+
+def _deployment(path: str, total_bytes: int | None) -> tuple[Any, Any, Any, str] | None:
+    from vramctl.core.errors import VramctlError
+    from vramctl.diagnose.reader import iter_matching_lines
+    from vramctl.diagnose.startup import parse_startup_log, settings_from_report, startup_prefilter
+    from vramctl.registry import gpu_from_capacity, load_model
+
+    report = parse_startup_log(iter_matching_lines(path, startup_prefilter(), context_after=1))
+    logged = report.settings.get("model")
+    if logged is None:
+        return None
+    name = str(logged.value)
+    model = None
+    for candidate in (name, name.rstrip("/").rsplit("/", 1)[-1]):
+        try:
+            model = load_model(candidate)
+            break
+        except (VramctlError, OSError, ValueError):
+            continue
+    if model is None:
+        return None
+    capacity = report.capacity_bytes or total_bytes
+    if not capacity:
+        return None
+    settings = settings_from_report(report).with_changes(gpu_memory_bytes=capacity)
+    return model, gpu_from_capacity(capacity), settings, name
+
+
+def _fits(model: Any, gpu: Any, settings: Any) -> Any | None:
+    from vramctl.core.plan import plan
+
+    try:
+        result = plan(model, gpu, settings)
+    except Exception:  # a setting the planner refuses (e.g. a TP that does not divide the heads) is no answer
+        return None
+    return result
+
+
+def plan_checked_fix(
+    source: object, cause: str, engine: str | None, facts: dict[str, Any], bytes_read: int
+) -> PlanFix | None:
+    """The plan-checked value for `cause`, or None when the deployment cannot be reconstructed or no value fits."""
+    if cause not in PLAN_LABELS or not isinstance(source, (str, os.PathLike)) or str(source) == "-":
+        return None
+    if bytes_read > MAX_PLAN_LOG_BYTES or not os.path.isfile(source):
+        return None
+    total = facts.get("total_bytes")
+    try:
+        found = _deployment(str(source), total if isinstance(total, int) else None)
+    except Exception:  # the reconstruction is an extra: a log it cannot read gives no plan-checked fix
+        return None
+    if found is None:
+        return None
+    model, gpu, settings, name = found
+    sglang = engine == "sglang" or getattr(settings, "engine", "vllm") == "sglang"
+    where = f"checked with plan: {name} on a {gpu.cuda_total_bytes / 2**30:.2f} GiB GPU"
+    if cause == "kv-cache-too-small-for-max-model-len":
+        result = _fits(model, gpu, settings)
+        fit = int(getattr(result, "max_model_len_fit", 0) or 0) if result is not None else 0
+        asked = getattr(settings, "max_model_len", None) or (
+            getattr(result, "max_model_len", 0) if result else 0
+        )
+        if fit <= 0 or (asked and fit >= asked):
+            return None
+        flag = "--context-length" if sglang else "--max-model-len"
+        return PlanFix(
+            "cap the context length at what the KV cache holds",
+            flag,
+            str(fit),
+            f"{where}, the KV cache holds {fit} tokens for one sequence (asked: {asked})",
+        )
+    if cause == "no-kv-cache-memory":
+        key = "mem_fraction_static" if sglang else "gpu_memory_utilization"
+        current = getattr(settings, key, None) or (0.88 if sglang else 0.9)
+        step = round(float(current) + 0.01, 2)
+        while step <= 0.98:
+            result = _fits(model, gpu, settings.with_changes(**{key: step}))
+            if result is not None and result.fits:
+                flag = "--mem-fraction-static" if sglang else "--gpu-memory-utilization"
+                return PlanFix(
+                    "RAISE the budget to the smallest value whose plan leaves a KV cache",
+                    flag,
+                    f"{step:.2f}",
+                    f"{where}: {current} leaves no KV cache, {step:.2f} does ({result.kv_tokens} KV tokens)",
+                )
+            step = round(step + 0.01, 2)
+        return None
+    # weights-do-not-fit
+    tp_now = int(getattr(settings, "tensor_parallel_size", 1) or 1)
+    for tp in (2, 4, 8):
+        if tp <= tp_now:
+            continue
+        result = _fits(model, gpu, settings.with_changes(tensor_parallel_size=tp))
+        if result is not None and result.fits:
+            return PlanFix(
+                "spread the weights over more GPUs",
+                "--tp-size" if sglang else "--tensor-parallel-size",
+                str(tp),
+                f"{where}: the weights do not fit at {tp_now} GPU(s), they do at {tp} ({result.kv_tokens} KV tokens left)",
+            )
+    return None
