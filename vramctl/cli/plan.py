@@ -249,7 +249,15 @@ def run_plan(
     if wants_host and settings.host_memory_bytes is None:
         settings = settings.with_changes(host_memory_bytes=machine_memory_bytes())
 
-    model = registry.load_model(model_name)
+    revision = options.get("revision")
+    offline = bool(options.get("offline"))
+    if command is not None:
+        flags = dict(command.flags)
+        if revision is None and flags.get("revision"):
+            revision = flags["revision"]
+        env = dict(command.env)
+        offline = offline or env.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+    model = registry.load_model(model_name, revision=revision, offline=offline)
     gpu_name = options.get("gpu")
     if gpu_name is None and settings.gpu_memory_bytes is not None:
         gpu = registry.gpu_from_capacity(settings.gpu_memory_bytes)
@@ -297,7 +305,17 @@ def register(app: typer.Typer) -> None:
     )
     def plan_command(
         words: list[str] = typer.Argument(None, metavar="[MODEL | -- SERVE COMMAND…]", show_default=False),
-        model: str = typer.Option(None, "--model", help="HF id, alias or local config.json / model folder."),
+        model: str = typer.Option(
+            None,
+            "--model",
+            help="HF id (org/name[@rev]: read from the Hub), alias, or local config.json / folder.",
+        ),
+        revision: str = typer.Option(
+            None, "--revision", help="Hub branch, tag or commit of MODEL (or write org/name@rev)."
+        ),
+        offline: bool = typer.Option(
+            False, "--offline", help="Never contact the Hub: the HF cache only (as HF_HUB_OFFLINE=1)."
+        ),
         gpu: str = typer.Option(None, "--gpu", help=f"GPU name (default {DEFAULT_GPU}); see `vramctl gpus`."),
         gpu_memory: str = typer.Option(None, "--gpu-memory", help="A card's CUDA total, e.g. 79.18GiB."),
         engine: str = typer.Option(None, "--engine", help="vllm (default), sglang or both."),

@@ -18,6 +18,7 @@ from vramctl.registry.catalog_models import find_bundled, list_bundled
 from vramctl.registry.gpus import gpu_from_capacity, list_gpus, load_gpu
 from vramctl.registry.local import find_in_hf_cache, load_local_model, looks_like_path
 from vramctl.registry.models import spec_from_config
+from vramctl.registry.names import described_suggestion
 
 __all__ = [
     "GpuSpec",
@@ -31,22 +32,46 @@ __all__ = [
 ]
 
 
-def load_model(name_or_path: str) -> ModelSpec:
-    """A bundled model by HF id or alias (any case), or a local config.json / model folder / HF cache snapshot.
+def load_model(name_or_path: str, *, revision: str | None = None, offline: bool = False) -> ModelSpec:
+    """A bundled model by HF id or alias (any case), a local config.json / model folder / HF cache snapshot, or a
+    Hugging Face Hub repo (`org/name`, `org/name@rev`).
 
-    Order: an existing path; a bundled profile; the local Hugging Face cache (offline, no download).
+    Order: an existing path; a bundled profile (unless a revision is asked for); the Hub repo, read from the HF
+    cache when it is there, else its config.json and safetensors headers fetched (never the weights; see
+    `vramctl.registry.hub`). `offline` (or HF_HUB_OFFLINE=1) never touches the network.
     """
     if not isinstance(name_or_path, str) or not name_or_path.strip():
         raise BadInputError("--model: empty model name")
     if looks_like_path(name_or_path):
         return load_local_model(name_or_path)
-    spec = find_bundled(name_or_path)
-    if spec is not None:
-        return spec
-    cached = find_in_hf_cache(name_or_path)
-    if cached is not None:
-        return load_local_model(str(cached))
-    raise UnknownNameError("model", name_or_path, MODELS.suggest(name_or_path))
+    pinned = "@" in name_or_path or bool(revision and revision.strip())
+    if not pinned:
+        spec = find_bundled(name_or_path)
+        if spec is not None:
+            return spec
+    from vramctl.registry import hub  # stays cheap: huggingface_hub is imported inside, only for a fetch
+
+    ref = hub.parse_ref(name_or_path, revision)
+    if ref is None:
+        if pinned:
+            raise BadInputError(f"{name_or_path}: a revision needs a Hub repo id (org/name@rev)")
+        raise UnknownNameError("model", name_or_path, suggest_models(name_or_path))
+    if not hub.hub_available():
+        cached = find_in_hf_cache(ref.repo_id)
+        if cached is not None and ref.revision is None:
+            return load_local_model(str(cached))
+    try:
+        return hub.load_hub_model(ref, offline=offline)
+    except BadInputError as exc:
+        hint = suggest_models(ref.repo_id)
+        if hint and any(w in str(exc) for w in ("no such model repo", "cannot reach", "not in the HF cache")):
+            raise BadInputError(f"{exc}; closest bundled: {', '.join(hint)}") from None
+        raise
+
+
+def suggest_models(name: str) -> list[str]:
+    """The closest bundled names, each saying how it differs when it is another quantisation or size."""
+    return [described_suggestion(name, candidate) for candidate in MODELS.suggest(name)]
 
 
 def list_models() -> list[ModelSpec]:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from vramctl.core.errors import BadInputError
 from vramctl.core.specs import ModelSpec
@@ -143,21 +145,45 @@ def load_local_model(text: str) -> ModelSpec:
         )
     # A first pass validates the config and tells us how many decoder layers a serve loads.
     probe = spec_from_config(config, where=where, name=local.name)
-    summary: CheckpointSummary = read_checkpoint(files).without_layers_from(probe.num_hidden_layers)
-    if probe.tie_word_embeddings:  # a stored copy of the tied lm_head is skipped by the engines' loaders
+    summary: CheckpointSummary = read_checkpoint(files)
+    return spec_from_summary(
+        config,
+        where=where,
+        name=local.name,
+        probe=probe,
+        summary=summary,
+        origin=f"safetensors headers of {len(files)} file(s) in {local.folder}",
+    )
+
+
+def spec_from_summary(
+    config: Mapping[str, Any],
+    *,
+    where: str,
+    name: str,
+    probe: ModelSpec,
+    summary: CheckpointSummary,
+    origin: str,
+) -> ModelSpec:
+    """ModelSpec whose weight bytes are the checkpoint's own (its safetensors headers, local or from the Hub).
+
+    `probe` is the config-only spec: it names the decoder layers a serve loads (DeepSeek-V3's MTP layer 61
+    is dropped) and whether a stored lm_head copy is tied (the engines' loaders skip it)."""
+    summary = summary.without_layers_from(probe.num_hidden_layers)
+    if probe.tie_word_embeddings:
         summary = summary.without_names({"lm_head.weight"})
     unquantised = probe.quantization is None and summary.all_float
     param_count = summary.total_elements if unquantised else probe.param_count
     dtypes = ", ".join(f"{dtype} {format_bytes(size)}" for dtype, size in summary.bytes_by_dtype.items())
     sources = (
         ("config", where),
-        ("weight_bytes", f"safetensors headers of {len(files)} file(s) in {local.folder}: {dtypes}"),
+        ("weight_bytes", f"{origin}: {dtypes}"),
         ("param_count", "safetensors headers" if unquantised else "formula (quantised checkpoint)"),
     )
     return spec_from_config(
         config,
         where=where,
-        name=local.name,
+        name=name,
         param_count=param_count,
         weight_bytes=summary.total_bytes,
         sources=sources,
