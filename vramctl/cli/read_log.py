@@ -150,22 +150,37 @@ def register(app: typer.Typer) -> None:
                     err=True,
                 )
             raise typer.Exit(int(ExitCode.NOTHING_FOUND))
-        comparison = _compare(report, model, gpu) if compare_plan else None
+        comparison = None
+        cannot_compare: BadInputError | None = None
+        if compare_plan:
+            # What was read is printed even when no plan can be made (an unknown model or GPU total): the
+            # partial ledger first, then the reason, and exit 2.
+            try:
+                comparison = _compare(report, model, gpu)
+            except BadInputError as exc:
+                cannot_compare = exc
         if json_out:
-            typer.echo(dumps(_json(report, comparison, warnings, source)))
-            return
-        for warning in warnings:
-            typer.echo(f"vramctl: warning: {warning}", err=True)
-        if markdown:
-            from vramctl.render.startup import startup_markdown
+            out = _json(report, comparison, warnings, source)
+            if cannot_compare is not None:
+                out["comparison_error"] = str(cannot_compare)
+            typer.echo(dumps(out))
+        else:
+            for warning in warnings if cannot_compare is None else ():  # the error stays the one stderr line
+                typer.echo(f"vramctl: warning: {warning}", err=True)
+            if markdown:
+                from vramctl.render.startup import startup_markdown
 
-            typer.echo(startup_markdown(report, comparison), nl=False)
-            return
-        from rich.console import Console
+                typer.echo(startup_markdown(report, comparison), nl=False)
+            else:
+                from rich.console import Console
 
-        from vramctl.render.startup import render_startup
+                from vramctl.render.startup import render_startup
 
-        console = Console(soft_wrap=False)
-        if not console.is_terminal:
-            console = Console(width=160, soft_wrap=False)
-        console.print(render_startup(report, comparison))
+                console = Console(soft_wrap=False)
+                if not console.is_terminal:
+                    console = Console(width=160, soft_wrap=False)
+                console.print(render_startup(report, comparison))
+        if cannot_compare is not None:
+            where = "" if json_out else " (the ledger printed is what the log says)"
+            typer.echo(f"vramctl: error: {cannot_compare}{where}", err=True)
+            raise typer.Exit(int(cannot_compare.exit_code))
