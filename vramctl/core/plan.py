@@ -40,7 +40,7 @@ from vramctl.core.settings import LATEST_VLLM_VERSION, ServeSettings, parse_vers
 from vramctl.core.specs import FULL_ATTENTION, GpuSpec, ModelSpec, dtype_bytes
 from vramctl.core.units import GiB, MiB, cdiv, vllm_format_gib
 from vramctl.core.utilization import UtilizationRow, utilization_trade
-from vramctl.core.weights import stage_rank_weight_bytes
+from vramctl.core.weights import LoadTimeChange, mxfp4_load_change, stage_rank_weight_bytes
 
 # Verdict labels (../shared/taxonomy.md); `fits` when the engine would start.
 FITS = "fits"
@@ -565,6 +565,8 @@ class _Core:
     """What vLLM subtracts from `requested` (weights + activation + non-torch growth + applied graph estimate)."""
     lora: lora.LoraSlots | None = None
     """The `--enable-lora` slots booked with each stage's weights."""
+    load_change: LoadTimeChange | None = None
+    """What vLLM's kernels add to the weights while loading them on this GPU (MXFP4 padding / scale copies)."""
 
 
 def _core(
@@ -574,7 +576,17 @@ def _core(
     requested = math.ceil(capacity * s.gpu_memory_utilization)
     kv_model = kv_view_of_model(model, s.version)
     tp, pp = s.tensor_parallel_size, s.pipeline_parallel_size
-    weights = stage_weight_bytes(model, tp=tp, pp=pp, dtype=s.dtype, ep=s.expert_parallel_size)
+    load_change = mxfp4_load_change(
+        model,
+        tp=tp,
+        ep=s.expert_parallel_size,
+        compute_capability=gpu.compute_capability,
+        vendor=gpu.vendor,
+        lora=s.enable_lora,
+    )
+    weights = stage_rank_weight_bytes(
+        model, tp=tp, pp=pp, dtype=s.dtype, ep=s.expert_parallel_size, load_change=load_change
+    )
     slots = lora_slots_of(model, s)
     if slots is not None:
         # allocated while the model loads: part of vLLM's "Model loading took"
@@ -720,6 +732,7 @@ def _core(
         + binding.non_torch.bytes
         + binding.graph_charged,
         lora=slots,
+        load_change=load_change,
     )
 
 
@@ -743,7 +756,12 @@ def _ledger(core: _Core) -> Ledger:
             st.weights,
             TermSource.DERIVED,
             f"checkpoint bytes on this rank (tp {s.tensor_parallel_size}, pp stage {st.index + 1}/"
-            f"{s.pipeline_parallel_size}): split tensors / tp, replicated ones (norms, routers, MLA q_a/kv_a) whole",
+            f"{s.pipeline_parallel_size}): split tensors / tp, replicated ones (norms, routers, MLA q_a/kv_a) whole"
+            + (
+                f"; + {core.load_change.note}"
+                if core.load_change and core.load_change.per_moe_layer_bytes
+                else ""
+            ),
             0,
             "from the checkpoint's shapes: median 0.5 %, worst 8 % from the weights real start-up logs report "
             "(docs/accuracy.md)",
