@@ -266,10 +266,16 @@ def validate(model: ModelSpec, gpu: GpuSpec, settings: ServeSettings) -> None:
             f"{model.num_hidden_layers} layers"
         )
     mml = settings.max_model_len
-    if mml is not None and mml != AUTO_MAX_MODEL_LEN and mml > model.vllm_max_model_len:
+    if (
+        mml is not None
+        and mml != AUTO_MAX_MODEL_LEN
+        and mml > model.vllm_max_model_len
+        and not settings.allow_long_max_model_len
+    ):
         raise BadInputError(
             f"--max-model-len {mml}: User-specified max_model_len ({mml}) is greater than the derived max_model_len "
-            f"(max_position_embeddings={model.vllm_max_model_len} in model's config.json); vLLM refuses it"
+            f"(max_position_embeddings={model.vllm_max_model_len} in model's config.json); vLLM refuses it unless "
+            "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 (or a rope scaling via --hf-overrides raises the derived length)"
         )
     if settings.kv_cache_dtype:
         kvmath.kv_dtype_bytes(model, settings.kv_cache_dtype, model_dtype=settings.dtype)

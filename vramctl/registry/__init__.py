@@ -11,6 +11,9 @@ Unknown names raise UnknownNameError with the closest matches.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from vramctl.core.errors import BadInputError, UnknownNameError
 from vramctl.core.specs import GpuSpec, ModelSpec
 from vramctl.registry._catalog import MODELS
@@ -32,7 +35,53 @@ __all__ = [
 ]
 
 
-def load_model(name_or_path: str, *, revision: str | None = None, offline: bool = False) -> ModelSpec:
+def load_model(
+    name_or_path: str,
+    *,
+    revision: str | None = None,
+    offline: bool = False,
+    hf_overrides: Mapping[str, Any] | None = None,
+) -> ModelSpec:
+    """The model as `_load_model` finds it, with vLLM's `--hf-overrides` applied to its config when given
+    (`vramctl.registry.overrides`: the derived context length follows; exact weight bytes kept unless the
+    override changes shapes)."""
+    spec = _load_model(name_or_path, revision=revision, offline=offline)
+    if not hf_overrides:
+        return spec
+    from vramctl.registry.overrides import spec_with_overrides
+
+    config, where = _raw_config(name_or_path, revision=revision, offline=offline)
+    return spec_with_overrides(spec, config, where, hf_overrides)
+
+
+def _raw_config(name_or_path: str, *, revision: str | None, offline: bool) -> tuple[dict[str, Any], str]:
+    """The config.json (or bundled `config:` block) a spec was built from."""
+    from vramctl.registry._files import read_json_object
+    from vramctl.registry.local import resolve_local
+
+    if looks_like_path(name_or_path):
+        local = resolve_local(name_or_path)
+        return read_json_object(local.config_path), str(local.config_path)
+    pinned = "@" in name_or_path or bool(revision and revision.strip())
+    path = None if pinned else MODELS.find(name_or_path)
+    if path is not None:
+        config = MODELS.document(path).get("config")
+        return (dict(config) if isinstance(config, dict) else {}), f"{path}: config"
+    from vramctl.registry import hub
+
+    ref = hub.parse_ref(name_or_path, revision)
+    if ref is None:
+        raise UnknownNameError("model", name_or_path, suggest_models(name_or_path))
+    config_path = hub.cached_config_path(ref)
+    if config_path is None:
+        cached = find_in_hf_cache(ref.repo_id)
+        if cached is None:
+            raise BadInputError(f"{name_or_path}: config.json not found to apply --hf-overrides to")
+        config_path = resolve_local(str(cached)).config_path
+    return read_json_object(config_path), f"{ref} config.json"
+
+
+def _load_model(name_or_path: str, *, revision: str | None = None, offline: bool = False) -> ModelSpec:
     """A bundled model by HF id or alias (any case), a local config.json / model folder / HF cache snapshot, or a
     Hugging Face Hub repo (`org/name`, `org/name@rev`).
 

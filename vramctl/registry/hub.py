@@ -276,6 +276,25 @@ def _config_path(hub: Any, ref: HubRef, offline: bool) -> tuple[Path, bool]:
     return path, True
 
 
+def cached_config_path(ref: HubRef) -> Path | None:
+    """config.json of `ref` in the HF cache (no network), or None."""
+    hub = _import_hub()
+    from huggingface_hub import errors
+
+    try:
+        return Path(
+            hub.hf_hub_download(
+                ref.repo_id,
+                "config.json",
+                revision=ref.revision,
+                local_files_only=True,
+                cache_dir=_cache_dir(),
+            )
+        )
+    except (errors.LocalEntryNotFoundError, OSError, ValueError):
+        return None
+
+
 def _commit_of(config_path: Path, ref: HubRef) -> str:
     """The snapshot folder's name (`.../snapshots/<commit>/config.json`), else the revision given."""
     parent = config_path.parent.name
