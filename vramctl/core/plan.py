@@ -327,6 +327,8 @@ def resolve_settings(model: ModelSpec, gpu: GpuSpec, settings: ServeSettings, ve
         settings.world_size,
         max_model_len=mml,
         enable_chunked_prefill=settings.enable_chunked_prefill,
+        enable_lora=settings.enable_lora,
+        sliding_window=bool(model.num_sliding_layers),
     )
     tokens = settings.max_num_batched_tokens
     seqs = settings.max_num_seqs
