@@ -90,10 +90,6 @@ def resolve_local(text: str) -> LocalModel:
     if not path.is_dir():  # a file, or a pipe: `--model <(curl …/config.json)`
         folder = path.parent
         config = path
-        if path.suffix == ".gguf":
-            raise BadInputError(
-                f"--model {text}: GGUF files are not read; pass the original model's config.json or folder"
-            )
         if path.suffix == ".safetensors" or path.name == INDEX_FILE:
             config = folder / "config.json"
             if not config.is_file():
@@ -131,7 +127,13 @@ def _safetensors_files(folder: Path) -> list[Path]:
 
 
 def load_local_model(text: str) -> ModelSpec:
-    """ModelSpec from a local config.json, reading the safetensors headers beside it when present."""
+    """ModelSpec from a local config.json, reading the safetensors headers beside it when present; a `.gguf`
+    file from its own header (`vramctl.registry.gguf_file`)."""
+    path = Path(text).expanduser()
+    if path.suffix.lower() == ".gguf" and path.is_file():
+        from vramctl.registry.gguf_file import load_gguf_model
+
+        return load_gguf_model(path, path.stem)
     local = resolve_local(text)
     config = read_json_object(local.config_path)
     where = str(local.config_path)
