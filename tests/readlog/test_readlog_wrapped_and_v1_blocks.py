@@ -70,3 +70,23 @@ def test_compare_plan_prints_the_partial_ledger_and_the_reason(
     assert code == 2
     data = json.loads(out)
     assert data["num_blocks"] == 9853 and "no-such-model-xyz" in data["comparison_error"]
+
+
+def test_compare_plan_from_free_memory_only(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # SGLang prints free memory, never the device total (scheduler.py / model_runner.py format strings;
+    # numbers made up for this test).
+    log = tmp_path / "sglang.log"
+    log.write_text(
+        "[2026-01-05 10:00:00] server_args=ServerArgs(model_path='meta-llama/Meta-Llama-3-8B-Instruct', "
+        "mem_fraction_static=0.88, tp_size=1)\n"
+        "[2026-01-05 10:00:10 TP0] Load weight begin. avail mem=78.60 GB\n"
+        "[2026-01-05 10:00:15 TP0] Load weight end. type=LlamaForCausalLM, dtype=torch.bfloat16, "
+        "avail mem=63.55 GB, mem usage=15.05 GB.\n"
+        "[2026-01-05 10:00:16 TP0] KV Cache is allocated. #tokens: 430000, K size: 26.24 GB, V size: 26.24 GB\n"
+        "[2026-01-05 10:00:16 TP0] Memory pool end. avail mem=9.80 GB\n"
+    )
+    code = main(["read-log", str(log), "--compare-plan", "--json"])
+    out, _err = capsys.readouterr()
+    assert code == 0, out
+    notes = json.loads(out)["comparison"]["notes"]
+    assert "only free memory (78.60 GiB" in notes[0] and "--gpu" in notes[0]

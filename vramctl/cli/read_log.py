@@ -61,17 +61,49 @@ def _compare(report: StartupReport, model_name: str | None, gpu_name: str | None
             hint = "" if model_name else " (the model the log names); pass --model NAME"
             raise BadInputError(f"--compare-plan: {exc}{hint}") from None
         model = found
+    note = None
     if gpu_name is not None:
         gpu = load_gpu(gpu_name)
     elif report.capacity_bytes is not None:
         gpu = gpu_from_capacity(report.capacity_bytes)
+    elif (free := report.facts.get("load_begin_avail")) is not None:
+        gpu, note = _card_holding(int(free.value))
     else:
         raise BadInputError(
             "--compare-plan: the log does not print the device total; pass --gpu NAME or --gpu-memory SIZE"
         )
     settings = settings_from_report(report)
     result = plan(model, gpu, settings)
-    return compare_with_plan(report, result, settings)
+    comparison = compare_with_plan(report, result, settings)
+    if note is not None:
+        from dataclasses import replace
+
+        comparison = replace(comparison, notes=(note, *comparison.notes))
+    return comparison
+
+
+FREE_ONLY_SLACK_BYTES = 6 << 30
+"""A card whose total exceeds the logged free memory by at most this (CUDA context, other processes)."""
+
+
+def _card_holding(free_bytes: int) -> tuple[Any, str]:
+    """The device for a log that prints only free memory (SGLang's `Load weight begin. avail mem=X GB`): the
+    bundled card with the smallest total at or above it (within 6 GiB), else a card of that free size."""
+    from vramctl.registry import gpu_from_capacity, list_gpus
+
+    fits = [g for g in list_gpus() if free_bytes <= g.cuda_total_bytes <= free_bytes + FREE_ONLY_SLACK_BYTES]
+    free_gib = free_bytes / 2**30
+    if fits:
+        card = min(fits, key=lambda g: (g.cuda_total_bytes, g.name))
+        return card, (
+            f"the log shows only free memory ({free_gib:.2f} GiB before loading, SGLang's avail mem); planned on "
+            f"{card.name} ({card.cuda_total_bytes / 2**30:.2f} GiB), the smallest bundled card that holds it; "
+            "pass --gpu or --gpu-memory to choose"
+        )
+    return gpu_from_capacity(free_bytes), (
+        f"the log shows only free memory ({free_gib:.2f} GiB before loading, SGLang's avail mem); planned with it "
+        "as the device total; pass --gpu or --gpu-memory to choose"
+    )
 
 
 def _json(
