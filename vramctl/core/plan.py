@@ -338,8 +338,10 @@ def resolve_settings(model: ModelSpec, gpu: GpuSpec, settings: ServeSettings, ve
         defaults.append("max_num_seqs")
     chunked = settings.enable_chunked_prefill if settings.enable_chunked_prefill is not None else True
     if V.is_v0(version):
+        # `use_long_context = max_model_len > 32768`, not with LoRA or a sliding window (_set_default_args_v0)
+        long_context = mml > 32768 and not settings.enable_lora and not model.num_sliding_layers
         chunked = (
-            settings.enable_chunked_prefill if settings.enable_chunked_prefill is not None else mml >= 32768
+            settings.enable_chunked_prefill if settings.enable_chunked_prefill is not None else long_context
         )
     tokens, seqs = V.apply_scheduler_caps(
         tokens if tokens is not None else table_tokens,
@@ -1075,7 +1077,9 @@ def plan_vllm(
     if model.state_space is not None:
         V.check_hybrid_supported(model.name, version)
     capacity = settings.gpu_memory_bytes or gpu.cuda_total_bytes
-    s = resolve_settings(model, gpu, settings, version)
+    fallback = V.v0_fallback(version, gpu.compute_capability, gpu.vendor)
+    rules_version = V.V0_RULES_VERSION if fallback else version
+    s = resolve_settings(model, gpu, settings, rules_version)
     core = _core(model, gpu, s, capacity, calibration)
     auto_note = None
     if settings.max_model_len == AUTO_MAX_MODEL_LEN:
@@ -1085,7 +1089,15 @@ def plan_vllm(
     notes, warnings = _explanations(model, gpu, core, ledger)
     if auto_note:
         notes.insert(0, auto_note)
-    kv_model = kv_view_of_model(model, version)
+    if fallback:
+        notes.insert(
+            0,
+            f"vLLM {version} runs its V0 engine on this card (compute capability {gpu.compute_capability} < 8.0: "
+            "`_is_v1_supported_oracle`, vllm/engine/arg_utils.py 0.8-0.10): planned with the V0 rules "
+            f"(defaults, profiling, graphs) as of {V.V0_RULES_VERSION}",
+        )
+        s = replace(s, version=version)
+    kv_model = kv_view_of_model(model, rules_version)
     result = PlanResult(
         engine="vllm",
         engine_version=version,

@@ -66,6 +66,23 @@ def is_v0(version: str) -> bool:
     return _v(version) < (0, 8, 0)
 
 
+V0_RULES_VERSION = "0.7.3"
+"""The last release whose default engine was V0: its rules stand for the V0 engine 0.8-0.10 fall back to."""
+
+
+def v0_fallback(version: str, compute_capability: str | None, vendor: str = "nvidia") -> bool:
+    """vLLM 0.8-0.10 run the V0 engine instead of V1 on a CUDA card below compute capability 8.0 (Turing: T4,
+    RTX 20xx, Quadro RTX): `_is_v1_supported_oracle` in vllm/engine/arg_utils.py (0.8-0.10) falls back with
+    "Compute Capability < 8.0 is not supported by V1". 0.11 removed V0 (Turing runs V1 there)."""
+    if vendor != "nvidia" or not compute_capability:
+        return False
+    try:
+        major = int(compute_capability.split(".", 1)[0])
+    except ValueError:
+        return False
+    return major < 8 and (0, 8, 0) <= _v(version) < (0, 11, 0)
+
+
 def subtraction_kind(version: str) -> Subtraction:
     """Which non-KV formula the version uses (vllm.md §1.3, §9). 0.27 is taken as the ≤0.26 rule: the
     switch is between the 0.26.0 and 0.28.0 wheels."""
