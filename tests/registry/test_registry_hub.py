@@ -197,3 +197,26 @@ def test_did_you_mean_names_another_quantisation_or_size() -> None:
     )
     text = described_suggestion("Qwen/Qwen2.5-72B-Instruct-AWQ", "Qwen/Qwen2.5-7B-Instruct")
     assert "another quantisation" in text and "another size" in text
+
+
+def test_modelopt_quantisation_from_hf_quant_config(hub: FakeHub, tmp_path: Path) -> None:
+    repo = "nvidia/Llama-3.2-1B-Instruct-FP8"
+    proc = _plan(_env(hub.endpoint, tmp_path), repo)
+    assert proc.returncode == 0, proc.stderr
+    model = json.loads(proc.stdout)["model"]
+    assert model["quantization"] == "modelopt" and model["weight_bytes"] == _header_bytes(repo)
+    # cached: no request at all on the next run, the quantisation still read
+    again = _plan(_env("http://127.0.0.1:9", tmp_path), repo)
+    assert again.returncode == 0 and json.loads(again.stdout)["model"]["quantization"] == "modelopt"
+
+
+def test_local_folder_reads_hf_quant_config(tmp_path: Path) -> None:
+    from vramctl.registry import load_model
+
+    folder = tmp_path / "llama-fp8"
+    folder.mkdir()
+    source = REPOS / "nvidia" / "Llama-3.2-1B-Instruct-FP8"
+    for name in ("config.json", "hf_quant_config.json"):
+        (folder / name).write_text((source / name).read_text())
+    spec = load_model(str(folder))
+    assert spec.quantization == "modelopt" and spec.quant_bits == 8

@@ -295,6 +295,32 @@ def cached_config_path(ref: HubRef) -> Path | None:
         return None
 
 
+def _quant_config_path(hub: Any, ref: HubRef, config: Mapping[str, Any], offline: bool) -> Path | None:
+    """ModelOpt's hf_quant_config.json beside a config.json without `quantization_config` (a few hundred bytes;
+    None when the repo has none or it cannot be fetched: the safetensors headers still give exact bytes)."""
+    from huggingface_hub import errors
+
+    if "quantization_config" in config:
+        return None
+    for local_only in (True, False) if not offline else (True,):
+        try:
+            return Path(
+                hub.hf_hub_download(
+                    ref.repo_id,
+                    "hf_quant_config.json",
+                    revision=ref.revision,
+                    local_files_only=local_only,
+                    cache_dir=_cache_dir(),
+                    endpoint=_endpoint(),
+                )
+            )
+        except errors.LocalEntryNotFoundError:
+            continue
+        except _network_failures():
+            return None
+    return None
+
+
 def _commit_of(config_path: Path, ref: HubRef) -> str:
     """The snapshot folder's name (`.../snapshots/<commit>/config.json`), else the revision given."""
     parent = config_path.parent.name
@@ -418,7 +444,7 @@ def _local_safetensors(folder: Path) -> bool:
 def load_hub_model(ref: HubRef, *, offline: bool = False) -> ModelSpec:
     """ModelSpec of a Hub repo from its config.json and safetensors headers (see the module docstring)."""
     from vramctl.registry._files import read_json_object
-    from vramctl.registry.local import load_local_model
+    from vramctl.registry.local import load_local_model, with_hf_quant_config
 
     offline = offline or offline_from_env()
     hub = _import_hub()
@@ -428,6 +454,7 @@ def load_hub_model(ref: HubRef, *, offline: bool = False) -> ModelSpec:
     where = f"{ref} config.json"
     try:
         config = read_json_object(config_path)
+        config = with_hf_quant_config(config, _quant_config_path(hub, ref, config, offline or not fetched))
         probe = _probe(config, where, ref)
     except BadInputError as exc:
         if fetched:

@@ -16,6 +16,25 @@ from vramctl.registry.models import spec_from_config
 from vramctl.registry.safetensors import CheckpointSummary, read_checkpoint
 
 INDEX_FILE = "model.safetensors.index.json"
+HF_QUANT_CONFIG = "hf_quant_config.json"
+"""NVIDIA ModelOpt exports keep their quantisation here, not in config.json; vLLM reads it when config.json has no
+`quantization_config` (ModelOptFp8Config / ModelOptNvFp4Config `get_config_filenames`,
+vllm/model_executor/layers/quantization/modelopt.py)."""
+
+
+def with_hf_quant_config(config: dict[str, Any], quant_file: Path | None) -> dict[str, Any]:
+    """`config` with a ModelOpt `hf_quant_config.json` ({"producer": …, "quantization": {"quant_algo": …}})
+    folded in as `quantization_config` (quant_method `modelopt`) when config.json has none."""
+    if quant_file is None or "quantization_config" in config or not quant_file.is_file():
+        return config
+    text = config.get("text_config")
+    if isinstance(text, dict) and "quantization_config" in text:
+        return config
+    data = read_json_object(quant_file)
+    quant = data.get("quantization")
+    if not isinstance(quant, dict) or not quant.get("quant_algo"):
+        raise BadInputError(f"{quant_file}: field 'quantization.quant_algo' is missing")
+    return {**config, "quantization_config": {"quant_method": "modelopt", **quant}}
 
 
 @dataclass(frozen=True)
@@ -135,7 +154,7 @@ def load_local_model(text: str) -> ModelSpec:
 
         return load_gguf_model(path, path.stem)
     local = resolve_local(text)
-    config = read_json_object(local.config_path)
+    config = with_hf_quant_config(read_json_object(local.config_path), local.folder / HF_QUANT_CONFIG)
     where = str(local.config_path)
     files = _safetensors_files(local.folder)
     if not files:

@@ -190,6 +190,27 @@ def main() -> None:
     )
     write("bad-org/bin-only", {"config.json": LLAMA_32_1B, "pytorch_model.bin": "not read"})
     write("slow-org/Slow-1B", {"config.json": LLAMA_32_1B}, {"delay_s": 4})
+    # A ModelOpt FP8 export: quantisation in hf_quant_config.json, not config.json; F32 scalar scales.
+    modelopt = []
+    for name, dtype, shape in llama_tensors(LLAMA_32_1B, linear="F8_E4M3"):
+        modelopt.append((name, dtype, shape))
+        if dtype == "F8_E4M3":
+            modelopt += [
+                (name.replace(".weight", ".weight_scale"), "F32", []),
+                (name.replace(".weight", ".input_scale"), "F32", []),
+            ]
+    hf_quant = {
+        "producer": {"name": "modelopt", "version": "0.19.0"},
+        "quantization": {"quant_algo": "FP8", "kv_cache_quant_algo": None, "exclude_modules": ["lm_head"]},
+    }
+    write(
+        "nvidia/Llama-3.2-1B-Instruct-FP8",
+        {
+            "config.json": LLAMA_32_1B,
+            "hf_quant_config.json": hf_quant,
+            "model.safetensors.header": json.dumps(header(modelopt)),
+        },
+    )
 
 
 if __name__ == "__main__":
