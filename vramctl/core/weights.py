@@ -10,6 +10,7 @@ replicated pieces: DeepSeek-R1 at TP 16 holds 40.18 GiB per rank, not 39.18 (dat
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 from vramctl.core.kv import pp_partition
@@ -167,3 +168,16 @@ def mxfp4_load_change(
         note=f"MXFP4 on SM {compute_capability} ({backend} backend): {what} "
         "(vllm/model_executor/layers/quantization/mxfp4.py, 0.11-0.12)",
     )
+
+
+def rope_cache_bytes(model: ModelSpec, dtype: str | None = None) -> int:
+    """vLLM's rotary-embedding cos/sin caches on every rank (`ModelSpec.rope_cache_elements` in the model dtype):
+    buffers built with the model, so inside "Model loading took" (vllm/model_executor/layers/rotary_embedding/,
+    `RotaryEmbedding.__init__` registers `cos_sin_cache`). 2 MiB for Llama-3-8B, 32 MiB for Llama-3.1 (131,072
+    positions), 0.56 GiB for Gemma-3-4B (its global rope is linear-scaled 8× over 131,072 positions). `dtype`: the
+    serving `--dtype` (the cache follows the model's dtype)."""
+    element: float = serving_dtype_bytes(model)
+    if dtype not in (None, "", "auto"):
+        with contextlib.suppress(KeyError):  # an unknown --dtype is refused by plan's validation
+            element = dtype_bytes(dtype)
+    return round(model.rope_cache_elements * element)
