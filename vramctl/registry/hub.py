@@ -167,6 +167,11 @@ def _hub_error(exc: BaseException, ref: HubRef, what: str) -> BadInputError:
         return BadInputError(
             f"{ref}: the Hub answered HTTP {status or '?'} for {what}; retry later, or {_download_hint(ref)}"
         )
+    if isinstance(exc, PermissionError):
+        return BadInputError(
+            f"{ref}: cannot write the HF cache ({exc.filename or _cache_dir()}: permission denied); point HF_HOME "
+            "or HF_HUB_CACHE at a writable folder, or pass a local config.json"
+        )
     if isinstance(exc, TimeoutError) or "Timeout" in name:
         return BadInputError(
             f"{ref}: {what} timed out from {_endpoint()} (raise HF_HUB_ETAG_TIMEOUT / HF_HUB_DOWNLOAD_TIMEOUT, "
