@@ -91,4 +91,6 @@ def test_check_spec_takes_the_flags(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert main(["check", str(spec), "--json"]) == 0
     (engine,) = json.loads(capsys.readouterr().out)["engines"]
     model = registry.load_model(QWEN_MOE)
-    assert engine["weights_bytes"] == rank_weight_bytes(model, 4, pad_vocab=True, ep=8).total
+    # the checkpoint's bytes on the rank + the rotary embeddings' cos/sin cache (bf16) every rank holds
+    rope = model.rope_cache_elements * 2
+    assert engine["weights_bytes"] == rank_weight_bytes(model, 4, pad_vocab=True, ep=8).total + rope

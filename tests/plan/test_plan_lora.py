@@ -111,7 +111,7 @@ def test_check_spec_takes_the_flags(tmp_path: Path, capsys: pytest.CaptureFixtur
     )
     assert main(["check", str(spec), "--json"]) == 0
     (engine,) = json.loads(capsys.readouterr().out)["engines"]
-    assert engine["weights_bytes"] == 16_060_522_496 + 1_342_177_280
+    assert engine["weights_bytes"] == 16_060_522_496 + 1_342_177_280 + 2 * 2**20  # + the rotary cos/sin cache
 
 
 def test_lora_on_a_hybrid_is_refused_rather_than_guessed(capsys: pytest.CaptureFixture[str]) -> None:

@@ -118,7 +118,8 @@ def test_plan_serve_command_and_engine_both(capsys: pytest.CaptureFixture[str]) 
         capsys, "--gpu", "h100-sxm", "--engine", "both", "--", "vllm", "serve", LLAMA, "--quantization", "fp8"
     )
     assert code == 0
-    assert both["terms"]["weights"]["bytes"] == 9_086_705_664
+    # vLLM also books Llama-3-8B's rotary cos/sin cache (8192 positions × 128 × bf16 = 2 MiB) with the weights
+    assert both["terms"]["weights"]["bytes"] == 9_086_705_664 + 2 * 2**20
     assert both["sglang"]["terms"]["weights"]["bytes"] == 9_086_705_664
 
 
@@ -136,7 +137,7 @@ def test_check_spec_takes_the_flag(tmp_path: Path, capsys: pytest.CaptureFixture
     )
     assert main(["check", str(spec), "--json"]) == 0
     (engine,) = json.loads(capsys.readouterr().out)["engines"]
-    assert engine["weights_bytes"] == 9_086_705_664
+    assert engine["weights_bytes"] == 9_086_705_664 + 2 * 2**20  # + the rotary cos/sin cache
 
 
 def test_online_fp8_of_a_hybrid_scales_its_exact_total() -> None:

@@ -19,6 +19,7 @@ from vramctl.cli.main import main
 from vramctl.core.kv import kv_bytes_per_token
 from vramctl.core.params import param_breakdown, param_count_from_spec, rank_weight_bytes
 from vramctl.core.specs import ModelSpec
+from vramctl.core.weights import rope_cache_bytes
 from vramctl.registry import load_model
 from vramctl.registry._files import profiles_dir, read_yaml
 from vramctl.registry.models import spec_from_config
@@ -294,8 +295,10 @@ def test_plan_vllm_serve(
     assert data["verdict"] == "fits"
     assert data["kv_bytes_per_token"] == per_token
     assert data["max_model_len"] == data["max_model_len_fit"] == max_len
-    # the weights term is this rank's share of the checkpoint (vocab padded to 64 rows)
-    assert data["terms"]["weights"]["bytes"] == rank_weight_bytes(spec, tp, pad_vocab=True).total
+    # the weights term is this rank's share of the checkpoint (vocab padded to 64 rows) + the rotary cos/sin cache
+    assert data["terms"]["weights"]["bytes"] == rank_weight_bytes(
+        spec, tp, pad_vocab=True
+    ).total + rope_cache_bytes(spec)
 
 
 def test_minimax_m2_on_four_h100_is_short_of_its_context(capsys: pytest.CaptureFixture[str]) -> None:

@@ -11,6 +11,7 @@ No torch import anywhere on this path.
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Any
 
@@ -36,6 +37,10 @@ _OPTION_OF = {
     "host_memory_bytes": "host_memory",
 }
 """ServeSettings field → the `plan` option it comes from, where the names differ."""
+
+
+def _truthy(value: str | None) -> bool:
+    return (value or "").strip().lower() in ("1", "true", "yes", "on")
 
 
 def _is_launcher(word: str) -> bool:
@@ -251,7 +256,29 @@ def run_plan(
     if wants_host and settings.host_memory_bytes is None:
         settings = settings.with_changes(host_memory_bytes=machine_memory_bytes())
 
-    model = registry.load_model(model_name)
+    from vramctl.registry.overrides import merged_config, parse_overrides
+
+    revision = options.get("revision")
+    offline = bool(options.get("offline"))
+    overrides = parse_overrides(options.get("hf_overrides"))
+    rope = parse_overrides(options.get("rope_scaling"), "--rope-scaling")
+    allow_long = _truthy(os.environ.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN"))
+    if command is not None:
+        flags = dict(command.flags)
+        if revision is None and flags.get("revision"):
+            revision = flags["revision"]
+        env = dict(command.env)
+        offline = offline or _truthy(env.get("HF_HUB_OFFLINE"))
+        allow_long = allow_long or _truthy(env.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN"))
+        if overrides is None:
+            overrides = parse_overrides(flags.get("hf-overrides"))
+        if rope is None:
+            rope = parse_overrides(flags.get("rope-scaling"), "--rope-scaling")
+    if rope is not None:
+        overrides = merged_config(overrides or {}, rope)
+    if allow_long:
+        settings = settings.with_changes(allow_long_max_model_len=True)
+    model = registry.load_model(model_name, revision=revision, offline=offline, hf_overrides=overrides)
     gpu_name = options.get("gpu")
     if gpu_name is None and settings.gpu_memory_bytes is not None:
         gpu = registry.gpu_from_capacity(settings.gpu_memory_bytes)
@@ -299,7 +326,25 @@ def register(app: typer.Typer) -> None:
     )
     def plan_command(
         words: list[str] = typer.Argument(None, metavar="[MODEL | -- SERVE COMMAND…]", show_default=False),
-        model: str = typer.Option(None, "--model", help="HF id, alias or local config.json / model folder."),
+        model: str = typer.Option(
+            None,
+            "--model",
+            help="HF id (org/name[@rev]: read from the Hub), alias, or local config.json / folder.",
+        ),
+        revision: str = typer.Option(
+            None, "--revision", help="Hub branch, tag or commit of MODEL (or write org/name@rev)."
+        ),
+        offline: bool = typer.Option(
+            False, "--offline", help="Never contact the Hub: the HF cache only (as HF_HUB_OFFLINE=1)."
+        ),
+        hf_overrides: str = typer.Option(
+            None,
+            "--hf-overrides",
+            help='vLLM: JSON applied to the model config, e.g. \'{"rope_scaling": {"rope_type": "yarn", ...}}\'.',
+        ),
+        rope_scaling: str = typer.Option(
+            None, "--rope-scaling", help="Older vLLM: JSON rope_scaling (as --hf-overrides on that key)."
+        ),
         gpu: str = typer.Option(None, "--gpu", help=f"GPU name (default {DEFAULT_GPU}); see `vramctl gpus`."),
         gpu_memory: str = typer.Option(None, "--gpu-memory", help="A card's CUDA total, e.g. 79.18GiB."),
         engine: str = typer.Option(None, "--engine", help="vllm (default), sglang or both."),

@@ -61,17 +61,49 @@ def _compare(report: StartupReport, model_name: str | None, gpu_name: str | None
             hint = "" if model_name else " (the model the log names); pass --model NAME"
             raise BadInputError(f"--compare-plan: {exc}{hint}") from None
         model = found
+    note = None
     if gpu_name is not None:
         gpu = load_gpu(gpu_name)
     elif report.capacity_bytes is not None:
         gpu = gpu_from_capacity(report.capacity_bytes)
+    elif (free := report.facts.get("load_begin_avail")) is not None:
+        gpu, note = _card_holding(int(free.value))
     else:
         raise BadInputError(
             "--compare-plan: the log does not print the device total; pass --gpu NAME or --gpu-memory SIZE"
         )
     settings = settings_from_report(report)
     result = plan(model, gpu, settings)
-    return compare_with_plan(report, result, settings)
+    comparison = compare_with_plan(report, result, settings)
+    if note is not None:
+        from dataclasses import replace
+
+        comparison = replace(comparison, notes=(note, *comparison.notes))
+    return comparison
+
+
+FREE_ONLY_SLACK_BYTES = 6 << 30
+"""A card whose total exceeds the logged free memory by at most this (CUDA context, other processes)."""
+
+
+def _card_holding(free_bytes: int) -> tuple[Any, str]:
+    """The device for a log that prints only free memory (SGLang's `Load weight begin. avail mem=X GB`): the
+    bundled card with the smallest total at or above it (within 6 GiB), else a card of that free size."""
+    from vramctl.registry import gpu_from_capacity, list_gpus
+
+    fits = [g for g in list_gpus() if free_bytes <= g.cuda_total_bytes <= free_bytes + FREE_ONLY_SLACK_BYTES]
+    free_gib = free_bytes / 2**30
+    if fits:
+        card = min(fits, key=lambda g: (g.cuda_total_bytes, g.name))
+        return card, (
+            f"the log shows only free memory ({free_gib:.2f} GiB before loading, SGLang's avail mem); planned on "
+            f"{card.name} ({card.cuda_total_bytes / 2**30:.2f} GiB), the smallest bundled card that holds it; "
+            "pass --gpu or --gpu-memory to choose"
+        )
+    return gpu_from_capacity(free_bytes), (
+        f"the log shows only free memory ({free_gib:.2f} GiB before loading, SGLang's avail mem); planned with it "
+        "as the device total; pass --gpu or --gpu-memory to choose"
+    )
 
 
 def _json(
@@ -150,22 +182,37 @@ def register(app: typer.Typer) -> None:
                     err=True,
                 )
             raise typer.Exit(int(ExitCode.NOTHING_FOUND))
-        comparison = _compare(report, model, gpu) if compare_plan else None
+        comparison = None
+        cannot_compare: BadInputError | None = None
+        if compare_plan:
+            # What was read is printed even when no plan can be made (an unknown model or GPU total): the
+            # partial ledger first, then the reason, and exit 2.
+            try:
+                comparison = _compare(report, model, gpu)
+            except BadInputError as exc:
+                cannot_compare = exc
         if json_out:
-            typer.echo(dumps(_json(report, comparison, warnings, source)))
-            return
-        for warning in warnings:
-            typer.echo(f"vramctl: warning: {warning}", err=True)
-        if markdown:
-            from vramctl.render.startup import startup_markdown
+            out = _json(report, comparison, warnings, source)
+            if cannot_compare is not None:
+                out["comparison_error"] = str(cannot_compare)
+            typer.echo(dumps(out))
+        else:
+            for warning in warnings if cannot_compare is None else ():  # the error stays the one stderr line
+                typer.echo(f"vramctl: warning: {warning}", err=True)
+            if markdown:
+                from vramctl.render.startup import startup_markdown
 
-            typer.echo(startup_markdown(report, comparison), nl=False)
-            return
-        from rich.console import Console
+                typer.echo(startup_markdown(report, comparison), nl=False)
+            else:
+                from rich.console import Console
 
-        from vramctl.render.startup import render_startup
+                from vramctl.render.startup import render_startup
 
-        console = Console(soft_wrap=False)
-        if not console.is_terminal:
-            console = Console(width=160, soft_wrap=False)
-        console.print(render_startup(report, comparison))
+                console = Console(soft_wrap=False)
+                if not console.is_terminal:
+                    console = Console(width=160, soft_wrap=False)
+                console.print(render_startup(report, comparison))
+        if cannot_compare is not None:
+            where = "" if json_out else " (the ledger printed is what the log says)"
+            typer.echo(f"vramctl: error: {cannot_compare}{where}", err=True)
+            raise typer.Exit(int(cannot_compare.exit_code))

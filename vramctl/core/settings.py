@@ -66,6 +66,9 @@ class ServeSettings:
     max_loras: int | None = None
     max_lora_rank: int | None = None
     fully_sharded_loras: bool = False
+    allow_long_max_model_len: bool = False
+    """vLLM's `VLLM_ALLOW_LONG_MAX_MODEL_LEN=1` (vllm/envs.py): a --max-model-len above the derived one is
+    accepted with a warning instead of refused."""
     # --- SGLang ----------------------------------------------------------------------------------------
     mem_fraction_static: float | None = None
     chunked_prefill_size: int | None = None

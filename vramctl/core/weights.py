@@ -10,13 +10,22 @@ replicated pieces: DeepSeek-R1 at TP 16 holds 40.18 GiB per rank, not 39.18 (dat
 
 from __future__ import annotations
 
+import contextlib
+from dataclasses import dataclass
+
 from vramctl.core.kv import pp_partition
-from vramctl.core.params import rank_weight_bytes, serving_dtype_bytes
+from vramctl.core.params import is_moe_layer, rank_weight_bytes, serving_dtype_bytes
 from vramctl.core.specs import ModelSpec, dtype_bytes
 
 
 def stage_rank_weight_bytes(
-    model: ModelSpec, *, tp: int, pp: int = 1, dtype: str | None = None, ep: int = 1
+    model: ModelSpec,
+    *,
+    tp: int,
+    pp: int = 1,
+    dtype: str | None = None,
+    ep: int = 1,
+    load_change: LoadTimeChange | None = None,
 ) -> tuple[int, ...]:
     """Weight bytes on one TP rank of each of the `pp` pipeline stages.
 
@@ -25,6 +34,7 @@ def stage_rank_weight_bytes(
     materialised on the last stage too when pp > 1. `dtype`: a `--dtype` other than the one an
     unquantised checkpoint is served in (`serving_dtype_bytes`) rescales it; quantised checkpoints keep
     their packed sizes. `ep` > 1: routed experts spread whole over ep ranks (`rank_weight_bytes`).
+    `load_change`: bytes the engine adds to each MoE layer while preparing the weights (`mxfp4_load_change`).
     """
     rank = rank_weight_bytes(model, tp, pad_vocab=True, ep=ep)
     parts = pp_partition(model.num_hidden_layers, pp)
@@ -38,6 +48,9 @@ def stage_rank_weight_bytes(
     start = 0
     for stage, layers in enumerate(parts):
         stage_bytes = sum(rank.layers[start : start + layers])
+        if load_change is not None:
+            moe_layers = sum(1 for layer in range(start, start + layers) if is_moe_layer(model, layer))
+            stage_bytes += moe_layers * load_change.per_moe_layer_bytes
         start += layers
         if stage == 0:
             stage_bytes += rank.embedding + rank.vision
@@ -45,3 +58,126 @@ def stage_rank_weight_bytes(
             stage_bytes += rank.final_norm + (rank.lm_head if rank.lm_head or pp == 1 else rank.embedding)
         out.append(round(stage_bytes * ratio))
     return tuple(out)
+
+
+MXFP4_BLOCK = 32
+"""One uint8 (E8M0) scale per 32 FP4 values."""
+
+
+@dataclass(frozen=True)
+class LoadTimeChange:
+    """Bytes a checkpoint gains on one rank while vLLM prepares it for the GPU's kernels."""
+
+    per_moe_layer_bytes: int
+    backend: str
+    note: str
+
+
+def _round_up(value: int, multiple: int) -> int:
+    return -(-value // multiple) * multiple
+
+
+def mxfp4_backend(
+    compute_capability: str | None, *, vendor: str = "nvidia", lora: bool = False
+) -> str | None:
+    """The MoE kernel vLLM picks for an MXFP4 checkpoint (`get_mxfp4_backend`,
+    vllm/model_executor/layers/quantization/mxfp4.py, 0.11-0.12) with its default environment:
+
+    - SM 8.x (Ampere, Ada) and SM 12.x: `marlin` (triton_kernels are only enabled for 9.0 <= SM < 11.0);
+    - SM 9.0 (Hopper): `triton` (OpenAI's triton_kernels; FlashInfer's SM90 path needs
+      VLLM_USE_FLASHINFER_MOE_MXFP4_BF16=1);
+    - SM 10.x (Blackwell) with FlashInfer, as vLLM's wheels ship it: `flashinfer` (the SM100 BF16 path); with
+      LoRA, `triton` (get_mxfp4_backend_with_lora);
+    - AMD: `rocm` (no load-time change modelled). None when the capability is unknown.
+    """
+    if vendor != "nvidia":
+        return "rocm"
+    if not compute_capability:
+        return None
+    try:
+        major = int(compute_capability.split(".", 1)[0])
+    except ValueError:
+        return None
+    if major == 9:
+        return "triton"
+    if major == 10:
+        return "triton" if lora else "flashinfer"
+    return "marlin"
+
+
+def mxfp4_load_change(
+    model: ModelSpec,
+    *,
+    tp: int,
+    ep: int,
+    compute_capability: str | None,
+    vendor: str = "nvidia",
+    lora: bool = False,
+) -> LoadTimeChange | None:
+    """What vLLM's `Mxfp4MoEMethod` adds to each MoE layer of an MXFP4 checkpoint on one rank
+    (vllm/model_executor/layers/quantization/mxfp4.py `create_weights` / `process_weights_after_loading`,
+    0.11-0.12; mxfp4_utils.py `_swizzle_mxfp4`):
+
+    - `marlin`: the expert tensors are created padded, the intermediate size per partition to a multiple of 128
+      and the hidden size to a multiple of 256 (the Marlin MoE kernel needs n % 256 == 0 and k % 128 == 0);
+    - `triton`: the biases become float32 and the scales are swizzled into a new tensor (HopperMXScaleLayout,
+      whose rows come in multiples of 2 × num_warps(8) × 2 × 8 = 256) while the loaded `w*_weight_scale`
+      parameters stay allocated: a second, padded copy of every expert scale;
+    - `flashinfer` (SM100): both sizes padded to a multiple of 256 and the biases float32.
+
+    gpt-oss-120b at TP 1 on an H100 (Triton): +3.54 GiB, 64.30 GiB where vLLM logs 64.38; at TP 4 on an A100
+    (Marlin): +1.95 GiB per rank. None for another method, a dense model or an unknown GPU.
+    """
+    if (model.quantization or "").lower() != "mxfp4" or model.moe is None:
+        return None
+    backend = mxfp4_backend(compute_capability, vendor=vendor, lora=lora)
+    if backend is None or backend == "rocm":
+        return None
+    moe = model.moe
+    experts = _round_up(moe.num_experts, ep) // ep if ep > 1 else moe.num_experts
+    inter = moe.moe_intermediate_size if ep > 1 else _round_up(moe.moe_intermediate_size, tp) // tp
+    hidden = model.hidden_size
+    bias = 2 if moe.expert_bias else 0
+
+    def layer_bytes(i: int, h: int, bias_bytes: int) -> int:
+        weights = experts * (2 * i * h // 2 + h * i // 2)
+        scales = experts * (2 * i * -(-h // MXFP4_BLOCK) + h * -(-i // MXFP4_BLOCK))
+        biases = experts * (2 * i + h) * bias_bytes
+        return weights + scales + biases
+
+    loaded = layer_bytes(inter, hidden, bias)  # what the checkpoint's shapes give (rank_weight_bytes)
+    if backend == "marlin":
+        extra = layer_bytes(_round_up(inter, 128), _round_up(hidden, 256), bias) - loaded
+        what = "Marlin pads the expert tensors (intermediate per rank to 128, hidden to 256)"
+    elif backend == "flashinfer":
+        extra = layer_bytes(_round_up(inter, 256), _round_up(hidden, 256), 4 if bias else 0) - loaded
+        what = "FlashInfer (SM100) pads the expert tensors to multiples of 256 and keeps float32 biases"
+    else:
+        padded = _round_up(inter, 64)  # create_weights' default rounding
+        rows = _round_up(2 * padded, 256) * -(-hidden // MXFP4_BLOCK) + _round_up(hidden, 256) * -(
+            -padded // MXFP4_BLOCK
+        )
+        extra = layer_bytes(padded, hidden, 4 if bias else 0) - loaded + experts * rows
+        what = (
+            "triton_kernels keeps a swizzled copy of the expert scales (rows padded to 256) beside the loaded "
+            "ones and turns the biases into float32"
+        )
+    return LoadTimeChange(
+        per_moe_layer_bytes=max(0, extra),
+        backend=backend,
+        note=f"MXFP4 on SM {compute_capability} ({backend} backend): {what} "
+        "(vllm/model_executor/layers/quantization/mxfp4.py, 0.11-0.12)",
+    )
+
+
+def rope_cache_bytes(model: ModelSpec, dtype: str | None = None) -> int:
+    """vLLM's rotary-embedding cos/sin caches on every rank (`ModelSpec.rope_cache_elements` in the model dtype):
+    buffers built with the model, so inside "Model loading took" (vllm/model_executor/layers/rotary_embedding/,
+    `RotaryEmbedding.__init__` registers `cos_sin_cache`). 2 MiB for Llama-3-8B, 32 MiB for Llama-3.1 (131,072
+    positions), 0.56 GiB for Gemma-3-4B (its global rope is linear-scaled 8× over 131,072 positions). `dtype`: the
+    serving `--dtype` (the cache follows the model's dtype)."""
+    element: float = serving_dtype_bytes(model)
+    if dtype not in (None, "", "auto"):
+        with contextlib.suppress(KeyError):  # an unknown --dtype is refused by plan's validation
+            element = dtype_bytes(dtype)
+    return round(model.rope_cache_elements * element)

@@ -415,6 +415,7 @@ PREFILTER_ANCHORS: tuple[bytes, ...] = (
     b"Estimated CUDA",
     b"CUDA graph",
     b"Overriding num_gpu_blocks",
+    b"num_gpu_blocks is:",
     b"Auto-fit",
     b"Post-capture",
     b"Allocating",
@@ -668,12 +669,16 @@ class _Parser:
         candidate = text
         pending = self.pending
         self.pending = None
-        if pending is not None and pending.number == line.number - 1 and pending.process == line.process:
+        joined = pending is not None and pending.number == line.number - 1 and pending.process == line.process
+        if joined and pending is not None:
             candidate = pending.text + " " + text.lstrip()
         if _NEEDLE_RE.search(candidate) is None:
             return
-        self._formats(line, candidate)
-        if _WRAP_TAIL_RE.search(text):
+        found = self._formats(line, candidate)
+        if not found and joined and pending is not None:
+            # A hard wrap inside a word or a number (a terminal or a pasted issue cut at a fixed column).
+            found = self._formats(line, pending.text + text.lstrip())
+        if _WRAP_TAIL_RE.search(text) or (not found and not joined and _NEEDLE_RE.search(text) is not None):
             self.pending = line
 
     # ---- pieces ------------------------------------------------------------------------------------
@@ -734,9 +739,11 @@ class _Parser:
         for key, value in pairs:
             run.set_setting(key, _parse_value(value), line.number, source)
 
-    def _formats(self, line: _Line, candidate: str) -> None:
+    def _formats(self, line: _Line, candidate: str) -> bool:
+        """Record every format's facts on the line; whether any fact was read."""
         run = self.run
         seen: set[str] = set()
+        found = False
         for fmt in ALL_FORMATS:
             if fmt.needle not in candidate:
                 continue
@@ -789,6 +796,8 @@ class _Parser:
                 run.variant = fmt.variant
             for obs in new:
                 run.add(obs)
+            found = found or bool(new)
+        return found
 
     def _table(self, line: _Line) -> None:
         cells = [c for c in _TABLE_SPLIT_RE.split(line.text.strip().strip("|"))]

@@ -465,6 +465,17 @@ VLLM_FORMATS: tuple[LineFormat, ...] = (
         variant="V1",
         semantics="kv-bytes",
     ),
+    _f(
+        "v1-num-gpu-blocks-is",
+        "vllm",
+        "num_gpu_blocks is:",
+        r"after num_gpu_blocks is: (?P<num_gpu_blocks>{NUM})",
+        "vLLM V1 v1/metrics/loggers.py `log_engine_initialized` (0.9-0.11: `Engine %03d: vllm cache_config_info "
+        "with initialization after num_gpu_blocks is: %d`; with data parallelism the sum over the engines, "
+        "v1/engine/core_client.py)",
+        min_version=(0, 9, 0),
+        variant="V1",
+    ),
     # ---- weights
     _f(
         "model-loading-gib-memory",
@@ -492,6 +503,14 @@ VLLM_FORMATS: tuple[LineFormat, ...] = (
         "vLLM 0.7-0.8.2 model_runner.py:1146 (`GB` is bytes / 2**30)",
         min_version=(0, 7, 0),
         max_version=(0, 8, 2),
+    ),
+    _f(
+        "model-loading-short",
+        "vllm",
+        "Model loading took",
+        r"Model loading took[:*\s]+(?P<weights_loaded>{NUM})\s*(?:GiB|GB)(?!\s*(?:memory\s+)?and\s+{NUM})",
+        "vLLM's `Model loading took %.4f GiB ...` quoted without its seconds (a summary, or a line cut short); "
+        "GB in 0.7-0.8.2 is bytes / 2**30 too",
     ),
     _f(
         "loading-model-weights",

@@ -11,6 +11,9 @@ Unknown names raise UnknownNameError with the closest matches.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from vramctl.core.errors import BadInputError, UnknownNameError
 from vramctl.core.specs import GpuSpec, ModelSpec
 from vramctl.registry._catalog import MODELS
@@ -18,6 +21,7 @@ from vramctl.registry.catalog_models import find_bundled, list_bundled
 from vramctl.registry.gpus import gpu_from_capacity, list_gpus, load_gpu
 from vramctl.registry.local import find_in_hf_cache, load_local_model, looks_like_path
 from vramctl.registry.models import spec_from_config
+from vramctl.registry.names import described_suggestion
 
 __all__ = [
     "GpuSpec",
@@ -31,22 +35,92 @@ __all__ = [
 ]
 
 
-def load_model(name_or_path: str) -> ModelSpec:
-    """A bundled model by HF id or alias (any case), or a local config.json / model folder / HF cache snapshot.
+def load_model(
+    name_or_path: str,
+    *,
+    revision: str | None = None,
+    offline: bool = False,
+    hf_overrides: Mapping[str, Any] | None = None,
+) -> ModelSpec:
+    """The model as `_load_model` finds it, with vLLM's `--hf-overrides` applied to its config when given
+    (`vramctl.registry.overrides`: the derived context length follows; exact weight bytes kept unless the
+    override changes shapes)."""
+    spec = _load_model(name_or_path, revision=revision, offline=offline)
+    if not hf_overrides:
+        return spec
+    from vramctl.registry.overrides import spec_with_overrides
 
-    Order: an existing path; a bundled profile; the local Hugging Face cache (offline, no download).
+    config, where = _raw_config(name_or_path, revision=revision, offline=offline)
+    return spec_with_overrides(spec, config, where, hf_overrides)
+
+
+def _raw_config(name_or_path: str, *, revision: str | None, offline: bool) -> tuple[dict[str, Any], str]:
+    """The config.json (or bundled `config:` block) a spec was built from."""
+    from vramctl.registry._files import read_json_object
+    from vramctl.registry.local import resolve_local
+
+    if looks_like_path(name_or_path):
+        local = resolve_local(name_or_path)
+        return read_json_object(local.config_path), str(local.config_path)
+    pinned = "@" in name_or_path or bool(revision and revision.strip())
+    path = None if pinned else MODELS.find(name_or_path)
+    if path is not None:
+        config = MODELS.document(path).get("config")
+        return (dict(config) if isinstance(config, dict) else {}), f"{path}: config"
+    from vramctl.registry import hub
+
+    ref = hub.parse_ref(name_or_path, revision)
+    if ref is None:
+        raise UnknownNameError("model", name_or_path, suggest_models(name_or_path))
+    config_path = hub.cached_config_path(ref)
+    if config_path is None:
+        cached = find_in_hf_cache(ref.repo_id)
+        if cached is None:
+            raise BadInputError(f"{name_or_path}: config.json not found to apply --hf-overrides to")
+        config_path = resolve_local(str(cached)).config_path
+    return read_json_object(config_path), f"{ref} config.json"
+
+
+def _load_model(name_or_path: str, *, revision: str | None = None, offline: bool = False) -> ModelSpec:
+    """A bundled model by HF id or alias (any case), a local config.json / model folder / HF cache snapshot, or a
+    Hugging Face Hub repo (`org/name`, `org/name@rev`).
+
+    Order: an existing path; a bundled profile (unless a revision is asked for); the Hub repo, read from the HF
+    cache when it is there, else its config.json and safetensors headers fetched (never the weights; see
+    `vramctl.registry.hub`). `offline` (or HF_HUB_OFFLINE=1) never touches the network.
     """
     if not isinstance(name_or_path, str) or not name_or_path.strip():
         raise BadInputError("--model: empty model name")
     if looks_like_path(name_or_path):
         return load_local_model(name_or_path)
-    spec = find_bundled(name_or_path)
-    if spec is not None:
-        return spec
-    cached = find_in_hf_cache(name_or_path)
-    if cached is not None:
-        return load_local_model(str(cached))
-    raise UnknownNameError("model", name_or_path, MODELS.suggest(name_or_path))
+    pinned = "@" in name_or_path or bool(revision and revision.strip())
+    if not pinned:
+        spec = find_bundled(name_or_path)
+        if spec is not None:
+            return spec
+    from vramctl.registry import hub  # stays cheap: huggingface_hub is imported inside, only for a fetch
+
+    ref = hub.parse_ref(name_or_path, revision)
+    if ref is None:
+        if pinned:
+            raise BadInputError(f"{name_or_path}: a revision needs a Hub repo id (org/name@rev)")
+        raise UnknownNameError("model", name_or_path, suggest_models(name_or_path))
+    if not hub.hub_available():
+        cached = find_in_hf_cache(ref.repo_id)
+        if cached is not None and ref.revision is None:
+            return load_local_model(str(cached))
+    try:
+        return hub.load_hub_model(ref, offline=offline)
+    except BadInputError as exc:
+        hint = suggest_models(ref.repo_id)
+        if hint and any(w in str(exc) for w in ("no such model repo", "cannot reach", "not in the HF cache")):
+            raise BadInputError(f"{exc}; closest bundled: {', '.join(hint)}") from None
+        raise
+
+
+def suggest_models(name: str) -> list[str]:
+    """The closest bundled names, each saying how it differs when it is another quantisation or size."""
+    return [described_suggestion(name, candidate) for candidate in MODELS.suggest(name)]
 
 
 def list_models() -> list[ModelSpec]:

@@ -81,10 +81,42 @@ def _gpu_at(path: Path) -> GpuSpec:
     return gpu_from_profile(GPUS.document(path), str(path))
 
 
+UNIFIED_MEMORY: dict[str, str] = {
+    "jetson-orin": "Jetson AGX / Orin NX / Orin Nano",
+    "jetson-agx-orin": "Jetson AGX Orin",
+    "orin": "Jetson Orin",
+    "jetson-thor": "Jetson AGX Thor",
+    "thor": "Jetson Thor",
+    "dgx-spark": "DGX Spark (GB10)",
+    "gb10": "GB10 (DGX Spark)",
+    "jetson": "Jetson",
+}
+"""Boards whose GPU shares one LPDDR pool with the CPU and the OS: cudaMemGetInfo's total is the board's RAM and
+its free part moves with everything else running, so no fixed device total can be bundled."""
+
+
+def _unified(name: str) -> str | None:
+    key = name.strip().lower().replace(" ", "-").replace("_", "-")
+    key = key.removeprefix("nvidia-")
+    for prefix, board in UNIFIED_MEMORY.items():
+        if key == prefix or key.startswith(prefix + "-"):
+            return board
+    return None
+
+
 def load_gpu(name: str) -> GpuSpec:
-    """A bundled GPU by id, alias, or its torch / nvidia-smi name (`NVIDIA H100 80GB HBM3`), any case."""
+    """A bundled GPU by id, alias, or its torch / nvidia-smi name (`NVIDIA H100 80GB HBM3`), any case.
+
+    Unified-memory boards (Jetson Orin / Thor, DGX Spark) are refused in one line: pass `--gpu-memory`."""
     if not isinstance(name, str) or not name.strip():
         raise BadInputError("--gpu: empty GPU name")
+    board = _unified(name)
+    if board is not None:
+        raise BadInputError(
+            f"--gpu {name}: the {board} GPU shares one memory pool with the CPU and the OS (unified memory), so "
+            "there is no fixed device total to bundle; pass --gpu-memory with the total torch.cuda.mem_get_info() "
+            "or your engine's log reports on that board (and --free-memory with what is free)"
+        )
     path = GPUS.find(name)
     if path is None:
         raise UnknownNameError("GPU", name, GPUS.suggest(name))

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from vramctl.core.errors import BadInputError
 from vramctl.core.specs import ModelSpec
@@ -14,6 +16,25 @@ from vramctl.registry.models import spec_from_config
 from vramctl.registry.safetensors import CheckpointSummary, read_checkpoint
 
 INDEX_FILE = "model.safetensors.index.json"
+HF_QUANT_CONFIG = "hf_quant_config.json"
+"""NVIDIA ModelOpt exports keep their quantisation here, not in config.json; vLLM reads it when config.json has no
+`quantization_config` (ModelOptFp8Config / ModelOptNvFp4Config `get_config_filenames`,
+vllm/model_executor/layers/quantization/modelopt.py)."""
+
+
+def with_hf_quant_config(config: dict[str, Any], quant_file: Path | None) -> dict[str, Any]:
+    """`config` with a ModelOpt `hf_quant_config.json` ({"producer": …, "quantization": {"quant_algo": …}})
+    folded in as `quantization_config` (quant_method `modelopt`) when config.json has none."""
+    if quant_file is None or "quantization_config" in config or not quant_file.is_file():
+        return config
+    text = config.get("text_config")
+    if isinstance(text, dict) and "quantization_config" in text:
+        return config
+    data = read_json_object(quant_file)
+    quant = data.get("quantization")
+    if not isinstance(quant, dict) or not quant.get("quant_algo"):
+        raise BadInputError(f"{quant_file}: field 'quantization.quant_algo' is missing")
+    return {**config, "quantization_config": {"quant_method": "modelopt", **quant}}
 
 
 @dataclass(frozen=True)
@@ -115,10 +136,6 @@ def resolve_local(text: str) -> LocalModel:
     if not path.is_dir():  # a file, or a pipe: `--model <(curl …/config.json)`
         folder = path.parent
         config = path
-        if path.suffix == ".gguf":
-            raise BadInputError(
-                f"--model {text}: GGUF files are not read; pass the original model's config.json or folder"
-            )
         if path.suffix == ".safetensors" or path.name == INDEX_FILE:
             config = folder / "config.json"
             if not config.is_file():
@@ -156,9 +173,15 @@ def _safetensors_files(folder: Path) -> list[Path]:
 
 
 def load_local_model(text: str) -> ModelSpec:
-    """ModelSpec from a local config.json, reading the safetensors headers beside it when present."""
+    """ModelSpec from a local config.json, reading the safetensors headers beside it when present; a `.gguf`
+    file from its own header (`vramctl.registry.gguf_file`)."""
+    path = Path(text).expanduser()
+    if path.suffix.lower() == ".gguf" and path.is_file():
+        from vramctl.registry.gguf_file import load_gguf_model
+
+        return load_gguf_model(path, path.stem)
     local = resolve_local(text)
-    config = read_json_object(local.config_path)
+    config = with_hf_quant_config(read_json_object(local.config_path), local.folder / HF_QUANT_CONFIG)
     where = str(local.config_path)
     files = _safetensors_files(local.folder)
     if not files:
@@ -170,21 +193,45 @@ def load_local_model(text: str) -> ModelSpec:
         )
     # A first pass validates the config and tells us how many decoder layers a serve loads.
     probe = spec_from_config(config, where=where, name=local.name)
-    summary: CheckpointSummary = read_checkpoint(files).without_layers_from(probe.num_hidden_layers)
-    if probe.tie_word_embeddings:  # a stored copy of the tied lm_head is skipped by the engines' loaders
+    summary: CheckpointSummary = read_checkpoint(files)
+    return spec_from_summary(
+        config,
+        where=where,
+        name=local.name,
+        probe=probe,
+        summary=summary,
+        origin=f"safetensors headers of {len(files)} file(s) in {local.folder}",
+    )
+
+
+def spec_from_summary(
+    config: Mapping[str, Any],
+    *,
+    where: str,
+    name: str,
+    probe: ModelSpec,
+    summary: CheckpointSummary,
+    origin: str,
+) -> ModelSpec:
+    """ModelSpec whose weight bytes are the checkpoint's own (its safetensors headers, local or from the Hub).
+
+    `probe` is the config-only spec: it names the decoder layers a serve loads (DeepSeek-V3's MTP layer 61
+    is dropped) and whether a stored lm_head copy is tied (the engines' loaders skip it)."""
+    summary = summary.without_layers_from(probe.num_hidden_layers)
+    if probe.tie_word_embeddings:
         summary = summary.without_names({"lm_head.weight"})
     unquantised = probe.quantization is None and summary.all_float
     param_count = summary.total_elements if unquantised else probe.param_count
     dtypes = ", ".join(f"{dtype} {format_bytes(size)}" for dtype, size in summary.bytes_by_dtype.items())
     sources = (
         ("config", where),
-        ("weight_bytes", f"safetensors headers of {len(files)} file(s) in {local.folder}: {dtypes}"),
+        ("weight_bytes", f"{origin}: {dtypes}"),
         ("param_count", "safetensors headers" if unquantised else "formula (quantised checkpoint)"),
     )
     return spec_from_config(
         config,
         where=where,
-        name=local.name,
+        name=name,
         param_count=param_count,
         weight_bytes=summary.total_bytes,
         sources=sources,

@@ -286,6 +286,37 @@ def _max_len(config: Mapping[str, Any], model_type: str, where: str) -> tuple[in
     )
 
 
+def _rope_cache_elements(config: Mapping[str, Any], model_type: str, rotary_dim: int) -> int:
+    """Elements of vLLM's `cos_sin_cache` buffers (vllm/model_executor/layers/rotary_embedding/, `get_rope`: one
+    instance per distinct set-up, shared by the layers; `[max_len, rotary_dim]` in the model dtype, allocated with
+    the model so it is part of "Model loading took"). max_len: max_position_embeddings; × factor for `linear` and
+    `dynamic` scaling; original_max_position_embeddings × factor for `yarn` (and DeepSeek's yarn). Gemma-3 has a
+    second, unscaled rope for its local layers. gemma-3-4b: 1,048,576 × 256 + 131,072 × 256 = 0.56 GiB in bf16,
+    what vLLM's log shows above the checkpoint. 0 for learned absolute positions (OPT)."""
+    if model_type == "opt" or rotary_dim <= 0:
+        return 0
+    raw = config.get("max_position_embeddings")
+    positions = raw if isinstance(raw, int) and not isinstance(raw, bool) and 0 < raw <= MAX_CONTEXT else 0
+    if not positions:
+        return 0
+    rope = config.get("rope_scaling") or config.get("rope_parameters")
+    length = positions
+    if isinstance(rope, dict):
+        kind = str(rope.get("rope_type", rope.get("type", "default")))
+        factor = rope.get("factor", 1.0)
+        factor = float(factor) if isinstance(factor, int | float) and 0 < factor <= 1024 else 1.0
+        if kind in ("linear", "dynamic"):
+            length = int(positions * factor)
+        elif kind in ("yarn", "deepseek_yarn"):
+            original = rope.get("original_max_position_embeddings", positions)
+            base = original if isinstance(original, int) and 0 < original <= MAX_CONTEXT else positions
+            length = int(base * factor)
+    total = length * rotary_dim
+    if "gemma3" in model_type and config.get("rope_local_base_freq") is not None:
+        total += positions * rotary_dim
+    return min(total, MAX_CONTEXT * 1024)
+
+
 def _dtype(config: Mapping[str, Any], where: str) -> str:
     raw = config.get("torch_dtype", config.get("dtype"))
     if raw is None:
@@ -964,6 +995,15 @@ def spec_from_config(
         vocab_size=get_int(cfg, "vocab_size", where),
         max_position_embeddings=max_pos,
         vllm_max_position_embeddings=vllm_max_pos,
+        rope_cache_elements=_rope_cache_elements(
+            cfg,
+            model_type,
+            mla.qk_rope_head_dim
+            if mla is not None
+            else int(head_dim * float(cfg.get("partial_rotary_factor") or 1.0))
+            if isinstance(cfg.get("partial_rotary_factor") or 1.0, int | float)
+            else head_dim,
+        ),
         torch_dtype=_dtype(cfg, where),
         param_count=0,
         weight_bytes=0,

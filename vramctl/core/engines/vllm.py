@@ -73,6 +73,23 @@ def is_v0(version: str) -> bool:
     return _v(version) < (0, 8, 0)
 
 
+V0_RULES_VERSION = "0.7.3"
+"""The last release whose default engine was V0: its rules stand for the V0 engine 0.8-0.10 fall back to."""
+
+
+def v0_fallback(version: str, compute_capability: str | None, vendor: str = "nvidia") -> bool:
+    """vLLM 0.8-0.10 run the V0 engine instead of V1 on a CUDA card below compute capability 8.0 (Turing: T4,
+    RTX 20xx, Quadro RTX): `_is_v1_supported_oracle` in vllm/engine/arg_utils.py (0.8-0.10) falls back with
+    "Compute Capability < 8.0 is not supported by V1". 0.11 removed V0 (Turing runs V1 there)."""
+    if vendor != "nvidia" or not compute_capability:
+        return False
+    try:
+        major = int(compute_capability.split(".", 1)[0])
+    except ValueError:
+        return False
+    return major < 8 and (0, 8, 0) <= _v(version) < (0, 11, 0)
+
+
 def subtraction_kind(version: str) -> Subtraction:
     """Which non-KV formula the version uses (vllm.md §1.3, §9). 0.27 is taken as the ≤0.26 rule: the
     switch is between the 0.26.0 and 0.28.0 wheels."""
@@ -132,6 +149,8 @@ def default_scheduler_limits(
     *,
     max_model_len: int | None = None,
     enable_chunked_prefill: bool | None = None,
+    enable_lora: bool = False,
+    sliding_window: bool = False,
 ) -> tuple[int, int]:
     """Default (max_num_batched_tokens, max_num_seqs) before the user's flags (vllm.md §6).
 
@@ -141,7 +160,9 @@ def default_scheduler_limits(
       otherwise (or the device unknown): LLM class 8192 / 256, server 2048 / 256.
     V0 (< 0.8): max_num_seqs 256; batched tokens max(max_model_len, 2048) without chunked prefill, 2048 with
       it (`[0.6.6.post1] vllm/config.py:1427-1442`); V0 turned chunked prefill on by itself for contexts
-      ≥ 32K, where the server default was 512 (datapoints 117, 128 of ../shared/samples/startup).
+      above 32K — `use_long_context = max_model_len > 32768` (vllm/engine/arg_utils.py, 0.6-0.10
+      `_set_default_args_v0`), so 32768 itself does not — except with LoRA, a sliding window or speculative
+      decoding; the server default was then 512 (datapoints 117, 128 of the start-up samples).
     `world_size` matters only for the CPU backend (not planned here); it is accepted for the signature.
     """
     del world_size
@@ -149,7 +170,9 @@ def default_scheduler_limits(
         raise BadInputError(f"entrypoint {entrypoint!r}: expected 'server' or 'llm'")
     if is_v0(version):
         seqs = 256
-        long_context = max_model_len is not None and max_model_len >= 32768
+        long_context = (
+            max_model_len is not None and max_model_len > 32768 and not enable_lora and not sliding_window
+        )
         chunked = enable_chunked_prefill if enable_chunked_prefill is not None else long_context
         if chunked:
             tokens = 512 if long_context and enable_chunked_prefill is None else 2048
