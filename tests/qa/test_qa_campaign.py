@@ -123,9 +123,13 @@ def test_profile_interrupted_early_and_late(signum: int, tmp_path: Path) -> None
 def test_profile_tensor_parallel_ctrl_c_has_no_rank_tracebacks(tmp_path: Path) -> None:
     """-tp 2 on gloo: Ctrl-C reaches the whole process group; the ranks start with SIGINT blocked and the parent
     kills them: one line, exit 130, no rank left behind (was ~80 lines of KeyboardInterrupt tracebacks)."""
-    code, err = signal_run([*PROFILE, "-tp", "2", "--json"], signal.SIGINT, 4.0, cwd=tmp_path)
-    assert judge_signal(code, err, signal.SIGINT, None) == [], err[-3000:]
-    assert len([ln for ln in err.splitlines() if ln.strip()]) == 1, err[-3000:]
+    for delay in (4.0, 2.5, 1.5):  # the ranks must be up: a run that finished first (exit 0) is tried sooner
+        code, err = signal_run([*PROFILE, "-tp", "2", "--json"], signal.SIGINT, delay, cwd=tmp_path)
+        assert judge_signal(code, err, signal.SIGINT, None) == [], err[-3000:]
+        if code != 0:
+            assert len([ln for ln in err.splitlines() if ln.strip()]) == 1, err[-3000:]
+            return
+    pytest.skip("every -tp 2 run finished before its Ctrl-C (an idle machine); nothing was interrupted")
 
 
 def test_bench_sigterm_removes_its_data_file(tmp_path: Path) -> None:

@@ -533,7 +533,7 @@ def test_no_home_directory_at_all(
     one_error_line(err, "cannot expand")
     code, _, err = run(capsys, ["plan", "org/model"])
     assert code == 2, err
-    one_error_line(err, "unknown model")
+    one_error_line(err, "org/model")  # a Hub id: not in the (offline) HF cache, named in one line
 
 
 @pytest.mark.parametrize(

@@ -93,10 +93,14 @@ def _cache_dir() -> str:
 
 def _assets_root() -> Path:
     """HF_ASSETS_CACHE, else HF_HOME/assets (huggingface_hub's rule, read now)."""
+    from vramctl.registry.local import expand_user
+
     if os.environ.get("HF_ASSETS_CACHE"):
-        return Path(os.environ["HF_ASSETS_CACHE"]).expanduser()
+        return expand_user(os.environ["HF_ASSETS_CACHE"], flag="HF_ASSETS_CACHE")
     home = os.environ.get("HF_HOME")
-    return (Path(home).expanduser() if home else Path.home() / ".cache" / "huggingface") / "assets"
+    if home:
+        return expand_user(home, flag="HF_HOME") / "assets"
+    return expand_user("~/.cache/huggingface", flag="HOME") / "assets"
 
 
 def _endpoint() -> str:

@@ -175,7 +175,7 @@ def _safetensors_files(folder: Path) -> list[Path]:
 def load_local_model(text: str) -> ModelSpec:
     """ModelSpec from a local config.json, reading the safetensors headers beside it when present; a `.gguf`
     file from its own header (`vramctl.registry.gguf_file`)."""
-    path = Path(text).expanduser()
+    path = expand_user(text)
     if path.suffix.lower() == ".gguf" and path.is_file():
         from vramctl.registry.gguf_file import load_gguf_model
 
