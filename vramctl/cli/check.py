@@ -112,12 +112,9 @@ def register(app: typer.Typer) -> None:
 
             typer.echo(check_markdown(result), nl=False)
         else:
-            from rich.console import Console
-
             from vramctl.render.check import render_check
+            from vramctl.render.console import make_console
 
-            console = Console(soft_wrap=False)
-            if not console.is_terminal:
-                console = Console(width=180, soft_wrap=False)
+            console = make_console()
             console.print(render_check(result))
         raise typer.Exit(int(result.exit_code))

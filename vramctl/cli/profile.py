@@ -137,21 +137,17 @@ def _engine_settings(flags: dict[str, Any]) -> ServeSettings:
 
 
 def _stderr_console() -> Any:
-    from rich.console import Console
 
-    return Console(stderr=True, highlight=False)
+    from vramctl.render.console import make_console
+
+    return make_console(stderr=True, highlight=False)
 
 
 def _stdout_console() -> Any:
-    from rich.console import Console
 
-    return Console(highlight=False, soft_wrap=False, width=max(100, _terminal_width()))
+    from vramctl.render.console import make_console
 
-
-def _terminal_width() -> int:
-    import shutil
-
-    return shutil.get_terminal_size((180, 24)).columns  # piped: wide, as check and read-log
+    return make_console(highlight=False)
 
 
 def _progress(enabled: bool) -> Any:

@@ -161,11 +161,9 @@ def register(app: typer.Typer) -> None:
 
             typer.echo(startup_markdown(report, comparison), nl=False)
             return
-        from rich.console import Console
 
+        from vramctl.render.console import make_console
         from vramctl.render.startup import render_startup
 
-        console = Console(soft_wrap=False)
-        if not console.is_terminal:
-            console = Console(width=160, soft_wrap=False)
+        console = make_console()
         console.print(render_startup(report, comparison))

@@ -10,6 +10,10 @@ named as on the command line, or the whole `command:`), the host's RAM, and `req
     max_utilization: 0.95                           # --gpu-memory-utilization / --mem-fraction-static
     max_weights_fraction: 0.5                       # weights per rank / the card
     max_host_memory_fraction: 0.8                   # a host KV tier's pinned RAM / the host's RAM
+    allow_at_risk: false                            # accept a plan that fits only if the estimates hold
+
+With any requirement given, a vLLM plan that fits only if its estimates hold (at the pessimistic edge of their
+± bands it does not start) fails the `at_risk` check unless `allow_at_risk: true`.
 
 `parse_spec` turns YAML text into a DeploySpec (BadInputError naming the field on any problem);
 `run_check` plans it (vramctl.core.plan.plan for vLLM, vramctl.core.engines.sglang.plan_sglang for SGLang)
@@ -61,6 +65,7 @@ REQUIREMENT_KEYS = (
     "max_utilization",
     "max_weights_fraction",
     "max_host_memory_fraction",
+    "allow_at_risk",
 )
 
 # --- engine flags --------------------------------------------------------------------------------------------
@@ -210,9 +215,11 @@ class Requirements:
     max_utilization: float | None = None
     max_weights_fraction: float | None = None
     max_host_memory_fraction: float | None = None
+    allow_at_risk: bool = False
+    """Accept a plan that fits only if the estimates hold (`at_risk`); by default such a plan fails."""
 
     def is_empty(self) -> bool:
-        return self == Requirements()
+        return replace(self, allow_at_risk=False) == Requirements()
 
 
 @dataclass(frozen=True)
@@ -494,6 +501,9 @@ def _parse_requirements(raw: Any, source: str) -> Requirements:
         )
         if "max_host_memory_fraction" in raw
         else None,
+        allow_at_risk=_as_bool(raw["allow_at_risk"], "requirements.allow_at_risk", source)
+        if "allow_at_risk" in raw
+        else False,
     )
 
 
@@ -680,6 +690,11 @@ class EngineOutcome:
     max_sequences_flag: str = ""
     model_max_len: int = 0
     """The model's own context limit (config.json max_position_embeddings)."""
+    at_risk: bool = False
+    """Fits with the estimates, not at the pessimistic edge of their bands (vramctl.core.plan.PlanResult)."""
+    pessimistic: Any = None
+    """The plan at the pessimistic edge (a PlanEdge), where the plan has a band."""
+    fixes: tuple[Any, ...] = ()
 
     def blocks_for(self, context: int) -> float:
         """vLLM blocks one request of `context` tokens needs: the planner's blocks_per_request at max_model_len
@@ -723,6 +738,8 @@ class EngineOutcome:
             "weights_bytes": self.weights_bytes,
             "bytes_per_token": self.bytes_per_token,
             "host_tier": None if self.host_tier is None else self.host_tier.to_json(),
+            "at_risk": self.at_risk,
+            "pessimistic": None if self.pessimistic is None else self.pessimistic.to_json(),
         }
 
 
@@ -820,6 +837,9 @@ def _vllm_outcome(result: Any, settings: ServeSettings, model: ModelSpec, gpu: G
         kv_heads_per_rank=max(1, model.num_key_value_heads // settings.tensor_parallel_size),
         is_mla=model.is_mla,
         model_max_len=model.max_position_embeddings,
+        at_risk=bool(getattr(result, "at_risk", False)),
+        pessimistic=getattr(result, "pessimistic", None),
+        fixes=tuple(getattr(result, "fixes", ())),
     )
 
 
@@ -951,6 +971,31 @@ def _context_too_long(o: EngineOutcome, c: ConcurrencyRequirement) -> CheckItem:
     return CheckItem(f"min_concurrency@{c.context}", o.engine, False, "0.00", f"≥ {c.value:g}", message)
 
 
+def _at_risk_item(o: EngineOutcome) -> CheckItem:
+    """A plan that starts only if every estimate holds: the numbers at the pessimistic edge and the fixes."""
+    edge = o.pessimistic
+    where = (
+        f"{edge.verdict}: {max(0, edge.kv_cache_bytes) / (1 << 30):.2f} GiB of KV, {edge.max_concurrency:.2f}x of "
+        f"one {o.context_len}-token request"
+        if edge is not None
+        else "it does not start"
+    )
+    fixes = ", or ".join(f.argument for f in o.fixes[:3])
+    message = (
+        f"fits only if the estimates hold: with every estimated term at the top of its ± band, {where}"
+        + (f"; fix: {fixes}" if fixes else "")
+        + "; or accept the risk with requirements.allow_at_risk: true"
+    )
+    return CheckItem(
+        "at_risk",
+        o.engine,
+        False,
+        "at risk" if edge is None else f"{edge.max_concurrency:.2f}x (pessimistic)",
+        "fits (pessimistic)",
+        message,
+    )
+
+
 def evaluate(spec: DeploySpec, outcomes: tuple[EngineOutcome, ...]) -> tuple[CheckItem, ...]:
     """Every requirement against every engine's outcome."""
     req = spec.requirements
@@ -971,6 +1016,8 @@ def evaluate(spec: DeploySpec, outcomes: tuple[EngineOutcome, ...]) -> tuple[Che
                     "" if ok else o.verdict_message or o.verdict,
                 )
             )
+        if o.at_risk and not req.is_empty() and not req.allow_at_risk:
+            items.append(_at_risk_item(o))
         for c in req.min_concurrency:
             if c.context > o.context_len:
                 items.append(_context_too_long(o, c))

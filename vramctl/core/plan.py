@@ -124,6 +124,36 @@ class VllmSettings:
 
 
 @dataclass(frozen=True)
+class PlanEdge:
+    """The plan with every estimated term at one edge of its ± band (the activation peak, non-torch memory and
+    the CUDA-graph pool all at their 90th-percentile error): the KV pool, blocks, tokens, concurrency, the largest
+    fitting length and the verdict there. The weights are derived from the checkpoint and do not move."""
+
+    kv_cache_bytes: int
+    num_blocks: int
+    kv_tokens: int
+    max_concurrency: float
+    max_model_len_fit: int
+    verdict: str
+    verdict_message: str
+
+    @property
+    def fits(self) -> bool:
+        return self.verdict == FITS
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kv_cache_bytes": self.kv_cache_bytes,
+            "num_blocks": self.num_blocks,
+            "kv_tokens": self.kv_tokens,
+            "max_concurrency": round(self.max_concurrency, 4),
+            "max_model_len_fit": self.max_model_len_fit,
+            "verdict": self.verdict,
+            "verdict_message": self.verdict_message,
+        }
+
+
+@dataclass(frozen=True)
 class PlanResult:
     engine: str
     engine_version: str
@@ -157,10 +187,23 @@ class PlanResult:
     explanations: tuple[str, ...] = ()
     hybrid: Any = None
     """A HybridPlan for Mamba / linear-attention hybrids (the state term, docs/hybrid.md); None otherwise."""
+    kv_cache_uncertainty_bytes: int = 0
+    """How much the KV pool shrinks at the pessimistic edge (the estimated terms' bands, summed)."""
+    pessimistic: PlanEdge | None = None
+    """The plan with every estimated term at the top of its band; None where the plan has no such band."""
+    optimistic: PlanEdge | None = None
+    fixes: tuple[Any, ...] = ()
+    """For a plan that does not fit, or fits only if the estimates hold: the smallest single changes that make
+    it fit at the pessimistic edge, each checked by planning it (vramctl.core.fixes.Fix)."""
 
     @property
     def fits(self) -> bool:
         return self.verdict == FITS
+
+    @property
+    def at_risk(self) -> bool:
+        """Fits with the estimates, not at the pessimistic edge: the server may not start."""
+        return self.verdict == FITS and self.pessimistic is not None and not self.pessimistic.fits
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -205,6 +248,11 @@ class PlanResult:
             "warnings": list(self.warnings),
             "explanations": list(self.explanations),
         }
+        out["at_risk"] = self.at_risk
+        out["kv_cache_uncertainty_bytes"] = self.kv_cache_uncertainty_bytes
+        out["pessimistic"] = None if self.pessimistic is None else self.pessimistic.to_json()
+        out["optimistic"] = None if self.optimistic is None else self.optimistic.to_json()
+        out["fixes"] = [fix.to_json() for fix in self.fixes]
         if self.hybrid is not None:  # only hybrids carry the key: other plans' JSON is unchanged
             out["hybrid"] = self.hybrid.to_json()
         return out
@@ -467,7 +515,10 @@ def _stage_budget(
     layers: int,
     cal: est.Calibration,
     others_charged: int = 0,
+    edge: int = 0,
 ) -> _Stage:
+    """One pipeline stage's budget. `edge` +1 / −1 moves every estimated term to the top / bottom of its ± band
+    (the pessimistic / optimistic edge of the plan); 0 is the estimate itself."""
     sem_kind = V.subtraction_kind(s.version)
     v0 = V.is_v0(s.version)
     tp, pp = s.tensor_parallel_size, s.pipeline_parallel_size
@@ -493,6 +544,10 @@ def _stage_budget(
         tp=tp,
         cal=cal,
     )
+    if edge:
+        activation, non_torch, outside, graph = (
+            _at_edge(e, edge) for e in (activation, non_torch, outside, graph)
+        )
     graph_charged = graph.bytes if (s.estimate_cudagraphs and s.cudagraph_capture_sizes) else 0
     if s.kv_cache_memory_bytes is not None:
         kv_bytes = s.kv_cache_memory_bytes
@@ -501,6 +556,11 @@ def _stage_budget(
     bpb = _stage_bytes_per_block(kv_model, s, stage)
     blocks = max(0, kv_bytes // bpb) if kv_bytes > 0 else 0
     return _Stage(stage, weights, activation, non_torch, outside, graph, graph_charged, kv_bytes, bpb, blocks)
+
+
+def _at_edge(e: est.Estimate, edge: int) -> est.Estimate:
+    """The estimate moved to the edge of its band: + for the pessimistic edge, − for the optimistic one."""
+    return replace(e, bytes=max(0, e.bytes + edge * e.uncertainty_bytes))
 
 
 def _stage_bytes_per_block(kv_model: ModelSpec, s: VllmSettings, stage: int) -> int:
@@ -568,7 +628,12 @@ class _Core:
 
 
 def _core(
-    model: ModelSpec, gpu: GpuSpec, s: VllmSettings, capacity: int, cal: est.Calibration = est.CALIBRATION
+    model: ModelSpec,
+    gpu: GpuSpec,
+    s: VllmSettings,
+    capacity: int,
+    cal: est.Calibration = est.CALIBRATION,
+    edge: int = 0,
 ) -> _Core:
     version = parse_version(s.version)
     requested = math.ceil(capacity * s.gpu_memory_utilization)
@@ -593,6 +658,7 @@ def _core(
             layers=parts[i],
             cal=cal,
             others_charged=others_charged,
+            edge=edge,
         )
         for i in range(pp)
     )
@@ -723,7 +789,19 @@ def _core(
     )
 
 
-def _ledger(core: _Core) -> Ledger:
+def _edge_of(core: _Core) -> PlanEdge:
+    return PlanEdge(
+        kv_cache_bytes=core.binding.kv_bytes,
+        num_blocks=core.num_blocks,
+        kv_tokens=core.kv_tokens,
+        max_concurrency=core.concurrency,
+        max_model_len_fit=core.max_model_len_fit,
+        verdict=core.verdict,
+        verdict_message=core.verdict_message,
+    )
+
+
+def _ledger(core: _Core, kv_band: int = 0) -> Ledger:
     st = core.binding
     s = core.s
     terms: list[Term] = []
@@ -797,6 +875,10 @@ def _ledger(core: _Core) -> Ledger:
             if kv_given
             else "requested − weights − activation peak − non-torch growth"
             + (" − graph estimate" if st.graph_charged else ""),
+            0 if kv_given else kv_band,
+            ""
+            if kv_given or not kv_band
+            else "± the estimated terms' bands summed: what the KV pool loses if they all land at the top",
         )
     )
     return Ledger.with_residual(
@@ -812,12 +894,15 @@ def _ledger(core: _Core) -> Ledger:
     )
 
 
-def _utilization_rows(core: _Core) -> tuple[UtilizationRow, ...]:
+def _utilization_rows(
+    model: ModelSpec, gpu: GpuSpec, core: _Core, cal: est.Calibration
+) -> tuple[UtilizationRow, ...]:
     """The utilisation trade (vramctl.core.utilization) with this plan's non-KV estimate (it does not depend
-    on u)."""
+    on u). Each row's risk then says whether the engine starts at that u: the row is planned again with vLLM's
+    checks (`no-start` with the failure), and at the pessimistic edge of the estimates (`at-risk`)."""
     s = core.s
     bpr = max(1, core.blocks_per_request)
-    return utilization_trade(
+    rows = utilization_trade(
         core.capacity,
         core.non_kv_bytes,
         core.binding.bytes_per_block,
@@ -827,6 +912,30 @@ def _utilization_rows(core: _Core) -> tuple[UtilizationRow, ...]:
         block_size=s.block_size,
         current=s.gpu_memory_utilization,
     )
+    if s.kv_cache_memory_bytes is not None:
+        return rows
+    out: list[UtilizationRow] = []
+    for row in rows:
+        at_u = replace(s, gpu_memory_utilization=row.utilization)
+        here = core if row.current else _core(model, gpu, at_u, core.capacity, cal)
+        if row.risk != "no-kv" and here.verdict != FITS:
+            row = replace(
+                row,
+                risk="no-start",
+                note=f"does not start: {here.verdict} ({here.concurrency:.2f}x of one "
+                f"{s.max_model_len}-token request)",
+            )
+        elif here.verdict == FITS:
+            edge = _core(model, gpu, at_u, core.capacity, cal, +1)
+            if edge.verdict != FITS:
+                row = replace(
+                    row,
+                    risk="at-risk",
+                    note=f"starts only if the estimates hold: at the pessimistic edge {edge.verdict} "
+                    f"({edge.concurrency:.2f}x); {row.note}",
+                )
+        out.append(row)
+    return tuple(out)
 
 
 OLDEST_VLLM_VERSION = "0.6.0"
@@ -970,7 +1079,7 @@ def _explanations(model: ModelSpec, gpu: GpuSpec, core: _Core, ledger: Ledger) -
 
 
 def _auto_fit(
-    model: ModelSpec, gpu: GpuSpec, core: _Core, capacity: int, cal: est.Calibration
+    model: ModelSpec, gpu: GpuSpec, core: _Core, capacity: int, cal: est.Calibration, edge: int = 0
 ) -> tuple[_Core, str | None]:
     """`--max-model-len auto` / `-1` (PR #29431, 0.12 →): the full context if it fits, else the largest length
     that does (`kv_cache_planning.py:1337-1410`), with vLLM's log line or its error."""
@@ -997,7 +1106,7 @@ def _auto_fit(
             "token. Try increasing `gpu_memory_utilization`.",
         )
         return failed, None
-    fitted = _core(model, gpu, replace(s, max_model_len=fit), capacity, cal)
+    fitted = _core(model, gpu, replace(s, max_model_len=fit), capacity, cal, edge)
     return fitted, (
         f"Auto-fit max_model_len: reduced from {s.max_model_len} to {fit} to fit in available KV cache memory "
         f"({where})"
@@ -1052,10 +1161,18 @@ def plan_vllm(
     s = resolve_settings(model, gpu, settings, version)
     core = _core(model, gpu, s, capacity, calibration)
     auto_note = None
+    edges: list[_Core] = []
+    for edge in (+1, -1):
+        at_edge = _core(model, gpu, s, capacity, calibration, edge)
+        if settings.max_model_len == AUTO_MAX_MODEL_LEN:
+            at_edge = _auto_fit(model, gpu, at_edge, capacity, calibration, edge)[0]
+        edges.append(at_edge)
     if settings.max_model_len == AUTO_MAX_MODEL_LEN:
         core, auto_note = _auto_fit(model, gpu, core, capacity, calibration)
         s = core.s
-    ledger = _ledger(core)
+    pessimistic, optimistic = (_edge_of(e) for e in edges)
+    band = max(0, core.binding.kv_bytes - pessimistic.kv_cache_bytes)
+    ledger = _ledger(core, band)
     notes, warnings = _explanations(model, gpu, core, ledger)
     if auto_note:
         notes.insert(0, auto_note)
@@ -1090,9 +1207,12 @@ def plan_vllm(
         outside_budget_bytes=core.binding.outside.bytes
         + (0 if core.binding.graph_charged else core.binding.graph.bytes),
         binding_stage=core.binding.index,
-        utilization_table=_utilization_rows(core),
+        utilization_table=_utilization_rows(model, gpu, core, calibration),
         warnings=tuple(warnings),
         explanations=tuple(notes),
+        kv_cache_uncertainty_bytes=band,
+        pessimistic=pessimistic,
+        optimistic=optimistic,
     )
     if model.state_space is not None:
         result = _with_hybrid(result, model, gpu, settings, core)
@@ -1108,6 +1228,16 @@ def plan(
     (`vramctl.core.quantization`): a mismatch with the checkpoint is bad input; online FP8 / bitsandbytes
     shrink the weights, and the plan says so in its explanations.
     """
+    from vramctl.core.fixes import find_fixes
+
+    result = _plan_quantized(model, gpu, settings, sglang_options)
+    fixes = find_fixes(result, settings, lambda changed: _plan_quantized(model, gpu, changed, sglang_options))
+    return replace(result, fixes=fixes) if fixes else result
+
+
+def _plan_quantized(
+    model: ModelSpec, gpu: GpuSpec, settings: ServeSettings, sglang_options: Any
+) -> PlanResult:
     from vramctl.core.quantization import apply_quantization_flag
 
     quantized = apply_quantization_flag(model, settings.quantization, engine=settings.engine)
@@ -1280,6 +1410,9 @@ def _sglang_top_level(result: PlanResult, sgp: Any) -> PlanResult:
         utilization_table=(),
         explanations=tuple(sgp.notes),
         warnings=(),
+        kv_cache_uncertainty_bytes=0,  # SGLang sizes its pool from free memory it measures: no band to carry
+        pessimistic=None,
+        optimistic=None,
         hybrid=None,  # SGLang's state pool is under `sglang.mamba` and its ledger's mamba_state term
     )
 
@@ -1436,6 +1569,7 @@ __all__ = [
     "KV_TOO_SMALL",
     "NO_KV_CACHE_MEMORY",
     "WEIGHTS_DO_NOT_FIT",
+    "PlanEdge",
     "PlanResult",
     "VllmSettings",
     "plan",

@@ -42,7 +42,9 @@ THIN_FRACTION = 0.03
 TIGHT_BYTES = 4 * GiB
 TIGHT_FRACTION = 0.05
 
-Risk = Literal["ok", "tight", "thin", "no-kv"]
+Risk = Literal["ok", "tight", "thin", "no-kv", "no-start", "at-risk"]
+"""`no-start`: the engine refuses to start at this u (the plan's verdict there is not `fits`); `at-risk`: it starts
+only if the estimates hold (not at the pessimistic edge of their bands). The planner sets these two."""
 
 FAILURE_MODES = (
     "cuda-graph-capture-oom (graph pool above the estimate)",
