@@ -41,7 +41,7 @@ def test_example_fails_on_purpose_with_flags_to_change(capsys: pytest.CaptureFix
     assert data["passed"] is False and data["exit_code"] == 1 and data["failed"] == 3
     failed = {c["requirement"]: c["message"] for c in data["checks"] if not c["ok"]}
     assert set(failed) == {"min_concurrency@32768", "min_headroom", "max_utilization"}
-    assert "-tp 4" in failed["min_concurrency@32768"]
+    assert "--tensor-parallel-size 4" in failed["min_concurrency@32768"]
     assert "lower --gpu-memory-utilization to 0.9" in failed["min_headroom"]
     assert "set --gpu-memory-utilization 0.95" in failed["max_utilization"]
 

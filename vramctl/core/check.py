@@ -922,7 +922,7 @@ def _more_kv_advice(o: EngineOutcome, kv_needed: int, settings: ServeSettings) -
         if u_fp8 <= max(limit, o.utilization):
             then = "" if u_fp8 <= o.utilization else f" with {o.utilization_flag} {u_fp8:.3f}"
             options.append(f"--kv-cache-dtype fp8 (half the bytes per token){then}")
-    tp_flag = "-tp" if o.engine == "vllm" else "--tp-size"
+    tp_flag = "--tensor-parallel-size" if o.engine == "vllm" else "--tp-size"
     for factor in (2, 4, 8):
         if _kv_available(o, o.utilization, factor) >= _kv_needed_per_rank(o, kv_needed, factor):
             split = 1 if o.is_mla else min(factor, max(1, o.kv_heads_per_rank))
@@ -965,7 +965,7 @@ def _context_too_long(o: EngineOutcome, c: ConcurrencyRequirement) -> CheckItem:
     else:
         advice = f"raise {len_flag} to {c.context} (then check the KV again)"
     message = (
-        f"the server refuses requests longer than {len_flag} {format_count(o.context_len)}: no sequence of "
+        f"the server refuses requests longer than {len_flag} {o.context_len}: no sequence of "
         f"{format_count(c.context)} tokens runs; {advice}"
     )
     return CheckItem(f"min_concurrency@{c.context}", o.engine, False, "0.00", f"≥ {c.value:g}", message)
@@ -1058,8 +1058,8 @@ def evaluate(spec: DeploySpec, outcomes: tuple[EngineOutcome, ...]) -> tuple[Che
                     "min_kv_tokens",
                     o.engine,
                     ok,
-                    format_count(o.kv_tokens),
-                    f"≥ {format_count(req.min_kv_tokens)}",
+                    str(o.kv_tokens),
+                    f"≥ {req.min_kv_tokens}",
                     message,
                 )
             )
