@@ -54,6 +54,7 @@ def test_ledger_sums_and_rounding(entry: dict[str, Any]) -> None:
     check_ledger(entry, SAMPLES)
 
 
+@pytest.mark.shared("samples/startup")
 def test_035_graph_line() -> None:
     report = _report("035.log")
     assert report.facts["cuda_graph_actual"].text == "6.32 GiB"
@@ -77,6 +78,7 @@ def test_settings_match_the_index(entry: dict[str, Any]) -> None:
     check_settings(entry, SAMPLES)
 
 
+@pytest.mark.shared("samples/startup")
 def test_settings_are_read_from_most_logs() -> None:
     read = sum(
         1

@@ -50,12 +50,9 @@ def register(app: typer.Typer) -> None:
 
             typer.echo(diagnosis_markdown(result), nl=False)
         else:
-            from rich.console import Console
-
+            from vramctl.render.console import make_console
             from vramctl.render.diagnosis import render_diagnosis
 
-            console = Console(soft_wrap=False)
-            if not console.is_terminal:
-                console = Console(width=160, soft_wrap=False)
+            console = make_console()
             console.print(render_diagnosis(result))
         raise typer.Exit(int(ExitCode.OK if result.found_failure else ExitCode.NOTHING_FOUND))
