@@ -1,6 +1,6 @@
 """Tier simulator speed on the Mooncake conversation trace (12,031 requests), ratios in one run.
 
-    python benchmarks/bench_tiers_simulate.py [--trace ../shared/data/mooncake/conversation_trace.jsonl]
+    python benchmarks/bench_tiers_simulate.py [--trace the Mooncake traces (github.com/kvcache-ai/Mooncake, FAST25-release/traces)/conversation_trace.jsonl]
                                               [--repeat 5]
 
 Measures, each `--repeat` times (median and best reported):

@@ -58,6 +58,22 @@ def _read_spec(path: str) -> str:
         raise BadInputError(f"{path}: not UTF-8 text") from None
 
 
+def model_relative_to_spec(model: str, spec_path: str) -> str:
+    """A model path in a spec is relative to the spec file's folder, not to where `check` runs (docs/check.md):
+    `./model`, `../ckpt/config.json`, or any relative name that exists beside the spec. A Hub id or an alias
+    (nothing of that name beside the spec) is left as it is; so is everything read from stdin."""
+    if spec_path == "-":
+        return model
+    path = Path(model).expanduser()
+    if path.is_absolute():
+        return str(path)
+    beside = Path(spec_path).resolve().parent / path
+    looks_like_a_path = model.startswith(("./", "../", ".\\", "..\\")) or model.endswith(".json")
+    if looks_like_a_path or beside.exists():
+        return str(beside)
+    return model
+
+
 def register(app: typer.Typer) -> None:
     """Add `check` to the app."""
 
@@ -91,7 +107,7 @@ def register(app: typer.Typer) -> None:
                 raise BadInputError(f"--host-memory {host_memory}: must be more than 0")
             spec = replace(spec, settings=spec.settings.with_changes(host_memory_bytes=host))
         try:
-            model = load_model(spec.model)
+            model = load_model(model_relative_to_spec(spec.model, spec_path))
         except VramctlError as exc:
             raise BadInputError(f"{source}: model: {exc}") from None
         try:

@@ -329,6 +329,20 @@ def _settings_from_profile(pf: ProfileFile) -> ServeSettings:
         raise BadInputError(f"--from-profile {pf.path}: result.settings is incomplete ({exc})") from None
 
 
+def _profiled_device_bytes(pf: ProfileFile, device: str | None) -> int | None:
+    """The size of the device the profile measured, for `validate --from-profile` on the same kind of device: a
+    cpu device (or a cuda one emulated with --device-memory) is emulated at that size again, so the pool is
+    proven on the device it was sized for; a real card is used whole. None: the real device."""
+    kind = (device or pf.device_kind).split(":", 1)[0]
+    if kind != pf.device_kind:
+        return None
+    recorded = pf.result.get("device", {})
+    emulated = recorded.get("emulated_capacity_bytes") if isinstance(recorded, dict) else None
+    if pf.device_kind == "cpu" or emulated:
+        return int(pf.suggest_input.total_bytes)
+    return None
+
+
 def _load_profile_for(path: str, model: str | None) -> tuple[ProfileFile, ModelSpec]:
     from vramctl.core.profile_file import check_model, load_profile
     from vramctl.registry import load_model
@@ -515,8 +529,16 @@ def register(app: typer.Typer) -> None:
         min_free: str = typer.Option(
             "0", "--min-free", help="Fail unless at least this much stays free (e.g. 512MiB)."
         ),
-        device: DeviceOpt = "cuda",
-        device_memory: DeviceMemoryOpt = None,
+        device: Optional[str] = typer.Option(
+            None,
+            "--device",
+            help="cuda, cuda:N or cpu [default: the profile's device with --from-profile, else cuda].",
+        ),
+        device_memory: Optional[str] = typer.Option(
+            None,
+            "--device-memory",
+            help="Emulate a device of this size [default: the profile's device size with --from-profile].",
+        ),
         engine_version: EngineVersionOpt = None,
         gpu_memory_utilization: GpuMemoryUtilizationOpt = None,
         max_model_len: MaxModelLenOpt = None,
@@ -556,15 +578,17 @@ def register(app: typer.Typer) -> None:
                 request = ProfileRequest(
                     spec=spec,
                     settings=_settings_from_profile(pf),
-                    device=device,
-                    device_memory_bytes=_device_memory(device_memory),
+                    device=device or pf.device_kind,
+                    device_memory_bytes=_device_memory(device_memory)
+                    if device_memory is not None
+                    else _profiled_device_bytes(pf, device),
                 )
                 inp = pf.suggest_input
             else:
                 if model is None:
                     raise BadInputError("validate: give MODEL (it is profiled first) or --from-profile FILE")
                 settings = _engine_settings(locals())
-                request = _request(model, settings, device, device_memory, None)
+                request = _request(model, settings, device or "cuda", device_memory, None)
                 inp = None
                 if explicit is None:
                     result = run_profile(request, on_phase=on_phase)

@@ -97,7 +97,7 @@ FLAGS: dict[str, FlagSpec] = {
     "q": FlagSpec("quantization", "str", _V),
     # vLLM (vllm/engine/arg_utils.py names)
     "gpu-memory-utilization": FlagSpec("gpu_memory_utilization", "float", _V),
-    "device-memory-utilization": FlagSpec("gpu_memory_utilization", "float", _V),  # vLLM's alias (vllm.md §6)
+    "device-memory-utilization": FlagSpec("gpu_memory_utilization", "float", _V),  # vLLM's alias (`vllm/engine/arg_utils.py` (vLLM v0.33.0))
     "max-model-len": FlagSpec("max_model_len", "tokens", _V),
     "max-num-batched-tokens": FlagSpec("max_num_batched_tokens", "tokens", _V),
     "max-num-seqs": FlagSpec("max_num_seqs", "int", _V),

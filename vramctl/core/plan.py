@@ -1,6 +1,6 @@
 """`plan`: the budget of `vllm serve MODEL --flags` (and SGLang's) on a card, before touching it.
 
-vLLM's subtraction by version (../shared/reference/vllm.md §2, §9, §10), per rank of the binding pipeline stage:
+vLLM's subtraction by version (`vllm/v1/worker/gpu_worker.py` (vLLM v0.33.0), vLLM's release notes (github.com/vllm-project/vllm/releases)), per rank of the binding pipeline stage:
 
     requested = ceil(total × u)                                   (`vllm/v1/worker/utils.py:716-772`)
     kv        = requested − weights − activation peak − non-torch growth − [graph estimate, ≥0.20]
@@ -42,7 +42,7 @@ from vramctl.core.units import GiB, MiB, cdiv, vllm_format_gib
 from vramctl.core.utilization import UtilizationRow, utilization_trade
 from vramctl.core.weights import stage_rank_weight_bytes
 
-# Verdict labels (../shared/taxonomy.md); `fits` when the engine would start.
+# Verdict labels (the cause labels of docs/explain-oom.md); `fits` when the engine would start.
 FITS = "fits"
 NO_KV_CACHE_MEMORY = "no-kv-cache-memory"
 KV_TOO_SMALL = "kv-cache-too-small-for-max-model-len"
@@ -53,7 +53,7 @@ KV_POOL_OVERCOMMIT = "kv-pool-overcommit"
 allocating the pool it was told to size (explain-oom: an OOM at KV allocation, phase kv-alloc)."""
 HOST_PINNED_MEMORY_FAILURE = "host-pinned-memory-failure"
 """The host tier's pinned pool does not fit the host's RAM: SGLang refuses to start ("Not enough host memory
-available…"), vLLM's pinned allocation fails (../shared/taxonomy.md, host tier)."""
+available…"), vLLM's pinned allocation fails (the cause labels of docs/explain-oom.md, host tier)."""
 
 VALID_BLOCK_SIZES = (1, 8, 16, 32, 64, 128, 256)
 """`CacheConfig.block_size` accepts these (vllm/config/cache.py, BlockSize)."""
@@ -342,7 +342,7 @@ def _compute_dtype(model: ModelSpec, dtype: str) -> str:
 
 
 def default_block_size_for(model: ModelSpec, gpu: GpuSpec, version: str) -> int:
-    """16, except MLA on FlashMLA (Hopper, 64) and CUTLASS MLA (data-center Blackwell, 128) (vllm.md §3.5)."""
+    """16, except MLA on FlashMLA (Hopper, 64) and CUTLASS MLA (data-center Blackwell, 128) (`vllm/config/cache.py` (vLLM v0.33.0))."""
     if model.is_mla and not V.is_v0(version) and gpu.compute_capability:
         major = gpu.compute_capability.split(".")[0]
         if major == "9":
@@ -939,7 +939,7 @@ def _utilization_rows(
 
 
 OLDEST_VLLM_VERSION = "0.6.0"
-"""The oldest vLLM whose memory rules vramctl models (V0 0.6.x; ../shared/reference/vllm.md §6)."""
+"""The oldest vLLM whose memory rules vramctl models (V0 0.6.x; `vllm/engine/arg_utils.py` (vLLM v0.33.0))."""
 
 
 def _version_outside_known(version: str) -> str:
@@ -975,7 +975,7 @@ def _explanations(model: ModelSpec, gpu: GpuSpec, core: _Core, ledger: Ledger) -
     if s.kv_cache_memory_bytes is not None:
         notes.append(
             "--kv-cache-memory-bytes skips vLLM's memory profiling and ignores --gpu-memory-utilization: the KV pool "
-            "is exactly the given size; nothing checks that it fits (vllm.md §2.2, open PR #56698)."
+            "is exactly the given size; nothing checks that it fits (`vllm/v1/worker/gpu_worker.py` (vLLM v0.33.0), open PR #56698)."
         )
         footprint = core.capacity - core.other_processes - ledger.bytes_of(SLACK)
         if ledger.bytes_of(SLACK) < 0:
@@ -1116,13 +1116,13 @@ def _auto_fit(
 SEED_MODEL = "meta-llama/Meta-Llama-3-8B-Instruct"
 SEED_GPU = "h100-sxm"
 SEED_TOTAL_GIB = 79.6
-"""The seed chapter's worked example (../shared/seed): 79.6 GiB total, u 0.92, 14.96 GiB of weights, and the
+"""The textbook worked example of this model on one H100 SXM: 79.6 GiB total, u 0.92, 14.96 GiB of weights, and the
 logged `Available KV cache memory: 54.4 GiB` → 27,852 blocks of 16."""
 SEED_KV_GIB = 54.4
 
 
 def _seed_comparison(model: ModelSpec, gpu: GpuSpec, core: _Core) -> str | None:
-    """Why this plan's KV differs from the seed chapter's 54.4 GiB (the embedded default's model and card)."""
+    """Why this plan's KV differs from the textbook example's 54.4 GiB (the embedded default's model and card)."""
     s = core.s
     if model.name != SEED_MODEL or gpu.name != SEED_GPU or s.kv_cache_memory_bytes is not None:
         return None
@@ -1138,13 +1138,13 @@ def _seed_comparison(model: ModelSpec, gpu: GpuSpec, core: _Core) -> str | None:
     ) / GiB
     sampler = dict(st.activation.parts).get("sampler", 0) / GiB
     return (
-        f"Compared with the seed chapter's worked example (54.4 GiB of KV, 27,852 blocks): this plan has "
-        f"{st.kv_bytes / GiB:.2f} GiB. The chapter takes {SEED_TOTAL_GIB} GiB as the total (nvidia-smi's MiB "
+        f"Compared with the textbook worked example for this model and card (54.4 GiB of KV, 27,852 blocks): this plan has "
+        f"{st.kv_bytes / GiB:.2f} GiB. The example takes {SEED_TOTAL_GIB} GiB as the total (nvidia-smi's MiB "
         f"total), CUDA reports {core.capacity / GiB:.2f} GiB here: {(SEED_TOTAL_GIB - core.capacity / GiB) * u:.2f} "
-        f"GiB less budget at u = {u}. The chapter's numbers leave {seed_other:.2f} GiB for activation + non-torch "
+        f"GiB less budget at u = {u}. The example's numbers leave {seed_other:.2f} GiB for activation + non-torch "
         f"+ graphs; vramctl estimates {ours:.2f} ± {band:.2f} GiB (the sampler warm-up over "
         f"{min(s.max_num_seqs, s.max_num_batched_tokens)} × {model.vocab_size} fp32 logits alone is "
-        f"{sampler:.2f} GiB). `--kv-cache-memory-bytes 54.4GiB` reproduces the chapter's blocks exactly."
+        f"{sampler:.2f} GiB). `--kv-cache-memory-bytes 54.4GiB` reproduces the example's blocks exactly."
     )
 
 

@@ -192,7 +192,7 @@ def utilization_table(r: PlanResult) -> Table | None:
         pad_edge=False,
     )
     for name, justify in (
-        ("mem_fraction_static" if sglang else "u", "right"),
+        ("fraction" if sglang else "u", "right"),
         ("held back", "right"),
         ("KV", "right"),
         ("pages" if sglang else "blocks", "right"),

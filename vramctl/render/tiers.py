@@ -326,7 +326,7 @@ def render_simulation(
     parts.append(table)
     parts.append(
         Text(
-            "hit % tok: token-weighted, Σ hit tokens / Σ input tokens (tiers.md §2.3); hit % req: the mean of "
+            "hit % tok: token-weighted, Σ hit tokens / Σ input tokens (docs/tiers.md); hit % req: the mean of "
             "each request's hit / input (the figure some papers quote). Capacities in tokens.",
             style="dim",
         )

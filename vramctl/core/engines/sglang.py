@@ -1,9 +1,9 @@
 """SGLang's GPU memory sizing, by version: the default `mem_fraction_static`, the KV pool and its limits.
 
 Every rule here is SGLang's own, read from its released wheels and written up in
-`../shared/reference/sglang.md` (cited below as `sglang.md §x`, with the engine file:line it gives).
+`python/sglang/srt/server_args.py` (SGLang v0.5.23) (with the engine file:line below).
 
-The sizing, in SGLang's units (sglang.md §0, §1.3, §2.2):
+The sizing, in SGLang's units (`python/sglang/srt/server_args.py` (SGLang v0.5.23), `python/sglang/srt/arg_groups/memory_hook.py` (SGLang v0.5.23), `python/sglang/srt/model_executor/model_runner.py` (SGLang v0.5.23)):
 1. `gpu_mem` = the nvidia-smi total in **MiB**, the minimum over the ranks (`get_nvgpu_memory_capacity`,
    0.5.18 `srt/utils/common.py` L655). vramctl reads it from `GpuSpec.nvidia_smi_total_mib`.
 2. When `--mem-fraction-static` is unset, a reserve in MiB gives `mfs = round((gpu_mem − reserved) / gpu_mem, 3)`
@@ -14,7 +14,7 @@ The sizing, in SGLang's units (sglang.md §0, §1.3, §2.2):
    (`calculate_pool_sizes` L415–L423, `_apply_token_constraints` L1844).
 
 Planning cannot read `pre` and `avail` off a device, so they are estimated: `pre` = CUDA total − the CUDA
-context and NCCL buffers (`context_estimate_bytes`, calibrated on ../shared/samples/startup, docs/sglang.md
+context and NCCL buffers (`context_estimate_bytes`, calibrated on the collected real start-up logs, docs/sglang.md
 "Accuracy"), `avail` = `pre` − the weights per rank. Both can be given instead (`SglangOptions`), e.g. the
 `Load weight begin/end. avail mem=` numbers of a log, which reproduces SGLang's pool to the token.
 """
@@ -46,11 +46,11 @@ from vramctl.core.specs import GpuSpec, ModelSpec
 from vramctl.core.units import GiB, MiB, format_bytes, format_count
 from vramctl.core.weights import stage_rank_weight_bytes
 
-SGLANG_REF = "../shared/reference/sglang.md"
+SGLANG_REF = "`python/sglang/srt/server_args.py` (SGLang v0.5.23)"
 
 Role = Literal["null", "prefill", "decode"]
 
-# --- version rule sets (sglang.md §0, §1.6) -----------------------------------------------------------
+# --- version rule sets (`python/sglang/srt/server_args.py` (SGLang v0.5.23)) -----------------------------------------------------------
 RULES_0_4_6 = "0.4.6.post5"
 """tp×pp table (server_args.py L244–L306). Used for every version before 0.4.7."""
 RULES_0_5_2 = "0.5.2"
@@ -91,16 +91,16 @@ DEFAULT_MAX_PREFILL_TOKENS = 16384
 METADATA_RESERVE_MIB = 512
 """'Constant meta data (e.g., from attention backend)' (0.5.18 L4948–L4983)."""
 ACTIVATION_MIB_PER_TOKEN = 1.5
-"""'The coefficient 1.5 is a heuristic value' (0.5.18 L4839–L4862, quoted in the seed chapter)."""
+"""'The coefficient 1.5 is a heuristic value' (0.5.18 L4839–L4862, quoted in the textbook example)."""
 MIN_ACTIVATION_TOKENS = 2048
 FLOOR_RESERVE_MIB = 10 * 1024
-"""reserved = max(reserved, 10 GiB) when gpu_mem > 60·1024 MiB (0.5.9+, sglang.md §1.3)."""
+"""reserved = max(reserved, 10 GiB) when gpu_mem > 60·1024 MiB (0.5.9+, `python/sglang/srt/arg_groups/memory_hook.py` (SGLang v0.5.23))."""
 FLOOR_ABOVE_MIB = 60 * 1024
 DEEPEP_RESERVE_MIB = 2048
 """`reserve_for_deepep_a2a_mb` (0.5.18 L5120), added after the floor."""
 XPU_RESERVE_MIB = 2048
 POST_CAPTURE_FLOOR_MIB = {RULES_0_5_17: 512, RULES_0_5_18: 1536, RULES_0_5_23: 1536}
-"""sglang.md §1.5: 512 MB in 0.5.17, 1536 MB from 0.5.18 on."""
+"""`python/sglang/srt/model_executor/model_runner.py` (SGLang v0.5.23): 512 MB in 0.5.17, 1536 MB from 0.5.18 on."""
 MLA_PREFILL_GRAPH_RESERVE_MIB = 1536
 PREFILL_GRAPH_MIB_PER_BUCKET = 8
 DECODE_GRAPH_MIB_PER_BS = 2
@@ -112,7 +112,7 @@ UNKNOWN_GPU_FRACTION = {
     RULES_0_5_18: 0.88,
     RULES_0_5_23: 0.95,
 }
-"""mfs when gpu_mem is unknown (sglang.md §1.3 item 3; 0.4.6 and 0.5.2 also fall back to 0.88)."""
+"""mfs when gpu_mem is unknown (`python/sglang/srt/arg_groups/memory_hook.py` (SGLang v0.5.23) item 3; 0.4.6 and 0.5.2 also fall back to 0.88)."""
 OLD_DEFAULT_CUDA_GRAPH_MAX_BS = 160
 """Before 0.5.9 the decode graph max_bs was 160 except on < 25,000 MiB cards: startup samples 021, 107, 108,
 109 and 112 (0.4.x) log `cuda_graph_max_bs=160`. Not read from the 0.5.2 source."""
@@ -134,7 +134,7 @@ HYBRID_SWA_ARCHITECTURES = frozenset(
 """SGLang `configs/model_config.py::is_hybrid_swa_model`: only these get a separate SWA pool. Every other
 sliding-window model (Mistral, Gemma-2/3) gets full-length KV in every layer (startup sample 106)."""
 
-# CUDA context + NCCL before the weights load, calibrated on ../shared/samples/startup (docs/sglang.md):
+# CUDA context + NCCL before the weights load, calibrated on the collected real start-up logs (docs/sglang.md):
 # TP1 samples 021/106/107/110/112/116 show 0.39–0.61 GiB between the CUDA total and `Load weight begin`.
 CONTEXT_BYTES = 480 * MiB
 CONTEXT_UNCERTAINTY_BYTES = 160 * MiB
@@ -144,7 +144,7 @@ NCCL_MULTI_NODE_BYTES = 1600 * MiB
 """TP16 over two nodes (sample 109) shows about 2.1 GiB in total."""
 NCCL_UNCERTAINTY_BYTES = 512 * MiB
 
-# Page size forced by attention backends (sglang.md §1.1); the CUDA default is 1.
+# Page size forced by attention backends (`python/sglang/srt/server_args.py` (SGLang v0.5.23)); the CUDA default is 1.
 BACKEND_PAGE_SIZE: Mapping[str, int] = {
     "flashmla": 64,
     "cutlass_mla": 128,
@@ -172,7 +172,7 @@ class SglangOptions:
     speculative_draft_weight_bytes: int | None = None
     """The draft model's checkpoint bytes (charged to the KV budget from 0.5.18)."""
     post_capture_kv_sizing: bool = False
-    """Env `SGLANG_ENABLE_POST_CAPTURE_KV_SIZING=1` (default off; sglang.md §1.5)."""
+    """Env `SGLANG_ENABLE_POST_CAPTURE_KV_SIZING=1` (default off; `python/sglang/srt/model_executor/model_runner.py` (SGLang v0.5.23))."""
     attention_backend: str | None = None
     disable_prefill_graph: bool = False
     """`--cuda-graph-backend-prefill disabled`."""
@@ -186,7 +186,7 @@ class SglangOptions:
     swa_full_tokens_ratio: float = DEFAULT_SWA_FULL_TOKENS_RATIO
     disable_hybrid_swa_memory: bool = False
     vit_layers: int | None = None
-    """Vision tower depth of a multimodal model (VLM adjustment, sglang.md §1.3 item 4); None = text model."""
+    """Vision tower depth of a multimodal model (VLM adjustment, `python/sglang/srt/arg_groups/memory_hook.py` (SGLang v0.5.23) item 4); None = text model."""
     vit_hidden_size: int | None = None
     free_before_load_bytes: int | None = None
     """Measured `Load weight begin. avail mem=` (pre_model_load_memory); replaces the estimate."""
@@ -208,7 +208,7 @@ class SglangOptions:
 
 @dataclass(frozen=True)
 class ReserveBreakdown:
-    """The MiB reserve behind the default `mem_fraction_static` (sglang.md §1.3–§1.4)."""
+    """The MiB reserve behind the default `mem_fraction_static` (`python/sglang/srt/arg_groups/memory_hook.py` (SGLang v0.5.23))."""
 
     rules: str
     branch: str
@@ -345,7 +345,7 @@ class SglangPlan:
         }
 
 
-# --- GPU tiers and CUDA-graph batch lists (sglang.md §1.2) ---------------------------------------------
+# --- GPU tiers and CUDA-graph batch lists (`python/sglang/srt/server_args.py` (SGLang v0.5.23)) ---------------------------------------------
 @dataclass(frozen=True)
 class GpuTier:
     chunked_prefill_size: int
@@ -701,7 +701,7 @@ def is_hybrid_swa(model: ModelSpec, options: SglangOptions) -> bool:
     )
 
 
-# --- max_running_requests (sglang.md §1.8) --------------------------------------------------------------
+# --- max_running_requests (`python/sglang/srt/server_args.py` (SGLang v0.5.23)) --------------------------------------------------------------
 def default_max_running_requests(
     tokens: int, context_len: int, rules: str, user_value: int | None = None, dp_size: int = 1
 ) -> int:
@@ -820,7 +820,7 @@ def _vlm_factor(options: SglangOptions) -> float | None:
 
 
 OLDEST_SGLANG_VERSION = "0.4.0"
-"""The oldest SGLang whose memory rules vramctl models (../shared/reference/sglang.md §1.6)."""
+"""The oldest SGLang whose memory rules vramctl models (`python/sglang/srt/server_args.py` (SGLang v0.5.23))."""
 
 
 def plan_sglang(
@@ -829,7 +829,7 @@ def plan_sglang(
     """Size SGLang's KV pool for `model` on `gpu` with `settings`, in the semantics of the chosen version."""
     opts = options or SglangOptions()
     if opts.vit_layers is None and opts.vit_hidden_size is None and model.is_multimodal:
-        # A multimodal checkpoint gets SGLang's VLM adjustment (sglang.md §1.3 item 4; 0.5.18 L9527
+        # A multimodal checkpoint gets SGLang's VLM adjustment (`python/sglang/srt/arg_groups/memory_hook.py` (SGLang v0.5.23) item 4; 0.5.18 L9527
         # `adjust_mem_fraction_for_vlm`), the tower's shape from its vision_config (defaults 24 × 1024).
         opts = opts.with_changes(
             vit_layers=model.vision_layers or 24, vit_hidden_size=model.vision_hidden_size or 1024
@@ -848,7 +848,7 @@ def plan_sglang(
     rules = rules_for_version(version)
     tp, pp = settings.tensor_parallel_size, settings.pipeline_parallel_size
     gpu_mem, capacity = gpu_mem_mib_for(gpu, settings)
-    branch: list[str] = [f"SGLang {version}: rules of {rules} ({SGLANG_REF} §1.6)"]
+    branch: list[str] = [f"SGLang {version}: rules of {rules} ({SGLANG_REF}, the version history of its defaults)"]
     notes: list[str] = []
     if parse_version(version) > parse_version(LATEST_SGLANG_VERSION):
         notes.append(
@@ -1003,7 +1003,7 @@ def plan_sglang(
             branch.append(f"pipeline stage {stage_index} binds (fewest tokens; PP ranks take the MIN)")
         draft = opts.speculative_draft_weight_bytes or 0
         if draft and rules in (RULES_0_5_18, RULES_0_5_23):
-            # 0.5.18+: draft weights load before profiling and are charged to the KV budget (sglang.md §1.6).
+            # 0.5.18+: draft weights load before profiling and are charged to the KV budget (`python/sglang/srt/server_args.py` (SGLang v0.5.23)).
             weights += -(-draft // tp)
             weights_formula += f" + draft model {format_bytes(draft)} / tp {tp}"
             branch.append("speculative decoding: the draft model's weights are charged to the KV budget")
@@ -1037,7 +1037,7 @@ def plan_sglang(
     cell = cell_size(model, settings, opts, layers=stage_layers)
     algo = (opts.speculative_algorithm or "").upper()
     if opts.speculative_draft_layers and algo in ("EAGLE", "EAGLE3", "STANDALONE"):
-        # One token count serves the target and draft pools (sglang.md §2.3).
+        # One token count serves the target and draft pools (`python/sglang/srt/model_executor/pool_configurator.py` (SGLang v0.5.23)).
         cell += cell * opts.speculative_draft_layers // model.num_hidden_layers
         branch.append(
             f"{algo} draft KV shares the token count: cell × (1 + {opts.speculative_draft_layers} / "
@@ -1275,7 +1275,7 @@ def plan_sglang(
 # --- hybrid (Mamba2 / Gated DeltaNet) models: the mamba state pool (docs/hybrid.md) ------------------------------
 #
 # SGLang (`python/sglang/srt/model_executor/model_runner_kv_cache_mixin.py` as stored by the search index, the
-# 0.5.x line; sglang.md §1.8 and §2.2 for 0.5.18 / 0.5.23):
+# 0.5.x line; `python/sglang/srt/server_args.py` (SGLang v0.5.23) for 0.5.18 / 0.5.23):
 # - `_profile_available_bytes`: rest = post_load − pre × (1 − mfs); for a "mambaish" model rest =
 #   `_handle_max_mamba_cache(rest)` before the token pool is sized from it;
 # - `_handle_max_mamba_cache`: --max-mamba-cache-size given → that many slots (÷ attention DP size); else with
@@ -1455,7 +1455,7 @@ def _log_lines(
     rules: str,
     post_capture: bool,
 ) -> tuple[str, ...]:
-    """The start-up lines SGLang would print (sglang.md §3); K/V buffers hold one padding page."""
+    """The start-up lines SGLang would print (`python/sglang/srt/model_executor/model_runner.py` (SGLang v0.5.23)); K/V buffers hold one padding page."""
     dtype = settings.kv_cache_dtype if settings.kv_cache_dtype != "auto" else model.torch_dtype
     dtype = "torch." + dtype.removeprefix("torch.")
     allocated = "VA upper bound" if post_capture else "is allocated"
@@ -1688,7 +1688,7 @@ def _vllm_utilization(result: Any) -> float | None:
 def worked_defaults(
     gpu_mem_mib: int, tp: int = 1, *, version: str = "0.5.18", mla: bool = False, post_capture: bool = False
 ) -> tuple[float, ReserveBreakdown]:
-    """The default mem_fraction_static for a card alone (sglang.md §1.7): (mfs, reserve). For docs and tests."""
+    """The default mem_fraction_static for a card alone (`python/sglang/srt/server_args.py` (SGLang v0.5.23)): (mfs, reserve). For docs and tests."""
     rules = rules_for_version(version)
     tier = gpu_tier(gpu_mem_mib, tp, rules)
     prefill_max_bs = (
