@@ -25,6 +25,7 @@ SAMPLES = Path(__file__).resolve().parents[2].parent / "shared" / "samples" / "s
 INDEX = yaml.safe_load((SAMPLES / "index.yaml").read_text()) if SAMPLES.is_dir() else {"datapoints": []}
 ENTRIES = INDEX["datapoints"]
 IDS = [f"{e['id']}-{e['log_file']}" for e in ENTRIES]
+pytestmark = pytest.mark.shared("samples/startup")  # every test here reads the real logs
 
 ABSENT_FROM_EXCERPT: dict[tuple[str, str], str] = {
     (

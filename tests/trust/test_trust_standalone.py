@@ -114,6 +114,9 @@ def test_version_and_completion() -> None:
         [sys.executable, "-m", "vramctl", "--show-completion", "bash"],
         capture_output=True,
         text=True,
-        env={**os.environ, "SHELL": "/bin/bash"},
+        env={
+            **os.environ,
+            "_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION": "1",
+        },  # typer's switch: name the shell
     )
     assert script.returncode == 0 and "complete" in script.stdout

@@ -69,7 +69,11 @@ def model_relative_to_spec(model: str, spec_path: str) -> str:
         return str(path)
     beside = Path(spec_path).resolve().parent / path
     looks_like_a_path = model.startswith(("./", "../", ".\\", "..\\")) or model.endswith(".json")
-    if looks_like_a_path or beside.exists():
+    try:
+        exists = beside.exists()
+    except OSError:  # a name too long for a path, or not a path at all: a model name, looked up as such
+        exists = False
+    if looks_like_a_path or exists:
         return str(beside)
     return model
 

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from vramctl.core.errors import BadInputError
+from vramctl.core.errors import VramctlError
 from vramctl.core.settings import ServeSettings
 from vramctl.core.units import GiB
 from vramctl.core.utilization import margin_risk
@@ -69,7 +69,7 @@ class Fix:
 def _safe(planner: Planner, settings: ServeSettings) -> Any:
     try:
         return planner(settings)
-    except BadInputError:  # a TP size the heads do not divide, an fp8 the card cannot run, …
+    except VramctlError:  # a TP size the heads do not divide, an fp8 the card cannot run, …
         return None
 
 
@@ -89,10 +89,20 @@ def _fix(flag: str, value: int | float | str, description: str, result: Any) -> 
     )
 
 
-def _largest(planner: Planner, settings: ServeSettings, field: str, below: int) -> tuple[int, Any] | None:
-    """The largest value of the int `field` in [1, below) whose plan is fixed (the plans are monotone in it)."""
+def _largest(
+    planner: Planner, settings: ServeSettings, field: str, below: int, guess: int | None = None
+) -> tuple[int, Any] | None:
+    """The largest value of the int `field` in [1, below) whose plan is fixed (the plans are monotone in it).
+    `guess`: a likely answer (the longest length that fits at the pessimistic edge), checked first with its
+    successor: two plans instead of a binary search when it is right."""
     if below <= 1:
         return None
+    if guess is not None and 1 <= guess < below:
+        at = _safe(planner, settings.with_changes(**{field: guess}))
+        if _ok(at) and (
+            guess + 1 >= below or not _ok(_safe(planner, settings.with_changes(**{field: guess + 1})))
+        ):
+            return guess, at
     low = _safe(planner, settings.with_changes(**{field: 1}))
     if not _ok(low):
         return None
@@ -122,7 +132,9 @@ def find_fixes(result: Any, settings: ServeSettings, planner: Planner) -> tuple[
     # A shorter context (the length vLLM would auto-fit, at the pessimistic edge).
     current_len = int(result.max_model_len)
     if settings.max_model_len != -1 and current_len > 1:
-        found = _largest(planner, settings, "max_model_len", current_len)
+        edge = result.pessimistic
+        guess = int(edge.max_model_len_fit) if edge is not None else int(result.max_model_len_fit)
+        found = _largest(planner, settings, "max_model_len", current_len, guess)
         if found is not None:
             length, r = found
             flag = "--context-length" if sglang else "--max-model-len"

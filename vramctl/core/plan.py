@@ -1149,9 +1149,15 @@ def _seed_comparison(model: ModelSpec, gpu: GpuSpec, core: _Core) -> str | None:
 
 
 def plan_vllm(
-    model: ModelSpec, gpu: GpuSpec, settings: ServeSettings, *, calibration: est.Calibration = est.CALIBRATION
+    model: ModelSpec,
+    gpu: GpuSpec,
+    settings: ServeSettings,
+    *,
+    calibration: est.Calibration = est.CALIBRATION,
+    light: bool = False,
 ) -> PlanResult:
-    """The vLLM plan for one model, card and set of flags (`calibration`: the estimate coefficients; the
+    """The vLLM plan for one model, card and set of flags (`light`: without the utilisation table, for the fix
+    search, which needs only the verdict and its edges; `calibration`: the estimate coefficients; the
     default is the fitted set, scripts/calibrate.py passes others for leave-one-out)."""
     validate(model, gpu, settings)
     version = V.resolve_version(settings.engine_version if settings.engine != "sglang" else None)
@@ -1207,7 +1213,7 @@ def plan_vllm(
         outside_budget_bytes=core.binding.outside.bytes
         + (0 if core.binding.graph_charged else core.binding.graph.bytes),
         binding_stage=core.binding.index,
-        utilization_table=_utilization_rows(model, gpu, core, calibration),
+        utilization_table=() if light else _utilization_rows(model, gpu, core, calibration),
         warnings=tuple(warnings),
         explanations=tuple(notes),
         kv_cache_uncertainty_bytes=band,
@@ -1231,24 +1237,31 @@ def plan(
     from vramctl.core.fixes import find_fixes
 
     result = _plan_quantized(model, gpu, settings, sglang_options)
-    fixes = find_fixes(result, settings, lambda changed: _plan_quantized(model, gpu, changed, sglang_options))
+    fixes = find_fixes(
+        result, settings, lambda changed: _plan_quantized(model, gpu, changed, sglang_options, light=True)
+    )
     return replace(result, fixes=fixes) if fixes else result
 
 
 def _plan_quantized(
-    model: ModelSpec, gpu: GpuSpec, settings: ServeSettings, sglang_options: Any
+    model: ModelSpec, gpu: GpuSpec, settings: ServeSettings, sglang_options: Any, *, light: bool = False
 ) -> PlanResult:
     from vramctl.core.quantization import apply_quantization_flag
 
     quantized = apply_quantization_flag(model, settings.quantization, engine=settings.engine)
-    result = _plan_served_model(quantized.model, gpu, settings, sglang_options=sglang_options)
+    result = _plan_served_model(quantized.model, gpu, settings, sglang_options=sglang_options, light=light)
     if quantized.note is None:
         return result
     return replace(result, explanations=(quantized.note, *result.explanations))
 
 
 def _plan_served_model(
-    model: ModelSpec, gpu: GpuSpec, settings: ServeSettings, *, sglang_options: Any = None
+    model: ModelSpec,
+    gpu: GpuSpec,
+    settings: ServeSettings,
+    *,
+    sglang_options: Any = None,
+    light: bool = False,
 ) -> PlanResult:
     """Plan one deployment for `settings.engine` (`vllm`, `sglang` or `both`), the model as served.
 
@@ -1262,13 +1275,13 @@ def _plan_served_model(
     from vramctl.core.engines import sglang as sg
     from vramctl.core.host_tier import plan_host_tier
 
-    result = plan_vllm(model, gpu, settings)
+    result = plan_vllm(model, gpu, settings, light=light)
     sglang_plan = None
     gap: tuple[Any, ...] = ()
     if settings.engine in ("sglang", "both"):
         sglang_plan = sg.plan_sglang(model, gpu, settings, options=sglang_options)
     if settings.engine == "both" and sglang_plan is not None:
-        gap = sg.explain_gap(result, sglang_plan)
+        gap = () if light else sg.explain_gap(result, sglang_plan)
     host = None
     use_hicache = settings.engine == "sglang" or (settings.engine == "both" and _wants_hicache(settings))
     if sglang_plan is not None and use_hicache:
@@ -1293,9 +1306,11 @@ def _plan_served_model(
     result = replace(result, sglang=sglang_plan, gap=gap, host_tier=host)
     if settings.engine == "sglang" and sglang_plan is not None:
         result = _sglang_top_level(result, sglang_plan)
-        result = replace(
-            result, utilization_table=_sglang_fraction_rows(model, gpu, settings, sglang_options, sglang_plan)
-        )
+        if not light:
+            result = replace(
+                result,
+                utilization_table=_sglang_fraction_rows(model, gpu, settings, sglang_options, sglang_plan),
+            )
     warnings = list(result.warnings)
     status = getattr(host, "status", None)
     if status == "fail" and result.verdict == FITS:
