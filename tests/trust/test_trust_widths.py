@@ -27,6 +27,7 @@ COMMANDS = [
     ["explain-oom", "examples/vllm-oom.log"],
     ["tiers", "plan", "llama-3-8b", "--gpu", "h100-sxm"],
     ["tiers", "simulate", "--trace", "examples/chat-trace.jsonl", "--gpu-capacity", "2e4"],
+    ["tiers", "bench", "--block-bytes", "256KiB", "--size", "8MiB", "--repeat", "1", "--skip-device"],
 ]
 
 

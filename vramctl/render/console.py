@@ -37,4 +37,31 @@ def make_console(*, stderr: bool = False, **kwargs: Any) -> Console:
     return Console(stderr=stderr, width=output_width(sys.stderr if stderr else sys.stdout), **kwargs)
 
 
-__all__ = ["MIN_WIDTH", "PIPED_WIDTH", "make_console", "output_width"]
+def wrap_lines(text: str, width: int | None = None) -> str:
+    """Plain-text output wrapped at the output's width: a line longer than it breaks between words and
+    continues indented by two spaces; words (paths, flags) are never split, shorter lines are untouched."""
+    import shutil
+    import textwrap
+
+    limit = width or output_width() or shutil.get_terminal_size((PIPED_WIDTH, 24)).columns
+    out: list[str] = []
+    for line in text.splitlines():
+        _, _, value = line.partition(": ")
+        if len(line) <= limit or (value and " " not in value.strip()):
+            out.append(line)  # short, or `label: one-path-or-word` (kept whole: scripts read such lines)
+            continue
+        indent = line[: len(line) - len(line.lstrip())]
+        out.extend(
+            textwrap.wrap(
+                line,
+                width=limit,
+                subsequent_indent=indent + "  ",
+                break_long_words=False,
+                break_on_hyphens=False,
+            )
+            or [line]
+        )
+    return "\n".join(out) + ("\n" if text.endswith("\n") else "")
+
+
+__all__ = ["MIN_WIDTH", "PIPED_WIDTH", "make_console", "output_width", "wrap_lines"]
