@@ -25,7 +25,7 @@ SHARED = REPO.parent / "shared"
 # The real logs beside the project when they are there; else logs of the project's own (a clone alone).
 OOM_LOG = SHARED / "samples" / "oom" / "001.log"
 if not OOM_LOG.exists():
-    OOM_LOG = REPO / "tests" / "fixtures" / "oom" / "cublas_alloc.log"
+    OOM_LOG = REPO / "examples" / "vllm-oom.log"
 STARTUP_LOG = SHARED / "samples" / "startup" / "001.log"
 if not STARTUP_LOG.exists():
     STARTUP_LOG = REPO / "tests" / "fixtures" / "startup_collected" / "001.log"
