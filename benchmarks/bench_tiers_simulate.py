@@ -1,6 +1,6 @@
 """Tier simulator speed: the Mooncake conversation trace (ratios in one run) and a synthetic scaling table.
 
-    python benchmarks/bench_tiers_simulate.py [--trace ../shared/data/mooncake/conversation_trace.jsonl]
+    python benchmarks/bench_tiers_simulate.py [--trace MOONCAKE/conversation_trace.jsonl]
                                               [--repeat 5] [--scale 10000,100000,1000000,10000000]
 
 Part 1, the Mooncake conversation trace (12,031 requests), each case `--repeat` times (median CPU s):

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Calibrate vramctl's vLLM estimates on real start-up logs and write docs/accuracy.md.
 
-    python scripts/calibrate.py [--samples ../shared/samples/startup] [--write docs/accuracy.md]
+    python scripts/calibrate.py [--samples the collected real start-up logs] [--write docs/accuracy.md]
 
-Reads the logged numbers from ../shared/samples/startup/index.yaml (never copied here); this file only says how
+Reads the logged numbers from the collected real start-up logs (their index.yaml) (never copied here); this file only says how
 each datapoint maps onto planner inputs (registry model, the card's logged total, the vLLM semantics the run used)
 and why a datapoint is skipped. Fits three activation coefficients (least squares), the graph cost per piece
 (median per regime) and the non-torch constants (medians), prints them, and reports per datapoint and per term
@@ -985,7 +985,7 @@ def render(
         "  or card (listed under Skipped). Some map only in part: a log without its card checks the KV size →",
         "  tokens conversion alone.",
         "",
-        "Calibration set: `../shared/samples/startup` (index.yaml). Other real logs will judge the planner; the",
+        "Calibration set: the collected real start-up logs (index.yaml). Other real logs will judge the planner; the",
         "held-out column is the best guess of how it will do on them.",
         "",
         _headline(sample_rows, held_ba),

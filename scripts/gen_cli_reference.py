@@ -33,6 +33,15 @@ def render() -> str:
         "# CLI reference\n",
         "Generated from `--help` by `python scripts/gen_cli_reference.py`; `tests/test_cli_reference.py`\n"
         "fails when it is out of date.\n",
+        "\n## Output width\n\n"
+        "Every command renders at the terminal's width. Piped or redirected (a CI log, `| less`, a file), the\n"
+        "output is `COLUMNS` wide when that is set, else 80 columns: one default for every command. Everything\n"
+        "is readable at 80: long cells fold rather than being cut to `…`, `check` prints what to change on whole\n"
+        "lines under its table, and `models` / `gpus` leave out the columns that do not fit (the title names\n"
+        "them; `COLUMNS=200 vramctl models` shows all). `--json` and `--markdown` do not depend on the width.\n"
+        "\n## Shell completion\n\n"
+        "`vramctl --install-completion` installs tab completion for the current shell (bash, zsh, fish,\n"
+        "PowerShell); `vramctl --show-completion` prints the script to install by hand.\n",
     ]
     for path, command in _walk(root, ["vramctl"]):
         ctx = typer.Context(command, info_name=" ".join(path), terminal_width=100, max_content_width=100)

@@ -31,6 +31,7 @@ def test_oom_torch1_fragmentation_suggests_max_split_not_expandable_segments() -
     assert any("torch >= 2.1" in f.action for f in d.fixes)
 
 
+@pytest.mark.shared("samples/oom")
 def test_oom_torch2_fragmentation_still_suggests_expandable_segments() -> None:
     d = diagnose(Path(__file__).resolve().parents[3] / "shared" / "samples" / "oom" / "037.log")
     assert d.cause == "allocator-fragmentation"
@@ -122,6 +123,7 @@ def test_oom_collector_timestamps_and_mpi_tags_are_split_off(
     assert split_prefixes(line) == (process, text)
 
 
+@pytest.mark.shared("samples/oom")
 def test_oom_kubectl_timestamped_log_classifies_like_the_plain_one(tmp_path: Path) -> None:
     sample = Path(__file__).resolve().parents[3] / "shared" / "samples" / "oom" / "022.log"
     stamped = tmp_path / "022-k8s.log"
@@ -163,6 +165,7 @@ def test_oom_v0_profile_budget_below_context_needs_chunked_prefill() -> None:
     assert "--enable-chunked-prefill" in d.fixes[0].action
 
 
+@pytest.mark.shared("samples/oom")
 @pytest.mark.parametrize("encoding", ["utf-16", "utf-16-be"])
 def test_oom_utf16_log_reads_like_utf8(tmp_path: Path, encoding: str) -> None:
     # Windows PowerShell 5's `>` writes UTF-16 LE with a byte-order mark; `utf-16-be` here carries none,

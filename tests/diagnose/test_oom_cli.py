@@ -24,6 +24,7 @@ def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
     return code, out, err
 
 
+@pytest.mark.shared("samples/oom")
 def test_oom_cli_json_keys_and_exit_0(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(capsys, str(SAMPLES / "001.log"), "--json")
     assert code == 0
@@ -47,6 +48,7 @@ def test_oom_cli_json_keys_and_exit_0(capsys: pytest.CaptureFixture[str]) -> Non
     assert data["fixes"][0]["value"] == 0.64
 
 
+@pytest.mark.shared("samples/oom")
 def test_oom_cli_panel(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(capsys, str(SAMPLES / "022.log"))
     assert code == 0
@@ -55,6 +57,7 @@ def test_oom_cli_panel(capsys: pytest.CaptureFixture[str]) -> None:
     assert "do not" in out
 
 
+@pytest.mark.shared("samples/oom")
 def test_oom_cli_markdown(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(capsys, str(SAMPLES / "037.log"), "--markdown")
     assert code == 0
@@ -62,6 +65,7 @@ def test_oom_cli_markdown(capsys: pytest.CaptureFixture[str]) -> None:
     assert "`PYTORCH_ALLOC_CONF=expandable_segments:True`" in out
 
 
+@pytest.mark.shared("samples/oom")
 def test_oom_cli_not_oom_is_a_diagnosis(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(capsys, str(SAMPLES / "040.log"), "--json")
     assert code == 0
@@ -116,6 +120,7 @@ def test_oom_cli_json_and_markdown_conflict(capsys: pytest.CaptureFixture[str]) 
     assert code == 2 and "pick one" in err
 
 
+@pytest.mark.shared("samples/oom")
 def test_oom_cli_gzip_and_truncated_gzip(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     body = b"INFO:     noise line\n" * 50000 + (SAMPLES / "001.log").read_bytes()
     whole = tmp_path / "log.gz"
@@ -138,6 +143,7 @@ def test_oom_cli_gzip_and_truncated_gzip(capsys: pytest.CaptureFixture[str], tmp
     assert any("truncated gzip" in w for w in data["warnings"])
 
 
+@pytest.mark.shared("samples/oom")
 def test_oom_cli_stdin(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     class FakeStdin(io.TextIOWrapper):
         pass
@@ -148,6 +154,7 @@ def test_oom_cli_stdin(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.M
     assert code == 0 and json.loads(out)["cause"] == "kv-pool-exhausted-runtime"
 
 
+@pytest.mark.shared("samples/oom")
 def test_oom_cli_stdin_subprocess_no_torch() -> None:
     """End to end through a pipe; explain-oom must not import torch."""
     code = (
@@ -164,6 +171,7 @@ def test_oom_cli_stdin_subprocess_no_torch() -> None:
     assert json.loads(res.stdout)["cause"] == "sampler-warmup-oom"
 
 
+@pytest.mark.shared("samples/oom")
 def test_oom_cli_one_huge_line_bounded_memory(tmp_path: Path) -> None:
     """A log with one 300 MB line (no newline at all), then the failure: bounded RSS, diagnosed."""
     log = tmp_path / "huge-line.log"
@@ -195,12 +203,14 @@ def test_oom_cli_help_lists_exit_codes(capsys: pytest.CaptureFixture[str]) -> No
     assert code == 0 and "3: the log holds no failure" in " ".join(out.split())
 
 
+@pytest.mark.shared("samples/oom")
 def test_oom_cli_reports_the_peak_rss_it_can(capsys: pytest.CaptureFixture[str]) -> None:
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     code, _, _ = run(capsys, str(SAMPLES / "059.log"), "--json")
     assert code == 0 and resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 50 * 1024
 
 
+@pytest.mark.shared("samples/oom")
 def test_oom_parallel_scan_agrees_with_sequential(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Large regular files may be scanned by worker processes (VRAMCTL_SCAN_WORKERS): same answer."""
     from vramctl.diagnose import diagnose

@@ -28,6 +28,7 @@ def test_oom_fixture_classified(case: dict[str, Any]) -> None:
         assert d.evidence and d.fixes and d.do_not
 
 
+@pytest.mark.shared("taxonomy.md")
 def test_oom_labels_match_the_taxonomy() -> None:
     labels = set(re.findall(r"^- \*\*([a-z0-9-]+)\*\*", TAXONOMY.read_text(), flags=re.M))
     assert labels == set(LABELS)
@@ -48,6 +49,7 @@ def test_oom_every_label_is_reachable_by_a_signature_or_a_rule() -> None:
     assert reachable == set(LABELS)
 
 
+@pytest.mark.shared("samples/oom")
 def test_oom_every_label_is_produced_by_a_real_or_fixture_log() -> None:
     index = yaml.safe_load((ROOT / ".." / "shared" / "samples" / "oom" / "index.yaml").read_text())["cases"]
     produced = {c["root_cause"] for c in index} | {c["cause"] for c in CASES}

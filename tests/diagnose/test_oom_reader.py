@@ -173,6 +173,7 @@ def test_oom_matching_agrees_with_full_read(lines: list[str]) -> None:
     assert len(total) == len(lines) - (1 if lines[-1] == "" else 0)
 
 
+@pytest.mark.shared("samples/oom")
 def test_oom_reader_real_sample_prefixes() -> None:
     lines = list(iter_log_lines(SAMPLES / "014.log"))
     assert lines[0].process == "VllmWorker rank=0 pid=10672"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -21,7 +22,7 @@ def test_without_cuda_exits_4_and_writes_nothing(tmp_path: Path) -> None:
     out = tmp_path / "out"
     result = subprocess.run(
         ["bash", str(ROOT / "scripts" / "gpu-check.sh")],
-        env={**os.environ, "OUT": str(out)},
+        env={**os.environ, "OUT": str(out), "PYTHON": sys.executable},
         capture_output=True,
         text=True,
         timeout=120,
@@ -36,6 +37,7 @@ def _dry_env(out: Path, **extra: str) -> dict[str, str]:
     return {
         **os.environ,
         "OUT": str(out),
+        "PYTHON": sys.executable,  # this interpreter, not whatever python3 is first on PATH
         "GPU_CHECK_DEVICE": "cpu",
         "GPU_CHECK_DENSE_MODEL": "profiles/measured/tiny-llama",
         "GPU_CHECK_MOE_MODEL": "no-such-org/no-such-moe",

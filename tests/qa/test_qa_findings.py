@@ -175,7 +175,7 @@ def test_qa_check_concurrency_beyond_max_model_len_fails(
     assert code == 1, err
     (item,) = json.loads(out)["checks"]
     assert item["ok"] is False and item["actual"] == "0.00"
-    assert "refuses requests longer than --max-model-len 8,192" in item["message"]
+    assert "refuses requests longer than --max-model-len 8192" in item["message"]
     assert "raise --max-model-len to 32768" in item["message"]  # Qwen3-8B allows 40,960
     # Beyond the model's own limit, raising --max-model-len is no answer (Llama-3-8B stops at 8,192).
     spec.write_text(
@@ -203,7 +203,7 @@ def test_qa_check_hopeless_requirement_does_not_promise_tp16(
     code, out, _ = run(capsys, "check", str(spec), "--json")
     (item,) = json.loads(out)["checks"]
     assert code == 1 and "-tp ≥ 16" not in item["message"]
-    assert "no tensor-parallel size up to -tp 64 reaches it" in item["message"]
+    assert "no tensor-parallel size up to --tensor-parallel-size 64 reaches it" in item["message"]
 
 
 # --- tiers -----------------------------------------------------------------------------------------------------------

@@ -22,8 +22,13 @@ from vramctl.cli.main import main
 
 REPO = Path(__file__).resolve().parents[2]
 SHARED = REPO.parent / "shared"
+# The real logs beside the project when they are there; else logs of the project's own (a clone alone).
 OOM_LOG = SHARED / "samples" / "oom" / "001.log"
+if not OOM_LOG.exists():
+    OOM_LOG = REPO / "examples" / "vllm-oom.log"
 STARTUP_LOG = SHARED / "samples" / "startup" / "001.log"
+if not STARTUP_LOG.exists():
+    STARTUP_LOG = REPO / "tests" / "fixtures" / "startup_collected" / "001.log"
 TINY = REPO / "profiles" / "measured" / "tiny-llama"
 TINY_PROFILE = REPO / "profiles" / "measured" / "tiny-llama-cpu.json"
 GOOD_TRACE_LINE = '{"timestamp": 0, "input_length": 1024, "output_length": 10, "hash_ids": [0, 1]}\n'

@@ -36,6 +36,7 @@ def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
     return code, out, err
 
 
+@pytest.mark.shared("samples/startup")
 def test_rich_output_v0(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(capsys, str(SAMPLES / "026.log"))
     assert code == 0
@@ -45,6 +46,7 @@ def test_rich_output_v0(capsys: pytest.CaptureFixture[str]) -> None:
     assert "5,691" in out and "11.12x @ 8,192 tokens" in out
 
 
+@pytest.mark.shared("samples/startup")
 def test_json_keys_and_values(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(capsys, str(SAMPLES / "051.log"), "--json")
     assert code == 0
@@ -61,6 +63,7 @@ def test_json_keys_and_values(capsys: pytest.CaptureFixture[str]) -> None:
     assert data["settings"]["max_model_len"] == 4096
 
 
+@pytest.mark.shared("samples/startup")
 def test_markdown(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(capsys, str(SAMPLES / "121.log"), "--markdown")
     assert code == 0
@@ -68,6 +71,7 @@ def test_markdown(capsys: pytest.CaptureFixture[str]) -> None:
     assert "| kv_cache | 10.02 |" in out and "| **total** | 21.95 |" in out
 
 
+@pytest.mark.shared("samples/startup")
 def test_sglang_needs_capacity_then_gpu_gives_a_ledger(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(capsys, str(SAMPLES / "111.log"), "--json")
     data = json.loads(out)
@@ -81,6 +85,7 @@ def test_sglang_needs_capacity_then_gpu_gives_a_ledger(capsys: pytest.CaptureFix
     assert json.loads(out)["capacity_bytes"] == round(79.19 * 2**30)
 
 
+@pytest.mark.shared("samples/startup")
 def test_compare_plan(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(capsys, str(SAMPLES / "049.log"), "--compare-plan", "--json")
     assert code == 0
@@ -93,11 +98,13 @@ def test_compare_plan(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 0 and "planned" in out
 
 
+@pytest.mark.shared("samples/startup")
 def test_compare_plan_unknown_model_is_bad_input(capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run(capsys, str(SAMPLES / "117.log"), "--compare-plan", "--model", "no-such-model-xyz")
     assert code == 2 and "unknown model" in err and "Traceback" not in err
 
 
+@pytest.mark.shared("samples/startup")
 def test_compare_plan_finds_a_local_checkpoint_named_like_the_hf_model(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
@@ -114,7 +121,7 @@ def test_compare_plan_finds_a_local_checkpoint_named_like_the_hf_model(
         (["--gpu", "no-such-gpu"], "no-such-gpu"),
         (["--model", "llama-3-8b"], "--compare-plan"),
         (["--json", "--markdown"], "pick one"),
-        (["--run", "7"], "--run 7"),
+        pytest.param(["--run", "7"], "--run 7", marks=pytest.mark.shared("samples/startup")),
     ],
 )
 def test_bad_flags_exit_2(capsys: pytest.CaptureFixture[str], args: list[str], needle: str) -> None:
@@ -153,6 +160,7 @@ def test_nothing_found_exit_3(capsys: pytest.CaptureFixture[str], tmp_path: Path
     assert code == 3 and json.loads(out)["engine"] is None
 
 
+@pytest.mark.shared("samples/startup")
 def test_huge_line_and_gzip_and_stdin(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -167,6 +175,7 @@ def test_huge_line_and_gzip_and_stdin(
     assert code == 0 and json.loads(out)["log"] == "<stdin>"
 
 
+@pytest.mark.shared("samples/startup")
 def test_truncated_gzip_uses_what_was_read(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     data = gzip.compress((SAMPLES / "026.log").read_bytes() * 50)
     path = tmp_path / "cut.log.gz"
@@ -184,6 +193,7 @@ def test_every_sample_runs(capsys: pytest.CaptureFixture[str]) -> None:
             assert sum(t["bytes"] for t in data["terms"].values()) == data["capacity_bytes"]
 
 
+@pytest.mark.shared("samples/startup")
 def test_small_uncertainty_bands_print_in_mib(capsys: pytest.CaptureFixture[str]) -> None:
     """A log's ±0.005 GiB rounding shows as `± 5.1 MiB`, never `± 0.00` (rich and Markdown)."""
     from vramctl.render.ledger import format_band
@@ -198,13 +208,14 @@ def test_small_uncertainty_bands_print_in_mib(capsys: pytest.CaptureFixture[str]
     assert code == 0 and "| 5.1 MiB |" in out and "| 0.00 |" not in out
 
 
+@pytest.mark.shared("samples/startup")
 def test_kv_rows_show_what_the_start_up_error_and_the_graph_hint_say(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     code, out, _ = run(capsys, str(SAMPLES.parent / "oom" / "022.log"), "--markdown")
     assert code == 0
     assert "| KV cache | 48.66 GiB | line 3 |" in out
-    assert "| max_model_len that fits | 205,728 | line 3 |" in out
+    assert "| max_model_len that fits | 205728 | line 3 |" in out
     collected = Path(__file__).resolve().parents[1] / "fixtures" / "startup_collected"
     code, out, _ = run(capsys, str(collected / "010.log"))
     assert code == 0 and "0.9129" in out and "0.9271" in out and "implies a device total" in out

@@ -42,6 +42,7 @@ def _plan(capacity: int, **terms: float) -> FakePlan:
     return FakePlan(ledger, round(35.55 * GiB), 5800, 92800, 11.33)
 
 
+@pytest.mark.shared("samples/startup")
 def test_rows_difference_and_percent() -> None:
     report = parse_startup_log(iter_log_lines(SAMPLES / "026.log"))
     assert report.capacity_bytes is not None
@@ -61,6 +62,7 @@ def test_rows_difference_and_percent() -> None:
     assert {r["name"] for r in json_rows} >= {WEIGHTS, NON_TORCH, KV_CACHE, SLACK, "kv_tokens"}
 
 
+@pytest.mark.shared("samples/startup")
 def test_sglang_compares_activation_with_the_slack() -> None:
     report = parse_startup_log(iter_log_lines(SAMPLES / "110.log"), gpu_memory_bytes=round(139.72 * GiB))
     plan = _plan(round(139.72 * GiB), weights=14.96, activation_peak=17.0, kv_cache=106.0)
@@ -70,6 +72,7 @@ def test_sglang_compares_activation_with_the_slack() -> None:
     assert both.planned == plan.ledger.bytes_of(ACTIVATION_PEAK) + plan.ledger.bytes_of(SLACK)
 
 
+@pytest.mark.shared("samples/startup")
 def test_settings_from_a_vllm_log() -> None:
     report = parse_startup_log(iter_log_lines(SAMPLES / "124.log"))
     s = settings_from_report(report)
@@ -79,6 +82,7 @@ def test_settings_from_a_vllm_log() -> None:
     assert s.dtype == "float16" and not s.enforce_eager
 
 
+@pytest.mark.shared("samples/startup")
 def test_settings_from_an_sglang_log() -> None:
     report = parse_startup_log(iter_log_lines(SAMPLES / "113.log"))
     s = settings_from_report(report)

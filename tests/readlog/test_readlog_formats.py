@@ -1,7 +1,8 @@
 """Synthetic logs for the line formats the reference lists that no real sample covers.
 
-Each line below is built from the verbatim format string in /work/shared/reference/vllm.md §1.1, §1.2,
-§2.1-§2.4, §3.5, §4 and sglang.md §3 (the section is named per test), filled with plausible numbers.
+Each line below is built from the verbatim format strings of vLLM v0.33.0 (`vllm/utils/mem_utils.py`,
+`vllm/v1/worker/gpu_worker.py`, `vllm/v1/core/kv_cache_utils.py`) and SGLang v0.5.23
+(`python/sglang/srt/model_executor/model_runner.py`), filled with plausible numbers.
 They are NOT real logs: they check that every documented wording is read, and that the ledger follows
 the engine's subtraction for that version.
 """

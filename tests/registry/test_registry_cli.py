@@ -10,6 +10,12 @@ import pytest
 from vramctl.cli.main import main
 
 
+@pytest.fixture(autouse=True)
+def _wide(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every column: piped output is 80 columns wide unless COLUMNS says otherwise (docs/cli.md)."""
+    monkeypatch.setenv("COLUMNS", "240")
+
+
 def test_models_table(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["models"]) == 0
     out = capsys.readouterr().out

@@ -20,6 +20,7 @@ from sglang_samples import (
 from vramctl.core.settings import parse_version
 
 IDS = [dp.id for dp in DATAPOINTS]
+pytestmark = pytest.mark.shared("samples/startup")
 
 
 def test_every_sglang_datapoint_is_covered() -> None:

@@ -8,7 +8,7 @@ import typer
 
 from vramctl.registry import list_gpus, list_models, load_gpu, load_model
 from vramctl.registry.describe import gpu_to_json, model_to_json
-from vramctl.render.catalog import gpus_table, model_details, models_table, print_table
+from vramctl.render.catalog import gpus_table, model_details, models_table, print_table, print_text
 from vramctl.render.jsonout import dumps
 
 
@@ -29,7 +29,7 @@ def register(app: typer.Typer) -> None:
             return
         print_table(models_table(specs))
         if name:
-            typer.echo(model_details(specs[0]))
+            print_text(model_details(specs[0]))
 
     @app.command("gpus")
     def gpus(
@@ -45,5 +45,4 @@ def register(app: typer.Typer) -> None:
             return
         print_table(gpus_table(specs))
         if name:
-            for fact, source in specs[0].sources:
-                typer.echo(f"  {fact}: {source}")
+            print_text("\n".join(f"  {fact}: {source}" for fact, source in specs[0].sources))

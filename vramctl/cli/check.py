@@ -67,6 +67,26 @@ def _read_spec(path: str) -> str:
         raise BadInputError(f"{path}: not UTF-8 text") from None
 
 
+def model_relative_to_spec(model: str, spec_path: str) -> str:
+    """A model path in a spec is relative to the spec file's folder, not to where `check` runs (docs/check.md):
+    `./model`, `../ckpt/config.json`, or any relative name that exists beside the spec. A Hub id or an alias
+    (nothing of that name beside the spec) is left as it is; so is everything read from stdin."""
+    if spec_path == "-":
+        return model
+    path = Path(model).expanduser()
+    if path.is_absolute():
+        return str(path)
+    beside = Path(spec_path).resolve().parent / path
+    looks_like_a_path = model.startswith(("./", "../", ".\\", "..\\")) or model.endswith(".json")
+    try:
+        exists = beside.exists()
+    except OSError:  # a name too long for a path, or not a path at all: a model name, looked up as such
+        exists = False
+    if looks_like_a_path or exists:
+        return str(beside)
+    return model
+
+
 def register(app: typer.Typer) -> None:
     """Add `check` to the app."""
 
@@ -109,7 +129,7 @@ def register(app: typer.Typer) -> None:
                 raise BadInputError(f"--host-memory {host_memory}: must be more than 0")
             spec = replace(spec, settings=spec.settings.with_changes(host_memory_bytes=host))
         try:
-            model = load_model(spec.model)
+            model = load_model(model_relative_to_spec(spec.model, spec_path))
         except VramctlError as exc:
             raise BadInputError(f"{source}: model: {exc}") from None
         try:
@@ -147,13 +167,10 @@ def register(app: typer.Typer) -> None:
                 state = "✅ passes" if gate.passed else "❌ fails"
                 typer.echo(f"\n#### upgrade gate {state}: {gate.message}\n\n{diff_markdown(gate.diff)}", nl=False)
         else:
-            from rich.console import Console
-
             from vramctl.render.check import render_check
+            from vramctl.render.console import make_console
 
-            console = Console(soft_wrap=False)
-            if not console.is_terminal:
-                console = Console(width=180, soft_wrap=False)
+            console = make_console()
             console.print(render_check(result))
             if gate is not None:
                 from rich.text import Text

@@ -67,13 +67,10 @@ def register(app: typer.Typer) -> None:
 
                 typer.echo("\n" + timeline_text(joined), nl=False)
         else:
-            from rich.console import Console
-
+            from vramctl.render.console import make_console
             from vramctl.render.diagnosis import render_diagnosis
 
-            console = Console(soft_wrap=False)
-            if not console.is_terminal:
-                console = Console(width=160, soft_wrap=False)
+            console = make_console()
             console.print(render_diagnosis(result))
             if joined is not None:
                 from vramctl.render.watch import render_timeline

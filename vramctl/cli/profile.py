@@ -138,21 +138,17 @@ def _engine_settings(flags: dict[str, Any]) -> ServeSettings:
 
 
 def _stderr_console() -> Any:
-    from rich.console import Console
 
-    return Console(stderr=True, highlight=False)
+    from vramctl.render.console import make_console
+
+    return make_console(stderr=True, highlight=False)
 
 
 def _stdout_console() -> Any:
-    from rich.console import Console
 
-    return Console(highlight=False, soft_wrap=False, width=max(100, _terminal_width()))
+    from vramctl.render.console import make_console
 
-
-def _terminal_width() -> int:
-    import shutil
-
-    return shutil.get_terminal_size((180, 24)).columns  # piped: wide, as check and read-log
+    return make_console(highlight=False)
 
 
 def _progress(enabled: bool) -> Any:
@@ -338,6 +334,20 @@ def _settings_from_profile(pf: ProfileFile) -> ServeSettings:
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise BadInputError(f"--from-profile {pf.path}: result.settings is incomplete ({exc})") from None
+
+
+def _profiled_device_bytes(pf: ProfileFile, device: str | None) -> int | None:
+    """The size of the device the profile measured, for `validate --from-profile` on the same kind of device: a
+    cpu device (or a cuda one emulated with --device-memory) is emulated at that size again, so the pool is
+    proven on the device it was sized for; a real card is used whole. None: the real device."""
+    kind = (device or pf.device_kind).split(":", 1)[0]
+    if kind != pf.device_kind:
+        return None
+    recorded = pf.result.get("device", {})
+    emulated = recorded.get("emulated_capacity_bytes") if isinstance(recorded, dict) else None
+    if pf.device_kind == "cpu" or emulated:
+        return int(pf.suggest_input.total_bytes)
+    return None
 
 
 def _load_profile_for(path: str, model: str | None) -> tuple[ProfileFile, ModelSpec]:
@@ -529,8 +539,16 @@ def register(app: typer.Typer) -> None:
         min_free: str = typer.Option(
             "0", "--min-free", help="Fail unless at least this much stays free (e.g. 512MiB)."
         ),
-        device: DeviceOpt = "cuda",
-        device_memory: DeviceMemoryOpt = None,
+        device: Optional[str] = typer.Option(
+            None,
+            "--device",
+            help="cuda, cuda:N or cpu [default: the profile's device with --from-profile, else cuda].",
+        ),
+        device_memory: Optional[str] = typer.Option(
+            None,
+            "--device-memory",
+            help="Emulate a device of this size [default: the profile's device size with --from-profile].",
+        ),
         engine_version: EngineVersionOpt = None,
         gpu_memory_utilization: GpuMemoryUtilizationOpt = None,
         max_model_len: MaxModelLenOpt = None,
@@ -570,15 +588,17 @@ def register(app: typer.Typer) -> None:
                 request = ProfileRequest(
                     spec=spec,
                     settings=_settings_from_profile(pf),
-                    device=device,
-                    device_memory_bytes=_device_memory(device_memory),
+                    device=device or pf.device_kind,
+                    device_memory_bytes=_device_memory(device_memory)
+                    if device_memory is not None
+                    else _profiled_device_bytes(pf, device),
                 )
                 inp = pf.suggest_input
             else:
                 if model is None:
                     raise BadInputError("validate: give MODEL (it is profiled first) or --from-profile FILE")
                 settings = _engine_settings(locals())
-                request = _request(model, settings, device, device_memory, None)
+                request = _request(model, settings, device or "cuda", device_memory, None)
                 inp = None
                 if explicit is None:
                     result = run_profile(request, on_phase=on_phase)

@@ -204,14 +204,10 @@ def register(app: typer.Typer) -> None:
 
                 typer.echo(startup_markdown(report, comparison), nl=False)
             else:
-                from rich.console import Console
-
+                from vramctl.render.console import make_console
                 from vramctl.render.startup import render_startup
 
-                console = Console(soft_wrap=False)
-                if not console.is_terminal:
-                    console = Console(width=160, soft_wrap=False)
-                console.print(render_startup(report, comparison))
+                make_console().print(render_startup(report, comparison))
         if cannot_compare is not None:
             where = "" if json_out else " (the ledger printed is what the log says)"
             typer.echo(f"vramctl: error: {cannot_compare}{where}", err=True)

@@ -252,6 +252,8 @@ def register(app: typer.Typer) -> None:
         if as_json:
             typer.echo(dumps(payload))
         else:
-            typer.echo(render_bench(report, saved_to=saved))
+            from vramctl.render.console import wrap_lines
+
+            typer.echo(wrap_lines(render_bench(report, saved_to=saved)))
         if not report.ok:
             raise typer.Exit(int(ExitCode.CHECK_FAILED))

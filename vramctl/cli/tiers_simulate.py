@@ -1,6 +1,6 @@
 """`vramctl tiers simulate`: replay a request trace through a GPU prefix cache, a host tier and a disk tier.
 
-    vramctl tiers simulate --trace ../shared/data/mooncake/conversation_trace.jsonl --gpu-capacity 1e6 \\
+    vramctl tiers simulate --trace examples/chat-trace.jsonl --gpu-capacity 2e4 \\
         --host-capacity 3e6
     vramctl tiers simulate --trace T.jsonl --sweep 1e5,1e6,3e6,1e7,unlimited --json
     vramctl tiers simulate --synthetic sessions=200,turns=6,think=exp:240 --model llama-3-8b \\

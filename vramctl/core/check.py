@@ -10,6 +10,10 @@ named as on the command line, or the whole `command:`), the host's RAM, and `req
     max_utilization: 0.95                           # --gpu-memory-utilization / --mem-fraction-static
     max_weights_fraction: 0.5                       # weights per rank / the card
     max_host_memory_fraction: 0.8                   # a host KV tier's pinned RAM / the host's RAM
+    allow_at_risk: false                            # accept a plan that fits only if the estimates hold
+
+With any requirement given, a vLLM plan that fits only if its estimates hold (at the pessimistic edge of their
+± bands it does not start) fails the `at_risk` check unless `allow_at_risk: true`.
 
 `parse_spec` turns YAML text into a DeploySpec (BadInputError naming the field on any problem);
 `run_check` plans it (vramctl.core.plan.plan for vLLM, vramctl.core.engines.sglang.plan_sglang for SGLang)
@@ -62,6 +66,7 @@ REQUIREMENT_KEYS = (
     "max_utilization",
     "max_weights_fraction",
     "max_host_memory_fraction",
+    "allow_at_risk",
 )
 
 # --- engine flags --------------------------------------------------------------------------------------------
@@ -93,7 +98,7 @@ FLAGS: dict[str, FlagSpec] = {
     "q": FlagSpec("quantization", "str", _V),
     # vLLM (vllm/engine/arg_utils.py names)
     "gpu-memory-utilization": FlagSpec("gpu_memory_utilization", "float", _V),
-    "device-memory-utilization": FlagSpec("gpu_memory_utilization", "float", _V),  # vLLM's alias (vllm.md §6)
+    "device-memory-utilization": FlagSpec("gpu_memory_utilization", "float", _V),  # vLLM's alias (`vllm/engine/arg_utils.py` (vLLM v0.33.0))
     "max-model-len": FlagSpec("max_model_len", "tokens", _V),
     "max-num-batched-tokens": FlagSpec("max_num_batched_tokens", "tokens", _V),
     "max-num-seqs": FlagSpec("max_num_seqs", "int", _V),
@@ -212,9 +217,11 @@ class Requirements:
     max_utilization: float | None = None
     max_weights_fraction: float | None = None
     max_host_memory_fraction: float | None = None
+    allow_at_risk: bool = False
+    """Accept a plan that fits only if the estimates hold (`at_risk`); by default such a plan fails."""
 
     def is_empty(self) -> bool:
-        return self == Requirements()
+        return replace(self, allow_at_risk=False) == Requirements()
 
 
 @dataclass(frozen=True)
@@ -488,6 +495,9 @@ def _parse_requirements(raw: Any, source: str) -> Requirements:
         )
         if "max_host_memory_fraction" in raw
         else None,
+        allow_at_risk=_as_bool(raw["allow_at_risk"], "requirements.allow_at_risk", source)
+        if "allow_at_risk" in raw
+        else False,
     )
 
 
@@ -676,6 +686,11 @@ class EngineOutcome:
     max_sequences_flag: str = ""
     model_max_len: int = 0
     """The model's own context limit (config.json max_position_embeddings)."""
+    at_risk: bool = False
+    """Fits with the estimates, not at the pessimistic edge of their bands (vramctl.core.plan.PlanResult)."""
+    pessimistic: Any = None
+    """The plan at the pessimistic edge (a PlanEdge), where the plan has a band."""
+    fixes: tuple[Any, ...] = ()
 
     def blocks_for(self, context: int) -> float:
         """vLLM blocks one request of `context` tokens needs: the planner's blocks_per_request at max_model_len
@@ -719,6 +734,8 @@ class EngineOutcome:
             "weights_bytes": self.weights_bytes,
             "bytes_per_token": self.bytes_per_token,
             "host_tier": None if self.host_tier is None else self.host_tier.to_json(),
+            "at_risk": self.at_risk,
+            "pessimistic": None if self.pessimistic is None else self.pessimistic.to_json(),
         }
 
 
@@ -817,6 +834,9 @@ def _vllm_outcome(result: Any, settings: ServeSettings, model: ModelSpec, gpu: G
         kv_heads_per_rank=max(1, model.num_key_value_heads // settings.tensor_parallel_size),
         is_mla=model.is_mla,
         model_max_len=model.max_position_embeddings,
+        at_risk=bool(getattr(result, "at_risk", False)),
+        pessimistic=getattr(result, "pessimistic", None),
+        fixes=tuple(getattr(result, "fixes", ())),
     )
 
 
@@ -899,7 +919,7 @@ def _more_kv_advice(o: EngineOutcome, kv_needed: int, settings: ServeSettings) -
         if u_fp8 <= max(limit, o.utilization):
             then = "" if u_fp8 <= o.utilization else f" with {o.utilization_flag} {u_fp8:.3f}"
             options.append(f"--kv-cache-dtype fp8 (half the bytes per token){then}")
-    tp_flag = "-tp" if o.engine == "vllm" else "--tp-size"
+    tp_flag = "--tensor-parallel-size" if o.engine == "vllm" else "--tp-size"
     for factor in (2, 4, 8):
         if _kv_available(o, o.utilization, factor) >= _kv_needed_per_rank(o, kv_needed, factor):
             split = 1 if o.is_mla else min(factor, max(1, o.kv_heads_per_rank))
@@ -942,10 +962,35 @@ def _context_too_long(o: EngineOutcome, c: ConcurrencyRequirement) -> CheckItem:
     else:
         advice = f"raise {len_flag} to {c.context} (then check the KV again)"
     message = (
-        f"the server refuses requests longer than {len_flag} {format_count(o.context_len)}: no sequence of "
+        f"the server refuses requests longer than {len_flag} {o.context_len}: no sequence of "
         f"{format_count(c.context)} tokens runs; {advice}"
     )
     return CheckItem(f"min_concurrency@{c.context}", o.engine, False, "0.00", f"≥ {c.value:g}", message)
+
+
+def _at_risk_item(o: EngineOutcome) -> CheckItem:
+    """A plan that starts only if every estimate holds: the numbers at the pessimistic edge and the fixes."""
+    edge = o.pessimistic
+    where = (
+        f"{edge.verdict}: {max(0, edge.kv_cache_bytes) / (1 << 30):.2f} GiB of KV, {edge.max_concurrency:.2f}x of "
+        f"one {o.context_len}-token request"
+        if edge is not None
+        else "it does not start"
+    )
+    fixes = ", or ".join(f.argument for f in o.fixes[:3])
+    message = (
+        f"fits only if the estimates hold: with every estimated term at the top of its ± band, {where}"
+        + (f"; fix: {fixes}" if fixes else "")
+        + "; or accept the risk with requirements.allow_at_risk: true"
+    )
+    return CheckItem(
+        "at_risk",
+        o.engine,
+        False,
+        "at risk" if edge is None else f"{edge.max_concurrency:.2f}x (pessimistic)",
+        "fits (pessimistic)",
+        message,
+    )
 
 
 def evaluate(spec: DeploySpec, outcomes: tuple[EngineOutcome, ...]) -> tuple[CheckItem, ...]:
@@ -968,6 +1013,8 @@ def evaluate(spec: DeploySpec, outcomes: tuple[EngineOutcome, ...]) -> tuple[Che
                     "" if ok else o.verdict_message or o.verdict,
                 )
             )
+        if o.at_risk and not req.is_empty() and not req.allow_at_risk:
+            items.append(_at_risk_item(o))
         for c in req.min_concurrency:
             if c.context > o.context_len:
                 items.append(_context_too_long(o, c))
@@ -1008,8 +1055,8 @@ def evaluate(spec: DeploySpec, outcomes: tuple[EngineOutcome, ...]) -> tuple[Che
                     "min_kv_tokens",
                     o.engine,
                     ok,
-                    format_count(o.kv_tokens),
-                    f"≥ {format_count(req.min_kv_tokens)}",
+                    str(o.kv_tokens),
+                    f"≥ {req.min_kv_tokens}",
                     message,
                 )
             )

@@ -1,7 +1,7 @@
 """Estimates of what vLLM measures at start-up and a planner cannot: activation peak, sampler warm-up,
 non-torch memory, the CUDA-graph pool. Each comes with its formula and an uncertainty band.
 
-What vLLM actually runs at profile time (../shared/reference/vllm.md §2.2 step 3, §2.3):
+What vLLM actually runs at profile time (`vllm/v1/worker/gpu_worker.py` (vLLM v0.33.0) step 3):
 - `_dummy_run(max_num_batched_tokens, is_profile=True)`: one forward over max_num_batched_tokens tokens split
   over min(max_num_seqs, tokens) requests; logits only for the sampled (last) token of each request;
 - a dummy sampler run over num_reqs × vocab logits in fp32 with top-k/top-p set, i.e. a full sort, a softmax,
@@ -12,7 +12,7 @@ What vLLM actually runs at profile time (../shared/reference/vllm.md §2.2 step 
 - the graph pool: one graph per capture size per piecewise split (≈ layers + 1 pieces), captured largest first
   into one shared pool.
 
-The coefficients below are fitted by `scripts/calibrate.py` on ../shared/samples/startup (see docs/accuracy.md
+The coefficients below are fitted by `scripts/calibrate.py` on the collected real start-up logs (see docs/accuracy.md
 for the per-datapoint errors, in-sample and leave-one-out). They are the only tuned numbers in the planner.
 """
 
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from vramctl.core.specs import ModelSpec
 from vramctl.core.units import GiB, MiB
 
-# --- fitted constants (scripts/calibrate.py on ../shared/samples/startup; docs/accuracy.md) -------------------
+# --- fitted constants (scripts/calibrate.py on the collected real start-up logs; docs/accuracy.md) -------------------
 
 
 @dataclass(frozen=True)
@@ -67,7 +67,7 @@ class Calibration:
 
 
 CALIBRATION = Calibration(
-    # Fitted by `python scripts/calibrate.py` on ../shared/samples/startup (index.yaml): least squares over the
+    # Fitted by `python scripts/calibrate.py` on the collected real start-up logs (index.yaml): least squares over the
     # activation of points 001 003 011 013 015 017 019 117 118 (LOO median error 15 %, docs/accuracy.md). Refitting
     # on samples + the 22 held-out logs of tests/fixtures/startup_collected made leave-one-out worse (score 31.2 vs
     # 25.0), so these stay the samples-only fit.
@@ -220,7 +220,7 @@ def non_torch_charged(
 
 def pre_snapshot_overhead(*, tp: int, v0: bool, cal: Calibration = CALIBRATION) -> Estimate:
     """CUDA context, cuBLAS handles and (V1) NCCL communicators: allocated before vLLM's init snapshot, so
-    outside `gpu_memory_utilization` (vllm.md §2.1) — they only have to fit in free memory."""
+    outside `gpu_memory_utilization` (`vllm/v1/worker/gpu_worker.py` (vLLM v0.33.0)) — they only have to fit in free memory."""
     ctx = cal.cuda_context_bytes
     nccl = 0 if v0 or tp <= 1 else cal.nccl_lazy_bytes // 2
     total = ctx + nccl

@@ -1,6 +1,6 @@
 """Host (CPU RAM) KV tier sizing: SGLang HiCache and vLLM `--kv-offloading-size`, checked against the host.
 
-SGLang HiCache (../shared/reference/sglang.md §5.2; 0.5.18 `mem_cache/pool_host/base.py` L119–L170):
+SGLang HiCache (`python/sglang/srt/mem_cache/memory_pool_host.py` (SGLang v0.5.23); 0.5.18 `mem_cache/pool_host/base.py` L119–L170):
 - `--hicache-size S` (decimal GB, **per rank**, wins when > 0): tokens = int(S × 1e9 // bytes_per_token);
   else tokens = int(device_pool_tokens × `--hicache-ratio`) (default 2.0; 1.2 in 0.5.23 buffer_only mode).
 - page alignment adds one padding page: page_num = tokens // page_size + 1, tokens = page_num × page_size.
@@ -11,7 +11,7 @@ SGLang HiCache (../shared/reference/sglang.md §5.2; 0.5.18 `mem_cache/pool_host
 - 0.5.23 auto-sizes when neither the ratio nor the size is given: ratio = min(default, 0.8 (fraction) ×
   host RAM per rank × 0.95 / device KV bytes) (`mem_cache/hicache_auto_size.py`).
 
-vLLM (../shared/reference/vllm.md §7; `vllm/config/cache.py:383-392`, `v1/kv_offload/cpu/spec.py:97-147`):
+vLLM (`vllm/v1/kv_offload/` (vLLM v0.33.0); `vllm/config/cache.py:383-392`, `v1/kv_offload/cpu/spec.py:97-147`):
 - `--kv-offloading-size G` is GiB, **total across TP ranks**: cpu_bytes_to_use = G × 2^30.
 - native OffloadingConnector: chunk = per-rank bytes per block × num_copies × blocks_per_chunk (1), where
   num_copies = world size, or 1 for pure-MLA (every rank's latent is identical and all share slot 0);
@@ -37,13 +37,13 @@ from vramctl.core.units import GB, GiB, format_bytes, format_count
 DEFAULT_HICACHE_RATIO = 2.0
 BUFFER_ONLY_HICACHE_RATIO = 1.2
 HICACHE_HOST_MEMORY_RESERVE_BYTES = 10 * GiB
-"""`HICACHE_HOST_MEMORY_RESERVE_BYTES = 10*(1024**3)` (sglang.md §5.2)."""
+"""`HICACHE_HOST_MEMORY_RESERVE_BYTES = 10*(1024**3)` (`python/sglang/srt/mem_cache/memory_pool_host.py` (SGLang v0.5.23))."""
 HOST_WARNING_FRACTION = 0.80
 DEFAULT_HOST_MEMORY_FRACTION = 0.8
 """`--hicache-host-memory-fraction` default (0.5.23); auto-sizing only."""
 MMAP_PAGESIZE = 4096
 VLLM_SIMPLE_DEFAULT_BYTES = 8 * GiB
-"""SimpleCPUOffloadConnector DEFAULT_CPU_CAPACITY_BYTES (vllm.md §7)."""
+"""SimpleCPUOffloadConnector DEFAULT_CPU_CAPACITY_BYTES (`vllm/v1/kv_offload/` (vLLM v0.33.0))."""
 
 Mechanism = Literal["sglang-hicache", "vllm-native-offload", "vllm-simple-offload", "vllm-lmcache"]
 Status = Literal["ok", "warning", "fail", "unknown"]
@@ -294,7 +294,7 @@ def plan_vllm_offload(
     ranks = ranks_on_host or world
     block_size = settings.block_size or 16
     per_block = kv_bytes_per_token * block_size
-    notes: list[str] = ["CPU offload does not shrink the GPU budget; it only adds a CPU tier (vllm.md §7)"]
+    notes: list[str] = ["CPU offload does not shrink the GPU budget; it only adds a CPU tier (`vllm/v1/kv_offload/` (vLLM v0.33.0))"]
     if backend == "lmcache":
         return HostTierPlan(
             engine="vllm",

@@ -1,6 +1,6 @@
 """KV-cache geometry per attention kind, per rank: page sizes, bytes per block, blocks per request.
 
-All of this follows vLLM's KV-cache spec objects (../shared/reference/vllm.md §3, vLLM 0.33.0):
+All of this follows vLLM's KV-cache spec objects (`vllm/v1/core/kv_cache_utils.py` (vLLM v0.33.0), vLLM 0.33.0):
 
 - full attention (GQA / MHA): page = block_size × kv_heads_per_rank × head_dim × 2 (K and V) × dtype_bytes
   (`vllm/v1/kv_cache_interface.py:552-617`), kv_heads_per_rank = max(1, kv_heads // tp)
@@ -60,7 +60,7 @@ STATE_GROUP = "mamba"
 """KvGroup.kind of a hybrid's recurrent-state group (vLLM MambaSpec layers)."""
 STATE_BLOCKS_PER_REQUEST = 1
 """Blocks one request holds in a MambaSpec group with mamba_cache_mode "none" and no speculative decoding:
-`page × (1 + num_speculative_blocks)` (`vllm/v1/kv_cache_interface.py:1094-1160`, vllm.md §3.1)."""
+`page × (1 + num_speculative_blocks)` (`vllm/v1/kv_cache_interface.py:1094-1160`, `vllm/v1/kv_cache_interface.py` (vLLM v0.33.0))."""
 
 # Hybrid grouping: when the largest bucket has fewer than this many times the layers of the smallest,
 # the group size is the largest bucket (fewer padding layers) (`kv_cache_planning.py:416-556`, 0.33.0).
@@ -71,7 +71,7 @@ def kv_dtype_bytes(
     model: ModelSpec, kv_cache_dtype: str = "auto", *, model_dtype: str | None = None
 ) -> float:
     """Bytes per cached element. `--kv-cache-dtype auto` = the dtype the model runs in (`vllm/config/cache.py:235`,
-    vllm.md §3.3).
+    `vllm/v1/kv_cache_interface.py` (vLLM v0.33.0)).
 
     `model_dtype` is the served `--dtype`. An explicit one is what the model runs (and caches) in: `--dtype
     float32` caches 4-byte elements. `auto` (or None) is the checkpoint's dtype, except that a float32 checkpoint
@@ -290,7 +290,7 @@ def bytes_per_block(
 def max_in_flight_tokens(max_num_batched_tokens: int, *, version: tuple[int, ...], pp: int = 1) -> int:
     """Tokens a sliding-window request may still need beyond its window (`vllm/config/vllm.py:588-609`).
 
-    max_concurrent_batches × max_num_batched_tokens (vllm.md §3.1): with async scheduling that is pp + 1 batches
+    max_concurrent_batches × max_num_batched_tokens (`vllm/v1/kv_cache_interface.py` (vLLM v0.33.0)): with async scheduling that is pp + 1 batches
     on the V2 model runner (the default in 0.33), 2 on the V1 runner when pp = 1, and pp otherwise (V1 runs
     async scheduling only without pipeline parallelism). vramctl takes 0.33 as the first MRV2-default release
     and assumes async scheduling on in 0.12 – 0.32 (the reference pins neither boundary). 0.11.0 used
@@ -387,7 +387,7 @@ def per_request_kv_bytes(
 #   intermediate = mamba_expand × hidden_size);
 # - dtypes: MambaStateDtypeCalculator._mamba_state_dtype: conv = `--mamba-cache-dtype` (auto = the model dtype),
 #   SSM = `--mamba-ssm-cache-dtype` (auto = the conv dtype);
-# - page: MambaSpec.page_size_bytes = Σ prod(shape) × dtype size, or page_size_padded (vllm.md §3.1);
+# - page: MambaSpec.page_size_bytes = Σ prod(shape) × dtype size, or page_size_padded (`vllm/v1/kv_cache_interface.py` (vLLM v0.33.0));
 # - block size: HybridAttentionMambaModelConfig.verify_and_update_config (`vllm/model_executor/models/config.py`,
 #   0.10.2 – 0.11) and Platform._align_hybrid_block_size (`vllm/platforms/interface.py:940-1140`, 0.33.0):
 #   attn_block = align × cdiv(mamba_page, align × attn_page_1_token), raised only when the block size is smaller;

@@ -1,6 +1,6 @@
 """`plan`: the budget of `vllm serve MODEL --flags` (and SGLang's) on a card, before touching it.
 
-vLLM's subtraction by version (../shared/reference/vllm.md §2, §9, §10), per rank of the binding pipeline stage:
+vLLM's subtraction by version (`vllm/v1/worker/gpu_worker.py` (vLLM v0.33.0), vLLM's release notes (github.com/vllm-project/vllm/releases)), per rank of the binding pipeline stage:
 
     requested = ceil(total × u)                                   (`vllm/v1/worker/utils.py:716-772`)
     kv        = requested − weights − activation peak − non-torch growth − [graph estimate, ≥0.20]
@@ -42,7 +42,7 @@ from vramctl.core.units import GiB, MiB, cdiv, vllm_format_gib
 from vramctl.core.utilization import UtilizationRow, utilization_trade
 from vramctl.core.weights import LoadTimeChange, mxfp4_load_change, rope_cache_bytes, stage_rank_weight_bytes
 
-# Verdict labels (../shared/taxonomy.md); `fits` when the engine would start.
+# Verdict labels (the cause labels of docs/explain-oom.md); `fits` when the engine would start.
 FITS = "fits"
 NO_KV_CACHE_MEMORY = "no-kv-cache-memory"
 KV_TOO_SMALL = "kv-cache-too-small-for-max-model-len"
@@ -53,7 +53,7 @@ KV_POOL_OVERCOMMIT = "kv-pool-overcommit"
 allocating the pool it was told to size (explain-oom: an OOM at KV allocation, phase kv-alloc)."""
 HOST_PINNED_MEMORY_FAILURE = "host-pinned-memory-failure"
 """The host tier's pinned pool does not fit the host's RAM: SGLang refuses to start ("Not enough host memory
-available…"), vLLM's pinned allocation fails (../shared/taxonomy.md, host tier)."""
+available…"), vLLM's pinned allocation fails (the cause labels of docs/explain-oom.md, host tier)."""
 
 VALID_BLOCK_SIZES = (1, 8, 16, 32, 64, 128, 256)
 """`CacheConfig.block_size` accepts these (vllm/config/cache.py, BlockSize)."""
@@ -129,6 +129,36 @@ class VllmSettings:
 
 
 @dataclass(frozen=True)
+class PlanEdge:
+    """The plan with every estimated term at one edge of its ± band (the activation peak, non-torch memory and
+    the CUDA-graph pool all at their 90th-percentile error): the KV pool, blocks, tokens, concurrency, the largest
+    fitting length and the verdict there. The weights are derived from the checkpoint and do not move."""
+
+    kv_cache_bytes: int
+    num_blocks: int
+    kv_tokens: int
+    max_concurrency: float
+    max_model_len_fit: int
+    verdict: str
+    verdict_message: str
+
+    @property
+    def fits(self) -> bool:
+        return self.verdict == FITS
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kv_cache_bytes": self.kv_cache_bytes,
+            "num_blocks": self.num_blocks,
+            "kv_tokens": self.kv_tokens,
+            "max_concurrency": round(self.max_concurrency, 4),
+            "max_model_len_fit": self.max_model_len_fit,
+            "verdict": self.verdict,
+            "verdict_message": self.verdict_message,
+        }
+
+
+@dataclass(frozen=True)
 class PlanResult:
     engine: str
     engine_version: str
@@ -162,10 +192,23 @@ class PlanResult:
     explanations: tuple[str, ...] = ()
     hybrid: Any = None
     """A HybridPlan for Mamba / linear-attention hybrids (the state term, docs/hybrid.md); None otherwise."""
+    kv_cache_uncertainty_bytes: int = 0
+    """How much the KV pool shrinks at the pessimistic edge (the estimated terms' bands, summed)."""
+    pessimistic: PlanEdge | None = None
+    """The plan with every estimated term at the top of its band; None where the plan has no such band."""
+    optimistic: PlanEdge | None = None
+    fixes: tuple[Any, ...] = ()
+    """For a plan that does not fit, or fits only if the estimates hold: the smallest single changes that make
+    it fit at the pessimistic edge, each checked by planning it (vramctl.core.fixes.Fix)."""
 
     @property
     def fits(self) -> bool:
         return self.verdict == FITS
+
+    @property
+    def at_risk(self) -> bool:
+        """Fits with the estimates, not at the pessimistic edge: the server may not start."""
+        return self.verdict == FITS and self.pessimistic is not None and not self.pessimistic.fits
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -210,6 +253,11 @@ class PlanResult:
             "warnings": list(self.warnings),
             "explanations": list(self.explanations),
         }
+        out["at_risk"] = self.at_risk
+        out["kv_cache_uncertainty_bytes"] = self.kv_cache_uncertainty_bytes
+        out["pessimistic"] = None if self.pessimistic is None else self.pessimistic.to_json()
+        out["optimistic"] = None if self.optimistic is None else self.optimistic.to_json()
+        out["fixes"] = [fix.to_json() for fix in self.fixes]
         if self.hybrid is not None:  # only hybrids carry the key: other plans' JSON is unchanged
             out["hybrid"] = self.hybrid.to_json()
         return out
@@ -306,7 +354,7 @@ def _compute_dtype(model: ModelSpec, dtype: str) -> str:
 
 
 def default_block_size_for(model: ModelSpec, gpu: GpuSpec, version: str) -> int:
-    """16, except MLA on FlashMLA (Hopper, 64) and CUTLASS MLA (data-center Blackwell, 128) (vllm.md §3.5)."""
+    """16, except MLA on FlashMLA (Hopper, 64) and CUTLASS MLA (data-center Blackwell, 128) (`vllm/config/cache.py` (vLLM v0.33.0))."""
     if model.is_mla and not V.is_v0(version) and gpu.compute_capability:
         major = gpu.compute_capability.split(".")[0]
         if major == "9":
@@ -503,7 +551,10 @@ def _stage_budget(
     layers: int,
     cal: est.Calibration,
     others_charged: int = 0,
+    edge: int = 0,
 ) -> _Stage:
+    """One pipeline stage's budget. `edge` +1 / −1 moves every estimated term to the top / bottom of its ± band
+    (the pessimistic / optimistic edge of the plan); 0 is the estimate itself."""
     sem_kind = V.subtraction_kind(s.version)
     v0 = V.is_v0(s.version)
     tp, pp = s.tensor_parallel_size, s.pipeline_parallel_size
@@ -529,6 +580,10 @@ def _stage_budget(
         tp=tp,
         cal=cal,
     )
+    if edge:
+        activation, non_torch, outside, graph = (
+            _at_edge(e, edge) for e in (activation, non_torch, outside, graph)
+        )
     graph_charged = graph.bytes if (s.estimate_cudagraphs and s.cudagraph_capture_sizes) else 0
     if s.kv_cache_memory_bytes is not None:
         kv_bytes = s.kv_cache_memory_bytes
@@ -537,6 +592,11 @@ def _stage_budget(
     bpb = _stage_bytes_per_block(kv_model, s, stage)
     blocks = max(0, kv_bytes // bpb) if kv_bytes > 0 else 0
     return _Stage(stage, weights, activation, non_torch, outside, graph, graph_charged, kv_bytes, bpb, blocks)
+
+
+def _at_edge(e: est.Estimate, edge: int) -> est.Estimate:
+    """The estimate moved to the edge of its band: + for the pessimistic edge, − for the optimistic one."""
+    return replace(e, bytes=max(0, e.bytes + edge * e.uncertainty_bytes))
 
 
 def _stage_bytes_per_block(kv_model: ModelSpec, s: VllmSettings, stage: int) -> int:
@@ -608,7 +668,12 @@ class _Core:
 
 
 def _core(
-    model: ModelSpec, gpu: GpuSpec, s: VllmSettings, capacity: int, cal: est.Calibration = est.CALIBRATION
+    model: ModelSpec,
+    gpu: GpuSpec,
+    s: VllmSettings,
+    capacity: int,
+    cal: est.Calibration = est.CALIBRATION,
+    edge: int = 0,
 ) -> _Core:
     version = parse_version(s.version)
     requested = math.ceil(capacity * s.gpu_memory_utilization)
@@ -647,6 +712,7 @@ def _core(
             layers=parts[i],
             cal=cal,
             others_charged=others_charged,
+            edge=edge,
         )
         for i in range(pp)
     )
@@ -779,7 +845,19 @@ def _core(
     )
 
 
-def _ledger(core: _Core) -> Ledger:
+def _edge_of(core: _Core) -> PlanEdge:
+    return PlanEdge(
+        kv_cache_bytes=core.binding.kv_bytes,
+        num_blocks=core.num_blocks,
+        kv_tokens=core.kv_tokens,
+        max_concurrency=core.concurrency,
+        max_model_len_fit=core.max_model_len_fit,
+        verdict=core.verdict,
+        verdict_message=core.verdict_message,
+    )
+
+
+def _ledger(core: _Core, kv_band: int = 0) -> Ledger:
     st = core.binding
     s = core.s
     terms: list[Term] = []
@@ -859,6 +937,10 @@ def _ledger(core: _Core) -> Ledger:
             if kv_given
             else "requested − weights − activation peak − non-torch growth"
             + (" − graph estimate" if st.graph_charged else ""),
+            0 if kv_given else kv_band,
+            ""
+            if kv_given or not kv_band
+            else "± the estimated terms' bands summed: what the KV pool loses if they all land at the top",
         )
     )
     return Ledger.with_residual(
@@ -874,12 +956,15 @@ def _ledger(core: _Core) -> Ledger:
     )
 
 
-def _utilization_rows(core: _Core) -> tuple[UtilizationRow, ...]:
+def _utilization_rows(
+    model: ModelSpec, gpu: GpuSpec, core: _Core, cal: est.Calibration
+) -> tuple[UtilizationRow, ...]:
     """The utilisation trade (vramctl.core.utilization) with this plan's non-KV estimate (it does not depend
-    on u)."""
+    on u). Each row's risk then says whether the engine starts at that u: the row is planned again with vLLM's
+    checks (`no-start` with the failure), and at the pessimistic edge of the estimates (`at-risk`)."""
     s = core.s
     bpr = max(1, core.blocks_per_request)
-    return utilization_trade(
+    rows = utilization_trade(
         core.capacity,
         core.non_kv_bytes,
         core.binding.bytes_per_block,
@@ -889,10 +974,34 @@ def _utilization_rows(core: _Core) -> tuple[UtilizationRow, ...]:
         block_size=s.block_size,
         current=s.gpu_memory_utilization,
     )
+    if s.kv_cache_memory_bytes is not None:
+        return rows
+    out: list[UtilizationRow] = []
+    for row in rows:
+        at_u = replace(s, gpu_memory_utilization=row.utilization)
+        here = core if row.current else _core(model, gpu, at_u, core.capacity, cal)
+        if row.risk != "no-kv" and here.verdict != FITS:
+            row = replace(
+                row,
+                risk="no-start",
+                note=f"does not start: {here.verdict} ({here.concurrency:.2f}x of one "
+                f"{s.max_model_len}-token request)",
+            )
+        elif here.verdict == FITS:
+            edge = _core(model, gpu, at_u, core.capacity, cal, +1)
+            if edge.verdict != FITS:
+                row = replace(
+                    row,
+                    risk="at-risk",
+                    note=f"starts only if the estimates hold: at the pessimistic edge {edge.verdict} "
+                    f"({edge.concurrency:.2f}x); {row.note}",
+                )
+        out.append(row)
+    return tuple(out)
 
 
 OLDEST_VLLM_VERSION = "0.6.0"
-"""The oldest vLLM whose memory rules vramctl models (V0 0.6.x; ../shared/reference/vllm.md §6)."""
+"""The oldest vLLM whose memory rules vramctl models (V0 0.6.x; `vllm/engine/arg_utils.py` (vLLM v0.33.0))."""
 
 
 def _version_outside_known(version: str) -> str:
@@ -934,7 +1043,7 @@ def _explanations(model: ModelSpec, gpu: GpuSpec, core: _Core, ledger: Ledger) -
     if s.kv_cache_memory_bytes is not None:
         notes.append(
             "--kv-cache-memory-bytes skips vLLM's memory profiling and ignores --gpu-memory-utilization: the KV pool "
-            "is exactly the given size; nothing checks that it fits (vllm.md §2.2, open PR #56698)."
+            "is exactly the given size; nothing checks that it fits (`vllm/v1/worker/gpu_worker.py` (vLLM v0.33.0), open PR #56698)."
         )
         footprint = core.capacity - core.other_processes - ledger.bytes_of(SLACK)
         if ledger.bytes_of(SLACK) < 0:
@@ -1038,7 +1147,7 @@ def _explanations(model: ModelSpec, gpu: GpuSpec, core: _Core, ledger: Ledger) -
 
 
 def _auto_fit(
-    model: ModelSpec, gpu: GpuSpec, core: _Core, capacity: int, cal: est.Calibration
+    model: ModelSpec, gpu: GpuSpec, core: _Core, capacity: int, cal: est.Calibration, edge: int = 0
 ) -> tuple[_Core, str | None]:
     """`--max-model-len auto` / `-1` (PR #29431, 0.12 →): the full context if it fits, else the largest length
     that does (`kv_cache_planning.py:1337-1410`), with vLLM's log line or its error."""
@@ -1065,7 +1174,7 @@ def _auto_fit(
             "token. Try increasing `gpu_memory_utilization`.",
         )
         return failed, None
-    fitted = _core(model, gpu, replace(s, max_model_len=fit), capacity, cal)
+    fitted = _core(model, gpu, replace(s, max_model_len=fit), capacity, cal, edge)
     return fitted, (
         f"Auto-fit max_model_len: reduced from {s.max_model_len} to {fit} to fit in available KV cache memory "
         f"({where})"
@@ -1075,13 +1184,13 @@ def _auto_fit(
 SEED_MODEL = "meta-llama/Meta-Llama-3-8B-Instruct"
 SEED_GPU = "h100-sxm"
 SEED_TOTAL_GIB = 79.6
-"""The seed chapter's worked example (../shared/seed): 79.6 GiB total, u 0.92, 14.96 GiB of weights, and the
+"""The textbook worked example of this model on one H100 SXM: 79.6 GiB total, u 0.92, 14.96 GiB of weights, and the
 logged `Available KV cache memory: 54.4 GiB` → 27,852 blocks of 16."""
 SEED_KV_GIB = 54.4
 
 
 def _seed_comparison(model: ModelSpec, gpu: GpuSpec, core: _Core) -> str | None:
-    """Why this plan's KV differs from the seed chapter's 54.4 GiB (the embedded default's model and card)."""
+    """Why this plan's KV differs from the textbook example's 54.4 GiB (the embedded default's model and card)."""
     s = core.s
     if model.name != SEED_MODEL or gpu.name != SEED_GPU or s.kv_cache_memory_bytes is not None:
         return None
@@ -1097,20 +1206,26 @@ def _seed_comparison(model: ModelSpec, gpu: GpuSpec, core: _Core) -> str | None:
     ) / GiB
     sampler = dict(st.activation.parts).get("sampler", 0) / GiB
     return (
-        f"Compared with the seed chapter's worked example (54.4 GiB of KV, 27,852 blocks): this plan has "
-        f"{st.kv_bytes / GiB:.2f} GiB. The chapter takes {SEED_TOTAL_GIB} GiB as the total (nvidia-smi's MiB "
+        f"Compared with the textbook worked example for this model and card (54.4 GiB of KV, 27,852 blocks): this plan has "
+        f"{st.kv_bytes / GiB:.2f} GiB. The example takes {SEED_TOTAL_GIB} GiB as the total (nvidia-smi's MiB "
         f"total), CUDA reports {core.capacity / GiB:.2f} GiB here: {(SEED_TOTAL_GIB - core.capacity / GiB) * u:.2f} "
-        f"GiB less budget at u = {u}. The chapter's numbers leave {seed_other:.2f} GiB for activation + non-torch "
+        f"GiB less budget at u = {u}. The example's numbers leave {seed_other:.2f} GiB for activation + non-torch "
         f"+ graphs; vramctl estimates {ours:.2f} ± {band:.2f} GiB (the sampler warm-up over "
         f"{min(s.max_num_seqs, s.max_num_batched_tokens)} × {model.vocab_size} fp32 logits alone is "
-        f"{sampler:.2f} GiB). `--kv-cache-memory-bytes 54.4GiB` reproduces the chapter's blocks exactly."
+        f"{sampler:.2f} GiB). `--kv-cache-memory-bytes 54.4GiB` reproduces the example's blocks exactly."
     )
 
 
 def plan_vllm(
-    model: ModelSpec, gpu: GpuSpec, settings: ServeSettings, *, calibration: est.Calibration = est.CALIBRATION
+    model: ModelSpec,
+    gpu: GpuSpec,
+    settings: ServeSettings,
+    *,
+    calibration: est.Calibration = est.CALIBRATION,
+    light: bool = False,
 ) -> PlanResult:
-    """The vLLM plan for one model, card and set of flags (`calibration`: the estimate coefficients; the
+    """The vLLM plan for one model, card and set of flags (`light`: without the utilisation table, for the fix
+    search, which needs only the verdict and its edges; `calibration`: the estimate coefficients; the
     default is the fitted set, scripts/calibrate.py passes others for leave-one-out)."""
     validate(model, gpu, settings)
     version = V.resolve_version(settings.engine_version if settings.engine != "sglang" else None)
@@ -1122,10 +1237,18 @@ def plan_vllm(
     s = resolve_settings(model, gpu, settings, rules_version)
     core = _core(model, gpu, s, capacity, calibration)
     auto_note = None
+    edges: list[_Core] = []
+    for edge in (+1, -1):
+        at_edge = _core(model, gpu, s, capacity, calibration, edge)
+        if settings.max_model_len == AUTO_MAX_MODEL_LEN:
+            at_edge = _auto_fit(model, gpu, at_edge, capacity, calibration, edge)[0]
+        edges.append(at_edge)
     if settings.max_model_len == AUTO_MAX_MODEL_LEN:
         core, auto_note = _auto_fit(model, gpu, core, capacity, calibration)
         s = core.s
-    ledger = _ledger(core)
+    pessimistic, optimistic = (_edge_of(e) for e in edges)
+    band = max(0, core.binding.kv_bytes - pessimistic.kv_cache_bytes)
+    ledger = _ledger(core, band)
     notes, warnings = _explanations(model, gpu, core, ledger)
     if auto_note:
         notes.insert(0, auto_note)
@@ -1168,9 +1291,12 @@ def plan_vllm(
         outside_budget_bytes=core.binding.outside.bytes
         + (0 if core.binding.graph_charged else core.binding.graph.bytes),
         binding_stage=core.binding.index,
-        utilization_table=_utilization_rows(core),
+        utilization_table=() if light else _utilization_rows(model, gpu, core, calibration),
         warnings=tuple(warnings),
         explanations=tuple(notes),
+        kv_cache_uncertainty_bytes=band,
+        pessimistic=pessimistic,
+        optimistic=optimistic,
     )
     if model.state_space is not None:
         result = _with_hybrid(result, model, gpu, settings, core)
@@ -1186,17 +1312,34 @@ def plan(
     (`vramctl.core.quantization`): a mismatch with the checkpoint is bad input; online FP8 / bitsandbytes
     shrink the weights, and the plan says so in its explanations.
     """
+    from vramctl.core.fixes import find_fixes
+
+    result = _plan_quantized(model, gpu, settings, sglang_options)
+    fixes = find_fixes(
+        result, settings, lambda changed: _plan_quantized(model, gpu, changed, sglang_options, light=True)
+    )
+    return replace(result, fixes=fixes) if fixes else result
+
+
+def _plan_quantized(
+    model: ModelSpec, gpu: GpuSpec, settings: ServeSettings, sglang_options: Any, *, light: bool = False
+) -> PlanResult:
     from vramctl.core.quantization import apply_quantization_flag
 
     quantized = apply_quantization_flag(model, settings.quantization, engine=settings.engine)
-    result = _plan_served_model(quantized.model, gpu, settings, sglang_options=sglang_options)
+    result = _plan_served_model(quantized.model, gpu, settings, sglang_options=sglang_options, light=light)
     if quantized.note is None:
         return result
     return replace(result, explanations=(quantized.note, *result.explanations))
 
 
 def _plan_served_model(
-    model: ModelSpec, gpu: GpuSpec, settings: ServeSettings, *, sglang_options: Any = None
+    model: ModelSpec,
+    gpu: GpuSpec,
+    settings: ServeSettings,
+    *,
+    sglang_options: Any = None,
+    light: bool = False,
 ) -> PlanResult:
     """Plan one deployment for `settings.engine` (`vllm`, `sglang` or `both`), the model as served.
 
@@ -1210,13 +1353,13 @@ def _plan_served_model(
     from vramctl.core.engines import sglang as sg
     from vramctl.core.host_tier import plan_host_tier
 
-    result = plan_vllm(model, gpu, settings)
+    result = plan_vllm(model, gpu, settings, light=light)
     sglang_plan = None
     gap: tuple[Any, ...] = ()
     if settings.engine in ("sglang", "both"):
         sglang_plan = sg.plan_sglang(model, gpu, settings, options=sglang_options)
     if settings.engine == "both" and sglang_plan is not None:
-        gap = sg.explain_gap(result, sglang_plan)
+        gap = () if light else sg.explain_gap(result, sglang_plan)
     host = None
     use_hicache = settings.engine == "sglang" or (settings.engine == "both" and _wants_hicache(settings))
     if sglang_plan is not None and use_hicache:
@@ -1242,9 +1385,11 @@ def _plan_served_model(
     result = replace(result, sglang=sglang_plan, gap=gap, host_tier=host)
     if settings.engine == "sglang" and sglang_plan is not None:
         result = _sglang_top_level(result, sglang_plan)
-        result = replace(
-            result, utilization_table=_sglang_fraction_rows(model, gpu, settings, sglang_options, sglang_plan)
-        )
+        if not light:
+            result = replace(
+                result,
+                utilization_table=_sglang_fraction_rows(model, gpu, settings, sglang_options, sglang_plan),
+            )
     warnings = list(result.warnings)
     status = getattr(host, "status", None)
     if status == "fail" and result.verdict == FITS:
@@ -1359,6 +1504,9 @@ def _sglang_top_level(result: PlanResult, sgp: Any) -> PlanResult:
         utilization_table=(),
         explanations=tuple(sgp.notes),
         warnings=(),
+        kv_cache_uncertainty_bytes=0,  # SGLang sizes its pool from free memory it measures: no band to carry
+        pessimistic=None,
+        optimistic=None,
         hybrid=None,  # SGLang's state pool is under `sglang.mamba` and its ledger's mamba_state term
     )
 
@@ -1515,6 +1663,7 @@ __all__ = [
     "KV_TOO_SMALL",
     "NO_KV_CACHE_MEMORY",
     "WEIGHTS_DO_NOT_FIT",
+    "PlanEdge",
     "PlanResult",
     "VllmSettings",
     "plan",

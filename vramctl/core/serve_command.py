@@ -176,7 +176,7 @@ _SGLANG_VALUE_FLAGS: dict[str, tuple[str, Callable[[str], Any]]] = {
 _SGLANG_BOOL_FLAGS: dict[str, tuple[str, bool]] = {
     "--disable-cuda-graph": ("disable_cuda_graph", True),
     "--enable-hierarchical-cache": ("enable_hierarchical_cache", True),
-    "--enable-hicache": ("enable_hierarchical_cache", True),  # 0.5.23's alias (sglang.md §5 table)
+    "--enable-hicache": ("enable_hierarchical_cache", True),  # 0.5.23's alias (`python/sglang/srt/mem_cache/memory_pool_host.py` (SGLang v0.5.23) table)
 }
 
 _IGNORED_WITH_REASON = {

@@ -1,7 +1,7 @@
 """What the user asked the engine for: the serve flags, with None meaning "the engine's default".
 
 One frozen object carries both engines' flags (a user compares them side by side), named as the engines
-name them (DESIGN.md, "Contracts"). Engine modules resolve the None fields to their versioned defaults.
+name them (the engines' own flag names). Engine modules resolve the None fields to their versioned defaults.
 """
 
 from __future__ import annotations

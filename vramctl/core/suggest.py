@@ -1,6 +1,6 @@
 """An explicit KV-cache size from a measured profile: vLLM's `--kv-cache-memory-bytes` and SGLang's flags.
 
-vLLM prints this suggestion itself after its real graph capture (../shared/reference/vllm.md §2.4,
+vLLM prints this suggestion itself after its real graph capture (`vllm/v1/worker/gpu_worker.py` (vLLM v0.33.0),
 `vllm/v1/worker/gpu_worker.py:991-1068`, vLLM 0.33.0):
 
     redundancy = 150 MiB                                   # "profiling may slightly underestimate"
@@ -14,10 +14,10 @@ twice: once as the estimate, once as the actual capture. vramctl counts it once:
 when it was measured, else the estimate. `vllm_logged_*` reproduces vLLM's own (double-counted) numbers so
 the two can be compared.
 
-SGLang (../shared/reference/sglang.md §2.2): KV = free_after_load − free_before_load × (1 − mfs), so a pool of
+SGLang (`python/sglang/srt/model_executor/model_runner.py` (SGLang v0.5.23)): KV = free_after_load − free_before_load × (1 − mfs), so a pool of
 K bytes needs mfs = 1 − (free_after_load − K) / free_before_load. vramctl rounds mfs *up* to SGLang's three
 decimals and pins the pool with `--max-total-tokens = K // cell_size` (the cap SGLang applies when it is
-below the profiled value, §2.4), so the pool is exactly K.
+below the profiled value), so the pool is exactly K.
 
 Pure arithmetic on ints; no device access.
 """

@@ -1,10 +1,10 @@
 """The utilisation trade: how much KV a higher `--gpu-memory-utilization` buys, and what the thinner margin risks.
 
-vLLM requests `ceil(total × u)` bytes (../shared/reference/vllm.md §2.1) and everything that is not KV
+vLLM requests `ceil(total × u)` bytes (`vllm/v1/worker/gpu_worker.py` (vLLM v0.33.0)) and everything that is not KV
 (weights, activation peak, non-torch, graph pool) comes out of that request, so each step of u moves
 `total × Δu` bytes straight into the KV pool. What stays held back, `total − ceil(total × u)`, is the only
-margin for what the start-up profile did not see. The seed chapter names four ways it is spent
-(../shared/taxonomy.md labels): a CUDA-graph pool larger than estimated (`cuda-graph-capture-oom`,
+margin for what the start-up profile did not see. The textbook example names four ways it is spent
+(the cause labels of docs/explain-oom.md labels): a CUDA-graph pool larger than estimated (`cuda-graph-capture-oom`,
 "small requests fail at utilisation 0.97–0.98"), allocator fragmentation (`allocator-fragmentation`),
 full-vocabulary logits for sampling / logprobs (`logprobs-spike`, `sampler-warmup-oom`), and a transient
 for one long input (`activation-spike`).
@@ -42,7 +42,9 @@ THIN_FRACTION = 0.03
 TIGHT_BYTES = 4 * GiB
 TIGHT_FRACTION = 0.05
 
-Risk = Literal["ok", "tight", "thin", "no-kv"]
+Risk = Literal["ok", "tight", "thin", "no-kv", "no-start", "at-risk"]
+"""`no-start`: the engine refuses to start at this u (the plan's verdict there is not `fits`); `at-risk`: it starts
+only if the estimates hold (not at the pessimistic edge of their bands). The planner sets these two."""
 
 FAILURE_MODES = (
     "cuda-graph-capture-oom (graph pool above the estimate)",
@@ -114,7 +116,7 @@ def fraction_risk(
 ) -> tuple[Risk, str]:
     """Classify an SGLang `--mem-fraction-static`. SGLang holds back pre_model_load × (1 − f) for everything
     that is not static (activations, CUDA graphs, metadata); its own default, round((gpu_mem − reserved) /
-    gpu_mem, 3) (sglang.md §1.3), is the largest fraction its heuristic considers safe. Above it: `tight`, less
+    gpu_mem, 3) (`python/sglang/srt/arg_groups/memory_hook.py` (SGLang v0.5.23)), is the largest fraction its heuristic considers safe. Above it: `tight`, less
     than the reserve (`runtime_mib` of it for activations at 1.5 MiB × chunk tokens and graphs). A held-back
     margin below the thresholds of `margin_risk` (2 GiB or 3 % of the card) is `thin` whatever the default."""
     if total_bytes > 0 and margin_risk(held_back_bytes, total_bytes)[0] == "thin":

@@ -2,7 +2,7 @@
 
 Units in logs (the one rule that matters): every GPU-memory number that torch, vLLM and SGLang print as
 "GB"/"MB" is binary (torch prints GiB/MiB since 1.x; vLLM's V0 `Loading model weights took 5.2032 GB`
-divides by 2**30; SGLang's `GB = 1024*1024*1024`, sglang.md §0). So a size read with unit `size` treats
+divides by 2**30; SGLang's `GB = 1024*1024*1024`, `python/sglang/srt/server_args.py` (SGLang v0.5.23)). So a size read with unit `size` treats
 GB/MB/KB as GiB/MiB/KiB. Host sizes that SGLang's HiCache and Ray print in decimal GB use
 `size-decimal`. Byte counts (`10200547328 bytes`) are exact. Parsing goes through core/units.py's
 `parse_bytes` and `parse_number` (thousands separators, `12.5` == `12.50`).

@@ -10,8 +10,8 @@ to the capacity. The log rounds GiB to 2 decimals; each term carries that as `un
 residual term (the slack) absorbs the rounding so the sum stays exact.
 
 The line formats are data (`startup_formats.py`); the engine semantics of the subtraction are
-/work/shared/reference/vllm.md §2 (V0 0.6.x; V1 ≤0.26: W + A + O; ≥0.28: consumed + headroom) and
-sglang.md §2 (KV = free after load − free before load × (1 − mem_fraction_static)).
+`vllm/v1/worker/gpu_worker.py` (vLLM v0.33.0) (V0 0.6.x; V1 ≤0.26: W + A + O; ≥0.28: consumed + headroom) and
+`python/sglang/srt/model_executor/model_runner.py` (SGLang v0.5.23) (KV = free after load − free before load × (1 − mem_fraction_static)).
 
 Pure: no printing, no I/O beyond iterating the lines it is given.
 """
@@ -975,7 +975,7 @@ def _vllm_terms(b: _Builder, semantics: str | None, variant: str | None) -> tupl
         assert req is not None
         requested, req_unc = req.bytes, req.uncertainty
     elif total is not None and util is not None:
-        # V1 request_memory(): ceil(total × util) (vllm.md §2.1); V0: total × util.
+        # V1 request_memory(): ceil(total × util) (`vllm/v1/worker/gpu_worker.py` (vLLM v0.33.0)); V0: total × util.
         requested = math.ceil(total * util.value)
         req_unc = b.capacity_unc * util.value + total * util.uncertainty
 
@@ -1271,7 +1271,7 @@ def _finish_run(
     facts, primary = _primary(run.observations)
     # The real capture's graph memory: the pool line or the suggestion line when logged; else the LAST
     # "Graph capturing finished" of that process (the V2 runner of 0.33 prints one for the profiling
-    # capture first, vllm.md §2.3).
+    # capture first, `vllm/v1/worker/gpu_worker.py` (vLLM v0.33.0)).
     graph_obs = [
         o
         for o in run.observations
@@ -1400,7 +1400,7 @@ def _finish_run(
                 )
                 builder.capacity, builder.capacity_unc = capacity, capacity_unc
         # Capacity from the logged requested memory ÷ utilisation (V1 DEBUG `Initial free memory: F GiB; Requested
-        # memory: u (util), R GiB`, vllm.md §4 row 8, where R = u × total) when the log prints no total.
+        # memory: u (util), R GiB`, `vllm/v1/worker/gpu_worker.py` (vLLM v0.33.0) row 8, where R = u × total) when the log prints no total.
         logged_request = facts.get("requested_memory")
         if (
             capacity is None
@@ -1505,7 +1505,7 @@ def _finish_run(
         kv_tokens = num_blocks * 16
         notes.append(
             f"KV tokens derived: {num_blocks:,} blocks × 16, vLLM's default block size (CacheConfig "
-            "DEFAULT_BLOCK_SIZE, vllm.md §3.5); the log does not state --block-size"
+            "DEFAULT_BLOCK_SIZE, `vllm/config/cache.py` (vLLM v0.33.0)); the log does not state --block-size"
         )
     suggestion = count("kv_cache_memory_to_requested")
     to_gpu = count("kv_cache_memory_to_gpu")

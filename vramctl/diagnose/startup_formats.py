@@ -7,15 +7,17 @@ range of versions that print that wording. `read-log` infers the engine version 
 sees when the log prints no version line. Adding a format is one entry here and one test line.
 
 Sources (file:line of the engine source, by version):
-- /work/shared/reference/vllm.md §1.1-§1.2 (MemorySnapshot / MemoryProfilingResult reprs), §2.1-§2.4
-  (`determine_available_memory`, the DEBUG lines, the `--kv-cache-memory` suggestion and its ≤0.26 /
-  ≥0.28 wordings), §3.5-§3.6 (block size, "GPU KV cache size"), §4 (every INFO/DEBUG line of 0.33.0 in
-  order, plus the V0-era `worker.py` lines of 0.6.x-0.8.x), §9 (what changed when).
-- /work/shared/reference/sglang.md §2-§3 (the verbatim format strings of 0.4.6, 0.5.9, 0.5.18, 0.5.23
-  and the older 0.2/0.3 forms seen in real logs).
+- vLLM v0.33.0 (https://github.com/vllm-project/vllm/tree/v0.33.0): `vllm/utils/mem_utils.py` (MemorySnapshot /
+  MemoryProfilingResult reprs), `vllm/v1/worker/gpu_worker.py` (`determine_available_memory`, the DEBUG lines,
+  the `--kv-cache-memory` suggestion and its ≤0.26 / ≥0.28 wordings), `vllm/v1/core/kv_cache_utils.py` (block
+  size, "GPU KV cache size"), and the V0-era `vllm/worker/worker.py` lines of 0.6.x-0.8.x.
+- SGLang v0.5.23 (https://github.com/sgl-project/sglang/tree/v0.5.23):
+  `python/sglang/srt/model_executor/model_runner.py` and `python/sglang/srt/mem_cache/memory_pool.py` (the
+  verbatim format strings of 0.4.6, 0.5.9, 0.5.18, 0.5.23 and the older 0.2/0.3 forms seen in real logs).
 
 Units: vLLM prints GiB everywhere (its old "... took X GB" is bytes / 2**30 too); SGLang's "GB" in the
-weight / KV / pool / graph lines is also bytes / 2**30 (sglang.md §3; samples/startup/index.yaml
+weight / KV / pool / graph lines is also bytes / 2**30 (`GB = 1024 * 1024 * 1024` in
+`python/sglang/srt/mem_cache/memory_pool.py`; the collected start-up logs agree: their index's
 `conventions`). Only SGLang's HiCache host-pool line uses decimal GB.
 """
 
@@ -225,7 +227,7 @@ def _f(
 _GIB = r"\s*GiB"
 
 VLLM_FORMATS: tuple[LineFormat, ...] = (
-    # ---- V0 worker (0.6.5 → 0.8.x): three lines after "Memory profiling takes %.2f seconds" (vllm.md §4)
+    # ---- V0 worker (0.6.5 → 0.8.x): three lines after "Memory profiling takes %.2f seconds" (`vllm/v1/worker/gpu_worker.py` (vLLM v0.33.0))
     _f(
         "v0-can-use",
         "vllm",
@@ -406,7 +408,7 @@ VLLM_FORMATS: tuple[LineFormat, ...] = (
         "vllm",
         "Memory profiling takes",
         r"Memory profiling takes (?P<profiling_seconds>{NUM}) seconds",
-        "vLLM V0 worker.py:241 (0.6.5-0.8.x, INFO) and the ≥0.11 MemoryProfilingResult repr (DEBUG), vllm.md §4",
+        "vLLM V0 worker.py:241 (0.6.5-0.8.x, INFO) and the ≥0.11 MemoryProfilingResult repr (DEBUG), `vllm/v1/worker/gpu_worker.py` (vLLM v0.33.0)",
     ),
     _f(
         "concurrency",
@@ -534,7 +536,7 @@ VLLM_FORMATS: tuple[LineFormat, ...] = (
         "vllm",
         "Sleep mode freed",
         r"Sleep mode freed (?P<sleep_freed>{NUM}) GiB memory, (?P<sleep_still_in_use>{NUM}) GiB memory is still in use",
-        "vLLM gpu_worker.py:335-339 (vllm.md §4 line 328): `Sleep mode freed %s GiB memory, %s GiB memory is still "
+        "vLLM gpu_worker.py:335-339 (`vllm/v1/worker/gpu_worker.py` (vLLM v0.33.0) line 328): `Sleep mode freed %s GiB memory, %s GiB memory is still "
         "in use.` (V0 worker.py prints the same wording)",
     ),
     # ---- CUDA graphs
@@ -554,7 +556,7 @@ VLLM_FORMATS: tuple[LineFormat, ...] = (
         "Profiling CUDA graph memory:",
         r"Profiling CUDA graph memory: \w+=\d+ \(largest=\d+\), \w+=(?P<cuda_graphs_profiled_second_mode>\d+) "
         r"\(largest=(?P<cuda_graph_largest_size_second_mode>\d+)\)",
-        "vLLM ≥0.19 gpu_model_runner.py:6304: the second mode of the same line (vllm.md §2.4 line 169: "
+        "vLLM ≥0.19 gpu_model_runner.py:6304: the second mode of the same line (`vllm/v1/worker/gpu_worker.py` (vLLM v0.33.0) line 169: "
         "`PIECEWISE=41 (largest=384), FULL=25 (largest=192)`)",
         min_version=(0, 19, 0),
         variant="V1",
@@ -610,7 +612,7 @@ VLLM_FORMATS: tuple[LineFormat, ...] = (
         min_version=(0, 20, 0),
         variant="V1",
     ),
-    # ---- the --kv-cache-memory suggestion (§2.4): "Free memory on device (…/… GiB) on startup. Desired …"
+    # ---- the --kv-cache-memory suggestion: "Free memory on device (…/… GiB) on startup. Desired …"
     _f(
         "free-on-device",
         "vllm",
@@ -718,7 +720,7 @@ VLLM_FORMATS: tuple[LineFormat, ...] = (
         min_version=(0, 28, 0),
         variant="V1",
     ),
-    # ---- DEBUG lines (§1.1, §1.2, §2.1, §2.2)
+    # ---- DEBUG lines
     _f(
         "debug-snapshot",
         "vllm",
@@ -994,7 +996,7 @@ SGLANG_FORMATS: tuple[LineFormat, ...] = (
         "CUDA graph begin.",
         r"Capture (?:\w+ )?(?:prefill|piecewise) CUDA graph begin\..*?avail mem=(?P<prefill_graph_begin_avail>{NUM}) GB",
         "SGLang 0.5.18 cuda_graph_setup.py (`Capture {role} prefill CUDA graph begin. backend=…, num_tokens=…, "
-        "avail mem=…`); 0.5.9 `Capture piecewise CUDA graph begin. avail mem=…` (sglang.md §3)",
+        "avail mem=…`); 0.5.9 `Capture piecewise CUDA graph begin. avail mem=…` (`python/sglang/srt/model_executor/model_runner.py` (SGLang v0.5.23))",
         min_version=(0, 5, 9),
     ),
     _f(

@@ -1,6 +1,6 @@
 """CUDA-graph memory, measured the way vLLM's V1 runner profiles it (GPU only; isolated here).
 
-../shared/reference/vllm.md §2.3 (`gpu_model_runner.py:6268-6414`, vLLM 0.33.0):
+`vllm/v1/worker/gpu_worker.py` (vLLM v0.33.0) (`gpu_model_runner.py:6268-6414`, vLLM 0.33.0):
 1. a *minimal* KV cache of min(max_num_seqs, max_cudagraph_capture_size) blocks;
 2. graphs captured into a throwaway pool, largest batch first;
 3. the drop in `mem_get_info()[0]` around each capture is one sample;
@@ -8,7 +8,7 @@
 5. everything released afterwards.
 vramctl captures *every* size (not only the first two), so the same run also yields the actual pool: the
 free-memory drop across the whole capture, which is what vLLM's real capture reports as
-`Graph capturing finished in … took … GiB` and uses in its `--kv-cache-memory` suggestion (§2.4).
+`Graph capturing finished in … took … GiB` and uses in its `--kv-cache-memory` suggestion.
 
 The captured step is the reference model's decode step (one token per sequence, block-table gather); with
 `validate` the same graphs are captured against the real KV pool and replayed.

@@ -1,6 +1,6 @@
 """Device backends behind one snapshot interface: `cuda` (torch + NVML) and `cpu` (process RSS).
 
-A `Snapshot` holds the same fields as vLLM's `MemorySnapshot` (../shared/reference/vllm.md §1.1,
+A `Snapshot` holds the same fields as vLLM's `MemorySnapshot` (`vllm/utils/mem_utils.py` (vLLM v0.33.0),
 `vllm/utils/mem_utils.py:104-194`, vLLM 0.33.0): free and total memory of the device, torch's allocated /
 peak-allocated / reserved bytes, and non-torch = used − reserved (which, as in vLLM, includes other
 processes, the CUDA context, NCCL and cuBLAS).
@@ -18,6 +18,10 @@ validate pipeline runs in CI:
   since the backend was opened, free = min(capacity − used, MemAvailable). This keeps a CPU profile
   independent of what other processes on a shared host do, and keeps `validate` from touching more
   host memory than asked for.
+- Without `--device-memory` the host is shared (other processes come and go), so the device is
+  HOST_HEADROOM_FRACTION of the memory available when it is opened: one rule for `profile`, `suggest` and
+  `validate`, and the same bound every cpu allocation is checked against (vramctl.measure.model). A pool a cpu
+  profile sizes is therefore one `validate` on the same host accepts.
 
 Nothing here imports torch at module import time; the CUDA backend imports it when it is opened.
 """
@@ -220,6 +224,17 @@ def host_memory() -> tuple[int, int]:
     return free, total
 
 
+HOST_HEADROOM_FRACTION = 0.9
+"""The share of the host's available memory a cpu device may use: its size without --device-memory, and the
+bound on every cpu allocation (touching pages past the host's memory summons the kernel's OOM killer)."""
+
+
+def shared_host_capacity() -> int:
+    """The cpu device's size when none is given: HOST_HEADROOM_FRACTION × the host's available memory now."""
+    free, _ = host_memory()
+    return int(free * HOST_HEADROOM_FRACTION)
+
+
 def _cpu_model_name() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -243,7 +258,9 @@ class CpuBackend:
             )
         if capacity_bytes is not None and capacity_bytes <= 0:
             raise BadInputError(f"--device-memory {capacity_bytes}: must be a positive size")
-        self.capacity_bytes = capacity_bytes
+        self.shared_host = capacity_bytes is None
+        """No --device-memory: the device is a share of a host other processes also use."""
+        self.capacity_bytes = shared_host_capacity() if capacity_bytes is None else capacity_bytes
         try:
             import torch  # noqa: F401  (the libraries are the process, not the emulated device)
         except ImportError as exc:  # pragma: no cover - torch is a test dependency
@@ -267,6 +284,7 @@ class CpuBackend:
             emulated_capacity_bytes=self.capacity_bytes,
             extra={
                 "host_total_bytes": total,
+                "shared_host": self.shared_host,
                 "hostname": socket.gethostname(),
                 "peak_reset": "clear_refs" if self.hwm_resettable else "unavailable (peak since start)",
             },

@@ -1,6 +1,6 @@
 """Tensor parallelism: one process per rank under torch.distributed, the minimum across ranks.
 
-As vLLM does (../shared/reference/vllm.md §2.1, §8; `gpu_worker.py:504`), each rank initialises its
+As vLLM does (`vllm/v1/worker/gpu_worker.py` (vLLM v0.33.0), `vllm/distributed/parallel_state.py` (vLLM v0.33.0); `gpu_worker.py:504`), each rank initialises its
 communicators *before* its init snapshot (one all-reduce makes NCCL create them), so communication buffers
 are outside the budget; then every rank runs the profile sequence on its shard, and the block count is the
 minimum over ranks (`kv_cache_planning.py:1580-1594`). gloo on CPU, NCCL on CUDA (rank r on cuda:index+r).

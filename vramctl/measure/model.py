@@ -7,7 +7,7 @@ It exists to *occupy memory the way the served model does*, not to produce meani
   max(1, kv_heads // tp), vocabulary split for the embedding and LM head);
 - the profile forward: a flattened batch of `max_num_batched_tokens` tokens split into
   min(max_num_seqs, tokens) sequences as vLLM's `_dummy_run` splits them (equal lengths, the remainder on
-  the last; `gpu_model_runner.py:6072-6145`, ../shared/reference/vllm.md §2.2), RMSNorm, RoPE, causal
+  the last; `gpu_model_runner.py:6072-6145`, `vllm/v1/worker/gpu_worker.py` (vLLM v0.33.0)), RMSNorm, RoPE, causal
   attention through `F.scaled_dot_product_attention` (GQA / MHA, sliding-window masks, MLA with the latent
   kv_a_proj → kv_lora_rank + rope and the kv_b_proj up-projection), SwiGLU MLP or a routed MoE
   (softmax router, top-k, per-expert SwiGLU into fused-MoE-sized intermediate buffers, shared experts);
@@ -710,7 +710,7 @@ def planned_weight_bytes(spec: ModelSpec, shard: Shard, element_bytes: int) -> i
 def check_host_room(what: str, need_bytes: int, free_bytes: int) -> None:
     """On the cpu device, refuse (as an out-of-memory) what would not fit: touching pages past the host's
     memory summons the kernel's OOM killer, not an exception, and other processes may be the ones killed."""
-    from vramctl.measure.device import host_memory
+    from vramctl.measure.device import HOST_HEADROOM_FRACTION, host_memory
 
     host_free, _ = host_memory()
     room = min(free_bytes, int(host_free * HOST_HEADROOM_FRACTION))
@@ -721,8 +721,6 @@ def check_host_room(what: str, need_bytes: int, free_bytes: int) -> None:
         )
 
 
-HOST_HEADROOM_FRACTION = 0.9
-"""At most this share of the host's available memory is touched by one cpu-device allocation."""
 
 
 def layer_elements(spec: ModelSpec, shard: Shard, index: int) -> int:

@@ -1,6 +1,6 @@
 """The profile sequence of vLLM ≥ 0.28, run on a real device against the reference model.
 
-Order (../shared/reference/vllm.md §2.1–2.3, `vllm/v1/worker/gpu_worker.py`, vLLM 0.33.0):
+Order (`vllm/v1/worker/gpu_worker.py` (vLLM v0.33.0), `vllm/v1/worker/gpu_worker.py`, vLLM 0.33.0):
 1. `init`: the device context, the tensor-parallel communicators (already created by the caller, before
    the snapshot, as `init_worker_distributed_environment` at line 504), a cuBLAS warm-up (16×16 mm and a
    linear with bias, lines 519-528), gc + empty_cache, then the **init snapshot** (line 541);
@@ -16,8 +16,8 @@ Order (../shared/reference/vllm.md §2.1–2.3, `vllm/v1/worker/gpu_worker.py`, 
    capture sizes into a throwaway pool against a minimal KV cache (`cuda_graphs.py`). CPU: no graphs.
 5. The KV residual: requested − (total_consumed + transient) − graph estimate (when
    VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS is on, the default from 0.20); blocks = residual // bytes per
-   block, the minimum across ranks; tokens and concurrency as vLLM logs them (§3.4–3.6).
-SGLang's numbers come from the same run: free before and after the weights (sglang.md §2.1–2.2).
+   block, the minimum across ranks; tokens and concurrency as vLLM logs them.
+SGLang's numbers come from the same run: free before and after the weights (`python/sglang/srt/model_executor/model_runner.py` (SGLang v0.5.23)).
 
 `profile_rank` is one rank's measurement; `derive` turns the ranks' measurements into the result; the
 `distributed` module runs one process per rank for `--tensor-parallel-size N`.
@@ -53,9 +53,9 @@ from vramctl.measure.device import DeviceBackend, DeviceInfo, Snapshot
 from vramctl.measure.oom import StartupMemoryError, is_oom, oom_context, release, release_traceback, to_error
 
 PhaseCallback = Callable[[str, str], None]
-"""on_phase(phase, message): progress for the CLI (phase names as in ../shared/taxonomy.md)."""
+"""on_phase(phase, message): progress for the CLI (phase names as in the cause labels of docs/explain-oom.md)."""
 
-# vLLM's CPU-backend scheduler defaults (OpenAI server: 2048·ws tokens / 128·ws sequences; vllm.md §6).
+# vLLM's CPU-backend scheduler defaults (OpenAI server: 2048·ws tokens / 128·ws sequences; `vllm/engine/arg_utils.py` (vLLM v0.33.0)).
 _CPU_SERVER_TOKENS = 2048
 _CPU_SERVER_SEQS = 128
 
@@ -505,7 +505,7 @@ def profile_rank(
         after = backend.snapshot()
         snap = after
         if backend.kind == "cuda" and init.free_bytes < after.free_bytes:
-            # vLLM asserts init free ≥ free after profiling (gpu_worker.py:728-741, vllm.md §5 item 4)
+            # vLLM asserts init free ≥ free after profiling (gpu_worker.py:728-741, `vllm/v1/core/kv_cache_utils.py` (vLLM v0.33.0) item 4)
             raise ProfilingDisturbedError(
                 f"Error in memory profiling. Initial free memory {vllm_format_gib(init.free_bytes)} GiB, current "
                 f"free memory {vllm_format_gib(after.free_bytes)} GiB. This happens when other processes sharing "
@@ -675,7 +675,7 @@ class ProfileResult:
 
 
 def sglang_default_fraction(spec: ModelSpec, total_bytes: int, tp: int, info: DeviceInfo) -> float:
-    """SGLang's default --mem-fraction-static for this card (`vramctl.core.engines.sglang`, sglang.md §1.3).
+    """SGLang's default --mem-fraction-static for this card (`vramctl.core.engines.sglang`, `python/sglang/srt/arg_groups/memory_hook.py` (SGLang v0.5.23)).
 
     On a CUDA device the registry's card supplies nvidia-smi's total (SGLang's `gpu_mem`); on the cpu
     device (or an emulated capacity) the measured total stands in for it.
@@ -753,7 +753,7 @@ def derive(
         if sem.subtraction == "consumed":
             non_kv = r.non_kv_bytes
         else:
-            # ≤0.26: non_kv = non_torch_increase + torch_peak_increase + weights (mem_utils.py, vllm.md §1.3).
+            # ≤0.26: non_kv = non_torch_increase + torch_peak_increase + weights (mem_utils.py, `vllm/utils/mem_utils.py` (vLLM v0.33.0)).
             non_torch_increase = r.after_profile.non_torch_bytes - r.init.non_torch_bytes
             peak_increase = r.after_profile.torch_peak_bytes - r.before_profile.torch_allocated_bytes
             non_kv = max(0, non_torch_increase) + max(0, peak_increase) + r.weights_bytes
@@ -785,6 +785,13 @@ def derive(
             "cpu device: terms are RSS deltas of this process (torch keeps no CPU allocator statistics); "
             "the activation peak is VmHWM − VmRSS after the profile run; no CUDA graphs"
         )
+        if info.extra.get("shared_host"):
+            notes.append(
+                f"cpu device: the host is shared with other processes, so the device is 90 % of the memory "
+                f"available when the run started ({r.init.total_bytes / (1 << 30):.2f} GiB of the host's "
+                f"{int(info.extra.get('host_total_bytes', 0)) / (1 << 30):.2f} GiB); `validate --from-profile` "
+                "on this host uses the same size; --device-memory fixes it"
+            )
     if r.layers_built < r.layers_total:
         notes.append(
             f"--num-layers {r.layers_built}: {r.layers_total - r.layers_built} layers not built; their "
@@ -851,7 +858,7 @@ def build_ledger(r: RankMeasurement, kv_bytes: int, graph_bytes: int, *, is_cpu:
 
     What was in use at the init snapshot splits into other processes' memory and this process's own
     (CUDA context, communicators, cuBLAS handles), which joins the non-torch term as vLLM's planner and
-    `plan` book it: outside the utilisation budget (vllm.md §2.1).
+    `plan` book it: outside the utilisation budget (`vllm/v1/worker/gpu_worker.py` (vLLM v0.33.0)).
     """
     init = r.init
     pre = init.total_bytes - init.free_bytes
@@ -921,7 +928,7 @@ def build_ledger(r: RankMeasurement, kv_bytes: int, graph_bytes: int, *, is_cpu:
 def sglang_numbers(
     spec: ModelSpec, resolved: Resolved, ranks: list[RankMeasurement], info: DeviceInfo
 ) -> SglangNumbers:
-    """SGLang's pool from the same readings (sglang.md §2.1-2.4): distributed MIN over ranks, page size 1."""
+    """SGLang's pool from the same readings (`python/sglang/srt/model_executor/model_runner.py` (SGLang v0.5.23)): distributed MIN over ranks, page size 1."""
     tp = resolved.tensor_parallel_size
     total = ranks[0].init.total_bytes
     if resolved.mem_fraction_static is not None:

@@ -1,9 +1,8 @@
 """KV blocks between a device pool and host memory, moved for real and verified (the host tier's speed).
 
 The pool is laid out as the engines lay out their paged KV caches (layer-first, one page per layer and
-block: vLLM's per-layer KV tensors, SGLang's `layer_first` host layout; ../shared/reference/sglang.md
-§5.5): `pool[layer, block, page]`. A transfer moves N blocks scattered at random over the pool (all of
-their layers) between the pool and a host buffer, three ways (../shared/reference/tiers.md §3.2):
+block: vLLM's per-layer KV tensors, SGLang's `layer_first` host layout; `python/sglang/srt/mem_cache/memory_pool_host.py` (SGLang v0.5.23)): `pool[layer, block, page]`. A transfer moves N blocks scattered at random over the pool (all of
+their layers) between the pool and a host buffer, three ways (docs/tiers-bench.md):
 
 - `per-block`: one `tensor.copy_(non_blocking=True)` per (layer, block) page — vLLM's legacy
   `swap_blocks` loop and SGLang's `direct` IO backend (`transfer_kv_direct`): layers × N copy calls;
@@ -20,7 +19,7 @@ pinned memory needs CUDA there (torch raises) and is reported as unavailable.
 Every transfer is verified against its source (exact comparison, per block); a mismatch is counted per
 block and fails the command. On CUDA a per-layer load-back runs on a side stream while the compute
 stream does two layer-sized matmuls per layer, waiting only for its layer's event (SGLang's
-`LayerDoneCounter`, sglang.md §5.6); the overlap fraction is 1 − (t_overlapped − t_compute)/t_transfer.
+`LayerDoneCounter`, `python/sglang/srt/mem_cache/memory_pool_host.py` (SGLang v0.5.23)); the overlap fraction is 1 − (t_overlapped − t_compute)/t_transfer.
 
 torch is imported inside the functions, never at module import.
 """

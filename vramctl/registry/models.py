@@ -666,7 +666,7 @@ def _vision_params(config: Mapping[str, Any], text_hidden: int, where: str) -> t
 def _vision_shape(config: Mapping[str, Any], where: str) -> tuple[int | None, int | None]:
     """(ViT layers, ViT hidden size) of a multimodal wrapper's `vision_config`, (None, None) for a text model.
 
-    SGLang scales a VLM's default mem_fraction_static by the tower's size (sglang.md §1.3 item 4); a missing field
+    SGLang scales a VLM's default mem_fraction_static by the tower's size (`python/sglang/srt/arg_groups/memory_hook.py` (SGLang v0.5.23) item 4); a missing field
     is its default (24 layers, hidden 1024), so an empty `vision_config` still marks the model multimodal."""
     vision = get_mapping(config, "vision_config", where)
     if vision is None:

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from rich.console import Console
 from rich.table import Table
 
 from vramctl.core.specs import GpuSpec, ModelSpec
 from vramctl.core.units import GiB, format_bytes
 from vramctl.registry.describe import attention_kind, param_parts, weights_per_rank
+from vramctl.render.console import make_console
 
 
 def _params(count: int) -> str:
@@ -34,57 +34,106 @@ def _attention(spec: ModelSpec) -> str:
     return f"{kind} {spec.num_attention_heads}/{spec.num_key_value_heads}"
 
 
-def models_table(models: Sequence[ModelSpec]) -> Table:
-    title = f"{len(models)} bundled models (profiles/models)" if len(models) > 1 else "model"
+def _fitted_table(
+    title: str,
+    columns: Sequence[tuple[str, str, int]],
+    rows: Sequence[Sequence[str]],
+    width: int | None,
+) -> Table:
+    """A table of the columns that fit in `width` (None: all of them): columns are dropped lowest priority first
+    (the third item; 0 is never dropped) until every kept cell shows whole, so no cell is cut to `…` and no column
+    is left empty at 80 columns."""
+    keep = list(range(len(columns)))
+
+    def needed(kept: list[int]) -> int:
+        # cells + one space of padding either side + a border between and around the columns
+        return sum(max(len(columns[i][0]), *(len(row[i]) for row in rows)) + 3 for i in kept) + 1
+
+    if width is not None:
+        for drop in sorted(range(len(columns)), key=lambda i: columns[i][2], reverse=True):
+            if needed(keep) <= width or columns[drop][2] == 0:
+                break
+            keep.remove(drop)
+    dropped = [columns[i][0] for i in range(len(columns)) if i not in keep]
+    if dropped:
+        title += f" — {', '.join(dropped)} left out at {width} columns (COLUMNS, docs/cli.md)"
     table = Table(title=title, title_justify="left")
-    for header, justify in (
-        ("id", "left"),
-        ("aliases", "left"),
-        ("architecture", "left"),
-        ("params", "right"),
-        ("weights", "right"),
-        ("dtype", "left"),
-        ("layers", "right"),
-        ("attention", "left"),
-        ("experts", "right"),
-        ("context", "right"),
-    ):
-        table.add_column(header, justify=justify, no_wrap=header != "aliases")  # type: ignore[arg-type]
-    for spec in models:
-        experts = f"{spec.moe.num_experts_per_tok}/{spec.moe.num_experts}" if spec.moe else "-"
-        table.add_row(
-            spec.name,
-            ", ".join(spec.aliases[:3]),
-            spec.architecture.removesuffix("ForCausalLM").removesuffix("ForConditionalGeneration"),
-            _params(spec.param_count),
-            format_bytes(spec.weight_bytes),
-            spec.quantization or spec.torch_dtype,
-            str(spec.num_hidden_layers),
-            _attention(spec),
-            experts,
-            f"{spec.max_position_embeddings:,}",
-        )
+    for i in keep:
+        header, justify, _ = columns[i]
+        table.add_column(header, justify=justify, overflow="fold")  # type: ignore[arg-type]
+    for row in rows:
+        table.add_row(*(row[i] for i in keep))
     return table
 
 
-def gpus_table(gpus: Sequence[GpuSpec]) -> Table:
+def _width() -> int | None:
+    from vramctl.render.console import output_width
+
+    return output_width()
+
+
+def models_table(models: Sequence[ModelSpec], width: int | None = -1) -> Table:
+    """The models, with the columns that fit `width` (-1: the output's width, docs/cli.md; None: all)."""
+    title = f"{len(models)} bundled models (profiles/models)" if len(models) > 1 else "model"
+    columns = (
+        ("id", "left", 0),
+        ("aliases", "left", 8),
+        ("architecture", "left", 7),
+        ("params", "right", 2),
+        ("weights", "right", 1),
+        ("dtype", "left", 5),
+        ("layers", "right", 6),
+        ("attention", "left", 3),
+        ("experts", "right", 9),
+        ("context", "right", 4),
+    )
+    rows = []
+    for spec in models:
+        experts = f"{spec.moe.num_experts_per_tok}/{spec.moe.num_experts}" if spec.moe else "-"
+        rows.append(
+            (
+                spec.name,
+                ", ".join(spec.aliases[:3]),
+                spec.architecture.removesuffix("ForCausalLM").removesuffix("ForConditionalGeneration"),
+                _params(spec.param_count),
+                format_bytes(spec.weight_bytes),
+                spec.quantization or spec.torch_dtype,
+                str(spec.num_hidden_layers),
+                _attention(spec),
+                experts,
+                str(spec.max_position_embeddings),
+            )
+        )
+    return _fitted_table(title, columns, rows, _width() if width == -1 else width)
+
+
+def gpus_table(gpus: Sequence[GpuSpec], width: int | None = -1) -> Table:
+    """The cards, with the columns that fit `width` (as models_table)."""
     title = f"{len(gpus)} bundled GPUs (profiles/gpus)" if len(gpus) > 1 else "GPU"
-    table = Table(title=title, title_justify="left")
-    for header in ("id", "name", "CUDA total", "smi MiB", "HBM TB/s", "host link", "bf16 TFLOP/s", "cc"):
-        justify = "left" if header in ("id", "name", "host link", "cc") else "right"
-        table.add_column(header, justify=justify, no_wrap=True)  # type: ignore[arg-type]
-    for gpu in gpus:
-        table.add_row(
+    columns = (
+        ("id", "left", 0),
+        ("name", "left", 6),
+        ("CUDA total", "right", 1),
+        ("smi MiB", "right", 5),
+        ("HBM TB/s", "right", 3),
+        ("host link", "left", 4),
+        ("bf16 TFLOP/s", "right", 7),
+        ("cc", "left", 2),
+    )
+    rows = [
+        (
             gpu.name,
             gpu.display_name,
             f"{gpu.cuda_total_bytes / GiB:.2f} GiB",
             f"{gpu.nvidia_smi_total_mib:,}",
             f"{gpu.hbm_bandwidth_bytes_per_s / 1e12:.2f}",
             f"PCIe{gpu.pcie_generation} x{gpu.pcie_lanes} {gpu.host_link_bytes_per_s / 1e9:.0f} GB/s",
-            f"{gpu.dense_bf16_flops / 1e12:,.1f}",
+            f"{gpu.dense_bf16_flops / 1e12:.1f}",
             gpu.compute_capability or "-",
         )
-    return table
+        for gpu in gpus
+    ]
+    return _fitted_table(title, columns, rows, _width() if width == -1 else width)
 
 
 def model_details(spec: ModelSpec) -> str:
@@ -97,8 +146,12 @@ def model_details(spec: ModelSpec) -> str:
     return "\n".join(lines)
 
 
+def print_text(text: str) -> None:
+    """Plain lines, wrapped at the output's width (no markup: model names may hold brackets)."""
+    from rich.text import Text
+
+    make_console(highlight=False).print(Text(text))
+
+
 def print_table(table: Table) -> None:
-    console = Console(soft_wrap=False)
-    if not console.is_terminal:
-        console = Console(width=220, soft_wrap=False)
-    console.print(table)
+    make_console().print(table)

@@ -44,8 +44,7 @@ def render_check(r: CheckResult) -> RenderableType:
         table.add_column("requirement")
         table.add_column("engine")
         table.add_column("actual", justify="right")
-        table.add_column("required")
-        table.add_column("what to change")
+        table.add_column("required", overflow="fold")
         for item in r.items:
             table.add_row(
                 Text("ok", style="green") if item.ok else Text("FAIL", style="bold red"),
@@ -53,9 +52,15 @@ def render_check(r: CheckResult) -> RenderableType:
                 ENGINE_NAMES[item.engine],
                 item.actual,
                 item.required,
-                item.message,
             )
         parts.append(table)
+        # What to change, under the table: a whole line each, so flags are never cut at 80 columns.
+        for item in r.items:
+            if not item.ok and item.message:
+                line = Text("  → ", style="bold red")
+                line.append(f"{item.requirement} ({ENGINE_NAMES[item.engine]}): ", style="bold")
+                line.append(item.message)
+                parts.append(line)
     for note in r.notes:
         parts.append(Text(f"note: {note}", style="dim"))
     return Group(*parts)

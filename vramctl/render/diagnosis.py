@@ -133,6 +133,10 @@ def render_diagnosis(diagnosis: Diagnosis) -> RenderableType:
     for warning in d.warnings:
         parts.append(Text(f"warning: {warning}", style="yellow"))
     title = f"explain-oom: {d.source}" if d.source else "explain-oom"
+    if len(title) > 60:  # a long path: a whole line of its own (folded), not a title cut to `…` at 80 columns
+        folder, _, name = str(d.source).rpartition("/")
+        parts.insert(0, Text(f"log: {name}" + (f" in {folder}/" if folder else ""), style="dim", overflow="fold"))
+        title = "explain-oom"
     return Panel(Group(*parts), title=Text(title), title_align="left", expand=False)
 
 

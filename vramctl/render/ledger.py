@@ -69,6 +69,16 @@ def ledger_table(ledger: Ledger, title: str) -> Table:
     cap = ledger.capacity_bytes or 1
     for term in ledger.terms:
         style, _ = TERM_STYLE.get(term.name, _FALLBACK_STYLE)
+        if term.name == KV_CACHE and term.bytes < 0:
+            # No pool at all: the other terms exceed the budget; say by how much rather than print −0.68 GiB.
+            table.add_row(
+                Text(term.name, style=style),
+                _gib(0),
+                "",
+                f"{0:.1%}",
+                Text(f"short by {-term.bytes / GiB:.2f} GiB", style="red"),
+            )
+            continue
         table.add_row(
             Text(term.name, style=style),
             _gib(term.bytes),
@@ -130,6 +140,9 @@ def ledger_markdown(ledger: Ledger) -> str:
     for term in ledger.terms:
         how = term.formula + (f" ({term.note})" if term.note else "")
         band = format_band(term.uncertainty_bytes)
+        if term.name == KV_CACHE and term.bytes < 0:
+            lines.append(f"| {term.name} | 0.00 | | 0.0% | short by {-term.bytes / GiB:.2f} GiB | {how} |")
+            continue
         lines.append(
             f"| {term.name} | {_gib(term.bytes)} | {band} | {term.bytes / cap:.1%} | {term.source.value} | "
             f"{how.replace('|', '/')} |"

@@ -11,6 +11,7 @@ from rich.text import Text
 
 from vramctl.core.plan import FITS, PlanResult
 from vramctl.core.units import GiB, format_count
+from vramctl.render.console import make_console
 from vramctl.render.ledger import ledger_markdown, render_ledger
 
 
@@ -23,7 +24,7 @@ def _header(r: PlanResult) -> str:
     engine = "SGLang" if r.engine == "sglang" else "vLLM"
     return (
         f"{engine} {r.engine_version} · {r.model.name} · {r.gpu.display_name} ({_gib(r.capacity_bytes)}) · "
-        f"tp {s.tensor_parallel_size} pp {s.pipeline_parallel_size}"
+        f"tp={s.tensor_parallel_size} pp={s.pipeline_parallel_size}"
     )
 
 
@@ -63,20 +64,51 @@ def _settings_line(r: PlanResult) -> str:
     return "  ".join(parts) + "   (* = engine default)"
 
 
+def _span(low: str, high: str) -> str:
+    return f" ({low} – {high})"
+
+
 def kv_summary_rows(r: PlanResult) -> list[tuple[str, str]]:
+    """The KV numbers; where the plan has a band, each carries its pessimistic – optimistic range. Values a user
+    pastes into a flag (bytes, lengths) have no thousands separators."""
     requested = "static budget (total − held back)" if r.engine == "sglang" else "requested (ceil(total × u))"
     block = "page" if r.engine == "sglang" else "block"
+    lo, hi = r.pessimistic, r.optimistic
+    band = r.kv_cache_uncertainty_bytes
+    kv = f"{r.kv_cache_bytes / GiB:,.2f}" + (f" ± {band / GiB:.2f}" if band else "") + " GiB"
     rows = [
         (requested, _gib(r.requested_bytes)),
-        ("KV cache", f"{_gib(r.kv_cache_bytes)} ({format_count(r.kv_cache_bytes)} bytes)"),
+        ("KV cache", f"{kv} ({max(0, r.kv_cache_bytes)} bytes)"),
         ("KV bytes per token (per rank)", format_count(r.kv_bytes_per_token)),
         (f"bytes per {block}", f"{format_count(r.bytes_per_block)} ({block} of {r.block_size} tokens)"),
-        (f"{block}s", format_count(r.num_blocks)),
+        (
+            f"{block}s",
+            format_count(r.num_blocks)
+            + (_span(format_count(lo.num_blocks), format_count(hi.num_blocks)) if lo and hi and band else ""),
+        ),
         (f"{block}s per request", format_count(r.blocks_per_request)),
-        ("KV token slots", format_count(r.kv_tokens)),
-        (f"max concurrency at {format_count(r.max_model_len)} tokens", f"{r.max_concurrency:.2f}x"),
-        ("largest max_model_len that fits", format_count(r.max_model_len_fit)),
+        (
+            "KV token slots",
+            format_count(r.kv_tokens)
+            + (_span(format_count(lo.kv_tokens), format_count(hi.kv_tokens)) if lo and hi and band else ""),
+        ),
+        (
+            f"max concurrency at {r.max_model_len} tokens",
+            f"{r.max_concurrency:.2f}x"
+            + (
+                _span(f"{lo.max_concurrency:.2f}x", f"{hi.max_concurrency:.2f}x")
+                if lo and hi and band
+                else ""
+            ),
+        ),
+        (
+            "largest max_model_len that fits",
+            f"{r.max_model_len_fit}"
+            + (_span(str(lo.max_model_len_fit), str(hi.max_model_len_fit)) if lo and hi and band else ""),
+        ),
     ]
+    if lo and hi and band:
+        rows.append(("(ranges: pessimistic – optimistic edge of the estimates)", ""))
     if r.engine != "sglang":
         rows.insert(
             1,
@@ -88,16 +120,63 @@ def kv_summary_rows(r: PlanResult) -> list[tuple[str, str]]:
     return rows
 
 
-def _verdict_text(r: PlanResult) -> Text:
-    if r.verdict == FITS:
-        return Text(
-            f"verdict: fits — {format_count(r.kv_tokens)} KV tokens, {r.max_concurrency:.2f}x",
-            style="bold green",
+def verdict_line(r: PlanResult) -> str:
+    """The verdict in one sentence, with the pessimistic edge of the estimates where it changes the answer."""
+    if r.verdict != FITS:
+        return f"verdict: {r.verdict}"
+    base = f"{format_count(r.kv_tokens)} KV tokens, {r.max_concurrency:.2f}x"
+    edge = r.pessimistic
+    if edge is None or not r.kv_cache_uncertainty_bytes:
+        return f"verdict: fits — {base}"
+    if r.at_risk:
+        if edge.kv_cache_bytes > 0 and edge.num_blocks > 0:
+            short = (
+                f"{max(0, edge.kv_cache_bytes) / GiB:.2f} GiB of KV, {format_count(edge.kv_tokens)} tokens, "
+                f"{edge.max_concurrency:.2f}x"
+            )
+            if edge.max_concurrency < 1:
+                short += f": less than one {r.max_model_len}-token request"
+        else:
+            short = "no KV cache at all"
+        return (
+            f"verdict: fits if the estimates hold — {base}; at the pessimistic edge: {edge.verdict} "
+            f"({short}; --max-model-len {edge.max_model_len_fit} would fit there)"
+            if r.engine != "sglang" and edge.max_model_len_fit > 0
+            else f"verdict: fits if the estimates hold — {base}; at the pessimistic edge: {edge.verdict} ({short})"
         )
-    text = Text(f"verdict: {r.verdict}", style="bold red")
+    return (
+        f"verdict: fits — {base}; still {format_count(edge.kv_tokens)} tokens, {edge.max_concurrency:.2f}x at the "
+        "pessimistic edge of the estimates"
+    )
+
+
+def _verdict_text(r: PlanResult) -> Text:
+    line = verdict_line(r)
+    if r.verdict == FITS:
+        return Text(line, style="bold yellow" if r.at_risk else "bold green")
+    text = Text(line, style="bold red")
     if r.verdict_message:
         text.append(f"\n{r.verdict_message}", style="red")
     return text
+
+
+def fix_lines(r: PlanResult) -> list[str]:
+    """The smallest fixes, one pasteable flag per line, with what each buys (each was planned)."""
+    if not r.fixes:
+        if r.verdict != FITS or r.at_risk:
+            return [
+                "no single change of the flags makes this fit at the pessimistic edge (tried the context "
+                "length, the utilisation, TP up to 8, an fp8 KV cache, fp8 weights, fewer sequences)"
+            ]
+        return []
+    lines = ["smallest fixes (each one change, planned; fits at the pessimistic edge):"]
+    width = max(len(f.argument) for f in r.fixes)
+    for f in r.fixes:
+        lines.append(
+            f"  {f.argument:<{width}}  {f.description}; {format_count(f.pessimistic_kv_tokens)} – "
+            f"{format_count(f.kv_tokens)} KV tokens"
+        )
+    return lines
 
 
 def utilization_table(r: PlanResult) -> Table | None:
@@ -113,7 +192,7 @@ def utilization_table(r: PlanResult) -> Table | None:
         pad_edge=False,
     )
     for name, justify in (
-        ("mem_fraction_static" if sglang else "u", "right"),
+        ("fraction" if sglang else "u", "right"),
         ("held back", "right"),
         ("KV", "right"),
         ("pages" if sglang else "blocks", "right"),
@@ -123,7 +202,13 @@ def utilization_table(r: PlanResult) -> Table | None:
     ):
         table.add_column(name, justify=justify)  # type: ignore[arg-type]
     for row in r.utilization_table:
-        style = {"thin": "red", "tight": "yellow", "no-kv": "red"}.get(row.risk, "")
+        style = {
+            "thin": "red",
+            "tight": "yellow",
+            "no-kv": "red",
+            "no-start": "bold red",
+            "at-risk": "red",
+        }.get(row.risk, "")
         u = (f"{row.utilization:.3f}" if sglang else f"{row.utilization:.2f}") + (
             " (yours)" if row.current else ""
         )
@@ -195,21 +280,36 @@ def _host_line(r: PlanResult) -> str | None:
 
 
 def render_plan(r: PlanResult) -> Group:
-    parts: list[RenderableType] = [
-        Text(_header(r), style="bold"),
-        Text(_settings_line(r), style="dim"),
-        Text(""),
-    ]
+    parts: list[RenderableType] = [_verdict_text(r)]
+    fixes = fix_lines(r)
+    if fixes:
+        parts.append(Text(fixes[0], style="bold"))
+    if r.fixes:
+        grid = Table(show_header=False, show_edge=False, pad_edge=False, box=None, padding=(0, 2, 0, 2))
+        grid.add_column(no_wrap=True)
+        grid.add_column(overflow="fold")
+        for f in r.fixes:
+            grid.add_row(
+                Text(f.argument, style="bold"),
+                f"{f.description}; {format_count(f.pessimistic_kv_tokens)} – {format_count(f.kv_tokens)} KV tokens",
+            )
+        parts.append(grid)
+    parts.extend(
+        [
+            Text(""),
+            Text(_header(r), style="bold"),
+            Text(_settings_line(r), style="dim"),
+            Text(""),
+        ]
+    )
     parts.append(render_ledger(r.ledger, "Where the memory goes (one rank of the binding stage)"))
     parts.append(Text(""))
     summary = Table(show_header=False, show_edge=False, pad_edge=False, box=None)
-    summary.add_column(style="bold")
+    summary.add_column(style="bold", overflow="fold")
     summary.add_column(justify="right")
     for key, value in kv_summary_rows(r):
         summary.add_row(key, value)
     parts.append(summary)
-    parts.append(Text(""))
-    parts.append(_verdict_text(r))
     util = utilization_table(r)
     if util is not None:
         parts.extend([Text(""), util])
@@ -236,19 +336,24 @@ def render_plan(r: PlanResult) -> Group:
 
 
 def print_plan(r: PlanResult, console: Console | None = None) -> None:
-    (console or Console(soft_wrap=False)).print(render_plan(r))
+    (console or make_console()).print(render_plan(r))
 
 
 def plan_markdown(r: PlanResult) -> str:
     """The plan as GitHub Markdown (for a pull-request comment)."""
-    out = [f"### {_header(r)}", "", f"`{_settings_line(r)}`", "", ledger_markdown(r.ledger)]
-    out.append("| | |\n| --- | ---: |")
-    out.extend(f"| {k} | {v} |" for k, v in kv_summary_rows(r))
-    out.append("")
+    out = [f"### {_header(r)}", ""]
     if r.verdict == FITS:
-        out.append(f"**verdict: fits** — {format_count(r.kv_tokens)} KV tokens, {r.max_concurrency:.2f}x")
+        head, _, rest = verdict_line(r).partition(" — ")
+        out.append(f"**{head}** — {rest}")
     else:
         out.append(f"**verdict: {r.verdict}**\n\n> {r.verdict_message}")
+    fixes = fix_lines(r)
+    if fixes:
+        out.extend(["", fixes[0]])
+        out.extend(f"- `{f.argument}` — {f.description}" for f in r.fixes)
+    out.extend(["", f"`{_settings_line(r)}`", "", ledger_markdown(r.ledger)])
+    out.append("| | |\n| --- | ---: |")
+    out.extend(f"| {k} | {v} |" for k, v in kv_summary_rows(r))
     if r.utilization_table:
         out.extend(
             [

@@ -96,7 +96,7 @@ def _kv_rows(report: StartupReport) -> list[tuple[str, str, str]]:
         rows.append(
             (
                 "max_model_len that fits",
-                format_count(facts["estimated_max_model_len"].bytes),
+                str(facts["estimated_max_model_len"].bytes),  # a --max-model-len value: pasteable
                 line_of("estimated_max_model_len"),
             )
         )

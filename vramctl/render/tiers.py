@@ -11,6 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from vramctl.core.units import GB, format_bytes, format_count
+from vramctl.render.console import make_console
 from vramctl.tiers.crossover import SGLANG_PREFETCH_THRESHOLD_TOKENS, TiersPlan
 from vramctl.tiers.simulate import Economics, SimResult
 
@@ -240,7 +241,7 @@ def render_tiers_plan(plan: TiersPlan) -> Group:
 
 
 def print_tiers_plan(plan: TiersPlan, console: Console | None = None) -> None:
-    (console or Console(soft_wrap=False)).print(render_tiers_plan(plan))
+    (console or make_console()).print(render_tiers_plan(plan))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -325,7 +326,7 @@ def render_simulation(
     parts.append(table)
     parts.append(
         Text(
-            "hit % tok: token-weighted, Σ hit tokens / Σ input tokens (tiers.md §2.3); hit % req: the mean of "
+            "hit % tok: token-weighted, Σ hit tokens / Σ input tokens (docs/tiers.md); hit % req: the mean of "
             "each request's hit / input (the figure some papers quote). Capacities in tokens.",
             style="dim",
         )
@@ -416,4 +417,4 @@ def render_sweep(
 
 
 def print_renderable(renderable: RenderableType, console: Console | None = None) -> None:
-    (console or Console(soft_wrap=False)).print(renderable)
+    (console or make_console()).print(renderable)

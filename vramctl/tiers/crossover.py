@@ -1,6 +1,6 @@
 """When fetching KV from a slower tier beats recomputing it, how long an entry stays, and the host RAM bill.
 
-Pure arithmetic (the seed chapter's tiers section, ../shared/reference/tiers.md §4):
+Pure arithmetic (the textbook example's tiers section, docs/tiers.md):
 - A tier of read bandwidth B (bytes/s) delivers B / b_tok tokens of KV per second, b_tok = KV bytes per token
   (per rank). Fetching a cached prefix beats recomputing it when the engine's prefill rate R is below
   R*read = B / b_tok (a hierarchical-cache read: the write happened earlier, off the critical path). A
@@ -8,17 +8,17 @@ Pure arithmetic (the seed chapter's tiers section, ../shared/reference/tiers.md 
 - R from FLOPs: R = tp × achieved FLOP/s / FLOPs per token, with
   FLOPs/token = 2·P_active + 2·Σ_layers attended(context)·n_heads·(d_qk + d_v)/2, i.e. for full attention
   2·n_layers·context·n_heads·head_dim: 2 FLOPs per weight per token (every matmul weight, embedding and LM
-  head included, as the seed's 22,000 tok/s does) plus QKᵀ and PV over the average causal span context/2
+  head included, as the textbook example's 22,000 tok/s does) plus QKᵀ and PV over the average causal span context/2
   of a `context`-token prefill (a sliding layer attends at most its window). Llama-3-8B, context 8,192:
-  2·8.03e9 + 2·32·8192·4096 = 18.21 GFLOP/token; at 400 TFLOP/s R = 21,966 tok/s (the seed's ≈ 22,000).
+  2·8.03e9 + 2·32·8192·4096 = 18.21 GFLOP/token; at 400 TFLOP/s R = 21,966 tok/s (the textbook example's ≈ 22,000).
 - Fetch time for N tokens = latency + N·b_tok / B; recompute time = N / R. The fetch is worth its fixed
   cost above N* = latency / (1/R − b_tok/B) tokens (never, when B / b_tok ≤ R).
-- Residency (a simplified unique-insertion LRU model, seed chapter): a tier of C tokens fed λ new tokens/s
+- Residency (a simplified unique-insertion LRU model, as in the textbook example): a tier of C tokens fed λ new tokens/s
   keeps an entry about C/λ seconds. GPU window C_gpu/λ; host window inclusive (write-through keeps copies
   of the GPU entries) C_host/λ, exclusive (C_gpu + C_host)/λ. The host tier pays for inter-turn gaps
   between the GPU window and the host window.
 - Host RAM: pinned bytes = host tokens × b_tok per rank, × ranks on the node; SGLang refuses a host pool
-  larger than the available RAM − 10 GiB (`HICACHE_HOST_MEMORY_RESERVE_BYTES`, sglang.md §5.2).
+  larger than the available RAM − 10 GiB (`HICACHE_HOST_MEMORY_RESERVE_BYTES`, `python/sglang/srt/mem_cache/memory_pool_host.py` (SGLang v0.5.23)).
 """
 
 from __future__ import annotations
@@ -35,21 +35,21 @@ from vramctl.core.units import GB, GiB
 from vramctl.tiers.bandwidths import BenchBandwidths
 
 DEFAULT_CONTEXT_TOKENS = 8192
-"""Prefill length the FLOPs per token are averaged over (the seed's 8k prompts)."""
+"""Prefill length the FLOPs per token are averaged over (the textbook example's 8k prompts)."""
 DEFAULT_MFU = 0.40
-"""Achieved / dense bf16 peak when neither --achieved-flops nor --prefill-rate is given (the seed's
+"""Achieved / dense bf16 peak when neither --achieved-flops nor --prefill-rate is given (the textbook example's
 400 TFLOP/s on an H100 SXM is 40 % of its 989 TFLOP/s)."""
 SGLANG_PREFETCH_THRESHOLD_TOKENS = 256
-"""SGLang's L3 prefetch threshold (sglang.md §5.4)."""
+"""SGLang's L3 prefetch threshold (`python/sglang/srt/mem_cache/hiradix_cache.py` (SGLang v0.5.23))."""
 SGLANG_HOST_RESERVE_BYTES = 10 * GiB
-"""SGLang `HICACHE_HOST_MEMORY_RESERVE_BYTES` (sglang.md §5.2)."""
+"""SGLang `HICACHE_HOST_MEMORY_RESERVE_BYTES` (`python/sglang/srt/mem_cache/memory_pool_host.py` (SGLang v0.5.23))."""
 SGLANG_DEFAULT_HICACHE_RATIO = 2.0
-"""SGLang `--hicache-ratio` default in `cache` mode (sglang.md §5.1)."""
+"""SGLang `--hicache-ratio` default in `cache` mode (`python/sglang/srt/mem_cache/memory_pool_host.py` (SGLang v0.5.23))."""
 
 # Fixed per-fetch costs (seconds). Estimates, not measurements; `tiers bench` can supply `latency_s`.
 HOST_LATENCY_S = 10e-6
 HOST_LATENCY_SOURCE = (
-    "estimate: a few cudaMemcpyAsync/batch submissions at 2-5 us each plus an event wait (tiers.md §3.2)"
+    "estimate: a few cudaMemcpyAsync/batch submissions at 2-5 us each plus an event wait (docs/tiers-bench.md)"
 )
 NVME_LATENCY_S = 100e-6
 NVME_LATENCY_SOURCE = "estimate: NVMe read latency ~100 us (vendor class figure), plus the staging copy"
@@ -76,7 +76,7 @@ class TierLink:
 
 
 def nominal_tiers(gpu: GpuSpec) -> list[TierLink]:
-    """HBM, host over the card's link, NVMe, 100 GbE, 10 GbE: the seed chapter's ceilings."""
+    """HBM, host over the card's link, NVMe, 100 GbE, 10 GbE: the textbook example's ceilings."""
     return [
         TierLink(
             "hbm",
@@ -101,7 +101,7 @@ def nominal_tiers(gpu: GpuSpec) -> list[TierLink]:
             "nvme",
             14e9,
             None,
-            "PCIe Gen5 x4 enterprise NVMe sequential read, vendor spec (seed chapter)",
+            "PCIe Gen5 x4 enterprise NVMe sequential read, vendor spec (as in the textbook example)",
             "nominal",
             NVME_LATENCY_S,
             NVME_LATENCY_SOURCE,

@@ -1,6 +1,6 @@
 """The disk KV tier, measured: real KV blocks written to a file and read back, every block verified.
 
-What it does (issue 5, item 3; ../shared/reference/tiers.md §3.4, vllm.md §7 "disk backend"):
+What it does (issue 5, item 3; docs/tiers-bench.md, `vllm/v1/kv_offload/` (vLLM v0.33.0) "disk backend"):
 
 - N blocks of `block_bytes` (one KV block of the model across its layers, or `--block-bytes`) are written
   into a NEW file in the chosen directory (created with O_EXCL, so a user's file is never touched; removed

@@ -5,11 +5,11 @@ Every policy offers the same small interface the simulator drives:
 - `touch(b)`: b is present and was used again;
 - `admit(b, pinned)`: insert a new block, evicting as needed; returns (admitted, evicted_blocks). A block
   in `pinned` is never chosen as a victim (SGLang never drops the host copy of a node that is still on
-  the device: `evict_host` skips non-evicted nodes, sglang.md §5.2-5.3); when every candidate is pinned
+  the device: `evict_host` skips non-evicted nodes, `python/sglang/srt/mem_cache/memory_pool_host.py` (SGLang v0.5.23)); when every candidate is pinned
   the block is not admitted;
 - `discard(b)`: remove b without counting an eviction (promotion in an exclusive hierarchy);
 - `eviction_order()`: the blocks in the order they would be evicted (vLLM's lazy-offload cursor walks the
-  GPU free queue in this order, vllm.md §7).
+  GPU free queue in this order, `vllm/v1/kv_offload/` (vLLM v0.33.0)).
 `capacity` is in blocks; None means unlimited.
 
 - LRU: an OrderedDict (vLLM's free-block queue and SGLang's radix `last_access_time` are both LRU).

@@ -1,12 +1,12 @@
 """Trace-driven simulator of the GPU prefix cache plus a host tier and an optional disk tier.
 
-Semantics (the contract the tests check; ../shared/reference/tiers.md §2.3 uses the same):
+Semantics (the contract the tests check; docs/tiers.md uses the same):
 - Lookup, before any state changes: a request hits the longest prefix of its blocks that is resident in
   some tier (a block counts only if every block before it hit). The hit tokens are
   min(hit_blocks × block_size, input_length); each hit block's tokens (block i holds
   min(block_size, input_length − i·block_size)) go to the fastest tier holding it (GPU, then host, then
   disk).
-- Thresholds, as SGLang applies them (sglang.md §5.3-5.4, 0.5.18 hiradix_cache.py L210/L1395 and L626/L728):
+- Thresholds, as SGLang applies them (`python/sglang/srt/mem_cache/hiradix_cache.py` (SGLang v0.5.23), 0.5.18 hiradix_cache.py L210/L1395 and L626/L728):
   the host-resident part of the prefix is loaded back only if it is at least `load_back_threshold` tokens
   (default 10), otherwise the prefix ends where the GPU part ends; the disk (L3) part is prefetched only if
   it is at least `prefetch_threshold` tokens (default 256), otherwise the prefix ends before it.
@@ -25,7 +25,7 @@ Semantics (the contract the tests check; ../shared/reference/tiers.md §2.3 uses
     branch). The host never drops the copy of a block that is still on the GPU.
   - `write_back` (SGLang, "will be deprecated"): nothing is copied on a hit; a GPU eviction stages the
     block to the host if it has no copy there and the host has room.
-  - `lazy` (vLLM SimpleCPUOffloadConnector `lazy_offload=True`, vllm.md §7): before each scheduler step
+  - `lazy` (vLLM SimpleCPUOffloadConnector `lazy_offload=True`, `vllm/v1/kv_offload/` (vLLM v0.33.0)): before each scheduler step
     the cursor walks the `lazy_window` blocks nearest eviction in the GPU queue and copies those not on the
     host (`_prepare_lazy_store_specs`; the window is 2·cdiv(max_num_batched_tokens, block_size) blocks,
     `_estimate_lazy_target_blocks` with WATERMARK_RATIO 1.0). A step is modelled as window/2 blocks of
@@ -67,9 +67,9 @@ HOST = "host"
 DISK = "disk"
 
 DEFAULT_PREFETCH_THRESHOLD = 256
-"""SGLang `prefetch_threshold` default (tokens), sglang.md §5.4."""
+"""SGLang `prefetch_threshold` default (tokens), `python/sglang/srt/mem_cache/hiradix_cache.py` (SGLang v0.5.23)"""
 DEFAULT_LOAD_BACK_THRESHOLD = 10
-"""SGLang `load_back_threshold` (tokens), sglang.md §5.3."""
+"""SGLang `load_back_threshold` (tokens), `python/sglang/srt/mem_cache/hiradix_cache.py` (SGLang v0.5.23)"""
 DEFAULT_LAZY_WINDOW_TOKENS = 2 * 8192
 """vLLM lazy offload target: 2 × max_num_batched_tokens (8192, the default on large GPUs)."""
 
@@ -221,7 +221,7 @@ class SimResult:
     input_tokens: int
     hit_tokens: int
     token_hit_rate: float
-    """Σ hit tokens / Σ input tokens (token-weighted; tiers.md §2.3 reports this one)."""
+    """Σ hit tokens / Σ input tokens (token-weighted; docs/tiers.md reports this one)."""
     request_hit_rate: float
     """Mean over requests of hit tokens / input tokens (the per-request average)."""
     tiers: tuple[TierResult, ...]

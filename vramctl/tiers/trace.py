@@ -5,7 +5,7 @@ ids of its prefix-chained KV blocks (block i's id stands for tokens [0, (i+1)·b
 two requests share block i only if they share everything before it too). Ids are remapped to dense ints
 0..n-1 in order of first appearance, so the simulator can index arrays with them.
 
-Mooncake format (kvcache-ai/Mooncake `FAST25-release/traces/*.jsonl`, ../shared/data/mooncake/README.md):
+Mooncake format (kvcache-ai/Mooncake `FAST25-release/traces/*.jsonl`, github.com/kvcache-ai/Mooncake):
 one JSON object per line, `{"timestamp": ms, "input_length": tok, "output_length": tok, "hash_ids": [...]}`,
 512-token blocks, `len(hash_ids) == ceil(input_length / 512)`, sorted by timestamp.
 

@@ -1,6 +1,6 @@
 """vLLM's memory semantics by version: defaults, the subtraction, the graph estimate, capture sizes.
 
-Every fact cites ../shared/reference/vllm.md (§ and the vLLM file:line it quotes; unlabelled lines are
+Every fact cites the vLLM source file:line it comes from (https://github.com/vllm-project/vllm; unlabelled lines are
 vLLM 0.33.0 at commit 4ba787ec9, `[0.11.0]`-style labels are older wheels). This is the one place vramctl
 keeps vLLM's versioned rules; `vramctl.core.plan` applies them.
 """
@@ -19,7 +19,7 @@ from vramctl.core.units import GiB
 Version = tuple[int, ...]
 
 Subtraction = Literal["v0", "profile-sum", "consumed"]
-"""How non-KV memory is computed (vllm.md §1.3, §9):
+"""How non-KV memory is computed (`vllm/utils/mem_utils.py` (vLLM v0.33.0), vLLM's release notes (github.com/vllm-project/vllm/releases)):
 
 - `v0` (≤0.6.x / V0 engine): non_kv = weights + torch peak increase + non-torch growth, with the baseline read
   before NCCL init, so NCCL buffers are charged (`[0.6.6.post1] worker/worker.py:143-258`);
@@ -53,13 +53,13 @@ def _v(version: str | Version) -> Version:
 
 
 def default_gpu_memory_utilization(version: str) -> float:
-    """0.90 before 0.20.0, 0.92 from 0.20.0 (PR #38284; `vllm/config/cache.py:215`; vllm.md §6)."""
+    """0.90 before 0.20.0, 0.92 from 0.20.0 (PR #38284; `vllm/config/cache.py:215`; `vllm/engine/arg_utils.py` (vLLM v0.33.0))."""
     return 0.92 if _v(version) >= (0, 20, 0) else 0.90
 
 
 def estimate_cudagraphs_default(version: str) -> bool:
     """VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS: absent ≤0.17, default "0" in 0.19, "1" from 0.20.0
-    (`envs.py:329`; PR #30515, PR #38284; vllm.md §6)."""
+    (`envs.py:329`; PR #30515, PR #38284; `vllm/engine/arg_utils.py` (vLLM v0.33.0))."""
     return _v(version) >= (0, 20, 0)
 
 
@@ -69,7 +69,7 @@ def supports_cudagraph_estimate(version: str) -> bool:
 
 
 def is_v0(version: str) -> bool:
-    """The V0 engine: vLLM < 0.8 (V1 became the default in 0.8; vllm.md §9)."""
+    """The V0 engine: vLLM < 0.8 (V1 became the default in 0.8; vLLM's release notes (github.com/vllm-project/vllm/releases))."""
     return _v(version) < (0, 8, 0)
 
 
@@ -91,7 +91,7 @@ def v0_fallback(version: str, compute_capability: str | None, vendor: str = "nvi
 
 
 def subtraction_kind(version: str) -> Subtraction:
-    """Which non-KV formula the version uses (vllm.md §1.3, §9). 0.27 is taken as the ≤0.26 rule: the
+    """Which non-KV formula the version uses (`vllm/utils/mem_utils.py` (vLLM v0.33.0), vLLM's release notes (github.com/vllm-project/vllm/releases)). 0.27 is taken as the ≤0.26 rule: the
     switch is between the 0.26.0 and 0.28.0 wheels."""
     v = _v(version)
     if v < (0, 8, 0):
@@ -104,22 +104,22 @@ def subtraction_kind(version: str) -> Subtraction:
 def charges_nccl_to_budget(version: str) -> bool:
     """V0 0.6.x read its baseline before NCCL init, so NCCL buffers were charged (`[0.6.6.post1] worker.py:143`
     vs `:148`); from 0.7 the baseline is a MemorySnapshot (PR #11809 / #12126) and V1 snapshots after
-    `init_worker_distributed_environment` (`gpu_worker.py:504`, vllm.md §2.1). The 0.8 V0 datapoints with TP 4
-    and 8 of ../shared/samples/startup (119, 120) log 0.1-0.5 GiB of non-torch memory: NCCL not charged."""
+    `init_worker_distributed_environment` (`gpu_worker.py:504`, `vllm/v1/worker/gpu_worker.py` (vLLM v0.33.0)). The 0.8 V0 datapoints with TP 4
+    and 8 of the collected real start-up logs (119, 120) log 0.1-0.5 GiB of non-torch memory: NCCL not charged."""
     return _v(version) < (0, 7, 0)
 
 
 def checks_free_memory(version: str) -> bool:
     """`request_memory` fails when free < ceil(total × u): V1 from PR #19312 (Jun 2025, taken as 0.10.0;
-    vllm.md §2.1, §9). Earlier versions had no such check."""
+    `vllm/v1/worker/gpu_worker.py` (vLLM v0.33.0), vLLM's release notes (github.com/vllm-project/vllm/releases)). Earlier versions had no such check."""
     return _v(version) >= (0, 10, 0)
 
 
 def counts_other_processes(version: str) -> bool:
     """Whether other processes' memory comes out of this instance's KV budget instead of failing a check:
     V1 0.8–0.9 (available = total × u − (torch peak + used − torch allocated), fixed by PR #18974 / #19312) and
-    V0 up to 0.6.4 (utilisation was global, PR #9352; per-instance again with PR #10511) (vllm.md §6, §9;
-    datapoint 131 of ../shared/samples/startup: a second 0.8.3 V1 instance gets no KV at all)."""
+    V0 up to 0.6.4 (utilisation was global, PR #9352; per-instance again with PR #10511) (`vllm/engine/arg_utils.py` (vLLM v0.33.0), vLLM's release notes (github.com/vllm-project/vllm/releases);
+    datapoint 131 of the collected real start-up logs: a second 0.8.3 V1 instance gets no KV at all)."""
     v = _v(version)
     return v < (0, 6, 5) or (0, 8, 0) <= v < (0, 10, 0)
 
@@ -152,7 +152,7 @@ def default_scheduler_limits(
     enable_lora: bool = False,
     sliding_window: bool = False,
 ) -> tuple[int, int]:
-    """Default (max_num_batched_tokens, max_num_seqs) before the user's flags (vllm.md §6).
+    """Default (max_num_batched_tokens, max_num_seqs) before the user's flags (`vllm/engine/arg_utils.py` (vLLM v0.33.0)).
 
     V1 (0.8 →), `vllm/engine/arg_utils.py:2940-3039`:
       ≥160 GiB (from 0.12, see `has_large_gpu_tier`): 16384 / 1024 for both entry points;
@@ -162,7 +162,7 @@ def default_scheduler_limits(
       it (`[0.6.6.post1] vllm/config.py:1427-1442`); V0 turned chunked prefill on by itself for contexts
       above 32K — `use_long_context = max_model_len > 32768` (vllm/engine/arg_utils.py, 0.6-0.10
       `_set_default_args_v0`), so 32768 itself does not — except with LoRA, a sliding window or speculative
-      decoding; the server default was then 512 (datapoints 117, 128 of the start-up samples).
+      decoding; the server default was then 512 (datapoints 117, 128 of the collected real start-up logs).
     `world_size` matters only for the CPU backend (not planned here); it is accepted for the signature.
     """
     del world_size
@@ -196,7 +196,7 @@ def apply_scheduler_caps(
     user_batched_tokens: bool,
     chunked_prefill: bool = True,
 ) -> tuple[int, int]:
-    """vLLM's adjustments after the table (vllm.md §6): without chunked prefill the batch must hold a whole
+    """vLLM's adjustments after the table (`vllm/engine/arg_utils.py` (vLLM v0.33.0)): without chunked prefill the batch must hold a whole
     prompt (max(max_model_len, default)); batched tokens are capped at max_num_seqs × max_model_len; then
     max_num_seqs = min(max_num_seqs, max_num_batched_tokens)."""
     tokens = max_num_batched_tokens
@@ -229,7 +229,7 @@ def default_capture_sizes(
     *,
     max_capture_size: int | None = None,
 ) -> tuple[int, ...]:
-    """The batch sizes vLLM captures CUDA graphs for, ascending (vllm.md §6, "CUDA-graph capture sizes").
+    """The batch sizes vLLM captures CUDA graphs for, ascending (`vllm/engine/arg_utils.py` (vLLM v0.33.0), "CUDA-graph capture sizes").
 
     0.12 → 0.33: [1, 2, 4] + range(8, min(max + 1, 256), 8) + range(256, max + 1, 16), plus
       max_num_batched_tokens when ≤ max and max_num_seqs (the uniform-decode size);
@@ -271,7 +271,7 @@ def default_capture_sizes(
 
 
 def default_block_size(version: str) -> int:
-    """`CacheConfig.DEFAULT_BLOCK_SIZE = 16` (`vllm/config/cache.py:185`); backends may raise it (§3.5)."""
+    """`CacheConfig.DEFAULT_BLOCK_SIZE = 16` (`vllm/config/cache.py:185`); backends may raise it."""
     del version
     return 16
 
@@ -288,7 +288,7 @@ class VllmSemantics:
     charges_nccl: bool
     v0: bool
     enforce_eager_disables_compile: bool
-    """0.33: eager = no torch.compile and no graphs; ≤0.11 it only disabled graphs (vllm.md §6)."""
+    """0.33: eager = no torch.compile and no graphs; ≤0.11 it only disabled graphs (`vllm/engine/arg_utils.py` (vLLM v0.33.0))."""
 
     @property
     def version_tuple(self) -> Version:
@@ -309,7 +309,7 @@ def semantics(version: str | None) -> VllmSemantics:
     )
 
 
-# --- messages, verbatim (vllm.md §2.1, §5) ---------------------------------------------------------------
+# --- messages, verbatim (`vllm/v1/worker/gpu_worker.py` (vLLM v0.33.0), `vllm/v1/core/kv_cache_utils.py` (vLLM v0.33.0)) ---------------------------------------------------------------
 
 
 def free_memory_error(
@@ -378,8 +378,7 @@ def check_hybrid_supported(model_name: str, version: str) -> None:
 
 
 def hybrid_block_size_log(block_size: int) -> str:
-    """INFO from HybridAttentionMambaModelConfig / `_align_hybrid_block_size` (`interface.py:940-1140`, vllm.md
-    §3.1; 017.log of the collected start-ups prints it as `[interface.py:645]`)."""
+    """INFO from HybridAttentionMambaModelConfig / `_align_hybrid_block_size` (`interface.py:940-1140`, `vllm/v1/kv_cache_interface.py` (vLLM v0.33.0); 017.log of the collected start-ups prints it as `[interface.py:645]`)."""
     return (
         f"Setting attention block size to {block_size} tokens to ensure that attention page size is >= mamba "
         "page size."
@@ -387,7 +386,7 @@ def hybrid_block_size_log(block_size: int) -> str:
 
 
 def hybrid_padding_log(padding_pct: float) -> str:
-    """INFO that follows when the attention page exceeds the mamba page (same function, vllm.md §3.1)."""
+    """INFO that follows when the attention page exceeds the mamba page (same function, `vllm/v1/kv_cache_interface.py` (vLLM v0.33.0))."""
     return (
         f"Padding mamba page size by {padding_pct:.2f}% to ensure that mamba page size and attention page size "
         "are exactly equal."

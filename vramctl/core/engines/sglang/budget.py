@@ -1,9 +1,9 @@
 """SGLang's GPU memory sizing, by version: the default `mem_fraction_static`, the KV pool and its limits.
 
 Every rule here is SGLang's own, read from its released wheels and written up in
-`../shared/reference/sglang.md` (cited below as `sglang.md §x`, with the engine file:line it gives).
+`python/sglang/srt/server_args.py` (SGLang v0.5.23) (with the engine file:line below).
 
-The sizing, in SGLang's units (sglang.md §0, §1.3, §2.2):
+The sizing, in SGLang's units (`python/sglang/srt/server_args.py` (SGLang v0.5.23), `python/sglang/srt/arg_groups/memory_hook.py` (SGLang v0.5.23), `python/sglang/srt/model_executor/model_runner.py` (SGLang v0.5.23)):
 1. `gpu_mem` = the nvidia-smi total in **MiB**, the minimum over the ranks (`get_nvgpu_memory_capacity`,
    0.5.18 `srt/utils/common.py` L655). vramctl reads it from `GpuSpec.nvidia_smi_total_mib`.
 2. When `--mem-fraction-static` is unset, a reserve in MiB gives `mfs = round((gpu_mem − reserved) / gpu_mem, 3)`
@@ -14,7 +14,7 @@ The sizing, in SGLang's units (sglang.md §0, §1.3, §2.2):
    (`calculate_pool_sizes` L415–L423, `_apply_token_constraints` L1844).
 
 Planning cannot read `pre` and `avail` off a device, so they are estimated: `pre` = CUDA total − the CUDA
-context and NCCL buffers (`context_estimate_bytes`, calibrated on ../shared/samples/startup, docs/sglang.md
+context and NCCL buffers (`context_estimate_bytes`, calibrated on the collected real start-up logs, docs/sglang.md
 "Accuracy"), `avail` = `pre` − the weights per rank. Both can be given instead (`SglangOptions`), e.g. the
 `Load weight begin/end. avail mem=` numbers of a log, which reproduces SGLang's pool to the token.
 """
@@ -301,7 +301,7 @@ def plan_sglang(
     rules = rules_for_version(version)
     tp, pp = settings.tensor_parallel_size, settings.pipeline_parallel_size
     gpu_mem, capacity = gpu_mem_mib_for(gpu, settings)
-    trace = _Trace([f"SGLang {version}: rules of {rules} ({SGLANG_REF} §1.6)"], [])
+    trace = _Trace([f"SGLang {version}: rules of {rules} ({SGLANG_REF}, the version history of its defaults)"], [])
     _version_notes(version, rules, trace)
     resolved = _resolve(model, settings, opts, rules, gpu_mem, trace)
     post_capture, post_why = post_capture_kv_sizing_planned(resolved, model, settings.kv_cache_dtype)
@@ -379,7 +379,7 @@ def plan_sglang(
 
 
 def _with_vision_tower(model: ModelSpec, opts: SglangOptions) -> SglangOptions:
-    """A multimodal checkpoint gets SGLang's VLM adjustment (sglang.md §1.3 item 4; 0.5.18 L9527
+    """A multimodal checkpoint gets SGLang's VLM adjustment (`python/sglang/srt/arg_groups/memory_hook.py` (SGLang v0.5.23); 0.5.18 L9527
     `adjust_mem_fraction_for_vlm`), the tower's shape from its vision_config (defaults 24 × 1024)."""
     if opts.vit_layers is None and opts.vit_hidden_size is None and model.is_multimodal:
         return opts.with_changes(
@@ -570,7 +570,7 @@ def _load(
             trace.branch.append(f"pipeline stage {stage_index} binds (fewest tokens; PP ranks take the MIN)")
         draft = opts.speculative_draft_weight_bytes or 0
         if draft and rules in (RULES_0_5_18, RULES_0_5_23):
-            # 0.5.18+: draft weights load before profiling and are charged to the KV budget (sglang.md §1.6).
+            # 0.5.18+: draft weights load before profiling and are charged to the KV budget (`python/sglang/srt/server_args.py` (SGLang v0.5.23)).
             weights += -(-draft // tp)
             weights_formula += f" + draft model {format_bytes(draft)} / tp {tp}"
             trace.branch.append(
@@ -682,7 +682,8 @@ def _pool(
 
 
 def _cell(model: ModelSpec, settings: ServeSettings, opts: SglangOptions, layers: int, trace: _Trace) -> int:
-    """Bytes per token per rank; an EAGLE / standalone draft's KV shares the token count (sglang.md §2.3)."""
+    """Bytes per token per rank; an EAGLE / standalone draft's KV shares the token count
+    (`python/sglang/srt/model_executor/pool_configurator.py` (SGLang v0.5.23))."""
     cell = cell_size(model, settings, opts, layers=layers)
     algo = (opts.speculative_algorithm or "").upper()
     if opts.speculative_draft_layers and algo in ("EAGLE", "EAGLE3", "STANDALONE"):
@@ -873,7 +874,7 @@ def _log_lines(
     rules: str,
     post_capture: bool,
 ) -> tuple[str, ...]:
-    """The start-up lines SGLang would print (sglang.md §3); K/V buffers hold one padding page."""
+    """The start-up lines SGLang would print (`python/sglang/srt/model_executor/model_runner.py` (SGLang v0.5.23)); K/V buffers hold one padding page."""
     dtype = settings.kv_cache_dtype if settings.kv_cache_dtype != "auto" else model.torch_dtype
     dtype = "torch." + dtype.removeprefix("torch.")
     allocated = "VA upper bound" if post_capture else "is allocated"

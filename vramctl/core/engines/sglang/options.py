@@ -28,7 +28,7 @@ class SglangOptions:
     speculative_draft_weight_bytes: int | None = None
     """The draft model's checkpoint bytes (charged to the KV budget from 0.5.18)."""
     post_capture_kv_sizing: bool = False
-    """Env `SGLANG_ENABLE_POST_CAPTURE_KV_SIZING=1` (default off; sglang.md §1.5)."""
+    """Env `SGLANG_ENABLE_POST_CAPTURE_KV_SIZING=1` (default off; `python/sglang/srt/model_executor/model_runner.py` (SGLang v0.5.23))."""
     attention_backend: str | None = None
     disable_prefill_graph: bool = False
     """`--cuda-graph-backend-prefill disabled`."""
@@ -42,7 +42,7 @@ class SglangOptions:
     swa_full_tokens_ratio: float = DEFAULT_SWA_FULL_TOKENS_RATIO
     disable_hybrid_swa_memory: bool = False
     vit_layers: int | None = None
-    """Vision tower depth of a multimodal model (VLM adjustment, sglang.md §1.3 item 4); None = text model."""
+    """Vision tower depth of a multimodal model (VLM adjustment, `python/sglang/srt/arg_groups/memory_hook.py` (SGLang v0.5.23) item 4); None = text model."""
     vit_hidden_size: int | None = None
     free_before_load_bytes: int | None = None
     """Measured `Load weight begin. avail mem=` (pre_model_load_memory); replaces the estimate."""

@@ -136,7 +136,7 @@ def stage_layout(model: ModelSpec, tp: int, pp: int) -> tuple[tuple[int, int], .
 # --- hybrid (Mamba2 / Gated DeltaNet) models: the mamba state pool (docs/hybrid.md) ------------------------------
 #
 # SGLang (`python/sglang/srt/model_executor/model_runner_kv_cache_mixin.py` as stored by the search index, the
-# 0.5.x line; sglang.md §1.8 and §2.2 for 0.5.18 / 0.5.23):
+# 0.5.x line; `python/sglang/srt/server_args.py` (SGLang v0.5.23) for 0.5.18 / 0.5.23):
 # - `_profile_available_bytes`: rest = post_load − pre × (1 − mfs); for a "mambaish" model rest =
 #   `_handle_max_mamba_cache(rest)` before the token pool is sized from it;
 # - `_handle_max_mamba_cache`: --max-mamba-cache-size given → that many slots (÷ attention DP size); else with

@@ -33,7 +33,7 @@ from vramctl.core.specs import ModelSpec
 
 @dataclass(frozen=True)
 class ReserveBreakdown:
-    """The MiB reserve behind the default `mem_fraction_static` (sglang.md §1.3–§1.4)."""
+    """The MiB reserve behind the default `mem_fraction_static` (`python/sglang/srt/arg_groups/memory_hook.py` (SGLang v0.5.23))."""
 
     rules: str
     branch: str
@@ -350,7 +350,7 @@ def _reserve_words(reserve: ReserveBreakdown, gpu_mem: int, mfs: float) -> str:
 def worked_defaults(
     gpu_mem_mib: int, tp: int = 1, *, version: str = "0.5.18", mla: bool = False, post_capture: bool = False
 ) -> tuple[float, ReserveBreakdown]:
-    """The default mem_fraction_static for a card alone (sglang.md §1.7): (mfs, reserve). For docs and tests."""
+    """The default mem_fraction_static for a card alone (`python/sglang/srt/server_args.py` (SGLang v0.5.23)): (mfs, reserve). For docs and tests."""
     rules = rules_for_version(version)
     tier = gpu_tier(gpu_mem_mib, tp, rules)
     prefill_max_bs = (

@@ -9,10 +9,10 @@ from vramctl.core.errors import BadInputError
 from vramctl.core.settings import parse_version
 from vramctl.core.units import MiB
 
-SGLANG_REF = "../shared/reference/sglang.md"
+SGLANG_REF = "`python/sglang/srt/server_args.py` (SGLang v0.5.23)"
 
 
-# --- version rule sets (sglang.md §0, §1.6) -----------------------------------------------------------
+# --- version rule sets (`python/sglang/srt/server_args.py` (SGLang v0.5.23)) -----------------------------------------------------------
 RULES_0_4_6 = "0.4.6.post5"
 """tp×pp table (server_args.py L244–L306). Used for every version before 0.4.7."""
 RULES_0_5_2 = "0.5.2"
@@ -53,16 +53,16 @@ DEFAULT_MAX_PREFILL_TOKENS = 16384
 METADATA_RESERVE_MIB = 512
 """'Constant meta data (e.g., from attention backend)' (0.5.18 L4948–L4983)."""
 ACTIVATION_MIB_PER_TOKEN = 1.5
-"""'The coefficient 1.5 is a heuristic value' (0.5.18 L4839–L4862, quoted in the seed chapter)."""
+"""'The coefficient 1.5 is a heuristic value' (0.5.18 L4839–L4862, quoted in the textbook example)."""
 MIN_ACTIVATION_TOKENS = 2048
 FLOOR_RESERVE_MIB = 10 * 1024
-"""reserved = max(reserved, 10 GiB) when gpu_mem > 60·1024 MiB (0.5.9+, sglang.md §1.3)."""
+"""reserved = max(reserved, 10 GiB) when gpu_mem > 60·1024 MiB (0.5.9+, `python/sglang/srt/arg_groups/memory_hook.py` (SGLang v0.5.23))."""
 FLOOR_ABOVE_MIB = 60 * 1024
 DEEPEP_RESERVE_MIB = 2048
 """`reserve_for_deepep_a2a_mb` (0.5.18 L5120), added after the floor."""
 XPU_RESERVE_MIB = 2048
 POST_CAPTURE_FLOOR_MIB = {RULES_0_5_17: 512, RULES_0_5_18: 1536, RULES_0_5_23: 1536}
-"""sglang.md §1.5: 512 MB in 0.5.17, 1536 MB from 0.5.18 on."""
+"""`python/sglang/srt/model_executor/model_runner.py` (SGLang v0.5.23): 512 MB in 0.5.17, 1536 MB from 0.5.18 on."""
 MLA_PREFILL_GRAPH_RESERVE_MIB = 1536
 PREFILL_GRAPH_MIB_PER_BUCKET = 8
 DECODE_GRAPH_MIB_PER_BS = 2
@@ -74,13 +74,13 @@ UNKNOWN_GPU_FRACTION = {
     RULES_0_5_18: 0.88,
     RULES_0_5_23: 0.95,
 }
-"""mfs when gpu_mem is unknown (sglang.md §1.3 item 3; 0.4.6 and 0.5.2 also fall back to 0.88)."""
+"""mfs when gpu_mem is unknown (`python/sglang/srt/arg_groups/memory_hook.py` (SGLang v0.5.23) item 3; 0.4.6 and 0.5.2 also fall back to 0.88)."""
 OLD_DEFAULT_CUDA_GRAPH_MAX_BS = 160
 """Before 0.5.9 the decode graph max_bs was 160 except on < 25,000 MiB cards: startup samples 021, 107, 108,
 109 and 112 (0.4.x) log `cuda_graph_max_bs=160`. Not read from the 0.5.2 source."""
 DEFAULT_SWA_FULL_TOKENS_RATIO = 0.8
-"""`--swa-full-tokens-ratio` default (SGLang server_args.py `swa_full_tokens_ratio: float = 0.8`; not in
-sglang.md, read from the public SGLang source)."""
+"""`--swa-full-tokens-ratio` default (SGLang server_args.py `swa_full_tokens_ratio: float = 0.8`, read
+from the public SGLang source)."""
 HYBRID_SWA_ARCHITECTURES = frozenset(
     {
         "Llama4ForConditionalGeneration",
@@ -96,7 +96,7 @@ HYBRID_SWA_ARCHITECTURES = frozenset(
 """SGLang `configs/model_config.py::is_hybrid_swa_model`: only these get a separate SWA pool. Every other
 sliding-window model (Mistral, Gemma-2/3) gets full-length KV in every layer (startup sample 106)."""
 
-# CUDA context + NCCL before the weights load, calibrated on ../shared/samples/startup (docs/sglang.md):
+# CUDA context + NCCL before the weights load, calibrated on the collected real start-up logs (docs/sglang.md):
 # TP1 samples 021/106/107/110/112/116 show 0.39–0.61 GiB between the CUDA total and `Load weight begin`.
 CONTEXT_BYTES = 480 * MiB
 CONTEXT_UNCERTAINTY_BYTES = 160 * MiB
@@ -106,7 +106,7 @@ NCCL_MULTI_NODE_BYTES = 1600 * MiB
 """TP16 over two nodes (sample 109) shows about 2.1 GiB in total."""
 NCCL_UNCERTAINTY_BYTES = 512 * MiB
 
-# Page size forced by attention backends (sglang.md §1.1); the CUDA default is 1.
+# Page size forced by attention backends (`python/sglang/srt/server_args.py` (SGLang v0.5.23)); the CUDA default is 1.
 BACKEND_PAGE_SIZE: Mapping[str, int] = {
     "flashmla": 64,
     "cutlass_mla": 128,
@@ -117,4 +117,4 @@ BACKEND_PAGE_SIZE: Mapping[str, int] = {
 
 
 OLDEST_SGLANG_VERSION = "0.4.0"
-"""The oldest SGLang whose memory rules vramctl models (../shared/reference/sglang.md §1.6)."""
+"""The oldest SGLang whose memory rules vramctl models (`python/sglang/srt/server_args.py` (SGLang v0.5.23))."""
