@@ -278,8 +278,10 @@ def vramctl_json(args: list[str], *, timeout_s: float = 300) -> tuple[int, dict[
     """Run `python -m vramctl ARGS --json` from this checkout; (exit code, parsed JSON or {}, stderr)."""
     import sys
 
+    # `--json` goes before a `--` serve command (after it, it would be one of the command's flags)
+    argv = [*args[: args.index("--")], "--json", *args[args.index("--") :]] if "--" in args else [*args, "--json"]
     proc = subprocess.run(
-        [sys.executable, "-m", "vramctl", *args, "--json"],
+        [sys.executable, "-m", "vramctl", *argv],
         capture_output=True,
         text=True,
         timeout=timeout_s,
