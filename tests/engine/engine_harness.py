@@ -279,7 +279,11 @@ def vramctl_json(args: list[str], *, timeout_s: float = 300) -> tuple[int, dict[
     import sys
 
     # `--json` goes before a `--` serve command (after it, it would be one of the command's flags)
-    argv = [*args[: args.index("--")], "--json", *args[args.index("--") :]] if "--" in args else [*args, "--json"]
+    argv = (
+        [*args[: args.index("--")], "--json", *args[args.index("--") :]]
+        if "--" in args
+        else [*args, "--json"]
+    )
     proc = subprocess.run(
         [sys.executable, "-m", "vramctl", *argv],
         capture_output=True,

@@ -117,23 +117,6 @@ def test_explain_oom_names_the_cause_and_its_fix_starts_the_engine(
         f"{failure['id']}: explain-oom says {cause}, the engine's failure is {failure['cause']}"
     )
 
-    if failure.get("plan_fit"):
-        m = re.search(r"estimated maximum model length is (\d+)", run.log)
-        assert m, "the engine's error states no estimated maximum model length"
-        engine_fit = int(m.group(1))
-        command = ["vllm", "serve", model, *args, *[str(a) for a in failure.get("plan_flags", [])]]
-        _, plan, plan_err = harness.vramctl_json(
-            ["plan", "--engine-version", engine_env.version, "--", *command]
-        )
-        assert plan, plan_err.strip()[-400:]
-        agree = plan.get("max_model_len_fit") == engine_fit
-        engine_record(
-            "1-kv", failure["id"], "max_model_len_fit", plan.get("max_model_len_fit"), engine_fit, agree
-        )
-        assert agree, (
-            f"vramctl plan max_model_len_fit {plan.get('max_model_len_fit')} vs the engine's {engine_fit}"
-        )
-
     fix = first_fix(diagnosis)
     assert fix is not None, f"{failure['id']}: explain-oom gave no fix with a flag and a value"
     fixed_args, fixed_env = apply_fix(args, env, *fix)
@@ -158,3 +141,21 @@ def test_explain_oom_names_the_cause_and_its_fix_starts_the_engine(
     assert started, (
         f"{failure['id']}: with {fix[0]} {fix[1]} the engine still fails: {harness.failure_excerpt(rerun)}"
     )
+    if failure.get("plan_fit"):
+        # the block size the platform chose for this config (the failed start printed none): the fixed start's
+        m = re.search(r"estimated maximum model length is (\d+)", run.log)
+        assert m, "the engine's error states no estimated maximum model length"
+        engine_fit = int(m.group(1))
+        assert rerun.metrics.get("block_size"), "the fixed start reported no block size"
+        command = ["vllm", "serve", model, *args, "--block-size", rerun.metrics["block_size"]]
+        _, plan, plan_err = harness.vramctl_json(
+            ["plan", "--engine-version", engine_env.version, "--", *command]
+        )
+        assert plan, plan_err.strip()[-400:]
+        agree = plan.get("max_model_len_fit") == engine_fit
+        engine_record(
+            "1-kv", failure["id"], "max_model_len_fit", plan.get("max_model_len_fit"), engine_fit, agree
+        )
+        assert agree, (
+            f"vramctl plan max_model_len_fit {plan.get('max_model_len_fit')} vs the engine's {engine_fit}"
+        )
