@@ -100,7 +100,7 @@ def stop_group(proc: subprocess.Popen[bytes], grace_s: float = 15.0) -> None:
     with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=grace_s)
     # the engine core and its workers share the group: give them the rest of the grace to exit on their own
-    while time.monotonic() < deadline and _group_alive(pgid):
+    while time.monotonic() < deadline and group_alive(pgid):
         time.sleep(0.2)
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pgid, signal.SIGKILL)
@@ -110,7 +110,7 @@ def stop_group(proc: subprocess.Popen[bytes], grace_s: float = 15.0) -> None:
     _record_pgid(pgid, add=False)
 
 
-def _group_alive(pgid: int) -> bool:
+def group_alive(pgid: int) -> bool:
     try:
         os.killpg(pgid, 0)
     except (ProcessLookupError, PermissionError):
@@ -137,6 +137,8 @@ class EngineRun:
     start_s: float = 0.0
     metrics: dict[str, str] = field(default_factory=dict)
     error: str = ""
+    pgid: int = 0
+    """The server's process group (its API server's pid)."""
 
     @property
     def log(self) -> str:
@@ -184,12 +186,13 @@ def start_server(
     timeout_s: float = DEFAULT_START_TIMEOUT_S,
     keep_running: bool = True,
     debug: bool = True,
+    port: int | None = None,
 ) -> tuple[EngineRun, subprocess.Popen[bytes] | None]:
     """Start one server and wait until /health answers, the process exits, or timeout_s passes.
 
     Returns the run (its log, metrics when it came up) and the live process when it is healthy and keep_running
     (the caller stops it with stop_group); otherwise the process is already stopped."""
-    port = free_port()
+    port = port if port is not None else free_port()
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"{name}.log"
     argv = server_argv(model_dir, port, args)
@@ -221,6 +224,7 @@ def start_server(
             start_new_session=True,
             cwd=str(log_dir),
         )
+    run.pgid = proc.pid
     _LIVE[proc.pid] = proc
     _record_pgid(proc.pid, add=True)
     deadline = t0 + timeout_s
