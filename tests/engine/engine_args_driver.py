@@ -41,6 +41,7 @@ FIELDS = (
     "mamba_ssm_cache_dtype",
     "kv_offloading_size",
     "enable_chunked_prefill",
+    "async_scheduling",
     "max_cudagraph_capture_size",
     "cudagraph_capture_sizes",
 )

@@ -321,3 +321,23 @@ def failure_excerpt(run: EngineRun, lines: int = 12) -> str:
     """The one-line error and the log's last lines that mention an error, for an assertion message."""
     tail = [line for line in run.log.splitlines() if "Error" in line or "error" in line][-lines:]
     return run.error + ("\n" + "\n".join(tail) if tail else "")
+
+
+_DEFAULTING = re.compile(r"Defaulting (max_num_batched_tokens|max_num_seqs) to (\d+)")
+
+
+def platform_flags(log: str, given: list[str]) -> list[str]:
+    """What the CPU platform decided and vramctl cannot know, as serve flags for `vramctl plan`: async scheduling
+    off, and the scheduler limits the engine chose itself (its DEBUG `Defaulting max_num_batched_tokens to N for
+    OPENAI_API_SERVER usage context`: the platform and usage context decide them, 2048 / 128 on CPU where a GPU
+    gets 8192 / 1024) unless the command set them. Both matter for sliding window layers, whose blocks per request are cdiv(min(window - 1 + max_num_batched_tokens, max_model_len),
+    block) + 1 (vLLM v1 `SlidingWindowSpec.max_memory_usage_bytes`)."""
+    flags: list[str] = []
+    # the CPU platform turns async scheduling off whatever the command says (vllm/platforms/cpu.py,
+    # check_and_update_config, 0.32.0): one batch in flight; the last flag wins, in vLLM and in vramctl
+    flags.append("--no-async-scheduling")
+    for name, value in dict(_DEFAULTING.findall(log)).items():
+        flag = "--" + name.replace("_", "-")
+        if flag not in given and not any(word.startswith(flag + "=") for word in given):
+            flags += [flag, value]
+    return flags

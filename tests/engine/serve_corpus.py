@@ -45,6 +45,7 @@ FIELDS: dict[str, str] = {
     "mamba_ssm_cache_dtype": "mamba_ssm_cache_dtype",
     "kv_offloading_size_gib": "kv_offloading_size",
     "enable_chunked_prefill": "enable_chunked_prefill",
+    "async_scheduling": "async_scheduling",
     "max_cudagraph_capture_size": "max_cudagraph_capture_size",
     "cudagraph_capture_sizes": "cudagraph_capture_sizes",
     "estimate_cudagraphs": "env.VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS",
@@ -161,6 +162,7 @@ def compare(ours: dict[str, Any], theirs: dict[str, Any]) -> list[tuple[str, Any
             "max_num_batched_tokens",
             "block_size",
             "enable_chunked_prefill",
+            "async_scheduling",
         ):
             continue  # the model / platform / usage context decides it later
         rows.append((field, mine, engine, _same(mine, engine)))

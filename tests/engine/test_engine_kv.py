@@ -40,6 +40,7 @@ def plan_for_run(
         run.metrics["kv_cache_memory_bytes"],
         "--block-size",
         run.metrics["block_size"],
+        *harness.platform_flags(run.log, args),
         *[str(a) for a in case.get("plan_flags", [])],
     ]
     return harness.vramctl_json(["plan", "--engine-version", engine_version, "--", *command])

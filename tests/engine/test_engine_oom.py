@@ -147,7 +147,15 @@ def test_explain_oom_names_the_cause_and_its_fix_starts_the_engine(
         assert m, "the engine's error states no estimated maximum model length"
         engine_fit = int(m.group(1))
         assert rerun.metrics.get("block_size"), "the fixed start reported no block size"
-        command = ["vllm", "serve", model, *args, "--block-size", rerun.metrics["block_size"]]
+        command = [
+            "vllm",
+            "serve",
+            model,
+            *args,
+            "--block-size",
+            rerun.metrics["block_size"],
+            *harness.platform_flags(run.log, args),
+        ]
         _, plan, plan_err = harness.vramctl_json(
             ["plan", "--engine-version", engine_env.version, "--", *command]
         )

@@ -95,6 +95,8 @@ class VllmSettings:
     max_loras: int = 1
     max_lora_rank: int = 16
     fully_sharded_loras: bool = False
+    async_scheduling: bool = True
+    """Off with `--no-async-scheduling`: one batch in flight per stage (sliding-window blocks per request)."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -120,6 +122,7 @@ class VllmSettings:
             "enable_lora": self.enable_lora,
             "max_loras": self.max_loras if self.enable_lora else None,
             "max_lora_rank": self.max_lora_rank if self.enable_lora else None,
+            "async_scheduling": self.async_scheduling,
         }
 
 
@@ -389,6 +392,7 @@ def resolve_settings(model: ModelSpec, gpu: GpuSpec, settings: ServeSettings, ve
         if settings.max_lora_rank is not None
         else lora.DEFAULT_MAX_LORA_RANK,
         fully_sharded_loras=settings.fully_sharded_loras,
+        async_scheduling=settings.async_scheduling is not False,
     )
 
 
@@ -532,6 +536,7 @@ def _largest_fitting_len(
             tp=s.tensor_parallel_size,
             pp=s.pipeline_parallel_size,
             model_dtype=s.dtype,
+            async_scheduling=s.async_scheduling,
         )
 
     if available <= 0 or needed(1) > available:
@@ -605,6 +610,7 @@ def _core(
         max_num_batched_tokens=s.max_num_batched_tokens,
         version=version,
         pp=pp,
+        async_scheduling=s.async_scheduling,
     )
     groups = max(1, len(kvmath.stage_layout(kvmath.stage_layer_kinds(kv_model, pp)[binding.index]).groups))
     concurrency = num_blocks / bpr if bpr else 0.0
@@ -627,6 +633,7 @@ def _core(
         tp=tp,
         pp=pp,
         model_dtype=s.dtype,
+        async_scheduling=s.async_scheduling,
     )
     fit_len = _largest_fitting_len(kv_model, s, available, model.vllm_max_model_len, version)
     snapshot_free = None
