@@ -133,7 +133,10 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
             outcome = "xfailed" if report.outcome == "skipped" else "xpassed"
         entry = {"nodeid": report.nodeid, "outcome": outcome, "duration_s": round(report.duration, 2)}
         if report.outcome == "failed":
-            entry["message"] = str(report.longrepr).strip().splitlines()[-1][:400] if report.longrepr else ""
+            # the assertion's own message (pytest's `E   ` lines), else the last line of the report
+            text = str(report.longrepr or "")
+            said = [line[1:].strip() for line in text.splitlines() if line.startswith("E ")]
+            entry["message"] = (" ".join(said[:3]) or (text.strip().splitlines() or [""])[-1])[:400]
         if xfail:
             entry["reason"] = str(report.wasxfail)
         _REPORT["tests"].append(entry)

@@ -329,7 +329,7 @@ _DEFAULTING = re.compile(r"Defaulting (max_num_batched_tokens|max_num_seqs) to (
 def platform_flags(log: str, given: list[str]) -> list[str]:
     """What the CPU platform decided and vramctl cannot know, as serve flags for `vramctl plan`: async scheduling
     off, and the scheduler limits the engine chose itself (its DEBUG `Defaulting max_num_batched_tokens to N for
-    OPENAI_API_SERVER usage context`: the platform and usage context decide them, 2048 / 128 on CPU where a GPU
+    OPENAI_API_SERVER usage context`: the platform and usage context decide them, 2048 / 128 on CPU where an H100
     gets 8192 / 1024) unless the command set them. Both matter for sliding window layers, whose blocks per request are cdiv(min(window - 1 + max_num_batched_tokens, max_model_len),
     block) + 1 (vLLM v1 `SlidingWindowSpec.max_memory_usage_bytes`)."""
     flags: list[str] = []
