@@ -63,6 +63,26 @@ def test_no_block_size_is_derived_from_a_ratio_that_is_not_one(tmp_path: Path) -
     assert settings.get("block_size") is None
 
 
+def test_groups_of_different_block_sizes_give_no_block_size(tmp_path: Path) -> None:
+    # a hybrid without prefix caching: the state groups' block is max_model_len, the attention group's 128
+    text = AUTO_GROUPS.replace("group sizes (64, 64)", "group sizes (1024, 1024, 1024, 128)")
+    settings = _read(tmp_path, text.replace("lcm block sizes 64", "lcm block sizes 1024"))["settings"]
+    assert isinstance(settings, dict)
+    assert settings.get("block_size") is None
+
+
+def test_a_kv_size_the_log_says_was_set_is_planned_as_set(tmp_path: Path) -> None:
+    log = tmp_path / "startup.log"
+    log.write_text(EXPLICIT.replace("'kv_cache_memory_bytes': 50000000", "'enforce_eager': True"))
+    out = subprocess.run(
+        [sys.executable, "-m", "vramctl", "read-log", str(log), "--compare-plan", "--model", "qwen3-0.6b", "--json"],
+        capture_output=True,
+        text=True,
+    )
+    rows = {r["name"]: r for r in json.loads(out.stdout)["comparison"]["rows"]}
+    assert abs(rows["kv_cache"]["planned"] - rows["kv_cache"]["logged"]) <= 1
+
+
 def test_the_auto_sized_kv_cache_and_the_groups_block_size(tmp_path: Path) -> None:
     d = _read(tmp_path, AUTO_GROUPS)
     assert abs(int(d["kv_cache_bytes"]) - 6.21 * GIB) < 0.005 * GIB  # type: ignore[call-overload]

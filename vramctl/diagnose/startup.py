@@ -409,7 +409,7 @@ PREFILTER_ANCHORS: tuple[bytes, ...] = (
     b"Setting attention block",
     b"KV cache scaling",
     b"Padding mamba",
-    b"kv lcm block sizes",
+    b"kv cache group sizes",
     b"cache_config_info with",
     b"KV cache memory",
     b"Encoder cache will",
@@ -1674,6 +1674,19 @@ _TORCH_KV_DTYPES = {
 """torch dtype names an engine prints for its KV pool → the `--kv-cache-dtype` spelling."""
 
 
+_EXPLICIT_KV_FORMATS = ("cpu-kv-explicit", "kv-cache-memory-bytes")
+
+
+def _explicit_kv_bytes(report: StartupReport) -> int | None:
+    """The KV size a log says was set, not profiled (the CPU worker's `Explicitly set (K/T) GiB for KV cache`,
+    e.g. from VLLM_CPU_KVCACHE_SPACE, which no args line states; the GPU worker's `reserved K GiB … as specified
+    by kv_cache_memory_bytes`): the plan beside the log is given that size, as printed."""
+    fact = report.facts.get("kv_cache")
+    if fact is None or fact.format not in _EXPLICIT_KV_FORMATS:
+        return None
+    return int(fact.bytes)
+
+
 def settings_from_report(report: StartupReport, *, engine_version: str | None = None) -> ServeSettings:
     """The ServeSettings a plan for the same deployment needs, from what the log states."""
     s = report.settings
@@ -1729,7 +1742,7 @@ def settings_from_report(report: StartupReport, *, engine_version: str | None = 
             max_num_seqs=get_int("max_num_seqs"),
             block_size=get_int("block_size"),
             enforce_eager=bool(get_bool("enforce_eager")),
-            kv_cache_memory_bytes=get_int("kv_cache_memory_bytes"),
+            kv_cache_memory_bytes=get_int("kv_cache_memory_bytes") or _explicit_kv_bytes(report),
             enable_chunked_prefill=get_bool("enable_chunked_prefill"),
             data_parallel_size=get_int("data_parallel_size") or 1,
             enable_expert_parallel=bool(get_bool("enable_expert_parallel")),

@@ -817,13 +817,13 @@ VLLM_FORMATS: tuple[LineFormat, ...] = (
         "vLLM interface.py:777 (0.33.0)",
     ),
     _f(
-        "kv-lcm-block-size",
+        "kv-group-block-size",
         "vllm",
-        "kv lcm block sizes",
-        r"kv lcm block sizes (?P<block_size>\d+)",
-        "vLLM v1/core/kv_cache_utils.py:854 (0.32.0): the least common multiple of the KV cache groups' block "
-        "sizes (models with more than one group: sliding window + full attention, hybrids), printed after "
-        "`kv cache group sizes (…)`; the block size when the groups share one",
+        "kv cache group sizes",
+        r"kv cache group sizes \((?P<block_size>\d+)(?:, (?P=block_size))*\)\s*$",
+        "vLLM v1/core/kv_cache_utils.py:853 (0.32.0): the block size of every KV cache group (models with more "
+        "than one group: sliding window + full attention, hybrids); read only when the groups share one (a hybrid "
+        "without prefix caching gives its state groups max_model_len)",
         variant="V1",
     ),
     _f(
