@@ -117,6 +117,10 @@ def test_explain_oom_names_the_cause_and_its_fix_starts_the_engine(
         f"{failure['id']}: explain-oom says {cause}, the engine's failure is {failure['cause']}"
     )
 
+    if failure.get("evidence"):
+        said = json.dumps([diagnosis.get("what"), diagnosis.get("evidence")])
+        assert failure["evidence"] in said, f"{failure['id']}: explain-oom's diagnosis does not rest on the failure"
+
     fix = first_fix(diagnosis)
     assert fix is not None, f"{failure['id']}: explain-oom gave no fix with a flag and a value"
     fixed_args, fixed_env = apply_fix(args, env, *fix)
