@@ -108,6 +108,7 @@ FLAGS: dict[str, FlagSpec] = {
     "kv-cache-memory-bytes": FlagSpec("kv_cache_memory_bytes", "size", _V),
     "kv-cache-memory": FlagSpec("kv_cache_memory_bytes", "size", _V),
     "enable-chunked-prefill": FlagSpec("enable_chunked_prefill", "bool", _V),
+    "async-scheduling": FlagSpec("async_scheduling", "bool", _V),
     "data-parallel-size": FlagSpec("data_parallel_size", "int", _V),
     "enable-expert-parallel": FlagSpec("enable_expert_parallel", "bool", _V),
     "ep": FlagSpec("enable_expert_parallel", "bool", _V),
@@ -196,6 +197,7 @@ IGNORED_FLAGS = frozenset(
 """Flags that do not change the memory budget: accepted and listed in the notes."""
 BOOL_NEGATIONS = {
     "no-enable-chunked-prefill": "enable-chunked-prefill",
+    "no-async-scheduling": "async-scheduling",
     "no-enforce-eager": "enforce-eager",
     "no-enable-expert-parallel": "enable-expert-parallel",
     "no-enable-lora": "enable-lora",

@@ -287,17 +287,22 @@ def bytes_per_block(
     return max(stage_layout(kinds).group_size for kinds in stage_layer_kinds(model, pp)) * page
 
 
-def max_in_flight_tokens(max_num_batched_tokens: int, *, version: tuple[int, ...], pp: int = 1) -> int:
+def max_in_flight_tokens(
+    max_num_batched_tokens: int, *, version: tuple[int, ...], pp: int = 1, async_scheduling: bool = True
+) -> int:
     """Tokens a sliding-window request may still need beyond its window (`vllm/config/vllm.py:588-609`).
 
     max_concurrent_batches × max_num_batched_tokens (`vllm/v1/kv_cache_interface.py` (vLLM v0.33.0)): with async scheduling that is pp + 1 batches
     on the V2 model runner (the default in 0.33), 2 on the V1 runner when pp = 1, and pp otherwise (V1 runs
     async scheduling only without pipeline parallelism). vramctl takes 0.33 as the first MRV2-default release
     and assumes async scheduling on in 0.12 – 0.32 (the reference pins neither boundary). 0.11.0 used
-    max_num_batched_tokens itself.
+    max_num_batched_tokens itself. Without async scheduling (`--no-async-scheduling`, and always on vLLM's CPU
+    backend: `vllm/platforms/cpu.py` turns it off) it is pp batches (`VllmConfig.max_concurrent_batches`, 0.32.0).
     """
     if version <= (0, 11, 99):
         return max_num_batched_tokens
+    if not async_scheduling:
+        return pp * max_num_batched_tokens
     if version >= (0, 33, 0):
         return (pp + 1) * max_num_batched_tokens
     return (2 if pp == 1 else pp) * max_num_batched_tokens
@@ -318,13 +323,16 @@ def blocks_per_request(
     max_num_batched_tokens: int,
     version: tuple[int, ...],
     pp: int = 1,
+    async_scheduling: bool = True,
 ) -> int:
     """Block ids one max_model_len request takes from the shared pool, on the binding (largest) stage.
 
     Σ over the stage's groups: a full group takes cdiv(max_model_len, block_size), a window group its cap.
     """
     full = cdiv(max_model_len, block_size)
-    in_flight = max_in_flight_tokens(max_num_batched_tokens, version=version, pp=pp)
+    in_flight = max_in_flight_tokens(
+        max_num_batched_tokens, version=version, pp=pp, async_scheduling=async_scheduling
+    )
     window = model.sliding_window
     sw = (
         sliding_window_blocks_per_request(
@@ -351,6 +359,7 @@ def per_request_kv_bytes(
     tp: int = 1,
     pp: int = 1,
     model_dtype: str | None = None,
+    async_scheduling: bool = True,
 ) -> int:
     """Bytes one request of `max_model_len` tokens needs on the binding rank: vLLM's `needed` in the
     "To serve at least one request…" check, Σ over the real (unpadded) layers of each layer's
@@ -362,7 +371,9 @@ def per_request_kv_bytes(
     window = model.sliding_window
     sw = full
     if window is not None:
-        in_flight = max_in_flight_tokens(max_num_batched_tokens, version=version, pp=pp)
+        in_flight = max_in_flight_tokens(
+            max_num_batched_tokens, version=version, pp=pp, async_scheduling=async_scheduling
+        )
         sw = sliding_window_blocks_per_request(
             window=window, max_model_len=max_model_len, block_size=block_size, in_flight_tokens=in_flight
         )

@@ -97,6 +97,8 @@ class VllmSettings:
     fully_sharded_loras: bool = False
     max_num_active_seqs: int | None = None
     """vLLM 0.31 →: requests admitted into RUNNING; None = max_num_seqs (the flag not given)."""
+    async_scheduling: bool = True
+    """Off with `--no-async-scheduling`: one batch in flight per stage (sliding-window blocks per request)."""
 
     def to_json(self) -> dict[str, Any]:
         out = {
@@ -122,6 +124,7 @@ class VllmSettings:
             "enable_lora": self.enable_lora,
             "max_loras": self.max_loras if self.enable_lora else None,
             "max_lora_rank": self.max_lora_rank if self.enable_lora else None,
+            "async_scheduling": self.async_scheduling,
         }
         if self.max_num_active_seqs is not None:  # only when given: other plans' JSON is unchanged
             out["max_num_active_seqs"] = self.max_num_active_seqs
@@ -454,6 +457,7 @@ def resolve_settings(model: ModelSpec, gpu: GpuSpec, settings: ServeSettings, ve
         else lora.DEFAULT_MAX_LORA_RANK,
         fully_sharded_loras=settings.fully_sharded_loras,
         max_num_active_seqs=_active_seqs(settings, version, seqs),
+        async_scheduling=settings.async_scheduling is not False,
     )
 
 
@@ -628,6 +632,7 @@ def _largest_fitting_len(
             tp=s.tensor_parallel_size,
             pp=s.pipeline_parallel_size,
             model_dtype=s.dtype,
+            async_scheduling=s.async_scheduling,
         )
 
     if available <= 0 or needed(1) > available:
@@ -725,6 +730,7 @@ def _core(
         max_num_batched_tokens=s.max_num_batched_tokens,
         version=version,
         pp=pp,
+        async_scheduling=s.async_scheduling,
     )
     groups = max(1, len(kvmath.stage_layout(kvmath.stage_layer_kinds(kv_model, pp)[binding.index]).groups))
     concurrency = num_blocks / bpr if bpr else 0.0
@@ -747,6 +753,7 @@ def _core(
         tp=tp,
         pp=pp,
         model_dtype=s.dtype,
+        async_scheduling=s.async_scheduling,
     )
     fit_len = _largest_fitting_len(kv_model, s, available, model.vllm_max_model_len, version)
     snapshot_free = None

@@ -11,10 +11,14 @@ integers (`32k` = 32,000, `32K` = 32,768; `vllm/utils/argparse_utils.py:30-70`),
 
 from __future__ import annotations
 
+import json
 import shlex
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+import yaml
 
 from vramctl.core.errors import BadInputError
 from vramctl.core.settings import ServeSettings
@@ -143,6 +147,8 @@ _VLLM_BOOL_FLAGS: dict[str, tuple[str, bool]] = {
     "--no-enforce-eager": ("enforce_eager", False),
     "--enable-chunked-prefill": ("enable_chunked_prefill", True),
     "--no-enable-chunked-prefill": ("enable_chunked_prefill", False),
+    "--async-scheduling": ("async_scheduling", True),
+    "--no-async-scheduling": ("async_scheduling", False),
     "--enable-expert-parallel": ("enable_expert_parallel", True),
     "--enable-lora": ("enable_lora", True),
     "--no-enable-lora": ("enable_lora", False),
@@ -181,8 +187,8 @@ _SGLANG_BOOL_FLAGS: dict[str, tuple[str, bool]] = {
 
 _IGNORED_WITH_REASON = {
     "-O": "compilation level: does not change the memory plan",
-    "--compilation-config": "compilation config: graph capture sizes inside it are not read; use --cudagraph-capture-sizes",
-    "-cc": "compilation config: not read",
+    "--compilation-config": "compilation config: only its graph capture sizes change the memory plan",
+    "-cc": "compilation config: only its graph capture sizes change the memory plan",
 }
 
 _VLLM_ENTRY = ("vllm.entrypoints.openai.api_server", "vllm.entrypoints.api_server")
@@ -235,6 +241,8 @@ def parse_serve_command(
     model: str | None = None
     if engine == "vllm" and rest and not rest[0].startswith("-"):
         model = rest.pop(0)
+    if engine == "vllm":
+        rest = _expand_vllm_config_file(rest, model_in_cli=model is not None, notes=notes)
     value_flags = _VLLM_VALUE_FLAGS if engine == "vllm" else _SGLANG_VALUE_FLAGS
     bool_flags = _VLLM_BOOL_FLAGS if engine == "vllm" else _SGLANG_BOOL_FLAGS
     i = 0
@@ -246,7 +254,20 @@ def parse_serve_command(
             stray.append(word)
             continue
         flag, eq, inline = word.partition("=")
+        if engine == "vllm":
+            flag = _vllm_flag_spelling(flag)
         name = flag.lstrip("-").replace("_", "-")
+        if engine == "vllm" and _is_compilation_config(flag):
+            if eq:
+                cc_value = inline
+            elif i < len(rest):
+                cc_value = rest[i]
+                i += 1
+            else:
+                raise BadInputError(f"{flag}: needs a value in the serve command")
+            raw_flags.append((name, cc_value))
+            changes.extend(_compilation_config_changes(flag, cc_value, notes))
+            continue
         if flag.startswith("-O") and flag != "-O" and len(flag) > 2:
             notes.append(f"ignored {word}: {_IGNORED_WITH_REASON['-O']}")
             raw_flags.append((name, None))
@@ -267,6 +288,11 @@ def parse_serve_command(
                 i += 1
             else:
                 raise BadInputError(f"{flag}: needs a value in the serve command")
+            if field == "cudagraph_capture_sizes" and not eq:
+                # vLLM declares the sizes `nargs="+"`: `--cudagraph-capture-sizes 1 2 4 8` takes every number
+                while i < len(rest) and _looks_numeric(rest[i]):
+                    text += " " + rest[i]
+                    i += 1
             parsed = parser(text)
             if field == "model":
                 model = str(parsed)
@@ -311,6 +337,127 @@ def parse_serve_command(
         stray=tuple(stray),
         env=tuple(env.items()),
     )
+
+
+def _vllm_flag_spelling(flag: str) -> str:
+    """vLLM's FlexibleArgumentParser reads `--max_model_len` as `--max-model-len`: underscores become dashes between
+    `--` and the first `.` (`vllm/utils/argparse_utils.py`, `parse_args`, v0.32.0)."""
+    if not flag.startswith("--"):
+        return flag
+    head, dot, tail = flag[2:].partition(".")
+    return "--" + head.replace("_", "-") + dot + tail
+
+
+def _is_compilation_config(flag: str) -> bool:
+    base = flag.partition(".")[0]
+    return base in ("--compilation-config", "-cc")
+
+
+_CC_SIZE_KEYS = {
+    "cudagraph_capture_sizes": "cudagraph_capture_sizes",
+    "max_cudagraph_capture_size": "max_cudagraph_capture_size",
+}
+
+
+def _compilation_config_changes(flag: str, value: str, notes: list[str]) -> list[tuple[str, Any]]:
+    """The capture sizes in vLLM's `--compilation-config` / `-cc`: a JSON object (`-cc '{"cudagraph_capture_sizes":
+    [1, 2, 4]}'`) or one dotted key (`-cc.max_cudagraph_capture_size=128`, `-cc.cudagraph_capture_sizes+=1,2,4` for
+    a comma list), as vLLM's FlexibleArgumentParser turns both into one JSON dict (v0.32.0). Other keys do not
+    change the memory plan and are noted."""
+    base, _, dotted = flag.partition(".")
+    config: dict[str, Any]
+    if dotted:
+        key = dotted.rstrip("+").replace("-", "_")
+        if dotted.endswith("+"):
+            item: Any = [part for part in value.split(",") if part]
+        else:
+            try:
+                item = json.loads(value)
+            except json.JSONDecodeError:
+                item = value
+        config = {key: item}
+    else:
+        try:
+            loaded = json.loads(value)
+        except json.JSONDecodeError:
+            if value.strip().isdigit():  # `-cc 3`: the compilation level
+                notes.append(f"ignored {base} {value}: {_IGNORED_WITH_REASON.get(base, 'not read')}")
+                return []
+            raise BadInputError(f"{base} {value!r}: not a JSON object") from None
+        if not isinstance(loaded, dict):
+            raise BadInputError(f"{base} {value!r}: not a JSON object")
+        config = {str(k).replace("-", "_"): v for k, v in loaded.items()}
+    changes: list[tuple[str, Any]] = []
+    for key, item in config.items():
+        field = _CC_SIZE_KEYS.get(key)
+        if field is None:
+            notes.append(f"ignored {base} {key}: does not change the memory plan")
+            continue
+        if field == "cudagraph_capture_sizes":
+            items = item if isinstance(item, list) else [item]
+            changes.append((field, _sizes(f"{base}.{key}")(" ".join(str(x) for x in items))))
+        else:
+            changes.append((field, parse_human_int(str(item), f"{base}.{key}")))
+    return changes
+
+
+_MAX_CONFIG_FILE_BYTES = 1 << 20
+
+
+def _expand_vllm_config_file(rest: list[str], *, model_in_cli: bool, notes: list[str]) -> list[str]:
+    """`--config FILE.yaml`: vLLM puts the file's keys before the command line's other flags, so the command line
+    wins (`FlexibleArgumentParser._pull_args_from_config` / `load_config_file`, v0.32.0): `key: value` becomes
+    `--key value`, `true` a bare `--key`, `false` `--no-key`, a list `--key a b`, a mapping its JSON."""
+    positions = [n for n, word in enumerate(rest) if word == "--config" or word.startswith("--config=")]
+    if not positions:
+        return rest
+    if len(positions) > 1:
+        raise BadInputError("--config: given more than once (vLLM refuses that too)")
+    at = positions[0]
+    word = rest[at]
+    if word.startswith("--config="):
+        path_text, end = word.split("=", 1)[1], at + 1
+    elif at + 1 < len(rest):
+        path_text, end = rest[at + 1], at + 2
+    else:
+        raise BadInputError("--config: needs a YAML file")
+    path = Path(path_text)
+    if path.suffix not in (".yaml", ".yml"):
+        raise BadInputError(f"--config {path_text}: vLLM reads only a .yaml / .yml file")
+    try:
+        with path.open("rb") as handle:
+            raw = handle.read(_MAX_CONFIG_FILE_BYTES + 1)
+    except OSError as exc:
+        raise BadInputError(f"--config {path_text}: cannot read it ({exc.strerror or exc})") from None
+    if len(raw) > _MAX_CONFIG_FILE_BYTES:
+        raise BadInputError(f"--config {path_text}: larger than 1 MiB; not a vLLM config file")
+    try:
+        loaded = yaml.safe_load(raw.decode("utf-8", "replace"))
+    except yaml.YAMLError as exc:
+        raise BadInputError(f"--config {path_text}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    if loaded is None:
+        loaded = {}
+    if not isinstance(loaded, dict):
+        raise BadInputError(f"--config {path_text}: expected a mapping of flag: value")
+    expanded: list[str] = []
+    for key, value in loaded.items():
+        if key == "model" and model_in_cli:
+            continue  # the positional model wins over the file's
+        if isinstance(value, bool):
+            if value:
+                expanded.append(f"--{key}")
+            else:
+                expanded.append(f"--no-{key}")
+        elif isinstance(value, list):
+            if value:
+                expanded.append(f"--{key}")
+                expanded.extend(str(v) for v in value)
+        elif isinstance(value, dict):
+            expanded.extend([f"--{key}", json.dumps(value)])
+        else:
+            expanded.extend([f"--{key}", str(value)])
+    notes.append(f"read --config {path_text}: {len(loaded)} setting(s), the command line's flags win")
+    return expanded + rest[:at] + rest[end:]
 
 
 def _is_flag(word: str) -> bool:

