@@ -27,6 +27,7 @@ EXIT_COMMENT = re.compile(r"#\s*exit (\d)\b")
 # What each command always prints: (text, --json key). Checked when the docs show no output of their own.
 KEY_OUTPUT: dict[str, tuple[str, str]] = {
     "plan": ("verdict", "verdict"),
+    "diff": ("vramctl diff", "kind"),
     "check": ("vramctl check", "passed"),
     "explain-oom": ("phase", "cause"),
     "read-log": ("read-log", "terms"),
