@@ -45,7 +45,10 @@ def test_upgrade_0_11_to_0_33_names_every_moved_term_and_its_rule(capsys: pytest
     assert d["kv_change_bytes"] == moved["kv_cache"]["delta_bytes"] == d["after"]["kv_cache_bytes"] - d["before"]["kv_cache_bytes"]
 
 
-def test_panel_prints_the_verdicts_first_and_the_rules(capsys: pytest.CaptureFixture[str]) -> None:
+def test_panel_prints_the_verdicts_first_and_the_rules(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "200")  # one side per line (piped output is 80 columns by default)
     code, out, _ = run(capsys, "diff", "llama-3.1-8b", "--from", "0.11.0", "--to", "0.33.0")
     assert code == 0
     lines = out.splitlines()

@@ -183,12 +183,8 @@ def register(app: typer.Typer) -> None:
 
             typer.echo(diff_markdown(result), nl=False)
         else:
-            from rich.console import Console
-
+            from vramctl.render.console import make_console
             from vramctl.render.diff import print_diff
 
-            console = Console(soft_wrap=False)
-            if not console.is_terminal:  # piped: as wide as `check`, so a CI log keeps one row per term
-                console = Console(width=180, soft_wrap=False)
-            print_diff(result, console)
+            print_diff(result, make_console())
         raise typer.Exit(int(ExitCode.OK if result.after.starts else ExitCode.CHECK_FAILED))

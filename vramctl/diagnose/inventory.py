@@ -29,6 +29,8 @@ from typing import Any
 
 import yaml
 
+from vramctl.diagnose.catalogue import LABELS as CATALOGUE_LABELS
+
 INVENTORY_PATH = Path(__file__).with_name("inventory.yaml")
 
 COMPONENTS: tuple[str, ...] = (
@@ -99,32 +101,7 @@ a consequence (a worker or engine that died, a watchdog) follows a root failure 
 
 NON_FAILURE_KINDS = frozenset({"consequence", "not-oom"})
 
-LABELS: tuple[str, ...] = (
-    "gpu-util-exceeds-free-memory",
-    "version-regression",
-    "weights-do-not-fit",
-    "no-kv-cache-memory",
-    "kv-cache-too-small-for-max-model-len",
-    "kv-pool-overcommit",
-    "multi-gpu-imbalance",
-    "batch-budget-too-large",
-    "sampler-warmup-oom",
-    "multimodal-profiling-oom",
-    "cuda-graph-capture-oom",
-    "logprobs-spike",
-    "activation-spike",
-    "allocator-fragmentation",
-    "kv-pool-exhausted-runtime",
-    "memory-leak",
-    "non-torch-allocation-oom",
-    "attention-workspace-overflow",
-    "host-pinned-memory-failure",
-    "host-swap-space-exhausted",
-    "host-kv-buffer-exhausted",
-    "host-oom-killer",
-    "host-shm-exhausted",
-    "not-oom",
-)
+LABELS: tuple[str, ...] = tuple(label for label in CATALOGUE_LABELS if label != "no-failure")
 """The cause labels explain-oom reports (docs/explain-oom.md); a label hint must be one of them."""
 
 PHASES: tuple[str, ...] = (
