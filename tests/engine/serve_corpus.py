@@ -10,6 +10,7 @@ block_size, enable_chunked_prefill, the capture sizes) are compared only when th
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import subprocess
 from dataclasses import dataclass
@@ -94,6 +95,9 @@ def load_corpus() -> list[Command]:
 def engine_parse(commands: list[Command], timeout_s: float = 600) -> dict[str, dict[str, Any]]:
     """Every command through vLLM's own parser (one engine-venv process for the whole corpus)."""
     items = [{"id": c.id, "argv": c.argv, "launcher": c.launcher, "env": c.env} for c in commands]
+    # The suite sets HF_HUB_OFFLINE=1 for vramctl (tests/conftest.py); vLLM's parser, given the local model folders
+    # of serve_configs/, runs as a user's would: without it (this machine has no route to the Hub either way).
+    env = {k: v for k, v in os.environ.items() if k != "HF_HUB_OFFLINE"}
     proc = subprocess.run(
         [str(engine_python()), str(HERE / "engine_args_driver.py")],
         input=json.dumps(items),
@@ -101,6 +105,7 @@ def engine_parse(commands: list[Command], timeout_s: float = 600) -> dict[str, d
         text=True,
         timeout=timeout_s,
         cwd=str(SERVE_CONFIGS),
+        env=env,
     )
     if proc.returncode != 0:
         tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
