@@ -386,9 +386,9 @@ INPUT_FILES = [
 ]
 
 
-TRACE_READER_OWNED_ELSEWHERE = ("dev_zero", "dev_urandom", "long_line.jsonl")
-"""Endless or over-long trace input (`tiers simulate --trace /dev/zero`, trace line caps) belongs to the trace
-reader's rewrite (issue 15): left out of the campaign until it lands; everything else reaches --trace."""
+TRACE_READER_OWNED_ELSEWHERE: tuple[str, ...] = ()
+"""Trace inputs kept out of the campaign: none since the bounded trace reader (issue 15) landed; endless and
+over-long input (`/dev/zero`, `/dev/urandom`, a line over the cap) reaches `tiers simulate --trace` too."""
 
 
 class Targets:
