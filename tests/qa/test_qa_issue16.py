@@ -17,26 +17,13 @@ from typing import ClassVar
 
 import pytest
 
+from tests.qa import campaign
 from vramctl.cli.main import main
 
 REPO = Path(__file__).resolve().parents[2]
-TINY = REPO / "profiles" / "measured" / "tiny-llama"
-TINY_PROFILE = REPO / "profiles" / "measured" / "tiny-llama-cpu.json"
+TINY, TINY_PROFILE = campaign.TINY, campaign.TINY_PROFILE
 SPEC = REPO / "examples" / "deploy-llama3-8b-h100.yaml"
-FAST = [
-    "--device",
-    "cpu",
-    "--device-memory",
-    "2GiB",
-    "--max-num-batched-tokens",
-    "256",
-    "--max-num-seqs",
-    "8",
-    "--dtype",
-    "float32",
-    "--max-model-len",
-    "256",
-]
+FAST = campaign.FAST_PROFILE
 GOOD_TRACE_LINE = '{"timestamp": 0, "input_length": 1024, "output_length": 10, "hash_ids": [0, 1]}\n'
 
 

@@ -50,7 +50,7 @@ LABELS: tuple[str, ...] = (
     "not-oom",
     "no-failure",
 )
-"""The cause labels of the cause labels of docs/explain-oom.md: a public contract (never renamed)."""
+"""The cause labels explain-oom reports (docs/explain-oom.md): a public contract (never renamed)."""
 
 PHASES: tuple[str, ...] = (
     "startup-check",
@@ -62,7 +62,7 @@ PHASES: tuple[str, ...] = (
     "host-tier",
     "unknown",
 )
-"""The phases of the cause labels of docs/explain-oom.md."""
+"""The phases explain-oom reports (docs/explain-oom.md)."""
 
 KINDS = ("failure", "consequence", "facts")
 CONFIDENCES = ("high", "medium", "low")

@@ -30,6 +30,7 @@ from typing import Any
 import yaml
 
 from vramctl.diagnose.catalogue import LABELS as CATALOGUE_LABELS
+from vramctl.diagnose.catalogue import PHASES as CATALOGUE_PHASES
 
 INVENTORY_PATH = Path(__file__).with_name("inventory.yaml")
 
@@ -104,16 +105,7 @@ NON_FAILURE_KINDS = frozenset({"consequence", "not-oom"})
 LABELS: tuple[str, ...] = tuple(label for label in CATALOGUE_LABELS if label != "no-failure")
 """The cause labels explain-oom reports (docs/explain-oom.md); a label hint must be one of them."""
 
-PHASES: tuple[str, ...] = (
-    "startup-check",
-    "weights-load",
-    "profiling",
-    "graph-capture",
-    "kv-alloc",
-    "serving",
-    "host-tier",
-    "unknown",
-)
+PHASES = CATALOGUE_PHASES
 
 MIN_PARTIAL_ANCHOR = 12
 """An entry matches on its anchor alone (an elided or cut message, no numbers) only when every anchor has

@@ -1,6 +1,6 @@
 """Out-of-memory during a measurement: recognise it, release memory, explain it with the phase and numbers.
 
-Phases use the labels of the cause labels of docs/explain-oom.md (`startup-check`, `weights-load`, `profiling`,
+Phases use the phase labels of docs/explain-oom.md (`startup-check`, `weights-load`, `profiling`,
 `graph-capture`, `kv-alloc`, `serving`), so a caught OOM reads the same as `vramctl explain-oom` on an
 engine log. When the explain-oom library (`vramctl.diagnose`) is present, its classifier names the cause
 from the real torch message plus the phase; otherwise the cause is the taxonomy label of the phase.
