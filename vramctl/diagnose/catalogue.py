@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import ast
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from dataclasses import field as dataclass_field
 from functools import lru_cache
 from pathlib import Path
@@ -225,6 +225,12 @@ class Catalogue:
         keys.update(self.method_keys)
         keys.add('File "')
         return keys
+
+
+def _with_containing_keys(sig: Signature, cat_keys: set[str]) -> Signature:
+    own = set(sig.keys)
+    longer = sorted(k for k in cat_keys if k not in own and any(key in k for key in own))
+    return replace(sig, keys=(*sig.keys, *longer)) if longer else sig
 
 
 def _expr(text: Any, where: str) -> ast.Expression:
@@ -537,6 +543,10 @@ def _load(path: Path) -> Catalogue:
         if not any(a in key for a in all_anchors):
             all_anchors.append(key)
     alternation = trie_regex([k.encode() for k in cat_keys])
+    # the key regex finds non-overlapping phrases (the longest at each place): a line whose longer phrase belongs to
+    # another signature or a hint (`due to high memory usage`) also holds every shorter key inside it
+    # (`high memory usage`), so each signature also answers to the catalogue's keys that contain one of its own
+    signatures = [_with_containing_keys(sig, cat_keys) for sig in signatures]
     keys_to_signatures: dict[str, list[int]] = {}
     for index, sig in enumerate(signatures):
         for key in sig.keys:

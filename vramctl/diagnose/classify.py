@@ -716,6 +716,8 @@ def _match_signature(sig: Signature, hit: Hit) -> dict[str, FactValue] | None:
     texts = [hit.line.text]
     if sig.multiline and hit.following:
         texts.append(" ".join((hit.line.text, *hit.following[: sig.multiline])))
+        # a fixed-width hard wrap (a terminal or a paste at 80-120 columns) splits words and numbers: `2.0` / `0 GiB`
+        texts.append("".join((hit.line.text, *hit.following[: sig.multiline])))
     best = _read_facts(sig, texts)
     if "            " in hit.line.text and _WRAP_PADDING_RE.search(hit.line.text) is not None:
         for joiner in ("", " "):

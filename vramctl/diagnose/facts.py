@@ -109,6 +109,8 @@ _FUNCTIONS: dict[str, Callable[..., float]] = {
     "min": lambda *a: float(min(a)),
     "max": lambda *a: float(max(a)),
     "abs": lambda x: float(abs(x)),
+    # `known(name)`: whether the log gave that fact (evaluated on the name itself, never on its value)
+    "known": lambda x: float(bool(x)),
 }
 _CONSTANTS: dict[str, float] = {"GiB": float(GiB), "MiB": float(MiB), "KiB": float(KiB)}
 
@@ -220,6 +222,8 @@ def _eval(node: ast.expr, names: Mapping[str, Any]) -> Any:
             left = right
         return True
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+        if node.func.id == "known":
+            return len(node.args) == 1 and isinstance(node.args[0], ast.Name) and node.args[0].id in names
         return _FUNCTIONS[node.func.id](*[_eval(a, names) for a in node.args])
     raise _Unknown(ast.dump(node))
 
