@@ -117,4 +117,16 @@ def test_a_cut_traceback_through_the_serving_loop_is_placed_in_serving() -> None
         "(EngineCore_DP0 pid=7) ERROR 01-02 03:04:05 [core.py:700]     engine_core.run_busy_loop()\n"
     )
     d = diagnose_text(log)
-    assert d.phase == "serving" and d.phase_inferred
+    assert (d.cause, d.phase) == ("activation-spike", "serving")
+
+
+def test_an_oom_returned_in_an_http_error_is_a_request_while_serving() -> None:
+    # a card 93 % full before a 1 GiB request would read as the weights; the HTTP 500 says the server was serving
+    payload = (
+        "openai.InternalServerError: Error code: 500 - {'object': 'error', 'message': 'torch.OutOfMemoryError: CUDA "
+        "out of memory. Tried to allocate 1.00 GiB. GPU 0 has a total capacity of 23.65 GiB of which 100.00 MiB is "
+        "free. Of the allocated memory 22.10 GiB is allocated by PyTorch, and 200.00 MiB is reserved by PyTorch but "
+        "unallocated.', 'type': 'InternalServerError', 'code': 500}\n"
+    )
+    d = diagnose_text(payload)
+    assert (d.cause, d.phase) == ("activation-spike", "serving")
