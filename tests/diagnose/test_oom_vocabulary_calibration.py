@@ -20,7 +20,10 @@ MiB = 1 << 20
         ("RuntimeError: Insufficient GPU memory to load the model.", None),
         ("fatal: the device memory is insufficient for this request", None),
         ("Error: model requires more system memory (5.3 GiB) than is available (3.5 GiB)", "host-oom-killer"),
-        ("RuntimeError: [enforce fail at alloc_cpu.cpp:114] DefaultCPUAllocator: not enough memory", "host-oom-killer"),
+        (
+            "RuntimeError: [enforce fail at alloc_cpu.cpp:114] DefaultCPUAllocator: not enough memory",
+            "host-oom-killer",
+        ),
         ("[Bug]: server OOM with a 32B model on two cards", None),
         ("my-server.service: Failed with result 'oom-kill'.", "host-oom-killer"),
         ("the worker was killed due to high memory usage", "host-oom-killer"),
@@ -104,13 +107,16 @@ TORCH = (
 def test_the_sampler_message_alone_is_medium_with_the_allocators_numbers_high() -> None:
     alone = diagnose_text(SAMPLER)
     assert (alone.cause, alone.confidence) == ("sampler-warmup-oom", "medium")
-    both = diagnose_text(TORCH + "\nThe above exception was the direct cause of the following exception:\n\n" + SAMPLER)
+    both = diagnose_text(
+        TORCH + "\nThe above exception was the direct cause of the following exception:\n\n" + SAMPLER
+    )
     assert (both.cause, both.confidence) == ("sampler-warmup-oom", "high")
 
 
 def test_a_cut_traceback_through_the_serving_loop_is_placed_in_serving() -> None:
     log = (
-        "(EngineCore_DP0 pid=7) ERROR 01-02 03:04:05 [core.py:700] " + TORCH
+        "(EngineCore_DP0 pid=7) ERROR 01-02 03:04:05 [core.py:700] "
+        + TORCH
         + "(EngineCore_DP0 pid=7) ERROR 01-02 03:04:05 [core.py:700] Traceback (most recent call last):\n"
         '(EngineCore_DP0 pid=7) ERROR 01-02 03:04:05 [core.py:700]   File "/x/vllm/v1/engine/core.py", line 701, '
         "in run_engine_core\n"
