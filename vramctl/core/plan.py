@@ -21,8 +21,7 @@ from typing import Any
 
 from vramctl.core import estimates as est
 from vramctl.core import kv as kvmath
-from vramctl.core import lora
-from vramctl.core import mamba_cache
+from vramctl.core import lora, mamba_cache
 from vramctl.core.engines import vllm as V
 from vramctl.core.errors import BadInputError
 from vramctl.core.ledger import (

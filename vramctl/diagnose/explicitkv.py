@@ -64,7 +64,7 @@ def sets_kv_size(facts: Mapping[str, Any]) -> bool:
 
 
 def _round_up_mib(value: float) -> int:
-    return int(math.ceil(value / MiB)) * MiB
+    return math.ceil(value / MiB) * MiB
 
 
 def _planned_need(source: object, facts: Mapping[str, Any]) -> tuple[int, str] | None:
