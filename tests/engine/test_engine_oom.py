@@ -123,6 +123,10 @@ def test_explain_oom_names_the_cause_and_its_fix_starts_the_engine(
 
     fix = first_fix(diagnosis)
     assert fix is not None, f"{failure['id']}: explain-oom gave no fix with a flag and a value"
+    if failure.get("fix_flag"):
+        assert fix[0] == failure["fix_flag"], (
+            f"{failure['id']}: the first fix sets {fix[0]}, not {failure['fix_flag']}"
+        )
     fixed_args, fixed_env = apply_fix(args, env, *fix)
     rerun = engine_start(failure["id"] + "-fixed", config, fixed_args, fixed_env, keep_running=keep)
     started = rerun.started

@@ -32,8 +32,9 @@ def run_json(capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, Any]:
 
 def test_vllm_plan_numbers_from_the_formulas(capsys: pytest.CaptureFixture[str]) -> None:
     # A given pool of 10 GiB: bytes per block = 12 layers × 278,528 = 3,342,336 → 10 GiB // that = 3,212 blocks;
-    # per 32,768-token request cdiv(32,768, 272) = 121 attention + 3 state blocks = 124 → 3,212 / 124 = 25.90x;
-    # GPU KV cache size (0.28 →) = int(25.9032 × 32,768) = 848,796 tokens.
+    # per 32,768-token request cdiv(32,768, 272) = 121 attention blocks + 3 state groups × 2 blocks (prefix caching
+    # is on by default for hybrids from vLLM 0.28: mamba_cache_mode 'align', vramctl/core/mamba_cache.py) = 127 →
+    # 3,212 / 127 = 25.29x; GPU KV cache size (0.28 →) = int(25.2913 × 32,768) = 828,746 tokens.
     d = run_json(
         capsys,
         QWEN,
@@ -47,16 +48,16 @@ def test_vllm_plan_numbers_from_the_formulas(capsys: pytest.CaptureFixture[str])
         "10GiB",
     )
     assert (d["block_size"], d["bytes_per_block"], d["num_blocks"]) == (272, 3_342_336, 3212)
-    assert (d["blocks_per_request"], d["max_concurrency"], d["kv_tokens"]) == (124, 25.9032, 848_796)
+    assert (d["blocks_per_request"], d["max_concurrency"], d["kv_tokens"]) == (127, 25.2913, 828_746)
     assert d["kv_bytes_per_token"] == 12 * 1024
     h = d["hybrid"]
     assert (h["state_layers"], h["full_attention_layers"], h["state_kind"]) == (36, 12, "gated_delta_net")
-    assert h["state_bytes_per_request"] == 36 * 274_432
-    assert h["state_bytes_per_request_padded"] == 36 * 278_528
-    assert (h["attention_blocks_per_request"], h["state_blocks_per_request"]) == (121, 3)
+    assert h["state_bytes_per_request"] == 36 * 274_432 * 2
+    assert h["state_bytes_per_request_padded"] == 36 * 278_528 * 2
+    assert (h["attention_blocks_per_request"], h["state_blocks_per_request"]) == (121, 6)
     assert h["attention_bytes_per_request"] == 12 * 121 * 278_528
-    assert h["state_bytes_at_max_concurrency"] == 25 * 36 * 278_528
-    assert h["mamba_page_padding_pct"] == 1.49 and h["mamba_cache_mode"] == "none"
+    assert h["state_bytes_at_max_concurrency"] == 25 * 36 * 278_528 * 2
+    assert h["mamba_page_padding_pct"] == 1.49 and h["mamba_cache_mode"] == "align"
     assert h["log_lines"] == [
         "Setting attention block size to 272 tokens to ensure that attention page size is >= mamba page size.",
         "Padding mamba page size by 1.49% to ensure that mamba page size and attention page size are exactly equal.",
@@ -64,6 +65,30 @@ def test_vllm_plan_numbers_from_the_formulas(capsys: pytest.CaptureFixture[str])
     terms = d["terms"]
     assert sum(t["bytes"] for t in terms.values()) == d["capacity_bytes"]
     assert "Gated DeltaNet state" in terms["kv_cache"]["note"]
+
+
+@pytest.mark.parametrize(
+    ("version", "flag", "mode", "per_request", "tokens"),
+    [
+        # prefix caching off: one state block per request and group (mamba_cache_mode 'none')
+        ("0.33.0", "--no-enable-prefix-caching", "none", 124, 848_796),
+        # before 0.28 hybrids keep prefix caching off by default (and the tokens are num_blocks // groups × block)
+        ("0.27.0", None, "none", 124, 218_416),
+        # asked for before 0.28: 'all' or 'align' by model class, not modelled (planned as 'none')
+        ("0.27.0", "--enable-prefix-caching", "none", 124, 218_416),
+        ("0.28.0", None, "align", 127, 828_746),
+        ("0.28.0", "--enable-prefix-caching", "align", 127, 828_746),
+    ],
+)
+def test_prefix_caching_decides_the_state_blocks_per_request(
+    capsys: pytest.CaptureFixture[str], version: str, flag: str | None, mode: str, per_request: int, tokens: int
+) -> None:
+    command = ["vllm", "serve", QWEN, "-tp", "4", "--max-model-len", "32768", "--kv-cache-memory-bytes", "10GiB"]
+    d = run_json(capsys, "--gpu", "H200", "--engine-version", version, "--", *command, *([flag] if flag else []))
+    assert d["num_blocks"] == 3212
+    assert (d["blocks_per_request"], d["kv_tokens"], d["hybrid"]["mamba_cache_mode"]) == (per_request, tokens, mode)
+    said = " ".join(d["explanations"])
+    assert ("not modelled" in said) == (flag == "--enable-prefix-caching" and version == "0.27.0")
 
 
 def test_vllm_text_shows_the_state_term(capsys: pytest.CaptureFixture[str]) -> None:

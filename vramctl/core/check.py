@@ -108,6 +108,7 @@ FLAGS: dict[str, FlagSpec] = {
     "kv-cache-memory-bytes": FlagSpec("kv_cache_memory_bytes", "size", _V),
     "kv-cache-memory": FlagSpec("kv_cache_memory_bytes", "size", _V),
     "enable-chunked-prefill": FlagSpec("enable_chunked_prefill", "bool", _V),
+    "enable-prefix-caching": FlagSpec("enable_prefix_caching", "bool", _V),
     "async-scheduling": FlagSpec("async_scheduling", "bool", _V),
     "data-parallel-size": FlagSpec("data_parallel_size", "int", _V),
     "enable-expert-parallel": FlagSpec("enable_expert_parallel", "bool", _V),
@@ -166,8 +167,6 @@ IGNORED_FLAGS = frozenset(
         "api-key",
         "disable-log-requests",
         "disable-log-stats",
-        "enable-prefix-caching",
-        "no-enable-prefix-caching",
         "log-level",
         "uvicorn-log-level",
         "tokenizer",
@@ -197,6 +196,7 @@ IGNORED_FLAGS = frozenset(
 """Flags that do not change the memory budget: accepted and listed in the notes."""
 BOOL_NEGATIONS = {
     "no-enable-chunked-prefill": "enable-chunked-prefill",
+    "no-enable-prefix-caching": "enable-prefix-caching",
     "no-async-scheduling": "async-scheduling",
     "no-enforce-eager": "enforce-eager",
     "no-enable-expert-parallel": "enable-expert-parallel",

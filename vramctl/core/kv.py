@@ -324,6 +324,7 @@ def blocks_per_request(
     version: tuple[int, ...],
     pp: int = 1,
     async_scheduling: bool = True,
+    state_blocks: int = STATE_BLOCKS_PER_REQUEST,
 ) -> int:
     """Block ids one max_model_len request takes from the shared pool, on the binding (largest) stage.
 
@@ -343,8 +344,9 @@ def blocks_per_request(
     )
     layouts = [stage_layout(kinds) for kinds in stage_layer_kinds(model, pp)]
     binding = max(layouts, key=lambda lay: lay.group_size)
-    # A state group holds one block per request (MambaSpec, mamba_cache_mode "none": see hybrid_kv).
-    per_group = {FULL_ATTENTION: full, SLIDING_ATTENTION: sw, STATE_GROUP: STATE_BLOCKS_PER_REQUEST}
+    # A state group holds one block per request (MambaSpec, mamba_cache_mode "none": see hybrid_kv), two in the
+    # "align" mode of prefix caching (`state_blocks`, vramctl/core/mamba_cache.py).
+    per_group = {FULL_ATTENTION: full, SLIDING_ATTENTION: sw, STATE_GROUP: state_blocks}
     return sum(per_group[g.kind] for g in binding.groups)
 
 
@@ -360,6 +362,7 @@ def per_request_kv_bytes(
     pp: int = 1,
     model_dtype: str | None = None,
     async_scheduling: bool = True,
+    state_blocks: int = STATE_BLOCKS_PER_REQUEST,
 ) -> int:
     """Bytes one request of `max_model_len` tokens needs on the binding rank: vLLM's `needed` in the
     "To serve at least one request…" check, Σ over the real (unpadded) layers of each layer's
@@ -382,8 +385,8 @@ def per_request_kv_bytes(
         n_full = sum(1 for k in kinds if k == FULL_ATTENTION)
         n_state = sum(1 for k in kinds if k in STATE_KINDS)
         n_sw = sum(1 for k in kinds if k == SLIDING_ATTENTION) if model.state_space else len(kinds) - n_full
-        # A Mamba layer's max_memory_usage_bytes is its (padded) page × 1 (see hybrid_kv).
-        worst = max(worst, (n_full * full + n_sw * sw + n_state * STATE_BLOCKS_PER_REQUEST) * page)
+        # A Mamba layer's max_memory_usage_bytes is its (padded) page × 1 (see hybrid_kv), × 2 in "align" mode.
+        worst = max(worst, (n_full * full + n_sw * sw + n_state * state_blocks) * page)
     return worst
 
 
@@ -586,10 +589,12 @@ def hybrid_kv(
     return HybridKv(shapes, token, mamba_page, align, minimum, block, raised)
 
 
-def state_bytes_per_request(model: ModelSpec, hkv: HybridKv, *, pp: int = 1) -> tuple[int, int]:
+def state_bytes_per_request(
+    model: ModelSpec, hkv: HybridKv, *, pp: int = 1, state_blocks: int = STATE_BLOCKS_PER_REQUEST
+) -> tuple[int, int]:
     """(unpadded, padded) state bytes one request holds on one rank of the stage with the most state layers."""
     layers = max(sum(1 for k in kinds if k in STATE_KINDS) for kinds in stage_layer_kinds(model, pp))
     return (
-        layers * hkv.state_page_bytes * STATE_BLOCKS_PER_REQUEST,
-        layers * hkv.page_bytes * STATE_BLOCKS_PER_REQUEST,
+        layers * hkv.state_page_bytes * state_blocks,
+        layers * hkv.page_bytes * state_blocks,
     )

@@ -21,7 +21,7 @@ from typing import Any
 
 from vramctl.core import estimates as est
 from vramctl.core import kv as kvmath
-from vramctl.core import lora
+from vramctl.core import lora, mamba_cache
 from vramctl.core.engines import vllm as V
 from vramctl.core.errors import BadInputError
 from vramctl.core.ledger import (
@@ -99,6 +99,14 @@ class VllmSettings:
     """vLLM 0.31 →: requests admitted into RUNNING; None = max_num_seqs (the flag not given)."""
     async_scheduling: bool = True
     """Off with `--no-async-scheduling`: one batch in flight per stage (sliding-window blocks per request)."""
+    mamba_cache_mode: str = "none"
+    """A hybrid's state blocks per request: `align` (prefix caching, the default from vLLM 0.28) holds two, `none`
+    one; `unmodelled` (prefix caching asked for before 0.28) is planned as `none` (vramctl/core/mamba_cache.py).
+    Not in `to_json` (every other plan's JSON unchanged): `hybrid.mamba_cache_mode` reports it."""
+
+    @property
+    def state_blocks(self) -> int:
+        return mamba_cache.state_blocks_per_request(self.mamba_cache_mode)
 
     def to_json(self) -> dict[str, Any]:
         out = {
@@ -458,6 +466,7 @@ def resolve_settings(model: ModelSpec, gpu: GpuSpec, settings: ServeSettings, ve
         fully_sharded_loras=settings.fully_sharded_loras,
         max_num_active_seqs=_active_seqs(settings, version, seqs),
         async_scheduling=settings.async_scheduling is not False,
+        mamba_cache_mode=mamba_cache.mamba_cache_mode(parse_version(version), settings.enable_prefix_caching),
     )
 
 
@@ -633,6 +642,7 @@ def _largest_fitting_len(
             pp=s.pipeline_parallel_size,
             model_dtype=s.dtype,
             async_scheduling=s.async_scheduling,
+            state_blocks=s.state_blocks,
         )
 
     if available <= 0 or needed(1) > available:
@@ -731,6 +741,7 @@ def _core(
         version=version,
         pp=pp,
         async_scheduling=s.async_scheduling,
+        state_blocks=s.state_blocks,
     )
     groups = max(1, len(kvmath.stage_layout(kvmath.stage_layer_kinds(kv_model, pp)[binding.index]).groups))
     concurrency = num_blocks / bpr if bpr else 0.0
@@ -754,6 +765,7 @@ def _core(
         pp=pp,
         model_dtype=s.dtype,
         async_scheduling=s.async_scheduling,
+        state_blocks=s.state_blocks,
     )
     fit_len = _largest_fitting_len(kv_model, s, available, model.vllm_max_model_len, version)
     snapshot_free = None
@@ -1566,6 +1578,7 @@ class HybridPlan:
     kv_tokens: int
     state_bytes_at_max_concurrency: int
     log_lines: tuple[str, ...]
+    mamba_cache_mode: str = "none"
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -1586,9 +1599,20 @@ class HybridPlan:
             "max_concurrency": round(self.max_concurrency, 4),
             "kv_tokens": self.kv_tokens,
             "state_bytes_at_max_concurrency": self.state_bytes_at_max_concurrency,
-            "mamba_cache_mode": "none",
+            "mamba_cache_mode": self.mamba_cache_mode,
             "log_lines": list(self.log_lines),
         }
+
+
+_MAMBA_CACHE_NOTES = {
+    "align": "Prefix caching is on (vLLM's default for hybrids from 0.28; --no-enable-prefix-caching turns it off): "
+    "mamba_cache_mode 'align' keeps two state blocks per request and state group (MambaSpec.max_memory_usage_bytes, "
+    "vllm/v1/kv_cache_interface.py, vLLM 0.32), one with prefix caching off.",
+    "none": "Prefix caching is off (mamba_cache_mode none: one state block per request and state group; vLLM turns "
+    "it on by default for hybrids from 0.28, in the 'align' mode: two).",
+    "unmodelled": "--enable-prefix-caching before vLLM 0.28 picks mamba_cache_mode 'all' (a state block per "
+    "block_size tokens) or 'align' (two) by model class: not modelled, planned with one state block per request.",
+}
 
 
 def _with_hybrid(
@@ -1605,8 +1629,9 @@ def _with_hybrid(
     state_groups = len(layout.groups) - attention_groups
     full_blocks = cdiv(s.max_model_len, s.block_size)
     n_state = layout.num_state_layers
-    state_raw = n_state * hkv.state_page_bytes
-    state_padded = n_state * hkv.page_bytes
+    state_blocks = s.state_blocks  # per state layer and request: 2 in the "align" mode of prefix caching
+    state_raw = n_state * hkv.state_page_bytes * state_blocks
+    state_padded = n_state * hkv.page_bytes * state_blocks
     attention_bytes = layout.num_full_layers * full_blocks * hkv.page_bytes
     held = int(core.concurrency) * state_padded
     st = model.state_space
@@ -1626,7 +1651,7 @@ def _with_hybrid(
         attention_groups=attention_groups,
         state_groups=state_groups,
         attention_blocks_per_request=attention_groups * full_blocks,
-        state_blocks_per_request=state_groups * kvmath.STATE_BLOCKS_PER_REQUEST,
+        state_blocks_per_request=state_groups * state_blocks,
         state_bytes_per_request=state_raw,
         state_bytes_per_request_padded=state_padded,
         attention_bytes_per_request=attention_bytes,
@@ -1635,6 +1660,7 @@ def _with_hybrid(
         kv_tokens=core.kv_tokens,
         state_bytes_at_max_concurrency=held,
         log_lines=tuple(lines),
+        mamba_cache_mode="align" if s.mamba_cache_mode == "align" else "none",
     )
     kind = "Gated DeltaNet" if st.kind == "gated_delta_net" else "Mamba2"
     notes = [
@@ -1644,13 +1670,11 @@ def _with_hybrid(
         f"{hkv.block_size} tokens so one attention page ({hkv.page_bytes:,} B) holds a mamba page "
         f"({hkv.state_page_bytes:,} B, padded {hkv.padding_pct:.2f} %).",
         f"Per {s.max_model_len:,}-token request: {attention_groups * full_blocks:,} attention blocks + "
-        f"{state_groups} state block(s) of the {core.num_blocks:,} (groups of {layout.group_size} layers: "
+        f"{state_groups * state_blocks} state block(s) of the {core.num_blocks:,} (groups of {layout.group_size} layers: "
         f"{attention_groups} attention, {state_groups} state); state {state_padded / MiB:.2f} MiB, attention "
         f"{attention_bytes / GiB:.2f} GiB per rank; at {core.concurrency:.2f}x the state holds "
         f"{held / GiB:.2f} GiB of the pool.",
-        "Hybrids run with prefix caching off by default in vLLM (mamba_cache_mode none: one state block per "
-        "request); --enable-prefix-caching ('align' mode) keeps more state blocks per request and aligns the "
-        "block size to the mamba chunk: not modelled.",
+        _MAMBA_CACHE_NOTES[s.mamba_cache_mode],
     ]
     kv_note = (
         f"one pool for attention KV and {kind} state: {state_groups} of the {len(layout.groups)} groups hold state "

@@ -147,6 +147,8 @@ _VLLM_BOOL_FLAGS: dict[str, tuple[str, bool]] = {
     "--no-enforce-eager": ("enforce_eager", False),
     "--enable-chunked-prefill": ("enable_chunked_prefill", True),
     "--no-enable-chunked-prefill": ("enable_chunked_prefill", False),
+    "--enable-prefix-caching": ("enable_prefix_caching", True),
+    "--no-enable-prefix-caching": ("enable_prefix_caching", False),
     "--async-scheduling": ("async_scheduling", True),
     "--no-async-scheduling": ("async_scheduling", False),
     "--enable-expert-parallel": ("enable_expert_parallel", True),

@@ -46,6 +46,9 @@ class ServeSettings:
     enforce_eager: bool = False
     kv_cache_memory_bytes: int | None = None
     enable_chunked_prefill: bool | None = None
+    enable_prefix_caching: bool | None = None
+    """vLLM `--enable-prefix-caching` / `--no-enable-prefix-caching`: None = the version's default (on; for hybrids
+    from 0.28, where it sets mamba_cache_mode "align": vramctl/core/mamba_cache.py)."""
     async_scheduling: bool | None = None
     """vLLM `--async-scheduling` / `--no-async-scheduling`: None = on (the default vramctl assumes from 0.12); off,
     one batch is in flight per pipeline stage (sliding-window layers then keep fewer blocks per request)."""

@@ -50,6 +50,10 @@ from vramctl.diagnose.reader import (
 STRONG_WEIGHT = 30
 """A failure event at least this heavy can be a root ahead of earlier weak ones (generic exceptions)."""
 INCIDENT_GAP_LINES = 150
+_BELOW_ERROR_RE = re.compile(r"(?<![\w-])(?:WARNING|WARN|INFO|DEBUG|TRACE)(?![\w-])")
+"""A logging level below ERROR in a line's prefix: a weak failure there (an exception a component caught and logged as a
+warning, e.g. vLLM 0.32's chat-template warm-up `Tokenizer not available when skip_tokenizer_init=True`) never
+outranks a failure logged as an error or printed bare."""
 """Failure events at most this many lines apart belong to one incident (one traceback, one crash)."""
 CONTEXT_BEFORE_LINES = 200
 """Frames and hints this many lines before an incident's first event belong to it."""
@@ -744,6 +748,7 @@ class _Analyser:
         self.versions: list[tuple[int, str, str]] = []  # (line, engine, version) each time it changes
         self.other: list[tuple[_Incident, Event]] = []
         self.other_count = 0
+        self.warned: set[int] = set()  # lines of weak failures logged below ERROR (they rank below any other failure)
         self.hint_keys = {word: name for name, words in cat.hints.items() for word in words}
         self.global_hint_keys = {word: name for name, words in cat.global_hints.items() for word in words}
         self.global_hints: dict[str, int] = {}  # hint -> first line
@@ -841,6 +846,8 @@ class _Analyser:
                     self.fact_texts[number] = short
                 continue
             strongest = max(strongest, sig.weight)
+            if sig.kind == "failure" and sig.weight < STRONG_WEIGHT and _logged_below_error(line.raw, text):
+                self.warned.add(number)
             self._event(Event(index, number, short, facts))
         # a line whose catalogue keys gave no strong failure (a bare `ValueError: …`, a key whose pattern did not
         # match) is also looked up in the source inventory: its wording may be a memory failure the catalogue lacks
@@ -890,23 +897,30 @@ class _Analyser:
             self.root = cur
             return
         if self.root is None and (
-            self.fallback is None or (not self._has_failure(self.fallback) and self._has_failure(cur))
+            self.fallback is None or self._failure_rank(cur) > self._failure_rank(self.fallback)
         ):
-            if self.fallback is not None:  # the consequence-only incident becomes a later failure
-                top = _top_event(self.cat, self.fallback)
+            if self.fallback is not None:  # the consequence-only (or warned-only) incident becomes a later failure
+                top = _top_event(self.cat, self.fallback, self.warned)
                 self.other_count += 1
                 if top is not None and len(self.other) < MAX_OTHER_FAILURES:
                     self.other.append((self.fallback, top))
             self.fallback = cur
             return
         # a later failure: keep its top event for other_failures
-        top = _top_event(self.cat, cur)
+        top = _top_event(self.cat, cur, self.warned)
         self.other_count += 1
         if top is not None and len(self.other) < MAX_OTHER_FAILURES:
             self.other.append((cur, top))
 
     def _has_failure(self, incident: _Incident) -> bool:
         return any(self.cat.signatures[e.sig_index].kind == "failure" for e in incident.events)
+
+    def _failure_rank(self, incident: _Incident) -> int:
+        """2: a failure logged as an error (or bare), 1: only weak failures logged as warnings, 0: no failure."""
+        failures = [e for e in incident.events if self.cat.signatures[e.sig_index].kind == "failure"]
+        if not failures:
+            return 0
+        return 1 if all(e.line in self.warned for e in failures) else 2
 
     def engine(self) -> str | None:
         if not self.engine_votes:
@@ -923,7 +937,7 @@ class _Analyser:
         if root is None:
             root = self.fallback
         elif self.fallback is not None:
-            top = _top_event(self.cat, self.fallback)
+            top = _top_event(self.cat, self.fallback, self.warned)
             if top is not None:
                 extra.append((self.fallback, top))
         if root is None:
@@ -941,9 +955,17 @@ def _same_facts(a: Mapping[str, FactValue], b: Mapping[str, FactValue]) -> bool:
     }
 
 
-def _top_event(cat: Catalogue, incident: _Incident) -> Event | None:
+def _logged_below_error(raw: str, text: str) -> bool:
+    """The line's prefix (what precedes its message) names a level below ERROR."""
+    cut = raw.rfind(text[:40]) if text else -1
+    head = raw[: cut if cut >= 0 else min(len(raw), 120)][:160]
+    m = _BELOW_ERROR_RE.search(head)
+    return m is not None and not any(word in head[: m.start()] for word in ("ERROR", "CRITICAL", "FATAL"))
+
+
+def _top_event(cat: Catalogue, incident: _Incident, warned: set[int] | frozenset[int] = frozenset()) -> Event | None:
     best: Event | None = None
-    best_key: tuple[int, int, int, int] | None = None
+    best_key: tuple[int, int, int, int, int] | None = None
     # root before consequence: a memory failure in the incident outranks the failures that follow one (the other
     # ranks' NCCL timeouts and errors, a crash on the way down), whatever their weights
     memory_failure = any(
@@ -955,7 +977,7 @@ def _top_event(cat: Catalogue, incident: _Incident) -> Event | None:
     for event in incident.events:
         sig = cat.signatures[event.sig_index]
         demoted = memory_failure and sig.consequence_of_memory
-        key = (1 if sig.kind == "failure" else 0, 0 if demoted else 1, sig.weight, -event.line)
+        key = (1 if sig.kind == "failure" else 0, 0 if demoted else 1, 0 if event.line in warned else 1, sig.weight, -event.line)
         if best_key is None or key > best_key:
             best, best_key = event, key
     return best
@@ -1115,7 +1137,7 @@ def _decide(
     source: str,
 ) -> Diagnosis:
     cat = an.cat
-    root = _top_event(cat, incident)
+    root = _top_event(cat, incident, an.warned)
     assert root is not None
     sig = cat.signatures[root.sig_index]
     engine = an.engine()
@@ -1486,7 +1508,37 @@ def diagnose(source: str | os.PathLike[str] | BinaryIO, *, catalogue: Catalogue 
     result = analyser.finish(stats, warnings, name)
     if truncated is not None and not result.found_failure:
         raise BadInputError(f"{truncated}; no failure in the {stats.lines:,} lines that could be read")
-    return _with_plan_checked_fix(result, source)
+    explicit = _with_explicit_kv_fix(result, source)
+    return explicit if explicit is not None else _with_plan_checked_fix(result, source)
+
+
+def _with_explicit_kv_fix(result: Diagnosis, source: object) -> Diagnosis | None:
+    """A KV budget failure of a log whose settings fix the KV size: the size flag replaces every utilisation fix
+    (the engine ignores the utilisation then; vramctl/diagnose/explicitkv.py). None when it does not apply."""
+    from vramctl.diagnose.explicitkv import EXPLICIT_KV_LABELS, KV_SIZE_FLAGS, explicit_kv_fix, sets_kv_size
+
+    if result.cause not in EXPLICIT_KV_LABELS:
+        # a failure whose own fix already sets the KV size (the CPU worker's KV check): no utilisation fix beside it
+        if sets_kv_size(result.facts) and any(f.flag in KV_SIZE_FLAGS and f.value for f in result.fixes):
+            kept = tuple(f for f in result.fixes if f.flag != "--gpu-memory-utilization")
+            return dataclasses.replace(result, fixes=kept) if kept != result.fixes else result
+        return None
+    found = explicit_kv_fix(result.cause, result.engine, dict(result.facts), source)
+    if found is None:
+        return None
+    advice = FixAdvice(action=found.action, flag=found.flag, value=found.value, reason=found.reason)
+    fixes: list[FixAdvice] = []
+    placed = False
+    for fix in result.fixes:
+        if fix.flag in ("--gpu-memory-utilization", found.flag):
+            if not placed:  # where the first utilisation fix stood (after a --max-model-len cap, say)
+                fixes.append(advice)
+                placed = True
+            continue
+        fixes.append(fix)
+    if not placed:
+        fixes.insert(0, advice)
+    return dataclasses.replace(result, fixes=tuple(fixes[:5]), do_not=(found.do_not,))
 
 
 def _with_plan_checked_fix(result: Diagnosis, source: object) -> Diagnosis:

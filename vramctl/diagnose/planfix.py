@@ -23,7 +23,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["MAX_PLAN_LOG_BYTES", "PLAN_LABELS", "PlanFix", "plan_checked_fix"]
+__all__ = ["MAX_PLAN_LOG_BYTES", "PLAN_LABELS", "PlanFix", "deployment", "fits", "plan_checked_fix"]
 
 PLAN_LABELS = frozenset({"kv-cache-too-small-for-max-model-len", "no-kv-cache-memory", "weights-do-not-fit"})
 MAX_PLAN_LOG_BYTES = 64 << 20
@@ -74,6 +74,12 @@ def _fits(model: Any, gpu: Any, settings: Any) -> Any | None:
     except Exception:  # a setting the planner refuses (e.g. a TP that does not divide the heads) is no answer
         return None
     return result
+
+
+deployment = _deployment
+"""(model, gpu, settings, model name) of the deployment a log describes, or None (also used by explicitkv.py)."""
+fits = _fits
+"""The plan of a deployment, or None when the planner refuses its settings."""
 
 
 def plan_checked_fix(

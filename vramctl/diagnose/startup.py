@@ -1753,6 +1753,7 @@ def settings_from_report(report: StartupReport, *, engine_version: str | None = 
             enforce_eager=bool(get_bool("enforce_eager")),
             kv_cache_memory_bytes=get_int("kv_cache_memory_bytes") or _explicit_kv_bytes(report),
             enable_chunked_prefill=get_bool("enable_chunked_prefill"),
+            enable_prefix_caching=get_bool("enable_prefix_caching"),
             data_parallel_size=get_int("data_parallel_size") or 1,
             enable_expert_parallel=bool(get_bool("enable_expert_parallel")),
             enable_lora=bool(get_bool("enable_lora")),

@@ -1,0 +1,51 @@
+"""How many blocks of a hybrid model's recurrent-state groups one request holds: vLLM's `mamba_cache_mode`.
+
+A MambaSpec group (Mamba2 / Gated DeltaNet layers) takes `page × (1 + num_speculative_blocks)` per request with
+`mamba_cache_mode = "none"` and `page × (2 + num_speculative_blocks [+ num_prefill_checkpoint_blocks])` with
+`"align"` (`MambaSpec.max_memory_usage_bytes`, `vllm/v1/kv_cache_interface.py`, vLLM 0.26.0 - 0.32.0): the
+state of the last step and the one being written, so that a prefix-cache hit can resume at a block boundary.
+The block pool, the number of blocks and the bytes per block do not change; the blocks a max_model_len request
+takes do, and with them the maximum concurrency, the KV cache size in tokens and the "To serve at least one
+request" check.
+
+Which mode runs:
+
+- vLLM 0.28.0 and later turn prefix caching on for hybrid models by default
+  (`EngineArgs._set_default_chunked_prefill_and_prefix_caching_args`, `vllm/engine/arg_utils.py`:
+  `default_prefix_caching = model_config.is_prefix_caching_supported`; `ModelConfig.is_prefix_caching_supported`,
+  `vllm/config/model.py`: "Generative hybrid models support prefix caching.") and, with prefix caching on, set
+  the mode to "align" (`MambaModelConfig.verify_and_update_config`, `vllm/model_executor/models/config.py`:
+  "Mamba cache mode is set to 'align' ... by default when prefix caching is enabled"). Checked against the
+  running CPU build of 0.32.0 (tests/engine/cases.yaml, `qwen3-next-hybrid-default`: 1,024 blocks, 14 per
+  request, 74,898 tokens, 73.14x).
+- Up to 0.27 hybrids kept prefix caching off by default (`default_prefix_caching = ... and not
+  model_config.is_hybrid`, `vllm/engine/arg_utils.py`, 0.26.0 / 0.27.0): mode "none". With
+  `--enable-prefix-caching` those versions chose "all" (a state block per `block_size` tokens) for the models
+  whose class supports it and "align" for the others: not modelled, the plan keeps "none" and says so.
+- `--no-enable-prefix-caching` always gives "none" ("Mamba cache mode is set to 'none' when prefix caching is
+  disabled").
+"""
+
+from __future__ import annotations
+
+__all__ = ["ALIGN_DEFAULT_VERSION", "mamba_cache_mode", "state_blocks_per_request"]
+
+ALIGN_DEFAULT_VERSION = (0, 28, 0)
+"""The first vLLM release that turns prefix caching (and so the "align" mode) on for hybrids by default."""
+
+_BLOCKS = {"none": 1, "align": 2}
+
+
+def mamba_cache_mode(version: tuple[int, ...], enable_prefix_caching: bool | None) -> str:
+    """`none` or `align`, or `unmodelled` (prefix caching asked for on a version that picks "all" or "align" per
+    model class; planned as `none`)."""
+    if enable_prefix_caching is False:
+        return "none"
+    if version >= ALIGN_DEFAULT_VERSION:
+        return "align"
+    return "unmodelled" if enable_prefix_caching else "none"
+
+
+def state_blocks_per_request(mode: str) -> int:
+    """Blocks one request holds in each state group (no speculative decoding)."""
+    return _BLOCKS.get(mode, 1)
