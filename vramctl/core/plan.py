@@ -19,10 +19,10 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any
 
-from vramctl.core import estimates as est
 from vramctl.core import kv as kvmath
 from vramctl.core import lora
 from vramctl.core.engines import vllm as V
+from vramctl.core.engines.vllm import estimates as est
 from vramctl.core.errors import BadInputError
 from vramctl.core.ledger import (
     ACTIVATION_PEAK,
