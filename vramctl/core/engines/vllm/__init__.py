@@ -4,4 +4,5 @@
 are re-exported here.
 """
 
+from vramctl.core.engines.vllm.messages import *  # noqa: F403
 from vramctl.core.engines.vllm.rules import *  # noqa: F403
