@@ -6,3 +6,15 @@ are re-exported here.
 
 from vramctl.core.engines.vllm.messages import *  # noqa: F403
 from vramctl.core.engines.vllm.rules import *  # noqa: F403
+from vramctl.core.engines.vllm.scheduler import (
+    apply_scheduler_caps as apply_scheduler_caps,
+)
+from vramctl.core.engines.vllm.scheduler import (
+    default_capture_sizes as default_capture_sizes,
+)
+from vramctl.core.engines.vllm.scheduler import (
+    default_max_capture_size as default_max_capture_size,
+)
+from vramctl.core.engines.vllm.scheduler import (
+    default_scheduler_limits as default_scheduler_limits,
+)

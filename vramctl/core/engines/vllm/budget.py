@@ -22,14 +22,14 @@ from vramctl.core.engines.vllm import rules as V
 from vramctl.core.engines.vllm.defaults import VllmSettings
 from vramctl.core.engines.vllm.kv_manager import (
     _largest_fitting_len,
+    _request_kv_bytes,
     _stage_bytes_per_block,
     kv_view_of_model,
     lora_slots_of,
 )
 from vramctl.core.errors import BadInputError
-from vramctl.core.settings import parse_version
 from vramctl.core.specs import GpuSpec, ModelSpec, dtype_bytes
-from vramctl.core.units import GiB, vllm_format_gib
+from vramctl.core.units import vllm_format_gib
 from vramctl.core.verdicts import (
     FITS,
     GPU_UTIL_EXCEEDS_FREE,
@@ -37,6 +37,7 @@ from vramctl.core.verdicts import (
     KV_TOO_SMALL,
     NO_KV_CACHE_MEMORY,
     WEIGHTS_DO_NOT_FIT,
+    Verdict,
 )
 from vramctl.core.weights import LoadTimeChange, mxfp4_load_change, rope_cache_bytes, stage_rank_weight_bytes
 
@@ -140,17 +141,11 @@ class _Core:
     """The rotary embeddings' cos/sin caches on every rank, booked with the weights (vramctl.core.weights)."""
 
 
-def _core(
-    model: ModelSpec,
-    gpu: GpuSpec,
-    s: VllmSettings,
-    capacity: int,
-    cal: est.Calibration = est.CALIBRATION,
-    edge: int = 0,
-) -> _Core:
-    version = parse_version(s.version)
-    requested = math.ceil(capacity * s.gpu_memory_utilization)
-    kv_model = kv_view_of_model(model, s.version)
+def _weights_per_stage(
+    model: ModelSpec, gpu: GpuSpec, s: VllmSettings
+) -> tuple[tuple[int, ...], LoadTimeChange | None, int, lora.LoraSlots | None]:
+    """Each stage's weight bytes on one rank, with what loading adds: MXFP4 load-time changes, the rotary caches,
+    and the `--enable-lora` slots (allocated while the model loads: part of vLLM's "Model loading took")."""
     tp, pp = s.tensor_parallel_size, s.pipeline_parallel_size
     load_change = mxfp4_load_change(
         model,
@@ -169,11 +164,88 @@ def _core(
     )
     slots = lora_slots_of(model, s)
     if slots is not None:
-        # allocated while the model loads: part of vLLM's "Model loading took"
         weights = tuple(w + extra for w, extra in zip(weights, slots.stage_bytes, strict=True))
+    return weights, load_change, rope, slots
+
+
+@dataclass(frozen=True)
+class _Pool:
+    """What the verdict checks read: the binding stage's pool and one request's need."""
+
+    s: VllmSettings
+    rules: V.VllmRules
+    capacity: int
+    requested: int
+    other: int
+    others_charged: int
+    weights: tuple[int, ...]
+    stages: tuple[_Stage, ...]
+    binding: _Stage
+    num_blocks: int
+    available: int
+    needed: int
+    fit_len: int
+
+
+def _verdict(p: _Pool) -> tuple[Verdict, str]:
+    """The checks, in the order vLLM meets them: `fits` with no message, or the first failure and its message."""
+    s, rules = p.s, p.rules
+    snapshot_free = None if s.free_memory_bytes is None else s.free_memory_bytes - p.binding.outside.bytes
+    profiled = s.kv_cache_memory_bytes is None
+    if snapshot_free is not None and profiled and snapshot_free < p.requested:
+        if not rules.checks_free_memory and not p.others_charged:
+            return GPU_UTIL_EXCEEDS_FREE, M.no_free_memory_check(s.version, p.requested, snapshot_free)
+        if rules.checks_free_memory:
+            return GPU_UTIL_EXCEEDS_FREE, M.free_memory_error(
+                device="cuda:0",
+                free=vllm_format_gib(max(0, snapshot_free)),
+                total=vllm_format_gib(p.capacity),
+                util=s.gpu_memory_utilization,
+                requested=vllm_format_gib(p.requested),
+                version=s.version,
+            )
+    limit = p.requested if profiled else p.capacity - p.other
+    if max(p.weights) > limit:
+        return WEIGHTS_DO_NOT_FIT, M.weights_do_not_fit(max(p.weights), limit, profiled=profiled)
+    if s.kv_cache_memory_bytes is not None:
+        # Certain, not an estimate: the weights, the given pool and the CUDA context alone exceed the card.
+        over = max(st.weights + st.kv_bytes + st.outside.bytes for st in p.stages) - (p.capacity - p.other)
+        if over > 0:
+            return KV_POOL_OVERCOMMIT, M.kv_pool_overcommit(
+                s.kv_cache_memory_bytes, max(p.weights), p.capacity - p.other, over
+            )
+    if p.available <= 0 or p.num_blocks <= 0:
+        return NO_KV_CACHE_MEMORY, M.no_cache_memory_error(s.version)
+    if rules.v0 and p.num_blocks * s.block_size < s.max_model_len:
+        return KV_TOO_SMALL, M.v0_kv_too_small(s.max_model_len, p.num_blocks * s.block_size)
+    if not rules.v0 and p.needed > p.available:
+        return KV_TOO_SMALL, M.one_request_error(
+            max_model_len=s.max_model_len,
+            needed=M.gib_text(p.needed, s.version),
+            available=M.gib_text(p.available, s.version),
+            estimated=p.fit_len,
+            version=s.version,
+        )
+    return FITS, ""
+
+
+def _core(
+    model: ModelSpec,
+    gpu: GpuSpec,
+    s: VllmSettings,
+    capacity: int,
+    cal: est.Calibration = est.CALIBRATION,
+    edge: int = 0,
+) -> _Core:
+    rules = V.rules_for(s.version)
+    version = rules.version_tuple
+    requested = math.ceil(capacity * s.gpu_memory_utilization)
+    kv_model = kv_view_of_model(model, s.version)
+    pp = s.pipeline_parallel_size
+    weights, load_change, rope, slots = _weights_per_stage(model, gpu, s)
     parts = kvmath.pp_partition(model.num_hidden_layers, pp)
     other = capacity - s.free_memory_bytes if s.free_memory_bytes is not None else 0
-    others_charged = other if V.counts_other_processes(s.version) else 0
+    others_charged = other if rules.counts_other_processes else 0
     stages = tuple(
         _stage_budget(
             model,
@@ -202,100 +274,27 @@ def _core(
     )
     groups = max(1, len(kvmath.stage_layout(kvmath.stage_layer_kinds(kv_model, pp)[binding.index]).groups))
     concurrency = num_blocks / bpr if bpr else 0.0
-    if version >= (0, 28, 0):
+    if rules.tokens_from_concurrency:
         kv_tokens = int(concurrency * s.max_model_len)
     else:
         kv_tokens = num_blocks // groups * s.block_size
-
-    # The checks, in the order vLLM meets them.
-    verdict, message = FITS, ""
-    null_block = binding.bytes_per_block if version > (0, 11, 99) else 0
-    available = binding.kv_bytes - null_block
-    needed = kvmath.per_request_kv_bytes(
-        kv_model,
-        max_model_len=s.max_model_len,
-        block_size=s.block_size,
-        max_num_batched_tokens=s.max_num_batched_tokens,
-        version=version,
-        kv_cache_dtype=s.kv_cache_dtype,
-        tp=tp,
-        pp=pp,
-        model_dtype=s.dtype,
-        async_scheduling=s.async_scheduling,
+    available = binding.kv_bytes - (binding.bytes_per_block if rules.reserves_null_block else 0)
+    pool = _Pool(
+        s=s,
+        rules=rules,
+        capacity=capacity,
+        requested=requested,
+        other=other,
+        others_charged=others_charged,
+        weights=weights,
+        stages=stages,
+        binding=binding,
+        num_blocks=num_blocks,
+        available=available,
+        needed=_request_kv_bytes(kv_model, s, s.max_model_len, version),
+        fit_len=_largest_fitting_len(kv_model, s, available, model.vllm_max_model_len, version),
     )
-    fit_len = _largest_fitting_len(kv_model, s, available, model.vllm_max_model_len, version)
-    snapshot_free = None
-    if s.free_memory_bytes is not None:
-        snapshot_free = s.free_memory_bytes - binding.outside.bytes
-    checks_free = V.checks_free_memory(s.version)
-    if (
-        snapshot_free is not None
-        and s.kv_cache_memory_bytes is None
-        and not checks_free
-        and not others_charged
-        and snapshot_free < requested
-    ):
-        verdict = GPU_UTIL_EXCEEDS_FREE
-        message = (
-            f"vLLM {s.version} has no start-up check of free memory: it will request "
-            f"{vllm_format_gib(requested)} GiB with about {vllm_format_gib(max(0, snapshot_free))} GiB free and "
-            "run out of memory allocating the KV cache; lower --gpu-memory-utilization."
-        )
-    elif (
-        snapshot_free is not None
-        and s.kv_cache_memory_bytes is None
-        and checks_free
-        and snapshot_free < requested
-    ):
-        verdict = GPU_UTIL_EXCEEDS_FREE
-        message = M.free_memory_error(
-            device="cuda:0",
-            free=vllm_format_gib(max(0, snapshot_free)),
-            total=vllm_format_gib(capacity),
-            util=s.gpu_memory_utilization,
-            requested=vllm_format_gib(requested),
-            version=s.version,
-        )
-    elif max(weights) > (requested if s.kv_cache_memory_bytes is None else capacity - other):
-        verdict = WEIGHTS_DO_NOT_FIT
-        limit = requested if s.kv_cache_memory_bytes is None else capacity - other
-        message = (
-            f"The weights alone ({max(weights) / GiB:.2f} GiB per rank) exceed the "
-            f"{'requested budget' if s.kv_cache_memory_bytes is None else 'free memory'} ({limit / GiB:.2f} GiB): "
-            "Failed to load model - not enough GPU memory."
-        )
-    elif (
-        s.kv_cache_memory_bytes is not None
-        and (over := max(st.weights + st.kv_bytes + st.outside.bytes for st in stages) - (capacity - other))
-        > 0
-    ):
-        # Certain, not an estimate: the weights, the given pool and the CUDA context alone exceed the card.
-        verdict = KV_POOL_OVERCOMMIT
-        message = (
-            f"--kv-cache-memory-bytes {s.kv_cache_memory_bytes / GiB:.2f} GiB + the weights ({max(weights) / GiB:.2f} "
-            f"GiB per rank) + the CUDA context exceed the {(capacity - other) / GiB:.2f} GiB free by "
-            f"{over / GiB:.2f} GiB: vLLM skips profiling and runs out of memory allocating the KV cache; lower "
-            f"--kv-cache-memory-bytes below {max(0, s.kv_cache_memory_bytes - over) / GiB:.2f} GiB"
-        )
-    elif available <= 0 or num_blocks <= 0:
-        verdict = NO_KV_CACHE_MEMORY
-        message = M.no_cache_memory_error(s.version)
-    elif V.is_v0(s.version) and num_blocks * s.block_size < s.max_model_len:
-        verdict = KV_TOO_SMALL
-        message = (
-            f"The model's max seq len ({s.max_model_len}) is larger than the maximum number of tokens that can be "
-            f"stored in KV cache ({num_blocks * s.block_size}). Try increasing `gpu_memory_utilization` or "
-            "decreasing `max_model_len` when initializing the engine."
-        )
-    elif not V.is_v0(s.version) and needed > available:
-        verdict = KV_TOO_SMALL
-        message = M.one_request_error(
-            max_model_len=s.max_model_len,
-            needed=vllm_format_gib(needed) if version > (0, 11, 99) else f"{needed / GiB:.2f}",
-            available=vllm_format_gib(available) if version > (0, 11, 99) else f"{available / GiB:.2f}",
-            estimated=fit_len,
-            version=s.version,
-        )
+    verdict, message = _verdict(pool)
     return _Core(
         s=s,
         capacity=capacity,
@@ -308,7 +307,7 @@ def _core(
         concurrency=concurrency,
         verdict=verdict,
         verdict_message=message,
-        max_model_len_fit=fit_len,
+        max_model_len_fit=pool.fit_len,
         other_processes=other,
         non_kv_bytes=binding.weights
         + binding.activation.bytes
@@ -320,14 +319,13 @@ def _core(
     )
 
 
-
 def _auto_fit(
     model: ModelSpec, gpu: GpuSpec, core: _Core, capacity: int, cal: est.Calibration, edge: int = 0
 ) -> tuple[_Core, str | None]:
     """`--max-model-len auto` / `-1` (PR #29431, 0.12 →): the full context if it fits, else the largest length
     that does (`kv_cache_planning.py:1337-1410`), with vLLM's log line or its error."""
     s = core.s
-    if parse_version(s.version) < (0, 12, 0):
+    if not V.rules_for(s.version).has_auto_fit:
         raise BadInputError(
             f"--max-model-len auto: vLLM {s.version} has no auto-fit (added in 0.12, PR #29431)"
         )

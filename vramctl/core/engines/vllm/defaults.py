@@ -12,8 +12,14 @@ from vramctl.core import lora
 from vramctl.core.engines.vllm import rules as V
 from vramctl.core.engines.vllm.kv_manager import compute_dtype as _compute_dtype
 from vramctl.core.engines.vllm.kv_manager import hybrid_kv_for as _hybrid_kv
+from vramctl.core.engines.vllm.rules import rules_for
+from vramctl.core.engines.vllm.scheduler import (
+    apply_scheduler_caps,
+    default_capture_sizes,
+    default_scheduler_limits,
+)
 from vramctl.core.errors import BadInputError
-from vramctl.core.settings import ServeSettings, parse_version
+from vramctl.core.settings import ServeSettings
 from vramctl.core.specs import GpuSpec, ModelSpec, dtype_bytes
 from vramctl.core.units import GiB
 
@@ -181,7 +187,7 @@ def resolve_settings(model: ModelSpec, gpu: GpuSpec, settings: ServeSettings, ve
     if mml is None or mml == AUTO_MAX_MODEL_LEN:
         mml = model.vllm_max_model_len
         defaults.append("max_model_len")
-    table_tokens, table_seqs = V.default_scheduler_limits(
+    table_tokens, table_seqs = default_scheduler_limits(
         gpu,
         version,
         settings.entrypoint,
@@ -204,7 +210,7 @@ def resolve_settings(model: ModelSpec, gpu: GpuSpec, settings: ServeSettings, ve
         chunked = (
             settings.enable_chunked_prefill if settings.enable_chunked_prefill is not None else long_context
         )
-    tokens, seqs = V.apply_scheduler_caps(
+    tokens, seqs = apply_scheduler_caps(
         tokens if tokens is not None else table_tokens,
         seqs if seqs is not None else table_seqs,
         mml,
@@ -228,7 +234,7 @@ def resolve_settings(model: ModelSpec, gpu: GpuSpec, settings: ServeSettings, ve
     elif settings.cudagraph_capture_sizes is not None:
         sizes = tuple(sorted({s for s in settings.cudagraph_capture_sizes if 0 < s <= tokens}))
     else:
-        sizes = V.default_capture_sizes(
+        sizes = default_capture_sizes(
             seqs, tokens, gpu, version, max_capture_size=settings.max_cudagraph_capture_size
         )
     return VllmSettings(
@@ -271,7 +277,7 @@ def _active_seqs(settings: ServeSettings, version: str, max_num_seqs: int) -> in
     active = settings.max_num_active_seqs
     if active is None:
         return None
-    if parse_version(version) < (0, 31, 0):
+    if not rules_for(version).has_max_num_active_seqs:
         raise BadInputError(
             f"--max-num-active-seqs {active}: vLLM {version} has no such flag (added in 0.31.0); vLLM would stop "
             "with 'unrecognized arguments'"

@@ -34,7 +34,8 @@ def kv_view_of_model(model: ModelSpec, version: str) -> ModelSpec:
     sliding-window layers of a hybrid model as full attention (datapoint 119: "V0 sizes KV as if every layer were
     full attention"; `unify_hybrid_kv_cache_specs`)."""
     hybrid = model.num_sliding_layers and model.num_full_layers
-    if model.num_sliding_layers and (V.is_v0(version) or (hybrid and parse_version(version) < (0, 10, 0))):
+    rules = V.rules_for(version)
+    if model.num_sliding_layers and (rules.v0 or (hybrid and not rules.hybrid_kv_manager)):
         return replace(model, layer_types=(FULL_ATTENTION,) * model.num_hidden_layers, sliding_window=None)
     return model
 
@@ -80,6 +81,22 @@ def _stage_bytes_per_block(kv_model: ModelSpec, s: VllmSettings, stage: int) -> 
     return kvmath.stage_layout(kinds).group_size * page
 
 
+def _request_kv_bytes(kv_model: ModelSpec, s: VllmSettings, length: int, version: tuple[int, ...]) -> int:
+    """One request's KV at `length` tokens on one rank (`vramctl.core.kv.per_request_kv_bytes`)."""
+    return kvmath.per_request_kv_bytes(
+        kv_model,
+        max_model_len=length,
+        block_size=s.block_size,
+        max_num_batched_tokens=s.max_num_batched_tokens,
+        version=version,
+        kv_cache_dtype=s.kv_cache_dtype,
+        tp=s.tensor_parallel_size,
+        pp=s.pipeline_parallel_size,
+        model_dtype=s.dtype,
+        async_scheduling=s.async_scheduling,
+    )
+
+
 def _largest_fitting_len(
     kv_model: ModelSpec, s: VllmSettings, available: int, upper: int, version: tuple[int, ...]
 ) -> int:
@@ -87,18 +104,7 @@ def _largest_fitting_len(
     KV fits `available` (`kv_cache_planning.py:97-148`); 0 when one token does not fit."""
 
     def needed(length: int) -> int:
-        return kvmath.per_request_kv_bytes(
-            kv_model,
-            max_model_len=length,
-            block_size=s.block_size,
-            max_num_batched_tokens=s.max_num_batched_tokens,
-            version=version,
-            kv_cache_dtype=s.kv_cache_dtype,
-            tp=s.tensor_parallel_size,
-            pp=s.pipeline_parallel_size,
-            model_dtype=s.dtype,
-            async_scheduling=s.async_scheduling,
-        )
+        return _request_kv_bytes(kv_model, s, length, version)
 
     if available <= 0 or needed(1) > available:
         return 0

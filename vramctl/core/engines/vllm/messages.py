@@ -3,14 +3,15 @@
 
 from __future__ import annotations
 
-from vramctl.core.engines.vllm.rules import _v
+from vramctl.core.engines.vllm.rules import rules_for
+from vramctl.core.units import GiB, vllm_format_gib
 
 
 def free_memory_error(
     *, device: str, free: str, total: str, util: float, requested: str, version: str
 ) -> str:
     """`request_memory` ValueError (`vllm/v1/worker/utils.py:716-772`; 0.11.0 had no device token)."""
-    where = f"Free memory on device {device} " if _v(version) > (0, 11, 99) else "Free memory on device "
+    where = f"Free memory on device {device} " if rules_for(version).new_wordings else "Free memory on device "
     return (
         f"{where}({free}/{total} GiB) on startup is less than desired GPU memory utilization "
         f"({util}, {requested} GiB). Decrease GPU memory utilization or reduce GPU memory used by other processes."
@@ -20,7 +21,7 @@ def free_memory_error(
 def no_cache_memory_error(version: str) -> str:
     """`kv_cache_planning.py:56-64`; ≤0.11.0 stopped after "…initializing the engine."."""
     base = "No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when initializing the engine"
-    if _v(version) <= (0, 11, 99):
+    if not rules_for(version).new_wordings:
         return base + "."
     return (
         base + " (this flag also controls CPU memory reservation on the CPU backend, despite its name). "
@@ -38,7 +39,7 @@ def one_request_error(
         if estimated > 0
         else ""
     )
-    if _v(version) <= (0, 11, 99):
+    if not rules_for(version).new_wordings:
         return (
             f"To serve at least one request with the models's max seq len ({max_model_len}), ({needed} GiB KV cache "
             f"is needed, which is larger than the available KV cache memory ({available} GiB). {estimated_msg}"
@@ -53,6 +54,53 @@ def one_request_error(
     )
 
 
+
+
+def gib_text(n_bytes: int, version: str) -> str:
+    """A size in the version's messages: vLLM's GiB format from 0.12, two decimals before."""
+    return vllm_format_gib(n_bytes) if rules_for(version).new_wordings else f"{n_bytes / GiB:.2f}"
+
+
+# --- vramctl's words for failures vLLM meets without a message of its own ------------------------------------
+
+
+def no_free_memory_check(version: str, requested: int, snapshot_free: int) -> str:
+    """Before the free-memory check (`VllmRules.checks_free_memory`): the request goes ahead and the KV allocation
+    runs out of memory."""
+    return (
+        f"vLLM {version} has no start-up check of free memory: it will request "
+        f"{vllm_format_gib(requested)} GiB with about {vllm_format_gib(max(0, snapshot_free))} GiB free and "
+        "run out of memory allocating the KV cache; lower --gpu-memory-utilization."
+    )
+
+
+def weights_do_not_fit(weights: int, limit: int, *, profiled: bool) -> str:
+    """The weights alone exceed the budget (profiled) or the free memory (`--kv-cache-memory-bytes`)."""
+    return (
+        f"The weights alone ({weights / GiB:.2f} GiB per rank) exceed the "
+        f"{'requested budget' if profiled else 'free memory'} ({limit / GiB:.2f} GiB): "
+        "Failed to load model - not enough GPU memory."
+    )
+
+
+def kv_pool_overcommit(kv_cache_memory_bytes: int, weights: int, free: int, over: int) -> str:
+    """`--kv-cache-memory-bytes` + the weights + the CUDA context exceed the free memory: certain, not estimated."""
+    return (
+        f"--kv-cache-memory-bytes {kv_cache_memory_bytes / GiB:.2f} GiB + the weights ({weights / GiB:.2f} "
+        f"GiB per rank) + the CUDA context exceed the {free / GiB:.2f} GiB free by "
+        f"{over / GiB:.2f} GiB: vLLM skips profiling and runs out of memory allocating the KV cache; lower "
+        f"--kv-cache-memory-bytes below {max(0, kv_cache_memory_bytes - over) / GiB:.2f} GiB"
+    )
+
+
+def v0_kv_too_small(max_model_len: int, kv_tokens: int) -> str:
+    """V0's start-up error when the pool holds fewer tokens than one max_model_len request (`[0.6.6.post1]
+    vllm/worker/worker.py` raise_if_cache_size_invalid)."""
+    return (
+        f"The model's max seq len ({max_model_len}) is larger than the maximum number of tokens that can be "
+        f"stored in KV cache ({kv_tokens}). Try increasing `gpu_memory_utilization` or "
+        "decreasing `max_model_len` when initializing the engine."
+    )
 
 # --- hybrid attention + Mamba / linear-attention models (docs/hybrid.md) --------------------------------------
 
