@@ -23,7 +23,13 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from vramctl.core.engines.sglang.result import _sglang_fraction_rows, _sglang_top_level, _wants_hicache
+from vramctl.core.engines.base import EnginePlan, EngineRules, KvPool
+from vramctl.core.engines.sglang.result import (
+    SglangEngine,
+    _sglang_fraction_rows,
+    _sglang_top_level,
+    _wants_hicache,
+)
 from vramctl.core.engines.vllm.defaults import (
     AUTO_MAX_MODEL_LEN,
     VALID_BLOCK_SIZES,
@@ -32,11 +38,12 @@ from vramctl.core.engines.vllm.defaults import (
     resolve_settings,
     validate,
 )
-from vramctl.core.engines.vllm.explain import OLDEST_VLLM_VERSION
 from vramctl.core.engines.vllm.hybrid import HybridPlan
 from vramctl.core.engines.vllm.kv_manager import kv_view_of_model, lora_slots_of, stage_weight_bytes
-from vramctl.core.engines.vllm.planner import plan_vllm
+from vramctl.core.engines.vllm.planner import VllmEngine, plan_vllm
+from vramctl.core.engines.vllm.rules import OLDEST_VLLM_VERSION
 from vramctl.core.engines.vllm.rules import graph_regime as _graph_regime
+from vramctl.core.errors import BadInputError
 from vramctl.core.plan_result import PlanEdge, PlanResult
 from vramctl.core.settings import ServeSettings
 from vramctl.core.specs import GpuSpec, ModelSpec
@@ -69,6 +76,15 @@ def plan(
     )
     return replace(result, fixes=fixes) if fixes else result
 
+
+
+def engine_rules(engine: str, *, sglang_options: Any = None) -> EngineRules:
+    """The rules package of `engine` (`vllm` or `sglang`) behind the engine-neutral interface."""
+    if engine == "vllm":
+        return VllmEngine()
+    if engine == "sglang":
+        return SglangEngine(sglang_options)
+    raise BadInputError(f"--engine {engine!r}: expected vllm or sglang")
 
 def _plan_quantized(
     model: ModelSpec, gpu: GpuSpec, settings: ServeSettings, sglang_options: Any, *, light: bool = False
@@ -165,13 +181,17 @@ __all__ = [
     "OLDEST_VLLM_VERSION",
     "VALID_BLOCK_SIZES",
     "WEIGHTS_DO_NOT_FIT",
+    "EnginePlan",
+    "EngineRules",
     "HybridPlan",
+    "KvPool",
     "PlanEdge",
     "PlanResult",
     "Verdict",
     "VllmSettings",
     "_graph_regime",
     "default_block_size_for",
+    "engine_rules",
     "kv_view_of_model",
     "lora_slots_of",
     "plan",

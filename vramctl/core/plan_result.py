@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from vramctl.core.engines.base import EnginePlan, KvPool
 from vramctl.core.ledger import (
     Ledger,
 )
@@ -12,6 +13,7 @@ from vramctl.core.specs import GpuSpec, ModelSpec
 from vramctl.core.utilization import UtilizationRow
 from vramctl.core.verdicts import (
     FITS,
+    Verdict,
 )
 
 if TYPE_CHECKING:
@@ -43,7 +45,7 @@ class PlanEdge:
             "kv_tokens": self.kv_tokens,
             "max_concurrency": round(self.max_concurrency, 4),
             "max_model_len_fit": self.max_model_len_fit,
-            "verdict": self.verdict,
+            "verdict": str(self.verdict),
             "verdict_message": self.verdict_message,
         }
 
@@ -100,6 +102,58 @@ class PlanResult:
         """Fits with the estimates, not at the pessimistic edge: the server may not start."""
         return self.verdict == FITS and self.pessimistic is not None and not self.pessimistic.fits
 
+    @property
+    def engine_plan(self) -> EnginePlan:
+        """The top-level plan in engine-neutral terms (`vramctl.core.engines.base.EnginePlan`)."""
+        return EnginePlan(
+            engine=self.engine,
+            version=self.engine_version,
+            capacity_bytes=self.capacity_bytes,
+            requested_bytes=self.requested_bytes,
+            ledger=self.ledger,
+            kv_pool=KvPool(
+                kv_cache_bytes=self.kv_cache_bytes,
+                bytes_per_token=self.kv_bytes_per_token,
+                block_size=self.block_size,
+                num_blocks=self.num_blocks,
+                blocks_per_request=self.blocks_per_request,
+                tokens=self.kv_tokens,
+                max_concurrency=self.max_concurrency,
+                max_model_len=self.max_model_len,
+                max_model_len_fit=self.max_model_len_fit,
+            ),
+            verdict=Verdict(self.verdict),
+            verdict_message=self.verdict_message,
+            notes=self.explanations,
+            warnings=self.warnings,
+        )
+
+    def with_engine_plan(self, ep: EnginePlan) -> PlanResult:
+        """This result with `ep` at the top level: its engine, ledger, KV pool, verdict, notes and warnings."""
+        pool = ep.kv_pool
+        return replace(
+            self,
+            engine=ep.engine,
+            engine_version=ep.version,
+            ledger=ep.ledger,
+            capacity_bytes=ep.capacity_bytes,
+            requested_bytes=ep.requested_bytes,
+            kv_cache_bytes=pool.kv_cache_bytes,
+            kv_bytes_per_token=pool.bytes_per_token,
+            bytes_per_block=pool.bytes_per_token * pool.block_size,
+            block_size=pool.block_size,
+            num_blocks=pool.num_blocks,
+            blocks_per_request=pool.blocks_per_request,
+            kv_tokens=pool.tokens,
+            max_concurrency=pool.max_concurrency,
+            max_model_len=pool.max_model_len,
+            max_model_len_fit=pool.max_model_len_fit,
+            verdict=ep.verdict,
+            verdict_message=ep.verdict_message,
+            explanations=ep.notes,
+            warnings=ep.warnings,
+        )
+
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
             "engine": self.engine,
@@ -132,7 +186,7 @@ class PlanResult:
             "max_concurrency": round(self.max_concurrency, 4),
             "max_model_len": self.max_model_len,
             "max_model_len_fit": self.max_model_len_fit,
-            "verdict": self.verdict,
+            "verdict": str(self.verdict),
             "verdict_message": self.verdict_message,
             "outside_budget_bytes": self.outside_budget_bytes,
             "binding_stage": self.binding_stage,

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
+from vramctl.core.engines.base import EnginePlan, KvPool
+from vramctl.core.engines.sglang.budget import SglangPlan, plan_sglang
+from vramctl.core.engines.sglang.options import SglangOptions
 from vramctl.core.plan_result import PlanResult
 from vramctl.core.settings import ServeSettings
 from vramctl.core.specs import GpuSpec, ModelSpec
@@ -12,6 +15,7 @@ from vramctl.core.units import cdiv
 from vramctl.core.utilization import UtilizationRow
 from vramctl.core.verdicts import (
     WEIGHTS_DO_NOT_FIT,
+    Verdict,
 )
 
 
@@ -86,37 +90,58 @@ def _wants_hicache(settings: ServeSettings) -> bool:
     )
 
 
-def _sglang_top_level(result: PlanResult, sgp: Any) -> PlanResult:
-    """`--engine sglang`: the headline numbers in SGLang's semantics (its ledger, pool, verdict)."""
+def sglang_engine_plan(sgp: SglangPlan, model: ModelSpec, *, fallback_len: int) -> EnginePlan:
+    """SGLang's plan in engine-neutral terms: its ledger, its pool in pages, its verdict (`fallback_len`: the
+    context when SGLang's is 0)."""
     page = max(1, int(sgp.page_size))
     tokens = int(sgp.max_total_num_tokens)
-    context = int(sgp.context_len) or result.max_model_len
-    fit = min(tokens, result.model.max_position_embeddings)
-    return replace(
-        result,
+    context = int(sgp.context_len) or fallback_len
+    return EnginePlan(
         engine="sglang",
-        engine_version=str(sgp.version),
-        ledger=sgp.ledger,
+        version=str(sgp.version),
         capacity_bytes=int(sgp.capacity_bytes),
         requested_bytes=int(sgp.capacity_bytes) - int(sgp.held_back_bytes),
-        kv_cache_bytes=int(sgp.kv_cache_bytes),
-        kv_bytes_per_token=int(sgp.bytes_per_token),
-        bytes_per_block=int(sgp.bytes_per_token) * page,
-        block_size=page,
-        num_blocks=tokens // page,
-        blocks_per_request=cdiv(context, page),
-        kv_tokens=tokens,
-        max_concurrency=float(sgp.concurrency_at_context),
-        max_model_len=context,
-        max_model_len_fit=fit,
-        verdict=str(sgp.verdict),
+        ledger=sgp.ledger,
+        kv_pool=KvPool(
+            kv_cache_bytes=int(sgp.kv_cache_bytes),
+            bytes_per_token=int(sgp.bytes_per_token),
+            block_size=page,
+            num_blocks=tokens // page,
+            blocks_per_request=cdiv(context, page),
+            tokens=tokens,
+            max_concurrency=float(sgp.concurrency_at_context),
+            max_model_len=context,
+            max_model_len_fit=min(tokens, model.max_position_embeddings),
+        ),
+        verdict=Verdict(str(sgp.verdict)),
         verdict_message=str(sgp.message),
+        notes=tuple(sgp.notes),
+    )
+
+
+@dataclass(frozen=True)
+class SglangEngine:
+    """SGLang's rules package behind `vramctl.core.engines.base.EngineRules`."""
+
+    options: SglangOptions | None = None
+
+    @property
+    def engine(self) -> str:
+        return "sglang"
+
+    def plan(self, model: ModelSpec, gpu: GpuSpec, settings: ServeSettings) -> EnginePlan:
+        sgp = plan_sglang(model, gpu, settings, options=self.options)
+        return sglang_engine_plan(sgp, model, fallback_len=model.max_position_embeddings)
+
+
+def _sglang_top_level(result: PlanResult, sgp: Any) -> PlanResult:
+    """`--engine sglang`: the headline numbers in SGLang's semantics (its ledger, pool, verdict)."""
+    top = result.with_engine_plan(sglang_engine_plan(sgp, result.model, fallback_len=result.max_model_len))
+    return replace(
+        top,
         utilization_table=(),
-        explanations=tuple(sgp.notes),
-        warnings=(),
         kv_cache_uncertainty_bytes=0,  # SGLang sizes its pool from free memory it measures: no band to carry
         pessimistic=None,
         optimistic=None,
         hybrid=None,  # SGLang's state pool is under `sglang.mamba` and its ledger's mamba_state term
     )
-

@@ -9,11 +9,12 @@ from vramctl.core.engines.vllm import estimates as est
 from vramctl.core.engines.vllm import rules as V
 from vramctl.core.engines.vllm.budget import _Core, _core
 from vramctl.core.engines.vllm.kv_manager import kv_view_of_model
+from vramctl.core.engines.vllm.rules import OLDEST_VLLM_VERSION
 from vramctl.core.ledger import (
     SLACK,
     Ledger,
 )
-from vramctl.core.settings import LATEST_VLLM_VERSION, parse_version
+from vramctl.core.settings import LATEST_VLLM_VERSION
 from vramctl.core.specs import GpuSpec, ModelSpec
 from vramctl.core.units import GiB
 from vramctl.core.utilization import UtilizationRow, utilization_trade
@@ -68,19 +69,15 @@ def _utilization_rows(
     return tuple(out)
 
 
-OLDEST_VLLM_VERSION = "0.6.0"
-"""The oldest vLLM whose memory rules vramctl models (V0 0.6.x; `vllm/engine/arg_utils.py` (vLLM v0.33.0))."""
-
-
 def _version_outside_known(version: str) -> str:
     """A warning when `version` lies outside the versions modelled: the nearest known rules are applied."""
-    v = parse_version(version)
-    if v > parse_version(LATEST_VLLM_VERSION):
+    position = V.rules_for(version).known_range
+    if position == "newer":
         return (
             f"vLLM {version} is newer than the latest version vramctl models ({LATEST_VLLM_VERSION}): planned with "
             f"{LATEST_VLLM_VERSION}'s rules; check the release notes for memory-profiling changes"
         )
-    if v < parse_version(OLDEST_VLLM_VERSION):
+    if position == "older":
         return (
             f"vLLM {version} predates the oldest version vramctl models ({OLDEST_VLLM_VERSION}): planned with V0 "
             "0.6's rules, which may not be this version's"
@@ -154,6 +151,16 @@ def _explanations(model: ModelSpec, gpu: GpuSpec, core: _Core, ledger: Ledger) -
             f"Pipeline stages hold {list(kvmath.pp_partition(model.num_hidden_layers, s.pipeline_parallel_size))} "
             f"layers; blocks are the minimum over ranks, so stage {st.index + 1} binds."
         )
+    _deployment_notes(model, gpu, core, notes, warnings)
+    _margin_warnings(core, ledger, warnings)
+    return notes, warnings
+
+
+def _deployment_notes(model: ModelSpec, gpu: GpuSpec, core: _Core, notes: list[str], warnings: list[str]) -> None:
+    """What the deployment adds: multimodal encoders, expert / data parallelism, LoRA, the textbook comparison and
+    a dominant sampler warm-up."""
+    s = core.s
+    st = core.binding
     arch = model.architecture
     if "ConditionalGeneration" in arch or "VL" in arch or "Llava" in arch or "Vision" in arch:
         warnings.append(
@@ -200,6 +207,11 @@ def _explanations(model: ModelSpec, gpu: GpuSpec, core: _Core, ledger: Ledger) -
             f"The sampler warm-up over {min(s.max_num_seqs, s.max_num_batched_tokens)} requests × {model.vocab_size} "
             f"vocab in fp32 dominates the activation peak ({sampler / GiB:.2f} GiB); --max-num-seqs lowers it."
         )
+
+
+def _margin_warnings(core: _Core, ledger: Ledger, warnings: list[str]) -> None:
+    """A thin or negative margin left on the card after every term."""
+    s = core.s
     slack = ledger.bytes_of(SLACK)
     if s.kv_cache_memory_bytes is None and 0 <= slack < max(_THIN_MARGIN_BYTES, int(0.02 * core.capacity)):
         warnings.append(
@@ -211,7 +223,6 @@ def _explanations(model: ModelSpec, gpu: GpuSpec, core: _Core, ledger: Ledger) -
             f"The estimated footprint exceeds the card by {-slack / GiB:.2f} GiB (memory outside the budget does not "
             "fit in the 1 − u headroom): expect an OOM during CUDA-graph capture or serving."
         )
-    return notes, warnings
 
 
 SEED_MODEL = "meta-llama/Meta-Llama-3-8B-Instruct"

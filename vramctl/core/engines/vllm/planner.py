@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from vramctl.core import kv as kvmath
+from vramctl.core.engines.base import EnginePlan
 from vramctl.core.engines.vllm import estimates as est
 from vramctl.core.engines.vllm import rules as V
 from vramctl.core.engines.vllm.budget import _auto_fit, _Core, _core
@@ -115,3 +116,14 @@ def plan_vllm(
     if model.state_space is not None:
         result = _with_hybrid(result, model, gpu, settings, core)
     return result
+
+
+class VllmEngine:
+    """vLLM's rules package behind `vramctl.core.engines.base.EngineRules`."""
+
+    @property
+    def engine(self) -> str:
+        return "vllm"
+
+    def plan(self, model: ModelSpec, gpu: GpuSpec, settings: ServeSettings) -> EnginePlan:
+        return plan_vllm(model, gpu, settings.with_changes(engine="vllm")).engine_plan

@@ -43,6 +43,9 @@ VERSION_TEXT = re.compile(r"[vV]?\d+(\.\d+){1,3}([.+-]?(post|rc|dev|a|b)\d*)?(\+
 V0_RULES_VERSION = "0.7.3"
 """The last release whose default engine was V0: its rules stand for the V0 engine 0.8-0.10 fall back to."""
 
+OLDEST_VLLM_VERSION = "0.6.0"
+"""The oldest vLLM whose memory rules vramctl models (V0 0.6.x; `vllm/engine/arg_utils.py` (vLLM v0.33.0))."""
+
 HYBRID_MIN_VLLM: tuple[int, int, int] = (0, 10, 2)
 """The first vLLM whose hybrid (attention + Mamba / linear attention) models vramctl plans (see `hybrid_supported`)."""
 
@@ -144,6 +147,9 @@ class VllmRules:
     has_max_num_active_seqs: bool
     """`--max-num-active-seqs` (0.31.0 →, `[0.32.0] vllm/config/scheduler.py:69`, checked against max_num_seqs at
     `:336-341`)."""
+    known_range: Literal["known", "newer", "older"]
+    """Where the version lies against the versions vramctl models (`OLDEST_VLLM_VERSION` to
+    `LATEST_VLLM_VERSION`): outside, the nearest known rules apply and the plan says so."""
     new_wordings: bool
     """The 0.12 → wordings: "Free memory on device cuda:0 …" (`vllm/v1/worker/utils.py:742`), the CPU-backend
     remarks and docs link of the no-cache / one-request errors (`kv_cache_planning.py:56-87`), and sizes in
@@ -187,6 +193,11 @@ def _rules_for_tuple(text: str, v: Version) -> VllmRules:
         tokens_from_concurrency=v >= (0, 28, 0),
         has_auto_fit=v >= (0, 12, 0),
         has_max_num_active_seqs=v >= (0, 31, 0),
+        known_range="newer"
+        if v > parse_version(LATEST_VLLM_VERSION)
+        else "older"
+        if v < parse_version(OLDEST_VLLM_VERSION)
+        else "known",
         new_wordings=v > (0, 11, 99),
     )
 
