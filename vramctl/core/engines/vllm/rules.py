@@ -95,6 +95,10 @@ class VllmRules:
     v0_fallback_window: bool
     """0.8-0.10 fall back to V0 below compute capability 8.0 (`_is_v1_supported_oracle`, vllm/engine/arg_utils.py
     0.8-0.10: "Compute Capability < 8.0 is not supported by V1"); 0.11 removed V0."""
+    v1_only: bool
+    """From 0.10 a log without an engine banner is read as V1 (read-log's `v1` semantics, vramctl.diagnose.startup):
+    V0 is deprecated there (only the Turing fallback, `v0_fallback_window`, still runs it); 0.8-0.9 could run V0
+    by choice (`VLLM_USE_V1=0`)."""
     checks_free_memory: bool
     """`request_memory` fails when free < ceil(total × u) (`vllm/v1/worker/utils.py:716-772`): V1 from PR #19312
     (Jun 2025, taken as 0.10.0). Earlier versions had no such check."""
@@ -172,6 +176,7 @@ def _rules_for_tuple(text: str, v: Version) -> VllmRules:
         charges_nccl=v < (0, 7, 0),
         enforce_eager_disables_compile=v > (0, 11, 99),
         v0_fallback_window=(0, 8, 0) <= v < (0, 11, 0),
+        v1_only=v >= (0, 10, 0),
         checks_free_memory=v >= (0, 10, 0),
         counts_other_processes=v < (0, 6, 5) or (0, 8, 0) <= v < (0, 10, 0),
         large_gpu_tier=v >= (0, 12, 0),
