@@ -78,7 +78,8 @@ def version_comparisons(path: Path) -> list[str]:
 def test_vllm_version_switches_live_in_rules_py() -> None:
     vllm_pkg = CORE / "engines" / "vllm"
     paths = [p for p in sorted(vllm_pkg.glob("*.py")) if p.name != "rules.py"]
-    paths += [CORE / "plan.py", CORE / "plan_result.py", CORE / "kv.py"]
+    paths += [CORE / "plan.py", CORE / "plan_result.py", CORE / "kv.py", CORE / "engines" / "version_rules.py"]
+    paths += [ROOT / "vramctl" / "measure" / "profiler.py", ROOT / "vramctl" / "diagnose" / "startup.py"]
     found = [hit for p in paths for hit in version_comparisons(p)]
     assert found == [], "compare vLLM versions in vramctl/core/engines/vllm/rules.py (VllmRules), not here"
     assert version_comparisons(vllm_pkg / "rules.py"), "rules.py holds the switches: the check must see them"
