@@ -188,6 +188,24 @@ VLLM_RULES: tuple[VersionRule, ...] = (
         "vllm/compilation (piecewise from the V1 engine, 0.8; FULL_AND_PIECEWISE default from 0.12)",
         _graph_regime,
     ),
+    VersionRule(
+        "vllm",
+        "null-block",
+        "one KV block held back as the null block (the one-request check plans against usable blocks)",
+        ("verdict",),
+        "vllm/v1/core/block_pool.py:187 and vllm/v1/core/kv_cache_utils.py:1104-1130 at 0.32.0 (from 0.12)",
+        lambda v, _: _yes(vr.rules_for(v).reserves_null_block),
+    ),
+    VersionRule(
+        "vllm",
+        "kv-token-count",
+        "KV token capacity as vLLM reports it",
+        ("kv_tokens",),
+        "vllm/v1/core/kv_cache_utils.py:2300-2308 at 0.32.0 (int(max_concurrency x max_model_len), from 0.28)",
+        lambda v, _: "concurrency x max_model_len"
+        if vr.rules_for(v).tokens_from_concurrency
+        else "blocks // groups x block_size",
+    ),
 )
 
 

@@ -91,7 +91,8 @@ class VllmRules:
     `init_worker_distributed_environment` (`vllm/v1/worker/gpu_worker.py:504`). The 0.8 V0 datapoints with TP 4
     and 8 of the collected real start-up logs (119, 120) log 0.1-0.5 GiB of non-torch memory: NCCL not charged."""
     enforce_eager_disables_compile: bool
-    """0.33: eager = no torch.compile and no graphs; ≤0.11 it only disabled graphs (`vllm/engine/arg_utils.py`)."""
+    """Eager = no torch.compile and no graphs from 0.12 (`[0.32.0] vllm/config/vllm.py:1691-1693`: mode NONE,
+    cudagraph_mode NONE); ≤0.11 it only disabled graphs."""
     v0_fallback_window: bool
     """0.8-0.10 fall back to V0 below compute capability 8.0 (`_is_v1_supported_oracle`, vllm/engine/arg_utils.py
     0.8-0.10: "Compute Capability < 8.0 is not supported by V1"); 0.11 removed V0."""
@@ -119,13 +120,14 @@ class VllmRules:
     hybrid_kv_manager: bool
     """The hybrid KV cache manager (0.10 →): before it (and always in V0) sliding-window layers of a hybrid model
     are sized as full attention (`unify_hybrid_kv_cache_specs`; datapoint 119: "V0 sizes KV as if every layer
-    were full attention")."""
+    were full attention"; `unify_hybrid_kv_cache_specs`, `[0.32.0] vllm/v1/core/kv_cache_utils.py:1799`)."""
     hybrid_supported: bool
     """Mamba / linear-attention hybrids are planned from 0.10.2 (`HYBRID_MIN_VLLM`): V1's MambaSpec pages, the
     page-size unification (`vllm/model_executor/models/config.py` HybridAttentionMambaModelConfig) and Qwen3-Next
     all arrive by then; older versions (V0's separate Mamba cache) are refused rather than guessed."""
     nemotron_ssm_float32: bool
-    """`NemotronHForCausalLMConfig.update_mamba_ssm_cache_dtype` (vllm/model_executor/models/config.py) turns an
+    """`NemotronHForCausalLMConfig.update_mamba_ssm_cache_dtype` (`[0.32.0] vllm/model_executor/models/config.py:712-726`,
+    DEFAULT_MAMBA_SSM_CACHE_DTYPE = "float32") turns an
     `auto` SSM cache dtype into float32; absent from the 0.11 model-config map, applied from 0.12 (neither
     boundary pinned by the reference)."""
     hybrid_align_blackwell_256: bool
@@ -133,9 +135,10 @@ class VllmRules:
     block size 16 is not supported on blackwell", vllm/model_executor/models/config.py from 0.11)."""
     hybrid_align_user_block: bool
     """From 0.12 `_align_hybrid_block_size` takes max(alignment, cache_config.block_size)
-    (`vllm/v1/kv_cache_interface.py`, `interface.py:940-1140`)."""
+    (`[0.32.0] vllm/platforms/interface.py:939`; 0.33 `interface.py:940-1140`)."""
     in_flight: InFlightRule
-    """Tokens a sliding-window request may still need beyond its window (`vllm/config/vllm.py:588-609`):
+    """Tokens a sliding-window request may still need beyond its window (`vllm/config/vllm.py:588-609`;
+    `[0.32.0] vllm/config/vllm.py:577-597` max_concurrent_batches):
     max_num_batched_tokens itself ≤0.11; two batches (pp + … on the V1 runner) 0.12-0.32; pp + 1 batches on the
     V2 model runner, the default from 0.33 (`vllm/v1/kv_cache_interface.py`)."""
     reserves_null_block: bool
