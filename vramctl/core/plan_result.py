@@ -6,6 +6,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from vramctl.core.engines.base import EnginePlan, KvPool
+from vramctl.core.gap import GapItem
 from vramctl.core.ledger import (
     Ledger,
 )
@@ -17,7 +18,10 @@ from vramctl.core.verdicts import (
 )
 
 if TYPE_CHECKING:
+    from vramctl.core.engines.sglang.budget import SglangPlan
     from vramctl.core.engines.vllm.defaults import VllmSettings
+    from vramctl.core.engines.vllm.hybrid import HybridPlan
+    from vramctl.core.host_tier import HostTierPlan
 
 
 @dataclass(frozen=True)
@@ -76,13 +80,13 @@ class PlanResult:
     """Memory the process holds that vLLM does not charge to `requested` (CUDA context, NCCL, graphs < 0.20)."""
     binding_stage: int
     utilization_table: tuple[UtilizationRow, ...] = ()
-    sglang: Any = None
+    sglang: SglangPlan | None = None
     """The SGLang engineer's SglangPlan for `--engine sglang|both` (None otherwise)."""
-    gap: tuple[Any, ...] = ()
-    host_tier: Any = None
+    gap: tuple[GapItem, ...] = ()
+    host_tier: HostTierPlan | None = None
     warnings: tuple[str, ...] = ()
     explanations: tuple[str, ...] = ()
-    hybrid: Any = None
+    hybrid: HybridPlan | None = None
     """A HybridPlan for Mamba / linear-attention hybrids (the state term, docs/hybrid.md); None otherwise."""
     kv_cache_uncertainty_bytes: int = 0
     """How much the KV pool shrinks at the pessimistic edge (the estimated terms' bands, summed)."""
