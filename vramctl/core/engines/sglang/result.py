@@ -20,7 +20,7 @@ from vramctl.core.verdicts import (
 
 
 def _sglang_fraction_rows(
-    model: ModelSpec, gpu: GpuSpec, settings: ServeSettings, options: Any, current: Any
+    model: ModelSpec, gpu: GpuSpec, settings: ServeSettings, options: Any, current: SglangPlan
 ) -> tuple[UtilizationRow, ...]:
     """SGLang's side of the utilisation trade: the same plan at each `--mem-fraction-static` of the grid and the
     one in use (SGLang's own sizing rerun, so every branch applies), with the held-back memory judged against
@@ -134,7 +134,7 @@ class SglangEngine:
         return sglang_engine_plan(sgp, model, fallback_len=model.max_position_embeddings)
 
 
-def _sglang_top_level(result: PlanResult, sgp: Any) -> PlanResult:
+def _sglang_top_level(result: PlanResult, sgp: SglangPlan) -> PlanResult:
     """`--engine sglang`: the headline numbers in SGLang's semantics (its ledger, pool, verdict)."""
     top = result.with_engine_plan(sglang_engine_plan(sgp, result.model, fallback_len=result.max_model_len))
     return replace(
