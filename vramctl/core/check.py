@@ -722,7 +722,7 @@ class EngineOutcome:
         return {
             "engine": self.engine,
             "engine_version": self.version,
-            "verdict": str(self.verdict),
+            "verdict": self.verdict,
             "verdict_message": self.verdict_message,
             "capacity_bytes": self.capacity_bytes,
             "kv_cache_bytes": self.kv_cache_bytes,

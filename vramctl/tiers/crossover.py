@@ -291,7 +291,7 @@ class TierVerdict:
             "r_star_swap_tokens_per_s": self.r_star_swap,
             "advantage": self.advantage,
             "fetch_wins": self.fetch_wins,
-            "verdict": str(self.verdict),
+            "verdict": self.verdict,
             "fetch_time_s": self.fetch_time_s,
             "recompute_time_s": self.recompute_time_s,
             "latency_s": self.link.latency_s,
