@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from vramctl.cli.main import main
-from vramctl.core import estimates as est
+from vramctl.core.engines.vllm import estimates as est
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLES = ROOT.parent / "shared" / "samples" / "startup"

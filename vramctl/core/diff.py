@@ -13,6 +13,7 @@ from typing import Any
 from vramctl.core.engines.version_rules import RuleChange, RuleContext, changed_rules
 from vramctl.core.ledger import TERM_ORDER
 from vramctl.core.units import format_bytes
+from vramctl.core.verdicts import Verdict
 
 DEFAULT_MAX_KV_LOSS = 0.10
 """`check --against-version`: the share of KV cache an upgrade may lose before the gate fails."""
@@ -38,14 +39,14 @@ class Side:
 
     @property
     def starts(self) -> bool:
-        return self.verdict == "fits"
+        return self.verdict == Verdict.FITS
 
     def to_json(self) -> dict[str, Any]:
         return {
             "label": self.label,
             "engine": self.engine,
             "engine_version": self.engine_version,
-            "verdict": self.verdict,
+            "verdict": str(self.verdict),
             "verdict_message": self.verdict_message,
             "capacity_bytes": self.capacity_bytes,
             "kv_cache_bytes": self.kv_cache_bytes,

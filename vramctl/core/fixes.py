@@ -25,6 +25,7 @@ from vramctl.core.errors import VramctlError
 from vramctl.core.settings import ServeSettings
 from vramctl.core.units import GiB
 from vramctl.core.utilization import margin_risk
+from vramctl.core.verdicts import Verdict
 
 MAX_TP = 8
 """The largest tensor-parallel size suggested: one node of eight GPUs."""
@@ -124,7 +125,7 @@ def find_fixes(result: Any, settings: ServeSettings, planner: Planner) -> tuple[
     first within each kind; empty for a plan that already does, or fails for a reason none of them touches."""
     if result.fits and not result.at_risk:
         return ()
-    if result.verdict == "host-pinned-memory-failure":
+    if result.verdict == Verdict.HOST_PINNED_MEMORY_FAILURE:
         return ()
     sglang = result.engine == "sglang"
     fixes: list[Fix] = []
@@ -148,7 +149,7 @@ def find_fixes(result: Any, settings: ServeSettings, planner: Planner) -> tuple[
         current_u = float(result.settings.gpu_memory_utilization)
         field, flag, limit = "gpu_memory_utilization", "--gpu-memory-utilization", MAX_UTILIZATION
     if settings.kv_cache_memory_bytes is None or sglang:
-        down = result.verdict == "gpu-util-exceeds-free-memory"
+        down = result.verdict == Verdict.GPU_UTIL_EXCEEDS_FREE
         step = -1 if down else 1
         hundredths = round(current_u * 100) + step
         while 1 <= hundredths <= round(limit * 100):

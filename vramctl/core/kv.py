@@ -24,6 +24,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from vramctl.core.engines.vllm.rules import HYBRID_MIN_VLLM as HYBRID_MIN_VLLM
+from vramctl.core.engines.vllm.rules import rules_for
 from vramctl.core.errors import BadInputError
 from vramctl.core.specs import (
     FULL_ATTENTION,
@@ -299,11 +301,12 @@ def max_in_flight_tokens(
     max_num_batched_tokens itself. Without async scheduling (`--no-async-scheduling`, and always on vLLM's CPU
     backend: `vllm/platforms/cpu.py` turns it off) it is pp batches (`VllmConfig.max_concurrent_batches`, 0.32.0).
     """
-    if version <= (0, 11, 99):
+    rule = rules_for(version).in_flight
+    if rule == "batched-tokens":
         return max_num_batched_tokens
     if not async_scheduling:
         return pp * max_num_batched_tokens
-    if version >= (0, 33, 0):
+    if rule == "pp-plus-one":
         return (pp + 1) * max_num_batched_tokens
     return (2 if pp == 1 else pp) * max_num_batched_tokens
 
@@ -410,10 +413,8 @@ def per_request_kv_bytes(
 #   stage_layout), num_blocks = available // (group_size × page) (kv_cache_planning.py:574-605, 681-682),
 #   max_concurrency = num_blocks / Σ groups' blocks per request (kv_cache_utils.py:1061-1154).
 
-HYBRID_MIN_VLLM: tuple[int, int, int] = (0, 10, 2)
-"""The first vLLM release vramctl plans hybrids for: V1's MambaSpec + hybrid allocator with Qwen3-Next (0.10.2, the
-release that added Qwen3NextForCausalLM) and HybridAttentionMambaModelConfig; V0 (< 0.8 default, removed in 0.11)
-sized Mamba state outside the KV cache."""
+# HYBRID_MIN_VLLM (the first vLLM whose hybrids vramctl plans) lives with the other switches in
+# vramctl.core.engines.vllm.rules; imported above for the old path.
 
 _MAMBA_DTYPES: dict[str, float] = {"auto": 0, "float32": 4, "bfloat16": 2, "float16": 2, "fp32": 4, "bf16": 2}
 
@@ -496,14 +497,15 @@ def hybrid_block_alignment(
     --block-size becomes the alignment (0.12 is vramctl's reading of when interface.py took this over).
     """
     align = 16
+    rules = rules_for(version)
     if (
-        version >= (0, 11, 0)
+        rules.hybrid_align_blackwell_256
         and compute_capability is not None
         and compute_capability.split(".")[0] == "10"
         and model.head_dim == 256
     ):
         align = 32
-    if version >= (0, 12, 0) and user_block_size is not None:
+    if rules.hybrid_align_user_block and user_block_size is not None:
         align = max(align, user_block_size)
     return align
 

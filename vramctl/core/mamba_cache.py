@@ -28,20 +28,18 @@ Which mode runs:
 
 from __future__ import annotations
 
-__all__ = ["ALIGN_DEFAULT_VERSION", "mamba_cache_mode", "state_blocks_per_request"]
-
-ALIGN_DEFAULT_VERSION = (0, 28, 0)
-"""The first vLLM release that turns prefix caching (and so the "align" mode) on for hybrids by default."""
+__all__ = ["mamba_cache_mode", "state_blocks_per_request"]
 
 _BLOCKS = {"none": 1, "align": 2}
 
 
-def mamba_cache_mode(version: tuple[int, ...], enable_prefix_caching: bool | None) -> str:
+def mamba_cache_mode(align_by_default: bool, enable_prefix_caching: bool | None) -> str:
     """`none` or `align`, or `unmodelled` (prefix caching asked for on a version that picks "all" or "align" per
-    model class; planned as `none`)."""
+    model class; planned as `none`). `align_by_default`: the version's `VllmRules.hybrid_prefix_caching_default`
+    (0.28 →)."""
     if enable_prefix_caching is False:
         return "none"
-    if version >= ALIGN_DEFAULT_VERSION:
+    if align_by_default:
         return "align"
     return "unmodelled" if enable_prefix_caching else "none"
 

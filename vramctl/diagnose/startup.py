@@ -25,6 +25,7 @@ from dataclasses import dataclass, field, replace
 from itertools import pairwise
 from typing import Any, Protocol, cast
 
+from vramctl.core.engines.vllm.rules import rules_for as vllm_rules_for
 from vramctl.core.errors import BadInputError
 from vramctl.core.ledger import (
     ACTIVATION_PEAK,
@@ -1323,11 +1324,12 @@ def _finish_run(
                 semantics = candidate
                 break
         else:
-            if run.variant == "V0" or (version is not None and version < (0, 8, 0)):
+            rules = vllm_rules_for(version) if version is not None else None
+            if run.variant == "V0" or (rules is not None and rules.v0):
                 semantics = "v0"
-            elif version is not None and version >= (0, 28, 0):
+            elif rules is not None and rules.subtraction == "consumed":
                 semantics = "v1-consumed"
-            elif run.variant == "V1" or (version is not None and version >= (0, 10, 0)):
+            elif run.variant == "V1" or (rules is not None and rules.v1_only):
                 semantics = "v1"
             else:
                 semantics = None

@@ -49,6 +49,7 @@ from vramctl.core.ledger import (
 from vramctl.core.settings import LATEST_SGLANG_VERSION, ServeSettings, parse_version
 from vramctl.core.specs import GpuSpec, ModelSpec
 from vramctl.core.units import vllm_format_gib
+from vramctl.core.verdicts import Verdict
 from vramctl.measure.device import DeviceBackend, DeviceInfo, Snapshot
 from vramctl.measure.oom import StartupMemoryError, is_oom, oom_context, release, release_traceback, to_error
 
@@ -658,7 +659,7 @@ class ProfileResult:
             "max_concurrency": self.max_concurrency,
             "max_model_len": self.resolved.max_model_len,
             "max_model_len_fit": self.max_model_len_fit,
-            "verdict": self.verdict,
+            "verdict": str(self.verdict),
             "source": "measured",
             "device": self.device.to_json(),
             "measurements": {
@@ -769,15 +770,15 @@ def derive(
     kv_tokens = int(concurrency * resolved.max_model_len)
     fit_len = max_model_len_that_fits(spec, resolved, kv_bytes - bpb)
     if kv_bytes - bpb <= 0:
-        verdict = "no-kv-cache-memory"
+        verdict = Verdict.NO_KV_CACHE_MEMORY
         notes.append(vllm_rules.no_cache_memory_error(resolved.engine_version))
     elif fit_len < resolved.max_model_len:
-        verdict = "kv-cache-too-small-for-max-model-len"
+        verdict = Verdict.KV_TOO_SMALL
         notes.append(
             f"a {resolved.max_model_len}-token request does not fit; --max-model-len {fit_len} would"
         )
     else:
-        verdict = "fits"
+        verdict = Verdict.FITS
 
     ledger = build_ledger(r, kv_bytes, applied, is_cpu=info.kind == "cpu", eager=resolved.enforce_eager)
     if info.kind == "cpu":

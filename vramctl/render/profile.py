@@ -10,6 +10,7 @@ from rich.text import Text
 
 from vramctl.core.suggest import SuggestResult
 from vramctl.core.units import GiB, format_bytes, format_count
+from vramctl.core.verdicts import Verdict
 from vramctl.render.ledger import render_ledger
 
 if TYPE_CHECKING:
@@ -55,7 +56,7 @@ def render_profile(result: ProfileResult) -> RenderableType:
         f"({format_bytes(r.bytes_per_block)} each), {format_count(r.kv_tokens)} tokens, "
         f"max concurrency {r.max_concurrency:.2f}x at {format_count(r.resolved.max_model_len)} tokens; "
     )
-    kv.append(r.verdict, style="green" if r.verdict == "fits" else "red")
+    kv.append(str(r.verdict), style="green" if r.verdict == Verdict.FITS else "red")
     b = r.binding
     kv.append(
         f"\nnon-KV = consumed {_gib(b.total_consumed_bytes)} + activation peak {_gib(b.transient_peak_bytes)}"

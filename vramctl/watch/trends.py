@@ -22,12 +22,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from vramctl.core.units import MiB, format_bytes
+from vramctl.core.verdicts import Verdict
 from vramctl.watch.devices import DeviceMemory
 from vramctl.watch.sample import TRANSIENT, Sample
 
 MEMORY_LEAK = "memory-leak"
 FRAGMENTATION = "allocator-fragmentation"
-NEIGHBOUR = "gpu-util-exceeds-free-memory"
+NEIGHBOUR = str(Verdict.GPU_UTIL_EXCEEDS_FREE)
 IMBALANCE = "multi-gpu-imbalance"
 KV_EXHAUSTED = "kv-pool-exhausted-runtime"
 

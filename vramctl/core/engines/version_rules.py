@@ -2,7 +2,7 @@
 and where the engine says so. `vramctl diff` lists the rules whose value differs between two versions beside
 the terms that moved.
 
-Each rule evaluates the function the planner itself applies (`vramctl.core.engines.vllm`, `.sglang`), so the
+Each rule evaluates the switch the planner itself applies (`vramctl.core.engines.vllm.rules.VllmRules`, `.sglang`), so the
 table cannot drift from the arithmetic: a rule here only names, groups and cites what the planner does.
 """
 
@@ -15,7 +15,6 @@ from typing import Any
 from vramctl.core.engines import sglang as sg
 from vramctl.core.engines import vllm as vr
 from vramctl.core.ledger import ACTIVATION_PEAK, CUDA_GRAPH, KV_CACHE, NON_TORCH, OTHER_PROCESSES, SLACK
-from vramctl.core.settings import parse_version
 from vramctl.core.specs import GpuSpec
 
 
@@ -102,12 +101,11 @@ def _capture(version: str, ctx: RuleContext) -> str:
 def _graph_regime(version: str, ctx: RuleContext) -> str:
     if ctx.enforce_eager:
         return "none (--enforce-eager)"
-    v = parse_version(version)
-    if v < (0, 8, 0):
-        return "V0 full graphs per batch size"
-    if v < (0, 12, 0):
-        return "piecewise graphs (attention outside)"
-    return "full + piecewise graphs"
+    return {
+        "v0": "V0 full graphs per batch size",
+        "piecewise": "piecewise graphs (attention outside)",
+        "full-and-piecewise": "full + piecewise graphs",
+    }[vr.rules_for(version).graph_regime]
 
 
 VLLM_RULES: tuple[VersionRule, ...] = (
@@ -189,6 +187,24 @@ VLLM_RULES: tuple[VersionRule, ...] = (
         (CUDA_GRAPH, SLACK),
         "vllm/compilation (piecewise from the V1 engine, 0.8; FULL_AND_PIECEWISE default from 0.12)",
         _graph_regime,
+    ),
+    VersionRule(
+        "vllm",
+        "null-block",
+        "one KV block held back as the null block (the one-request check plans against usable blocks)",
+        ("verdict",),
+        "vllm/v1/core/block_pool.py:187 and vllm/v1/core/kv_cache_utils.py:1104-1130 at 0.32.0 (from 0.12)",
+        lambda v, _: _yes(vr.rules_for(v).reserves_null_block),
+    ),
+    VersionRule(
+        "vllm",
+        "kv-token-count",
+        "KV token capacity as vLLM reports it",
+        ("kv_tokens",),
+        "vllm/v1/core/kv_cache_utils.py:2300-2308 at 0.32.0 (int(max_concurrency x max_model_len), from 0.28)",
+        lambda v, _: "concurrency x max_model_len"
+        if vr.rules_for(v).tokens_from_concurrency
+        else "blocks // groups x block_size",
     ),
 )
 

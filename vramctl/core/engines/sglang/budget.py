@@ -91,6 +91,7 @@ from vramctl.core.ledger import (
 from vramctl.core.settings import LATEST_SGLANG_VERSION, ServeSettings, parse_version
 from vramctl.core.specs import GpuSpec, ModelSpec
 from vramctl.core.units import GiB, MiB, format_bytes, format_count
+from vramctl.core.verdicts import Verdict
 
 
 @dataclass(frozen=True)
@@ -183,7 +184,7 @@ class SglangPlan:
             "concurrency_at_context": round(self.concurrency_at_context, 2),
             "tensor_parallel_size": self.tensor_parallel_size,
             "pipeline_parallel_size": self.pipeline_parallel_size,
-            "verdict": self.verdict,
+            "verdict": str(self.verdict),
             "message": self.message,
             "branch": list(self.branch),
             "terms": self.ledger.to_json(),
@@ -769,19 +770,19 @@ def _swa_pools(
     return tokens, tokens * cell, None, None
 
 
-def _verdict(load: _Load, pool: _Pool, mfs: float, rules: str, tp: int) -> tuple[str, str]:
+def _verdict(load: _Load, pool: _Pool, mfs: float, rules: str, tp: int) -> tuple[Verdict, str]:
     """Step 5: the failure SGLang would raise, in its words (messages.py), or `fits`."""
     if pool.mamba is not None and pool.mamba.slots <= 0 and load.weights < load.pre:
-        return "no-kv-cache-memory", pool.mamba.error
+        return Verdict.NO_KV_CACHE_MEMORY, pool.mamba.error
     if load.weights >= load.pre:
-        return "weights-do-not-fit", messages.weights_do_not_fit(load.weights, load.pre, tp)
+        return Verdict.WEIGHTS_DO_NOT_FIT, messages.weights_do_not_fit(load.weights, load.pre, tp)
     if pool.rest_gib <= 0 or pool.tokens <= 0:
         pre_gib = load.pre / GiB
         minimum = 1 - (load.avail / GiB) / pre_gib if pre_gib > 0 else 1.0
         if pool.rest_gib <= 0 and rules in (RULES_0_5_18, RULES_0_5_23):
-            return "no-kv-cache-memory", messages.no_gpu_memory_for_kv(mfs, minimum)
-        return "no-kv-cache-memory", messages.not_enough_memory(mfs, minimum)
-    return "fits", ""
+            return Verdict.NO_KV_CACHE_MEMORY, messages.no_gpu_memory_for_kv(mfs, minimum)
+        return Verdict.NO_KV_CACHE_MEMORY, messages.not_enough_memory(mfs, minimum)
+    return Verdict.FITS, ""
 
 
 def _ledger(

@@ -3,10 +3,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from vramctl.core.engines.sglang.budget import SglangPlan
+from vramctl.core.gap import GapItem as GapItem
+from vramctl.core.gap import VllmResultLike as VllmResultLike
 from vramctl.core.ledger import (
     ACTIVATION_PEAK,
     CUDA_GRAPH,
@@ -20,25 +21,8 @@ from vramctl.core.ledger import (
 )
 from vramctl.core.units import MiB, format_bytes
 
-
 # --- vLLM vs SGLang, term by term -----------------------------------------------------------------------
-class VllmResultLike(Protocol):
-    """What explain_gap reads from vramctl.core.plan.PlanResult (duck-typed to keep engines independent)."""
-
-    @property
-    def kv_cache_bytes(self) -> int: ...
-
-
-@dataclass(frozen=True)
-class GapItem:
-    """One reason vLLM's KV pool differs from SGLang's; `bytes` > 0 means vLLM has that much more KV."""
-
-    name: str
-    bytes: int
-    sentence: str
-
-    def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "bytes": self.bytes, "sentence": self.sentence}
+# GapItem and VllmResultLike live in vramctl.core.gap (shared by `plan --engine both` and `vramctl diff`).
 
 
 def _vllm_ledger(result: Any) -> Ledger | None:

@@ -1,0 +1,147 @@
+"""`--engine sglang`: SGLang's plan put at the top of the plan result, and its side of the utilisation trade."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from vramctl.core.engines.base import EnginePlan, KvPool
+from vramctl.core.engines.sglang.budget import SglangPlan, plan_sglang
+from vramctl.core.engines.sglang.options import SglangOptions
+from vramctl.core.plan_result import PlanResult
+from vramctl.core.settings import ServeSettings
+from vramctl.core.specs import GpuSpec, ModelSpec
+from vramctl.core.units import cdiv
+from vramctl.core.utilization import UtilizationRow
+from vramctl.core.verdicts import (
+    WEIGHTS_DO_NOT_FIT,
+    Verdict,
+)
+
+
+def _sglang_fraction_rows(
+    model: ModelSpec, gpu: GpuSpec, settings: ServeSettings, options: Any, current: SglangPlan
+) -> tuple[UtilizationRow, ...]:
+    """SGLang's side of the utilisation trade: the same plan at each `--mem-fraction-static` of the grid and the
+    one in use (SGLang's own sizing rerun, so every branch applies), with the held-back memory judged against
+    the reserve SGLang's default is computed from (`fraction_risk`)."""
+    from vramctl.core.engines import sglang as sg
+    from vramctl.core.utilization import SGLANG_FRACTIONS, fraction_risk
+
+    mfs = float(current.mem_fraction_static)
+    if not 0 < mfs < 1 or current.verdict == WEIGHTS_DO_NOT_FIT:
+        return ()
+    reserve = current.reserve
+    reserve_mib = float(reserve.total_mib) if reserve is not None else 0.0
+    runtime_mib = float(reserve.activation_mib + reserve.graph_mib) if reserve is not None else 0.0
+    gpu_mem_mib = float(current.gpu_mem_mib or 0)
+    page = max(1, int(current.page_size))
+    rows: list[UtilizationRow] = []
+    for f in sorted({*SGLANG_FRACTIONS, mfs}):
+        p = (
+            current
+            if f == mfs
+            else sg.plan_sglang(model, gpu, settings.with_changes(mem_fraction_static=f), options=options)
+        )
+        tokens = int(p.max_total_num_tokens)
+        held = int(p.held_back_bytes)
+        if tokens <= 0:
+            risk: Any = "no-kv"
+            note = "no KV pool: the weights leave nothing of the static budget"
+        else:
+            risk, note = fraction_risk(
+                f,
+                held,
+                int(p.capacity_bytes),
+                gpu_mem_mib=gpu_mem_mib,
+                reserve_mib=reserve_mib,
+                runtime_mib=runtime_mib,
+            )
+        rows.append(
+            UtilizationRow(
+                f,
+                int(p.capacity_bytes) - held,
+                held,
+                int(p.kv_cache_bytes),
+                tokens // page,
+                tokens,
+                float(p.concurrency_at_context),
+                risk,
+                note,
+                current=f == mfs,
+            )
+        )
+    base = next(r for r in rows if r.current)
+    return tuple(
+        replace(
+            r,
+            delta_kv_bytes=max(0, r.kv_bytes) - max(0, base.kv_bytes),
+            delta_concurrency=r.max_concurrency - base.max_concurrency,
+        )
+        for r in rows
+    )
+
+
+def _wants_hicache(settings: ServeSettings) -> bool:
+    return (
+        settings.enable_hierarchical_cache
+        or bool(settings.hicache_size_gb)
+        or settings.hicache_ratio is not None
+    )
+
+
+def sglang_engine_plan(sgp: SglangPlan, model: ModelSpec, *, fallback_len: int) -> EnginePlan:
+    """SGLang's plan in engine-neutral terms: its ledger, its pool in pages, its verdict (`fallback_len`: the
+    context when SGLang's is 0)."""
+    page = max(1, int(sgp.page_size))
+    tokens = int(sgp.max_total_num_tokens)
+    context = int(sgp.context_len) or fallback_len
+    return EnginePlan(
+        engine="sglang",
+        version=str(sgp.version),
+        capacity_bytes=int(sgp.capacity_bytes),
+        requested_bytes=int(sgp.capacity_bytes) - int(sgp.held_back_bytes),
+        ledger=sgp.ledger,
+        kv_pool=KvPool(
+            kv_cache_bytes=int(sgp.kv_cache_bytes),
+            bytes_per_token=int(sgp.bytes_per_token),
+            block_size=page,
+            num_blocks=tokens // page,
+            blocks_per_request=cdiv(context, page),
+            tokens=tokens,
+            max_concurrency=float(sgp.concurrency_at_context),
+            max_model_len=context,
+            max_model_len_fit=min(tokens, model.max_position_embeddings),
+        ),
+        verdict=Verdict(str(sgp.verdict)),
+        verdict_message=str(sgp.message),
+        notes=tuple(sgp.notes),
+    )
+
+
+@dataclass(frozen=True)
+class SglangEngine:
+    """SGLang's rules package behind `vramctl.core.engines.base.EngineRules`."""
+
+    options: SglangOptions | None = None
+
+    @property
+    def engine(self) -> str:
+        return "sglang"
+
+    def plan(self, model: ModelSpec, gpu: GpuSpec, settings: ServeSettings) -> EnginePlan:
+        sgp = plan_sglang(model, gpu, settings, options=self.options)
+        return sglang_engine_plan(sgp, model, fallback_len=model.max_position_embeddings)
+
+
+def _sglang_top_level(result: PlanResult, sgp: SglangPlan) -> PlanResult:
+    """`--engine sglang`: the headline numbers in SGLang's semantics (its ledger, pool, verdict)."""
+    top = result.with_engine_plan(sglang_engine_plan(sgp, result.model, fallback_len=result.max_model_len))
+    return replace(
+        top,
+        utilization_table=(),
+        kv_cache_uncertainty_bytes=0,  # SGLang sizes its pool from free memory it measures: no band to carry
+        pessimistic=None,
+        optimistic=None,
+        hybrid=None,  # SGLang's state pool is under `sglang.mamba` and its ledger's mamba_state term
+    )

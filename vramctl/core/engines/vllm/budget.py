@@ -1,0 +1,355 @@
+"""vLLM's budget per pipeline stage and its verdict, in the order vLLM meets its checks.
+
+vLLM's subtraction by version (`vllm/v1/worker/gpu_worker.py` (vLLM v0.33.0), vLLM's release notes (github.com/vllm-project/vllm/releases)), per rank of the binding pipeline stage:
+
+    requested = ceil(total × u)                                   (`vllm/v1/worker/utils.py:716-772`)
+    kv        = requested − weights − activation peak − non-torch growth − [graph estimate, ≥0.20]
+    blocks    = kv // bytes_per_block, minimum over ranks          (`kv_cache_planning.py:681`, `:1580-1594`)
+    concurrency = blocks / blocks_per_request; tokens = int(concurrency × max_model_len)
+
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from vramctl.core import kv as kvmath
+from vramctl.core import lora
+from vramctl.core.engines.vllm import estimates as est
+from vramctl.core.engines.vllm import messages as M
+from vramctl.core.engines.vllm import rules as V
+from vramctl.core.engines.vllm.defaults import VllmSettings
+from vramctl.core.engines.vllm.kv_manager import (
+    _largest_fitting_len,
+    _request_kv_bytes,
+    _stage_bytes_per_block,
+    kv_view_of_model,
+    lora_slots_of,
+)
+from vramctl.core.errors import BadInputError
+from vramctl.core.specs import GpuSpec, ModelSpec, dtype_bytes
+from vramctl.core.units import vllm_format_gib
+from vramctl.core.verdicts import (
+    FITS,
+    GPU_UTIL_EXCEEDS_FREE,
+    KV_POOL_OVERCOMMIT,
+    KV_TOO_SMALL,
+    NO_KV_CACHE_MEMORY,
+    WEIGHTS_DO_NOT_FIT,
+    Verdict,
+)
+from vramctl.core.weights import LoadTimeChange, mxfp4_load_change, rope_cache_bytes, stage_rank_weight_bytes
+
+
+@dataclass(frozen=True)
+class _Stage:
+    index: int
+    weights: int
+    activation: est.Estimate
+    non_torch: est.Estimate
+    outside: est.Estimate
+    graph: est.Estimate
+    graph_charged: int
+    kv_bytes: int
+    bytes_per_block: int
+    num_blocks: int
+
+
+def _stage_budget(
+    model: ModelSpec,
+    kv_model: ModelSpec,
+    s: VllmSettings,
+    requested: int,
+    *,
+    stage: int,
+    weights: int,
+    layers: int,
+    cal: est.Calibration,
+    others_charged: int = 0,
+    edge: int = 0,
+) -> _Stage:
+    """One pipeline stage's budget. `edge` +1 / −1 moves every estimated term to the top / bottom of its ± band
+    (the pessimistic / optimistic edge of the plan); 0 is the estimate itself."""
+    sem_kind = V.subtraction_kind(s.version)
+    v0 = V.is_v0(s.version)
+    tp, pp = s.tensor_parallel_size, s.pipeline_parallel_size
+    act_bytes = dtype_bytes(s.dtype) if s.dtype else 2
+    activation = est.activation_peak(
+        model,
+        max_num_batched_tokens=s.max_num_batched_tokens,
+        max_num_seqs=s.max_num_seqs,
+        tp=tp,
+        v0=v0,
+        last_pp_rank=stage == pp - 1,
+        act_bytes=min(act_bytes, 2),
+        cal=cal,
+    )
+    charges_nccl = V.charges_nccl_to_budget(s.version)
+    non_torch = est.non_torch_charged(version_kind=sem_kind, tp=tp * pp, charges_nccl=charges_nccl, cal=cal)
+    outside = est.pre_snapshot_overhead(tp=tp * pp, v0=charges_nccl, cal=cal)
+    graph = est.graph_pool(
+        model,
+        capture_sizes=s.cudagraph_capture_sizes,
+        layers_on_rank=layers,
+        regime=V.graph_regime(s.version),
+        tp=tp,
+        cal=cal,
+    )
+    if edge:
+        activation, non_torch, outside, graph = (
+            _at_edge(e, edge) for e in (activation, non_torch, outside, graph)
+        )
+    graph_charged = graph.bytes if (s.estimate_cudagraphs and s.cudagraph_capture_sizes) else 0
+    if s.kv_cache_memory_bytes is not None:
+        kv_bytes = s.kv_cache_memory_bytes
+    else:
+        kv_bytes = requested - weights - activation.bytes - non_torch.bytes - graph_charged - others_charged
+    bpb = _stage_bytes_per_block(kv_model, s, stage)
+    blocks = max(0, kv_bytes // bpb) if kv_bytes > 0 else 0
+    return _Stage(stage, weights, activation, non_torch, outside, graph, graph_charged, kv_bytes, bpb, blocks)
+
+
+def _at_edge(e: est.Estimate, edge: int) -> est.Estimate:
+    """The estimate moved to the edge of its band: + for the pessimistic edge, − for the optimistic one."""
+    return replace(e, bytes=max(0, e.bytes + edge * e.uncertainty_bytes))
+
+
+
+@dataclass(frozen=True)
+class _Core:
+    s: VllmSettings
+    capacity: int
+    requested: int
+    binding: _Stage
+    stages: tuple[_Stage, ...]
+    num_blocks: int
+    blocks_per_request: int
+    kv_tokens: int
+    concurrency: float
+    verdict: str
+    verdict_message: str
+    max_model_len_fit: int
+    other_processes: int
+    non_kv_bytes: int
+    """What vLLM subtracts from `requested` (weights + activation + non-torch growth + applied graph estimate)."""
+    lora: lora.LoraSlots | None = None
+    """The `--enable-lora` slots booked with each stage's weights."""
+    load_change: LoadTimeChange | None = None
+    """What vLLM's kernels add to the weights while loading them on this GPU (MXFP4 padding / scale copies)."""
+    rope_bytes: int = 0
+    """The rotary embeddings' cos/sin caches on every rank, booked with the weights (vramctl.core.weights)."""
+
+
+def _weights_per_stage(
+    model: ModelSpec, gpu: GpuSpec, s: VllmSettings
+) -> tuple[tuple[int, ...], LoadTimeChange | None, int, lora.LoraSlots | None]:
+    """Each stage's weight bytes on one rank, with what loading adds: MXFP4 load-time changes, the rotary caches,
+    and the `--enable-lora` slots (allocated while the model loads: part of vLLM's "Model loading took")."""
+    tp, pp = s.tensor_parallel_size, s.pipeline_parallel_size
+    load_change = mxfp4_load_change(
+        model,
+        tp=tp,
+        ep=s.expert_parallel_size,
+        compute_capability=gpu.compute_capability,
+        vendor=gpu.vendor,
+        lora=s.enable_lora,
+    )
+    rope = rope_cache_bytes(model, s.dtype)
+    weights = tuple(
+        w + rope
+        for w in stage_rank_weight_bytes(
+            model, tp=tp, pp=pp, dtype=s.dtype, ep=s.expert_parallel_size, load_change=load_change
+        )
+    )
+    slots = lora_slots_of(model, s)
+    if slots is not None:
+        weights = tuple(w + extra for w, extra in zip(weights, slots.stage_bytes, strict=True))
+    return weights, load_change, rope, slots
+
+
+@dataclass(frozen=True)
+class _Pool:
+    """What the verdict checks read: the binding stage's pool and one request's need."""
+
+    s: VllmSettings
+    rules: V.VllmRules
+    capacity: int
+    requested: int
+    other: int
+    others_charged: int
+    weights: tuple[int, ...]
+    stages: tuple[_Stage, ...]
+    binding: _Stage
+    num_blocks: int
+    available: int
+    needed: int
+    fit_len: int
+
+
+def _verdict(p: _Pool) -> tuple[Verdict, str]:
+    """The checks, in the order vLLM meets them: `fits` with no message, or the first failure and its message."""
+    s, rules = p.s, p.rules
+    snapshot_free = None if s.free_memory_bytes is None else s.free_memory_bytes - p.binding.outside.bytes
+    profiled = s.kv_cache_memory_bytes is None
+    if snapshot_free is not None and profiled and snapshot_free < p.requested:
+        if not rules.checks_free_memory and not p.others_charged:
+            return GPU_UTIL_EXCEEDS_FREE, M.no_free_memory_check(s.version, p.requested, snapshot_free)
+        if rules.checks_free_memory:
+            return GPU_UTIL_EXCEEDS_FREE, M.free_memory_error(
+                device="cuda:0",
+                free=vllm_format_gib(max(0, snapshot_free)),
+                total=vllm_format_gib(p.capacity),
+                util=s.gpu_memory_utilization,
+                requested=vllm_format_gib(p.requested),
+                version=s.version,
+            )
+    limit = p.requested if profiled else p.capacity - p.other
+    if max(p.weights) > limit:
+        return WEIGHTS_DO_NOT_FIT, M.weights_do_not_fit(max(p.weights), limit, profiled=profiled)
+    if s.kv_cache_memory_bytes is not None:
+        # Certain, not an estimate: the weights, the given pool and the CUDA context alone exceed the card.
+        over = max(st.weights + st.kv_bytes + st.outside.bytes for st in p.stages) - (p.capacity - p.other)
+        if over > 0:
+            return KV_POOL_OVERCOMMIT, M.kv_pool_overcommit(
+                s.kv_cache_memory_bytes, max(p.weights), p.capacity - p.other, over
+            )
+    if p.available <= 0 or p.num_blocks <= 0:
+        return NO_KV_CACHE_MEMORY, M.no_cache_memory_error(s.version)
+    if rules.v0 and p.num_blocks * s.block_size < s.max_model_len:
+        return KV_TOO_SMALL, M.v0_kv_too_small(s.max_model_len, p.num_blocks * s.block_size)
+    if not rules.v0 and p.needed > p.available:
+        return KV_TOO_SMALL, M.one_request_error(
+            max_model_len=s.max_model_len,
+            needed=M.gib_text(p.needed, s.version),
+            available=M.gib_text(p.available, s.version),
+            estimated=p.fit_len,
+            version=s.version,
+        )
+    return FITS, ""
+
+
+def _core(
+    model: ModelSpec,
+    gpu: GpuSpec,
+    s: VllmSettings,
+    capacity: int,
+    cal: est.Calibration = est.CALIBRATION,
+    edge: int = 0,
+) -> _Core:
+    rules = V.rules_for(s.version)
+    version = rules.version_tuple
+    requested = math.ceil(capacity * s.gpu_memory_utilization)
+    kv_model = kv_view_of_model(model, s.version)
+    pp = s.pipeline_parallel_size
+    weights, load_change, rope, slots = _weights_per_stage(model, gpu, s)
+    parts = kvmath.pp_partition(model.num_hidden_layers, pp)
+    other = capacity - s.free_memory_bytes if s.free_memory_bytes is not None else 0
+    others_charged = other if rules.counts_other_processes else 0
+    stages = tuple(
+        _stage_budget(
+            model,
+            kv_model,
+            s,
+            requested,
+            stage=i,
+            weights=weights[i],
+            layers=parts[i],
+            cal=cal,
+            others_charged=others_charged,
+            edge=edge,
+        )
+        for i in range(pp)
+    )
+    binding = min(stages, key=lambda st: (st.num_blocks, st.kv_bytes - st.bytes_per_block))
+    num_blocks = binding.num_blocks
+    bpr = kvmath.blocks_per_request(
+        kv_model,
+        max_model_len=s.max_model_len,
+        block_size=s.block_size,
+        max_num_batched_tokens=s.max_num_batched_tokens,
+        version=version,
+        pp=pp,
+        async_scheduling=s.async_scheduling,
+        state_blocks=s.state_blocks,
+    )
+    groups = max(1, len(kvmath.stage_layout(kvmath.stage_layer_kinds(kv_model, pp)[binding.index]).groups))
+    concurrency = num_blocks / bpr if bpr else 0.0
+    if rules.tokens_from_concurrency:
+        kv_tokens = int(concurrency * s.max_model_len)
+    else:
+        kv_tokens = num_blocks // groups * s.block_size
+    available = binding.kv_bytes - (binding.bytes_per_block if rules.reserves_null_block else 0)
+    pool = _Pool(
+        s=s,
+        rules=rules,
+        capacity=capacity,
+        requested=requested,
+        other=other,
+        others_charged=others_charged,
+        weights=weights,
+        stages=stages,
+        binding=binding,
+        num_blocks=num_blocks,
+        available=available,
+        needed=_request_kv_bytes(kv_model, s, s.max_model_len, version),
+        fit_len=_largest_fitting_len(kv_model, s, available, model.vllm_max_model_len, version),
+    )
+    verdict, message = _verdict(pool)
+    return _Core(
+        s=s,
+        capacity=capacity,
+        requested=requested,
+        binding=binding,
+        stages=stages,
+        num_blocks=num_blocks,
+        blocks_per_request=bpr,
+        kv_tokens=kv_tokens,
+        concurrency=concurrency,
+        verdict=verdict,
+        verdict_message=message,
+        max_model_len_fit=pool.fit_len,
+        other_processes=other,
+        non_kv_bytes=binding.weights
+        + binding.activation.bytes
+        + binding.non_torch.bytes
+        + binding.graph_charged,
+        lora=slots,
+        load_change=load_change,
+        rope_bytes=rope,
+    )
+
+
+def _auto_fit(
+    model: ModelSpec, gpu: GpuSpec, core: _Core, capacity: int, cal: est.Calibration, edge: int = 0
+) -> tuple[_Core, str | None]:
+    """`--max-model-len auto` / `-1` (PR #29431, 0.12 →): the full context if it fits, else the largest length
+    that does (`kv_cache_planning.py:1337-1410`), with vLLM's log line or its error."""
+    s = core.s
+    if not V.rules_for(s.version).has_auto_fit:
+        raise BadInputError(
+            f"--max-model-len auto: vLLM {s.version} has no auto-fit (added in 0.12, PR #29431)"
+        )
+    available = core.binding.kv_bytes - core.binding.bytes_per_block
+    where = f"{vllm_format_gib(max(0, available))} GiB GPU"
+    if core.verdict in (GPU_UTIL_EXCEEDS_FREE, WEIGHTS_DO_NOT_FIT, NO_KV_CACHE_MEMORY, KV_POOL_OVERCOMMIT):
+        return core, None
+    if core.verdict == FITS:
+        return core, (
+            f"Auto-fit max_model_len: full model context length {s.max_model_len} fits in available KV cache memory "
+            f"({where})"
+        )
+    fit = core.max_model_len_fit
+    if fit <= 0:
+        failed = replace(
+            core,
+            verdict=NO_KV_CACHE_MEMORY,
+            verdict_message="Cannot auto-fit max_model_len: not enough GPU memory available to serve even a single "
+            "token. Try increasing `gpu_memory_utilization`.",
+        )
+        return failed, None
+    fitted = _core(model, gpu, replace(s, max_model_len=fit), capacity, cal, edge)
+    return fitted, (
+        f"Auto-fit max_model_len: reduced from {s.max_model_len} to {fit} to fit in available KV cache memory "
+        f"({where})"
+    )

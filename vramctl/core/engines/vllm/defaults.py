@@ -1,0 +1,302 @@
+"""vLLM's settings as the engine resolves them: every default filled in for one version and card, and the
+flags vLLM itself would refuse (`validate`)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from vramctl.core import kv as kvmath
+from vramctl.core import lora, mamba_cache
+from vramctl.core.engines.vllm import rules as V
+from vramctl.core.engines.vllm.kv_manager import compute_dtype as _compute_dtype
+from vramctl.core.engines.vllm.kv_manager import hybrid_kv_for as _hybrid_kv
+from vramctl.core.engines.vllm.rules import rules_for
+from vramctl.core.engines.vllm.scheduler import (
+    apply_scheduler_caps,
+    default_capture_sizes,
+    default_scheduler_limits,
+)
+from vramctl.core.errors import BadInputError
+from vramctl.core.settings import ServeSettings
+from vramctl.core.specs import GpuSpec, ModelSpec, dtype_bytes
+from vramctl.core.units import GiB
+
+VALID_BLOCK_SIZES = (1, 8, 16, 32, 64, 128, 256)
+"""`CacheConfig.block_size` accepts these (vllm/config/cache.py, BlockSize)."""
+_ABSURD_TOKENS = 1 << 26
+AUTO_MAX_MODEL_LEN = -1
+"""`--max-model-len auto` (or -1): vLLM fits the length to the KV pool (0.12 →)."""
+
+
+@dataclass(frozen=True)
+class VllmSettings:
+    """ServeSettings with every vLLM default filled in for one version and card."""
+
+    version: str
+    gpu_memory_utilization: float
+    max_model_len: int
+    max_num_batched_tokens: int
+    max_num_seqs: int
+    block_size: int
+    kv_cache_dtype: str
+    dtype: str
+    tensor_parallel_size: int
+    pipeline_parallel_size: int
+    enforce_eager: bool
+    estimate_cudagraphs: bool
+    cudagraph_capture_sizes: tuple[int, ...]
+    kv_cache_memory_bytes: int | None
+    free_memory_bytes: int | None
+    entrypoint: str
+    defaults_used: tuple[str, ...]
+    """Names of the fields that took the engine's default."""
+    data_parallel_size: int = 1
+    expert_parallel_size: int = 1
+    """Ranks the routed experts are spread over: TP × DP with --enable-expert-parallel on an MoE model, else 1."""
+    enable_lora: bool = False
+    max_loras: int = 1
+    max_lora_rank: int = 16
+    fully_sharded_loras: bool = False
+    max_num_active_seqs: int | None = None
+    """vLLM 0.31 →: requests admitted into RUNNING; None = max_num_seqs (the flag not given)."""
+    async_scheduling: bool = True
+    """Off with `--no-async-scheduling`: one batch in flight per stage (sliding-window blocks per request)."""
+    mamba_cache_mode: str = "none"
+    """A hybrid's state blocks per request: `align` (prefix caching, the default from vLLM 0.28) holds two, `none`
+    one; `unmodelled` (prefix caching asked for before 0.28) is planned as `none` (vramctl/core/mamba_cache.py).
+    Not in `to_json` (every other plan's JSON unchanged): `hybrid.mamba_cache_mode` reports it."""
+
+    @property
+    def state_blocks(self) -> int:
+        return mamba_cache.state_blocks_per_request(self.mamba_cache_mode)
+
+    def to_json(self) -> dict[str, Any]:
+        out = {
+            "engine_version": self.version,
+            "gpu_memory_utilization": self.gpu_memory_utilization,
+            "max_model_len": self.max_model_len,
+            "max_num_batched_tokens": self.max_num_batched_tokens,
+            "max_num_seqs": self.max_num_seqs,
+            "block_size": self.block_size,
+            "kv_cache_dtype": self.kv_cache_dtype,
+            "dtype": self.dtype,
+            "tensor_parallel_size": self.tensor_parallel_size,
+            "pipeline_parallel_size": self.pipeline_parallel_size,
+            "enforce_eager": self.enforce_eager,
+            "estimate_cudagraphs": self.estimate_cudagraphs,
+            "cudagraph_capture_sizes": list(self.cudagraph_capture_sizes),
+            "kv_cache_memory_bytes": self.kv_cache_memory_bytes,
+            "free_memory_bytes": self.free_memory_bytes,
+            "entrypoint": self.entrypoint,
+            "defaults_used": list(self.defaults_used),
+            "data_parallel_size": self.data_parallel_size,
+            "expert_parallel_size": self.expert_parallel_size,
+            "enable_lora": self.enable_lora,
+            "max_loras": self.max_loras if self.enable_lora else None,
+            "max_lora_rank": self.max_lora_rank if self.enable_lora else None,
+            "async_scheduling": self.async_scheduling,
+        }
+        if self.max_num_active_seqs is not None:  # only when given: other plans' JSON is unchanged
+            out["max_num_active_seqs"] = self.max_num_active_seqs
+        return out
+
+
+
+def _check_positive(value: int | float | None, flag: str, *, upper: float | None = None) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise BadInputError(f"{flag} {value!r}: not a number")
+    if value <= 0:
+        raise BadInputError(f"{flag} {value}: must be positive")
+    if upper is not None and value > upper:
+        raise BadInputError(f"{flag} {value}: absurdly large (at most {upper:,.0f})")
+
+
+def validate(model: ModelSpec, gpu: GpuSpec, settings: ServeSettings) -> None:
+    """Reject what vLLM itself would reject, and nonsense, naming the flag (exit 2)."""
+    u = settings.gpu_memory_utilization
+    if u is not None and (not math.isfinite(u) or u <= 0 or u > 1):
+        raise BadInputError(
+            f"--gpu-memory-utilization {u}: must be in (0, 1] (vllm/config/cache.py: gt=0, le=1)"
+        )
+    _check_positive(settings.tensor_parallel_size, "--tensor-parallel-size", upper=4096)
+    _check_positive(settings.pipeline_parallel_size, "--pipeline-parallel-size", upper=1024)
+    _check_positive(settings.data_parallel_size, "--data-parallel-size", upper=4096)
+    if settings.max_model_len != AUTO_MAX_MODEL_LEN:
+        _check_positive(settings.max_model_len, "--max-model-len", upper=_ABSURD_TOKENS)
+    _check_positive(settings.max_num_batched_tokens, "--max-num-batched-tokens", upper=_ABSURD_TOKENS)
+    _check_positive(settings.max_num_seqs, "--max-num-seqs", upper=1 << 20)
+    _check_positive(settings.max_num_active_seqs, "--max-num-active-seqs", upper=1 << 20)
+    _check_positive(settings.kv_cache_memory_bytes, "--kv-cache-memory-bytes", upper=float(1 << 50))
+    _check_positive(settings.gpu_memory_bytes, "--gpu-memory", upper=float(1 << 44))
+    if settings.free_memory_bytes is not None and settings.free_memory_bytes < 0:
+        raise BadInputError(f"--free-memory {settings.free_memory_bytes}: must not be negative")
+    capacity = settings.gpu_memory_bytes or gpu.cuda_total_bytes
+    if settings.free_memory_bytes is not None and settings.free_memory_bytes > capacity:
+        raise BadInputError(
+            f"--free-memory {settings.free_memory_bytes / GiB:.2f} GiB: more than the card's total "
+            f"{capacity / GiB:.2f} GiB"
+        )
+    if settings.block_size is not None and settings.block_size not in VALID_BLOCK_SIZES:
+        raise BadInputError(
+            f"--block-size {settings.block_size}: vLLM accepts {', '.join(str(b) for b in VALID_BLOCK_SIZES)}"
+        )
+    kvmath.check_tensor_parallel(model, settings.tensor_parallel_size)
+    if settings.pipeline_parallel_size > model.num_hidden_layers:
+        raise BadInputError(
+            f"--pipeline-parallel-size {settings.pipeline_parallel_size}: more stages than the model's "
+            f"{model.num_hidden_layers} layers"
+        )
+    mml = settings.max_model_len
+    if (
+        mml is not None
+        and mml != AUTO_MAX_MODEL_LEN
+        and mml > model.vllm_max_model_len
+        and not settings.allow_long_max_model_len
+    ):
+        raise BadInputError(
+            f"--max-model-len {mml}: User-specified max_model_len ({mml}) is greater than the derived max_model_len "
+            f"(max_position_embeddings={model.vllm_max_model_len} in model's config.json); vLLM refuses it unless "
+            "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 (or a rope scaling via --hf-overrides raises the derived length)"
+        )
+    if settings.kv_cache_dtype:
+        kvmath.kv_dtype_bytes(model, settings.kv_cache_dtype, model_dtype=settings.dtype)
+    if settings.dtype not in ("auto", ""):
+        try:
+            dtype_bytes(settings.dtype)
+        except KeyError:
+            raise BadInputError(
+                f"--dtype {settings.dtype!r}: unknown dtype (use auto, bfloat16, float16, float32)"
+            ) from None
+
+
+
+def default_block_size_for(model: ModelSpec, gpu: GpuSpec, version: str) -> int:
+    """16, except MLA on FlashMLA (Hopper, 64) and CUTLASS MLA (data-center Blackwell, 128) (`vllm/config/cache.py` (vLLM v0.33.0))."""
+    if model.is_mla and not V.is_v0(version) and gpu.compute_capability:
+        major = gpu.compute_capability.split(".")[0]
+        if major == "9":
+            return 64
+        if major == "10":
+            return 128
+    return V.default_block_size(version)
+
+
+def resolve_settings(model: ModelSpec, gpu: GpuSpec, settings: ServeSettings, version: str) -> VllmSettings:
+    defaults: list[str] = []
+    u = settings.gpu_memory_utilization
+    if u is None:
+        u = V.default_gpu_memory_utilization(version)
+        defaults.append("gpu_memory_utilization")
+    mml = settings.max_model_len
+    if mml is None or mml == AUTO_MAX_MODEL_LEN:
+        mml = model.vllm_max_model_len
+        defaults.append("max_model_len")
+    table_tokens, table_seqs = default_scheduler_limits(
+        gpu,
+        version,
+        settings.entrypoint,
+        settings.world_size,
+        max_model_len=mml,
+        enable_chunked_prefill=settings.enable_chunked_prefill,
+        enable_lora=settings.enable_lora,
+        sliding_window=bool(model.num_sliding_layers),
+    )
+    tokens = settings.max_num_batched_tokens
+    seqs = settings.max_num_seqs
+    if tokens is None:
+        defaults.append("max_num_batched_tokens")
+    if seqs is None:
+        defaults.append("max_num_seqs")
+    chunked = settings.enable_chunked_prefill if settings.enable_chunked_prefill is not None else True
+    if V.is_v0(version):
+        # `use_long_context = max_model_len > 32768`, not with LoRA or a sliding window (_set_default_args_v0)
+        long_context = mml > 32768 and not settings.enable_lora and not model.num_sliding_layers
+        chunked = (
+            settings.enable_chunked_prefill if settings.enable_chunked_prefill is not None else long_context
+        )
+    tokens, seqs = apply_scheduler_caps(
+        tokens if tokens is not None else table_tokens,
+        seqs if seqs is not None else table_seqs,
+        mml,
+        user_batched_tokens=settings.max_num_batched_tokens is not None,
+        chunked_prefill=chunked,
+    )
+    block = settings.block_size
+    if block is None:
+        block = default_block_size_for(model, gpu, version)
+        defaults.append("block_size")
+    if model.state_space is not None:
+        block = _hybrid_kv(model, gpu, settings, version).block_size
+    estimate_cg = settings.estimate_cudagraphs
+    if estimate_cg is None:
+        estimate_cg = V.estimate_cudagraphs_default(version)
+        defaults.append("estimate_cudagraphs")
+    elif estimate_cg and not V.supports_cudagraph_estimate(version):
+        estimate_cg = False
+    if settings.enforce_eager:
+        sizes: tuple[int, ...] = ()
+    elif settings.cudagraph_capture_sizes is not None:
+        sizes = tuple(sorted({s for s in settings.cudagraph_capture_sizes if 0 < s <= tokens}))
+    else:
+        sizes = default_capture_sizes(
+            seqs, tokens, gpu, version, max_capture_size=settings.max_cudagraph_capture_size
+        )
+    return VllmSettings(
+        version=version,
+        gpu_memory_utilization=float(u),
+        max_model_len=mml,
+        max_num_batched_tokens=tokens,
+        max_num_seqs=seqs,
+        block_size=block,
+        kv_cache_dtype=settings.kv_cache_dtype or "auto",
+        dtype=_compute_dtype(model, settings.dtype),
+        tensor_parallel_size=settings.tensor_parallel_size,
+        pipeline_parallel_size=settings.pipeline_parallel_size,
+        enforce_eager=settings.enforce_eager,
+        estimate_cudagraphs=bool(estimate_cg),
+        cudagraph_capture_sizes=sizes,
+        kv_cache_memory_bytes=settings.kv_cache_memory_bytes,
+        free_memory_bytes=settings.free_memory_bytes,
+        entrypoint=settings.entrypoint,
+        defaults_used=tuple(defaults),
+        data_parallel_size=settings.data_parallel_size,
+        # vLLM FusedMoEParallelConfig.make: with EP the expert group is the flattened TP × DP ranks
+        expert_parallel_size=settings.tensor_parallel_size * settings.data_parallel_size
+        if settings.enable_expert_parallel and model.moe is not None
+        else 1,
+        enable_lora=settings.enable_lora,
+        max_loras=settings.max_loras if settings.max_loras is not None else lora.DEFAULT_MAX_LORAS,
+        max_lora_rank=settings.max_lora_rank
+        if settings.max_lora_rank is not None
+        else lora.DEFAULT_MAX_LORA_RANK,
+        fully_sharded_loras=settings.fully_sharded_loras,
+        max_num_active_seqs=_active_seqs(settings, version, seqs),
+        async_scheduling=settings.async_scheduling is not False,
+        mamba_cache_mode=mamba_cache.mamba_cache_mode(
+            rules_for(version).hybrid_prefix_caching_default, settings.enable_prefix_caching
+        ),
+    )
+
+
+def _active_seqs(settings: ServeSettings, version: str, max_num_seqs: int) -> int | None:
+    """`--max-num-active-seqs` (vLLM 0.31.0 →, `vllm/config/scheduler.py`): admission into RUNNING only; it must
+    not exceed max_num_seqs (the same ValueError as vLLM's) and moves no memory term."""
+    active = settings.max_num_active_seqs
+    if active is None:
+        return None
+    if not rules_for(version).has_max_num_active_seqs:
+        raise BadInputError(
+            f"--max-num-active-seqs {active}: vLLM {version} has no such flag (added in 0.31.0); vLLM would stop "
+            "with 'unrecognized arguments'"
+        )
+    if active > max_num_seqs:
+        raise BadInputError(
+            f"--max-num-active-seqs {active}: max_num_active_seqs ({active}) cannot be greater than max_num_seqs "
+            f"({max_num_seqs}). (vLLM's error; lower it or raise --max-num-seqs)"
+        )
+    return active
+

@@ -1,0 +1,260 @@
+"""The plan's explanations and warnings, and the utilisation trade re-planned at each u."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from vramctl.core import kv as kvmath
+from vramctl.core.engines.vllm import estimates as est
+from vramctl.core.engines.vllm import rules as V
+from vramctl.core.engines.vllm.budget import _Core, _core
+from vramctl.core.engines.vllm.kv_manager import kv_view_of_model
+from vramctl.core.engines.vllm.rules import OLDEST_VLLM_VERSION
+from vramctl.core.ledger import (
+    SLACK,
+    Ledger,
+)
+from vramctl.core.settings import LATEST_VLLM_VERSION
+from vramctl.core.specs import GpuSpec, ModelSpec
+from vramctl.core.units import GiB
+from vramctl.core.utilization import UtilizationRow, utilization_trade
+from vramctl.core.verdicts import (
+    FITS,
+)
+
+_THIN_MARGIN_BYTES = 1 * GiB
+
+
+def _utilization_rows(
+    model: ModelSpec, gpu: GpuSpec, core: _Core, cal: est.Calibration
+) -> tuple[UtilizationRow, ...]:
+    """The utilisation trade (vramctl.core.utilization) with this plan's non-KV estimate (it does not depend
+    on u). Each row's risk then says whether the engine starts at that u: the row is planned again with vLLM's
+    checks (`no-start` with the failure), and at the pessimistic edge of the estimates (`at-risk`)."""
+    s = core.s
+    bpr = max(1, core.blocks_per_request)
+    rows = utilization_trade(
+        core.capacity,
+        core.non_kv_bytes,
+        core.binding.bytes_per_block,
+        bpr,
+        s.max_model_len,
+        (s.gpu_memory_utilization,),
+        block_size=s.block_size,
+        current=s.gpu_memory_utilization,
+    )
+    if s.kv_cache_memory_bytes is not None:
+        return rows
+    out: list[UtilizationRow] = []
+    for row in rows:
+        at_u = replace(s, gpu_memory_utilization=row.utilization)
+        here = core if row.current else _core(model, gpu, at_u, core.capacity, cal)
+        if row.risk != "no-kv" and here.verdict != FITS:
+            row = replace(
+                row,
+                risk="no-start",
+                note=f"does not start: {here.verdict} ({here.concurrency:.2f}x of one "
+                f"{s.max_model_len}-token request)",
+            )
+        elif here.verdict == FITS:
+            edge = _core(model, gpu, at_u, core.capacity, cal, +1)
+            if edge.verdict != FITS:
+                row = replace(
+                    row,
+                    risk="at-risk",
+                    note=f"starts only if the estimates hold: at the pessimistic edge {edge.verdict} "
+                    f"({edge.concurrency:.2f}x); {row.note}",
+                )
+        out.append(row)
+    return tuple(out)
+
+
+def _version_outside_known(version: str) -> str:
+    """A warning when `version` lies outside the versions modelled: the nearest known rules are applied."""
+    position = V.rules_for(version).known_range
+    if position == "newer":
+        return (
+            f"vLLM {version} is newer than the latest version vramctl models ({LATEST_VLLM_VERSION}): planned with "
+            f"{LATEST_VLLM_VERSION}'s rules; check the release notes for memory-profiling changes"
+        )
+    if position == "older":
+        return (
+            f"vLLM {version} predates the oldest version vramctl models ({OLDEST_VLLM_VERSION}): planned with V0 "
+            "0.6's rules, which may not be this version's"
+        )
+    return ""
+
+
+def _explanations(model: ModelSpec, gpu: GpuSpec, core: _Core, ledger: Ledger) -> tuple[list[str], list[str]]:
+    s = core.s
+    st = core.binding
+    notes: list[str] = []
+    warnings: list[str] = []
+    known = _version_outside_known(s.version)
+    if known:
+        warnings.append(known)
+    u_default = "gpu_memory_utilization" in s.defaults_used
+    notes.append(
+        f"requested = ceil({core.capacity / GiB:.2f} GiB × {s.gpu_memory_utilization}) = {core.requested / GiB:.2f} GiB"
+        + (f" (vLLM {s.version}'s default utilisation)" if u_default else "")
+        + f"; the card's total is what CUDA reports for {gpu.display_name}, not its marketing size."
+    )
+    if s.max_num_active_seqs is not None:
+        notes.append(
+            f"--max-num-active-seqs {s.max_num_active_seqs}: at most {s.max_num_active_seqs} requests run at once; "
+            f"the model runner, the sampler warm-up and the CUDA graphs stay sized for max_num_seqs "
+            f"{s.max_num_seqs}, so no memory term moves (vllm/config/scheduler.py, 0.31.0 →)"
+        )
+    if s.kv_cache_memory_bytes is not None:
+        notes.append(
+            "--kv-cache-memory-bytes skips vLLM's memory profiling and ignores --gpu-memory-utilization: the KV pool "
+            "is exactly the given size; nothing checks that it fits (`vllm/v1/worker/gpu_worker.py` (vLLM v0.33.0), open PR #56698)."
+        )
+        footprint = core.capacity - core.other_processes - ledger.bytes_of(SLACK)
+        if ledger.bytes_of(SLACK) < 0:
+            warnings.append(
+                f"--kv-cache-memory-bytes {s.kv_cache_memory_bytes / GiB:.2f} GiB plus the estimated other terms "
+                f"({(footprint - st.kv_bytes) / GiB:.2f} GiB) exceed the card's {core.capacity / GiB:.2f} GiB: expect "
+                "an out-of-memory error at KV allocation or graph capture."
+            )
+    sub = V.subtraction_kind(s.version)
+    notes.append(
+        {
+            "consumed": "vLLM ≥0.28 subtracts the free-memory drop since its init snapshot plus the transient peak "
+            "headroom; the CUDA context, cuBLAS handles and NCCL communicators predate the snapshot and are not "
+            "charged.",
+            "profile-sum": "vLLM 0.8–0.26 subtracts weights + torch peak increase + non-torch increase since the init "
+            "snapshot (taken after NCCL init).",
+            "v0": "vLLM V0 subtracts weights + torch peak + non-torch growth from a baseline read before NCCL init, "
+            "so NCCL buffers are charged to the budget.",
+        }[sub]
+    )
+    if s.cudagraph_capture_sizes:
+        if st.graph_charged:
+            notes.append(
+                f"CUDA-graph memory is estimated and subtracted (default since 0.20): {st.graph.bytes / GiB:.2f} GiB "
+                f"over {len(s.cudagraph_capture_sizes)} capture sizes."
+            )
+        else:
+            notes.append(
+                f"CUDA graphs ({st.graph.bytes / GiB:.2f} GiB estimated) are captured after the KV pool and are not "
+                "subtracted in this version/setting: they come out of the (1 − u) headroom."
+            )
+    else:
+        notes.append("--enforce-eager: no CUDA graphs, no graph pool.")
+    if model.num_sliding_layers and model.num_full_layers and kv_view_of_model(model, s.version) is not model:
+        notes.append(
+            f"vLLM {s.version} sizes every layer of this hybrid model as full attention (no hybrid KV manager)."
+        )
+    if s.pipeline_parallel_size > 1:
+        notes.append(
+            f"Pipeline stages hold {list(kvmath.pp_partition(model.num_hidden_layers, s.pipeline_parallel_size))} "
+            f"layers; blocks are the minimum over ranks, so stage {st.index + 1} binds."
+        )
+    _deployment_notes(model, gpu, core, notes, warnings)
+    _margin_warnings(core, ledger, warnings)
+    return notes, warnings
+
+
+def _deployment_notes(model: ModelSpec, gpu: GpuSpec, core: _Core, notes: list[str], warnings: list[str]) -> None:
+    """What the deployment adds: multimodal encoders, expert / data parallelism, LoRA, the textbook comparison and
+    a dominant sampler warm-up."""
+    s = core.s
+    st = core.binding
+    arch = model.architecture
+    if "ConditionalGeneration" in arch or "VL" in arch or "Llava" in arch or "Vision" in arch:
+        warnings.append(
+            f"{arch} is multimodal: vLLM also profiles its vision encoder on a dummy image batch, which vramctl does "
+            "not model, so the activation peak is under-estimated (Gemma-3 logs: 1–3 GiB more; docs/accuracy.md)."
+        )
+    if model.moe is not None and s.expert_parallel_size > 1:
+        per_rank = -(-model.moe.num_experts // s.expert_parallel_size)
+        notes.append(
+            f"--enable-expert-parallel: the {model.moe.num_experts} routed experts are spread whole over "
+            f"{s.expert_parallel_size} ranks (TP {s.tensor_parallel_size} × DP {s.data_parallel_size}), up to "
+            f"{per_rank} per rank; attention and shared experts stay TP-split. The all-to-all buffers of an EP "
+            "backend (DeepEP, pplx) and the larger fused-MoE workspace are not modelled (DeepSeek-R1 at TP 16: KV "
+            "over-estimated by 20–40 %, docs/accuracy.md)."
+        )
+    elif model.moe is not None and s.tensor_parallel_size > 1:
+        notes.append(
+            "MoE experts are assumed sharded by TP; with --enable-expert-parallel each rank runs whole experts and "
+            "the fused-MoE workspace is larger (DeepSeek-R1 at TP 16: KV over-estimated by 20–40 %, docs/accuracy.md)."
+        )
+    slots = core.lora
+    if slots is not None:
+        notes.append(
+            f"--enable-lora: {slots.max_loras} adapter slot(s) at rank {slots.max_lora_rank} on every Linear"
+            f"{' (fully sharded)' if slots.fully_sharded else ''}: "
+            f"{slots.stage_bytes[st.index] / GiB:.2f} GiB on this rank, booked with the weights (vLLM allocates "
+            "them while the model loads); with adapters vLLM also captures a second set of CUDA graphs "
+            "(cudagraph_specialize_lora), so the graph pool can reach twice the estimate."
+        )
+    if s.data_parallel_size > 1:
+        dp = s.data_parallel_size
+        notes.append(
+            f"--data-parallel-size {dp}: {dp} engine replicas of TP {s.tensor_parallel_size} × PP "
+            f"{s.pipeline_parallel_size}, each with the per-rank numbers above and its own KV pool: "
+            f"{dp * core.kv_tokens:,} KV tokens and {dp * core.concurrency:.2f}x concurrency across them, "
+            f"on {dp * s.tensor_parallel_size * s.pipeline_parallel_size} GPUs."
+        )
+    seed_note = _seed_comparison(model, gpu, core)
+    if seed_note:
+        notes.append(seed_note)
+    sampler = dict(st.activation.parts).get("sampler", 0)
+    if sampler > st.activation.bytes // 2:
+        notes.append(
+            f"The sampler warm-up over {min(s.max_num_seqs, s.max_num_batched_tokens)} requests × {model.vocab_size} "
+            f"vocab in fp32 dominates the activation peak ({sampler / GiB:.2f} GiB); --max-num-seqs lowers it."
+        )
+
+
+def _margin_warnings(core: _Core, ledger: Ledger, warnings: list[str]) -> None:
+    """A thin or negative margin left on the card after every term."""
+    s = core.s
+    slack = ledger.bytes_of(SLACK)
+    if s.kv_cache_memory_bytes is None and 0 <= slack < max(_THIN_MARGIN_BYTES, int(0.02 * core.capacity)):
+        warnings.append(
+            f"Only {slack / GiB:.2f} GiB is left on the card after everything: graph-capture, fragmentation and "
+            "logprob spikes live in that margin; lower --gpu-memory-utilization on shared or variable workloads."
+        )
+    if slack < 0 and s.kv_cache_memory_bytes is None:
+        warnings.append(
+            f"The estimated footprint exceeds the card by {-slack / GiB:.2f} GiB (memory outside the budget does not "
+            "fit in the 1 − u headroom): expect an OOM during CUDA-graph capture or serving."
+        )
+
+
+SEED_MODEL = "meta-llama/Meta-Llama-3-8B-Instruct"
+SEED_GPU = "h100-sxm"
+SEED_TOTAL_GIB = 79.6
+"""The textbook worked example of this model on one H100 SXM: 79.6 GiB total, u 0.92, 14.96 GiB of weights, and the
+logged `Available KV cache memory: 54.4 GiB` → 27,852 blocks of 16."""
+SEED_KV_GIB = 54.4
+
+
+def _seed_comparison(model: ModelSpec, gpu: GpuSpec, core: _Core) -> str | None:
+    """Why this plan's KV differs from the textbook example's 54.4 GiB (the embedded default's model and card)."""
+    s = core.s
+    if model.name != SEED_MODEL or gpu.name != SEED_GPU or s.kv_cache_memory_bytes is not None:
+        return None
+    if s.tensor_parallel_size != 1 or s.pipeline_parallel_size != 1:
+        return None
+    st = core.binding
+    u = s.gpu_memory_utilization
+    seed_requested = SEED_TOTAL_GIB * u
+    seed_other = seed_requested - model.weight_bytes / GiB - SEED_KV_GIB
+    ours = (st.activation.bytes + st.non_torch.bytes + st.graph_charged) / GiB
+    band = (
+        st.activation.uncertainty_bytes + st.non_torch.uncertainty_bytes + st.graph.uncertainty_bytes
+    ) / GiB
+    sampler = dict(st.activation.parts).get("sampler", 0) / GiB
+    return (
+        f"Compared with the textbook worked example for this model and card (54.4 GiB of KV, 27,852 blocks): this plan has "
+        f"{st.kv_bytes / GiB:.2f} GiB. The example takes {SEED_TOTAL_GIB} GiB as the total (nvidia-smi's MiB "
+        f"total), CUDA reports {core.capacity / GiB:.2f} GiB here: {(SEED_TOTAL_GIB - core.capacity / GiB) * u:.2f} "
+        f"GiB less budget at u = {u}. The example's numbers leave {seed_other:.2f} GiB for activation + non-torch "
+        f"+ graphs; vramctl estimates {ours:.2f} ± {band:.2f} GiB (the sampler warm-up over "
+        f"{min(s.max_num_seqs, s.max_num_batched_tokens)} × {model.vocab_size} fp32 logits alone is "
+        f"{sampler:.2f} GiB). `--kv-cache-memory-bytes 54.4GiB` reproduces the example's blocks exactly."
+    )

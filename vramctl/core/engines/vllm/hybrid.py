@@ -1,0 +1,154 @@
+"""Hybrid attention + Mamba2 / Gated DeltaNet models: the recurrent-state side of the vLLM plan (docs/hybrid.md)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from vramctl.core import kv as kvmath
+from vramctl.core.engines.vllm import messages as M
+from vramctl.core.engines.vllm.budget import _Core
+from vramctl.core.engines.vllm.kv_manager import hybrid_kv_for as _hybrid_kv
+from vramctl.core.ledger import (
+    KV_CACHE,
+    Ledger,
+)
+from vramctl.core.plan_result import PlanResult
+from vramctl.core.settings import ServeSettings
+from vramctl.core.specs import GpuSpec, ModelSpec
+from vramctl.core.units import GiB, MiB, cdiv
+
+
+@dataclass(frozen=True)
+class HybridPlan:
+    """The recurrent-state side of a hybrid model's vLLM plan, on the binding rank."""
+
+    state_kind: str
+    full_attention_layers: int
+    state_layers: int
+    mlp_only_layers: int
+    kv: kvmath.HybridKv
+    group_size: int
+    attention_groups: int
+    state_groups: int
+    attention_blocks_per_request: int
+    state_blocks_per_request: int
+    state_bytes_per_request: int
+    """Unpadded conv + SSM state of every state layer on this rank, one request."""
+    state_bytes_per_request_padded: int
+    """What those layers take from the pool: state layers × the unified page."""
+    attention_bytes_per_request: int
+    """Attention KV of one max_model_len request on this rank (full-attention layers × blocks × page)."""
+    num_blocks: int
+    max_concurrency: float
+    kv_tokens: int
+    state_bytes_at_max_concurrency: int
+    log_lines: tuple[str, ...]
+    mamba_cache_mode: str = "none"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "state_kind": self.state_kind,
+            "full_attention_layers": self.full_attention_layers,
+            "state_layers": self.state_layers,
+            "mlp_only_layers": self.mlp_only_layers,
+            **self.kv.to_json(),
+            "group_size": self.group_size,
+            "attention_groups": self.attention_groups,
+            "state_groups": self.state_groups,
+            "attention_blocks_per_request": self.attention_blocks_per_request,
+            "state_blocks_per_request": self.state_blocks_per_request,
+            "state_bytes_per_request": self.state_bytes_per_request,
+            "state_bytes_per_request_padded": self.state_bytes_per_request_padded,
+            "attention_bytes_per_request": self.attention_bytes_per_request,
+            "num_blocks": self.num_blocks,
+            "max_concurrency": round(self.max_concurrency, 4),
+            "kv_tokens": self.kv_tokens,
+            "state_bytes_at_max_concurrency": self.state_bytes_at_max_concurrency,
+            "mamba_cache_mode": self.mamba_cache_mode,
+            "log_lines": list(self.log_lines),
+        }
+
+
+_MAMBA_CACHE_NOTES = {
+    "align": "Prefix caching is on (vLLM's default for hybrids from 0.28; --no-enable-prefix-caching turns it off): "
+    "mamba_cache_mode 'align' keeps two state blocks per request and state group (MambaSpec.max_memory_usage_bytes, "
+    "vllm/v1/kv_cache_interface.py, vLLM 0.32), one with prefix caching off.",
+    "none": "Prefix caching is off (mamba_cache_mode none: one state block per request and state group; vLLM turns "
+    "it on by default for hybrids from 0.28, in the 'align' mode: two).",
+    "unmodelled": "--enable-prefix-caching before vLLM 0.28 picks mamba_cache_mode 'all' (a state block per "
+    "block_size tokens) or 'align' (two) by model class: not modelled, planned with one state block per request.",
+}
+
+
+def _with_hybrid(
+    result: PlanResult, model: ModelSpec, gpu: GpuSpec, settings: ServeSettings, core: _Core
+) -> PlanResult:
+    """Attach the state term: per-request state bytes, blocks, concurrency, vLLM's two hybrid log lines, and a note
+    on the KV term saying how much of the shared pool the state takes at full concurrency (the ledger still sums:
+    attention pages and mamba pages are one pool, `num_blocks × bytes_per_block`)."""
+    s = core.s
+    hkv = _hybrid_kv(model, gpu, settings, s.version)
+    kinds = kvmath.stage_layer_kinds(model, s.pipeline_parallel_size)[core.binding.index]
+    layout = kvmath.stage_layout(kinds)
+    attention_groups = sum(1 for g in layout.groups if g.kind != kvmath.STATE_GROUP)
+    state_groups = len(layout.groups) - attention_groups
+    full_blocks = cdiv(s.max_model_len, s.block_size)
+    n_state = layout.num_state_layers
+    state_blocks = s.state_blocks  # per state layer and request: 2 in the "align" mode of prefix caching
+    state_raw = n_state * hkv.state_page_bytes * state_blocks
+    state_padded = n_state * hkv.page_bytes * state_blocks
+    attention_bytes = layout.num_full_layers * full_blocks * hkv.page_bytes
+    held = int(core.concurrency) * state_padded
+    st = model.state_space
+    assert st is not None
+    lines = []
+    if hkv.block_size_raised:
+        lines.append(M.hybrid_block_size_log(hkv.block_size))
+    if hkv.page_bytes != hkv.state_page_bytes:
+        lines.append(M.hybrid_padding_log(hkv.padding_pct))
+    hybrid = HybridPlan(
+        state_kind=st.kind,
+        full_attention_layers=layout.num_full_layers,
+        state_layers=n_state,
+        mlp_only_layers=len(kinds) - layout.num_full_layers - n_state - layout.num_sliding_layers,
+        kv=hkv,
+        group_size=layout.group_size,
+        attention_groups=attention_groups,
+        state_groups=state_groups,
+        attention_blocks_per_request=attention_groups * full_blocks,
+        state_blocks_per_request=state_groups * state_blocks,
+        state_bytes_per_request=state_raw,
+        state_bytes_per_request_padded=state_padded,
+        attention_bytes_per_request=attention_bytes,
+        num_blocks=core.num_blocks,
+        max_concurrency=core.concurrency,
+        kv_tokens=core.kv_tokens,
+        state_bytes_at_max_concurrency=held,
+        log_lines=tuple(lines),
+        mamba_cache_mode="align" if s.mamba_cache_mode == "align" else "none",
+    )
+    kind = "Gated DeltaNet" if st.kind == "gated_delta_net" else "Mamba2"
+    notes = [
+        f"Hybrid ({kind} + attention): {n_state} {kind} layers keep a fixed state per request "
+        f"({state_raw / MiB:.2f} MiB per rank: conv {hkv.shapes.conv} + SSM {hkv.shapes.ssm} per layer) and "
+        f"{layout.num_full_layers} full-attention layers keep KV; vLLM raises the attention block to "
+        f"{hkv.block_size} tokens so one attention page ({hkv.page_bytes:,} B) holds a mamba page "
+        f"({hkv.state_page_bytes:,} B, padded {hkv.padding_pct:.2f} %).",
+        f"Per {s.max_model_len:,}-token request: {attention_groups * full_blocks:,} attention blocks + "
+        f"{state_groups * state_blocks} state block(s) of the {core.num_blocks:,} (groups of {layout.group_size} layers: "
+        f"{attention_groups} attention, {state_groups} state); state {state_padded / MiB:.2f} MiB, attention "
+        f"{attention_bytes / GiB:.2f} GiB per rank; at {core.concurrency:.2f}x the state holds "
+        f"{held / GiB:.2f} GiB of the pool.",
+        _MAMBA_CACHE_NOTES[s.mamba_cache_mode],
+    ]
+    kv_note = (
+        f"one pool for attention KV and {kind} state: {state_groups} of the {len(layout.groups)} groups hold state "
+        f"({state_padded / MiB:.2f} MiB per request); {held / GiB:.2f} GiB of it at {core.concurrency:.2f}x"
+    )
+    ledger = Ledger(
+        result.ledger.capacity_bytes,
+        tuple(replace(t, note=kv_note) if t.name == KV_CACHE else t for t in result.ledger.terms),
+    )
+    return replace(result, hybrid=hybrid, ledger=ledger, explanations=(*result.explanations, *notes))
+

@@ -1,0 +1,140 @@
+"""The KV pool as vLLM's KV cache manager sees it: the model view by version, bytes per block of a stage, the
+LoRA slots and weights per rank, the largest fitting length, and the hybrid page unification."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from vramctl.core import kv as kvmath
+from vramctl.core import lora
+from vramctl.core.engines.vllm import rules as V
+from vramctl.core.settings import ServeSettings, parse_version
+from vramctl.core.specs import FULL_ATTENTION, GpuSpec, ModelSpec, dtype_bytes
+from vramctl.core.weights import stage_rank_weight_bytes
+
+if TYPE_CHECKING:
+    from vramctl.core.engines.vllm.defaults import VllmSettings
+
+
+def compute_dtype(model: ModelSpec, dtype: str) -> str:
+    """vLLM `--dtype auto`: the checkpoint's dtype, but fp16 for a float32 checkpoint (vllm/config/model.py)."""
+    if dtype not in ("auto", ""):
+        return dtype
+    try:
+        size = dtype_bytes(model.torch_dtype)
+    except KeyError:
+        return "bfloat16"
+    return "float16" if size > 2 else model.torch_dtype
+
+
+
+def kv_view_of_model(model: ModelSpec, version: str) -> ModelSpec:
+    """The model as the version's KV manager sees it: V0, and V1 before the hybrid allocator (0.10), size
+    sliding-window layers of a hybrid model as full attention (datapoint 119: "V0 sizes KV as if every layer were
+    full attention"; `unify_hybrid_kv_cache_specs`)."""
+    hybrid = model.num_sliding_layers and model.num_full_layers
+    rules = V.rules_for(version)
+    if model.num_sliding_layers and (rules.v0 or (hybrid and not rules.hybrid_kv_manager)):
+        return replace(model, layer_types=(FULL_ATTENTION,) * model.num_hidden_layers, sliding_window=None)
+    return model
+
+
+def lora_slots_of(model: ModelSpec, s: VllmSettings) -> lora.LoraSlots | None:
+    """The LoRA buffers `--enable-lora` adds to each stage's weights (`vramctl.core.lora`); None without it."""
+    if not s.enable_lora:
+        return None
+    return lora.lora_slots(
+        model,
+        tp=s.tensor_parallel_size,
+        pp=s.pipeline_parallel_size,
+        max_loras=s.max_loras,
+        max_lora_rank=s.max_lora_rank,
+        dtype_bytes=int(dtype_bytes(s.dtype)),
+        fully_sharded=s.fully_sharded_loras,
+        expert_parallel=s.expert_parallel_size > 1,
+    )
+
+
+def stage_weight_bytes(model: ModelSpec, *, tp: int, pp: int, dtype: str, ep: int = 1) -> tuple[int, ...]:
+    """Weight bytes on one rank of each pipeline stage (`vramctl.core.weights.stage_rank_weight_bytes`).
+
+    Exact per rank: what TP splits is divided, what every rank holds in full (norms, routers, MLA's q_a /
+    kv_a, KV heads when TP exceeds them, the vocab padding to 64 rows) is not. The decoder layers split as
+    `get_pp_indices` splits them; the embedding sits on the first stage and the lm_head on the last (a tied
+    head is loaded on the last stage too when pp > 1). A `--dtype` other than the checkpoint's rescales an
+    unquantised checkpoint. `ep` > 1: routed experts whole over ep ranks (--enable-expert-parallel).
+    """
+    return stage_rank_weight_bytes(model, tp=tp, pp=pp, dtype=dtype, ep=ep)
+
+
+
+def _stage_bytes_per_block(kv_model: ModelSpec, s: VllmSettings, stage: int) -> int:
+    kinds = kvmath.stage_layer_kinds(kv_model, s.pipeline_parallel_size)[stage]
+    page = kvmath.page_size_bytes(
+        kv_model,
+        block_size=s.block_size,
+        kv_cache_dtype=s.kv_cache_dtype,
+        tp=s.tensor_parallel_size,
+        model_dtype=s.dtype,
+    )
+    return kvmath.stage_layout(kinds).group_size * page
+
+
+def _request_kv_bytes(kv_model: ModelSpec, s: VllmSettings, length: int, version: tuple[int, ...]) -> int:
+    """One request's KV at `length` tokens on one rank (`vramctl.core.kv.per_request_kv_bytes`)."""
+    return kvmath.per_request_kv_bytes(
+        kv_model,
+        max_model_len=length,
+        block_size=s.block_size,
+        max_num_batched_tokens=s.max_num_batched_tokens,
+        version=version,
+        kv_cache_dtype=s.kv_cache_dtype,
+        tp=s.tensor_parallel_size,
+        pp=s.pipeline_parallel_size,
+        model_dtype=s.dtype,
+        async_scheduling=s.async_scheduling,
+        state_blocks=s.state_blocks,
+    )
+
+
+def _largest_fitting_len(
+    kv_model: ModelSpec, s: VllmSettings, available: int, upper: int, version: tuple[int, ...]
+) -> int:
+    """vLLM's `estimate_max_model_len`: binary search in [1, upper] for the largest length whose per-request
+    KV fits `available` (`kv_cache_planning.py:97-148`); 0 when one token does not fit."""
+
+    def needed(length: int) -> int:
+        return _request_kv_bytes(kv_model, s, length, version)
+
+    if available <= 0 or needed(1) > available:
+        return 0
+    lo, hi = 1, upper
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if needed(mid) <= available:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+
+def hybrid_kv_for(model: ModelSpec, gpu: GpuSpec, settings: ServeSettings, version: str) -> kvmath.HybridKv:
+    """vLLM's page-size unification for this model, card and flags (`vramctl.core.kv.hybrid_kv`)."""
+    return kvmath.hybrid_kv(
+        model,
+        tp=settings.tensor_parallel_size,
+        kv_cache_dtype=settings.kv_cache_dtype or "auto",
+        model_dtype=compute_dtype(model, settings.dtype),
+        user_block_size=settings.block_size,
+        version=parse_version(version),
+        compute_capability=gpu.compute_capability,
+        mamba_cache_dtype=settings.mamba_cache_dtype or "auto",
+        # the flag wins; only `auto` goes through the model's hook (Nemotron-H's float32)
+        mamba_ssm_cache_dtype=settings.mamba_ssm_cache_dtype
+        if settings.mamba_ssm_cache_dtype not in ("", "auto")
+        else V.default_mamba_ssm_cache_dtype(
+            model.architecture, model.state_space.ssm_dtype if model.state_space else None, version
+        ),
+    )

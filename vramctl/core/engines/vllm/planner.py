@@ -1,0 +1,129 @@
+"""`plan_vllm`: the vLLM plan for one model, card and set of flags, assembled from the rules package."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from vramctl.core import kv as kvmath
+from vramctl.core.engines.base import EnginePlan
+from vramctl.core.engines.vllm import estimates as est
+from vramctl.core.engines.vllm import rules as V
+from vramctl.core.engines.vllm.budget import _auto_fit, _Core, _core
+from vramctl.core.engines.vllm.defaults import AUTO_MAX_MODEL_LEN, resolve_settings, validate
+from vramctl.core.engines.vllm.explain import _explanations, _utilization_rows
+from vramctl.core.engines.vllm.hybrid import _with_hybrid
+from vramctl.core.engines.vllm.kv_manager import kv_view_of_model
+from vramctl.core.engines.vllm.ledger import _ledger
+from vramctl.core.plan_result import PlanEdge, PlanResult
+from vramctl.core.settings import ServeSettings
+from vramctl.core.specs import GpuSpec, ModelSpec
+
+
+def _edge_of(core: _Core) -> PlanEdge:
+    return PlanEdge(
+        kv_cache_bytes=core.binding.kv_bytes,
+        num_blocks=core.num_blocks,
+        kv_tokens=core.kv_tokens,
+        max_concurrency=core.concurrency,
+        max_model_len_fit=core.max_model_len_fit,
+        verdict=core.verdict,
+        verdict_message=core.verdict_message,
+    )
+
+
+def plan_vllm(
+    model: ModelSpec,
+    gpu: GpuSpec,
+    settings: ServeSettings,
+    *,
+    calibration: est.Calibration = est.CALIBRATION,
+    light: bool = False,
+) -> PlanResult:
+    """The vLLM plan for one model, card and set of flags (`light`: without the utilisation table, for the fix
+    search, which needs only the verdict and its edges; `calibration`: the estimate coefficients; the
+    default is the fitted set, scripts/calibrate.py passes others for leave-one-out)."""
+    validate(model, gpu, settings)
+    version = V.resolve_version(settings.engine_version if settings.engine != "sglang" else None)
+    if model.state_space is not None:
+        V.check_hybrid_supported(model.name, version)
+    capacity = settings.gpu_memory_bytes or gpu.cuda_total_bytes
+    fallback = V.v0_fallback(version, gpu.compute_capability, gpu.vendor)
+    rules_version = V.V0_RULES_VERSION if fallback else version
+    s = resolve_settings(model, gpu, settings, rules_version)
+    core = _core(model, gpu, s, capacity, calibration)
+    auto_note = None
+    edges: list[_Core] = []
+    for edge in (+1, -1):
+        at_edge = _core(model, gpu, s, capacity, calibration, edge)
+        if settings.max_model_len == AUTO_MAX_MODEL_LEN:
+            at_edge = _auto_fit(model, gpu, at_edge, capacity, calibration, edge)[0]
+        edges.append(at_edge)
+    if settings.max_model_len == AUTO_MAX_MODEL_LEN:
+        core, auto_note = _auto_fit(model, gpu, core, capacity, calibration)
+        s = core.s
+    pessimistic, optimistic = (_edge_of(e) for e in edges)
+    band = max(0, core.binding.kv_bytes - pessimistic.kv_cache_bytes)
+    ledger = _ledger(core, band)
+    notes, warnings = _explanations(model, gpu, core, ledger)
+    if auto_note:
+        notes.insert(0, auto_note)
+    if fallback:
+        notes.insert(
+            0,
+            f"vLLM {version} runs its V0 engine on this card (compute capability {gpu.compute_capability} < 8.0: "
+            "`_is_v1_supported_oracle`, vllm/engine/arg_utils.py 0.8-0.10): planned with the V0 rules "
+            f"(defaults, profiling, graphs) as of {V.V0_RULES_VERSION}",
+        )
+        s = replace(s, version=version)
+    kv_model = kv_view_of_model(model, rules_version)
+    result = PlanResult(
+        engine="vllm",
+        engine_version=version,
+        model=model,
+        gpu=gpu,
+        settings=s,
+        ledger=ledger,
+        capacity_bytes=capacity,
+        requested_bytes=core.requested,
+        kv_cache_bytes=core.binding.kv_bytes,
+        kv_bytes_per_token=kvmath.kv_bytes_per_token(
+            kv_model,
+            kv_cache_dtype=s.kv_cache_dtype,
+            tp=s.tensor_parallel_size,
+            pp=s.pipeline_parallel_size,
+            model_dtype=s.dtype,
+        ),
+        bytes_per_block=core.binding.bytes_per_block,
+        block_size=s.block_size,
+        num_blocks=core.num_blocks,
+        blocks_per_request=core.blocks_per_request,
+        kv_tokens=core.kv_tokens,
+        max_concurrency=core.concurrency,
+        max_model_len=s.max_model_len,
+        max_model_len_fit=core.max_model_len_fit,
+        verdict=core.verdict,
+        verdict_message=core.verdict_message,
+        outside_budget_bytes=core.binding.outside.bytes
+        + (0 if core.binding.graph_charged else core.binding.graph.bytes),
+        binding_stage=core.binding.index,
+        utilization_table=() if light else _utilization_rows(model, gpu, core, calibration),
+        warnings=tuple(warnings),
+        explanations=tuple(notes),
+        kv_cache_uncertainty_bytes=band,
+        pessimistic=pessimistic,
+        optimistic=optimistic,
+    )
+    if model.state_space is not None:
+        result = _with_hybrid(result, model, gpu, settings, core)
+    return result
+
+
+class VllmEngine:
+    """vLLM's rules package behind `vramctl.core.engines.base.EngineRules`."""
+
+    @property
+    def engine(self) -> str:
+        return "vllm"
+
+    def plan(self, model: ModelSpec, gpu: GpuSpec, settings: ServeSettings) -> EnginePlan:
+        return plan_vllm(model, gpu, settings.with_changes(engine="vllm")).engine_plan

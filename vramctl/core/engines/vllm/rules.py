@@ -1,0 +1,327 @@
+"""vLLM's rules by version: every version switch vramctl applies, in one object (`VllmRules`, from `rules_for`).
+
+Every switch cites the vLLM source file:line it comes from (https://github.com/vllm-project/vllm; unlabelled lines
+are vLLM 0.33.0 at commit 4ba787ec9, `[0.11.0]`-style labels are older wheels, `[0.32.0]` the CPU wheel). This is
+the one module of vramctl that compares vLLM versions: the rest of the package (`defaults`, `kv_manager`,
+`budget`, `explain`, `messages`, ...) and `vramctl.core.plan` ask a `VllmRules` which way a switch goes. Adding a
+vLLM release means editing `rules_for` (and `messages` if a wording changed).
+
+The functions below the dataclass (`is_v0`, `subtraction_kind`, ...) are the historical one-switch API; each
+reads the same `VllmRules`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Literal
+
+from vramctl.core.errors import BadInputError
+from vramctl.core.settings import LATEST_VLLM_VERSION, parse_version
+
+Version = tuple[int, ...]
+
+Subtraction = Literal["v0", "profile-sum", "consumed"]
+"""How non-KV memory is computed (`vllm/utils/mem_utils.py` (vLLM v0.33.0), vLLM's release notes (github.com/vllm-project/vllm/releases)):
+
+- `v0` (≤0.6.x / V0 engine): non_kv = weights + torch peak increase + non-torch growth, with the baseline read
+  before NCCL init, so NCCL buffers are charged (`[0.6.6.post1] worker/worker.py:143-258`);
+- `profile-sum` (V1 up to 0.26): non_kv = non_torch_increase + torch_peak_increase + weights
+  (`[0.26.0] vllm/utils/mem_utils.py:309-313`), snapshot after NCCL init;
+- `consumed` (0.28 →): non_kv = total_consumed (free-memory drop since the init snapshot) + transient peak
+  headroom (`vllm/utils/mem_utils.py:312-321`).
+"""
+
+GraphRegime = Literal["v0", "piecewise", "full-and-piecewise"]
+CaptureSizesRule = Literal["v0", "v1-0.8", "v1-0.10", "v1-0.12"]
+InFlightRule = Literal["batched-tokens", "two-batches", "pp-plus-one"]
+
+VERSION_TEXT = re.compile(r"[vV]?\d+(\.\d+){1,3}([.+-]?(post|rc|dev|a|b)\d*)?(\+[0-9A-Za-z.]+)?")
+"""A release as pip spells it (0.11.0, 0.6.6.post1, 0.10.1rc1, 0.8.5+cpu); `0.x` or `1.x.y` is not one."""
+
+V0_RULES_VERSION = "0.7.3"
+"""The last release whose default engine was V0: its rules stand for the V0 engine 0.8-0.10 fall back to."""
+
+OLDEST_VLLM_VERSION = "0.6.0"
+"""The oldest vLLM whose memory rules vramctl models (V0 0.6.x; `vllm/engine/arg_utils.py` (vLLM v0.33.0))."""
+
+HYBRID_MIN_VLLM: tuple[int, int, int] = (0, 10, 2)
+"""The first vLLM whose hybrid (attention + Mamba / linear attention) models vramctl plans (see `hybrid_supported`)."""
+
+
+def resolve_version(version: str | None) -> str:
+    """The version string to plan for (None = the latest vLLM vramctl knows)."""
+    text = LATEST_VLLM_VERSION if version is None else version.strip()
+    try:
+        if not VERSION_TEXT.fullmatch(text):
+            raise ValueError(text)
+        parse_version(text)
+    except ValueError:
+        raise BadInputError(
+            f"--engine-version {version!r}: not a vLLM version (expected e.g. 0.11.0)"
+        ) from None
+    return text
+
+
+def _v(version: str | Version) -> Version:
+    return parse_version(version) if isinstance(version, str) else version
+
+
+@dataclass(frozen=True)
+class VllmRules:
+    """All version-dependent switches for one vLLM version, resolved once by `rules_for`."""
+
+    version: str
+    v0: bool
+    """The V0 engine: vLLM < 0.8 (V1 became the default in 0.8; vLLM's release notes)."""
+    subtraction: Subtraction
+    """Which non-KV formula the version uses (see `Subtraction`); 0.27 is taken as the ≤0.26 rule: the switch is
+    between the 0.26.0 and 0.28.0 wheels."""
+    default_utilization: float
+    """0.90 before 0.20.0, 0.92 from 0.20.0 (PR #38284; `vllm/config/cache.py:215`)."""
+    estimate_cudagraphs_default: bool
+    """VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS: absent ≤0.17, default "0" in 0.19, "1" from 0.20.0
+    (`envs.py:329`; PR #30515, PR #38284)."""
+    supports_cudagraph_estimate: bool
+    """Whether the version can estimate graph memory at all (the env var exists from 0.19.0, `envs.py:329`)."""
+    charges_nccl: bool
+    """V0 0.6.x read its baseline before NCCL init, so NCCL buffers were charged (`[0.6.6.post1] worker.py:143`
+    vs `:148`); from 0.7 the baseline is a MemorySnapshot (PR #11809 / #12126) and V1 snapshots after
+    `init_worker_distributed_environment` (`vllm/v1/worker/gpu_worker.py:504`). The 0.8 V0 datapoints with TP 4
+    and 8 of the collected real start-up logs (119, 120) log 0.1-0.5 GiB of non-torch memory: NCCL not charged."""
+    enforce_eager_disables_compile: bool
+    """Eager = no torch.compile and no graphs from 0.12 (`[0.32.0] vllm/config/vllm.py:1691-1693`: mode NONE,
+    cudagraph_mode NONE); ≤0.11 it only disabled graphs."""
+    v0_fallback_window: bool
+    """0.8-0.10 fall back to V0 below compute capability 8.0 (`_is_v1_supported_oracle`, vllm/engine/arg_utils.py
+    0.8-0.10: "Compute Capability < 8.0 is not supported by V1"); 0.11 removed V0."""
+    v1_only: bool
+    """From 0.10 a log without an engine banner is read as V1 (read-log's `v1` semantics, vramctl.diagnose.startup):
+    V0 is deprecated there (only the Turing fallback, `v0_fallback_window`, still runs it); 0.8-0.9 could run V0
+    by choice (`VLLM_USE_V1=0`)."""
+    checks_free_memory: bool
+    """`request_memory` fails when free < ceil(total × u) (`vllm/v1/worker/utils.py:716-772`): V1 from PR #19312
+    (Jun 2025, taken as 0.10.0). Earlier versions had no such check."""
+    counts_other_processes: bool
+    """Other processes' memory comes out of this instance's KV budget instead of failing a check: V1 0.8–0.9
+    (available = total × u − (torch peak + used − torch allocated), fixed by PR #18974 / #19312) and V0 up to
+    0.6.4 (utilisation was global, PR #9352; per-instance again with PR #10511; datapoint 131 of the collected
+    real start-up logs: a second 0.8.3 V1 instance gets no KV at all)."""
+    large_gpu_tier: bool
+    """The ≥160 GiB (B200/B300) row of the scheduler defaults: absent in 0.11.0 (`[0.11.0]
+    arg_utils.py:1605-1651`), present in 0.33.0 (`arg_utils.py:2940-3039`); assumed from 0.12.0."""
+    capture_sizes: CaptureSizesRule
+    """Which default CUDA-graph capture list applies (`defaults.default_capture_sizes`): V0 < 0.8, 0.8-0.9
+    (`[0.8.x] vllm/config.py _set_cudagraph_sizes`), 0.10-0.11, 0.12 → (`vllm/config/vllm.py:2398-2620`)."""
+    graph_regime: GraphRegime
+    """How graphs are captured, for the graph-pool estimate: V0 (< 0.8), piecewise (V1 < 0.12), full and piecewise
+    (0.12 →: `CUDAGraphMode.FULL_AND_PIECEWISE`, the V1 default, `[0.32.0] vllm/config/compilation.py:618`)."""
+    hybrid_kv_manager: bool
+    """The hybrid KV cache manager (0.10 →): before it (and always in V0) sliding-window layers of a hybrid model
+    are sized as full attention (`unify_hybrid_kv_cache_specs`; datapoint 119: "V0 sizes KV as if every layer
+    were full attention"; `unify_hybrid_kv_cache_specs`, `[0.32.0] vllm/v1/core/kv_cache_utils.py:1799`)."""
+    hybrid_supported: bool
+    """Mamba / linear-attention hybrids are planned from 0.10.2 (`HYBRID_MIN_VLLM`): V1's MambaSpec pages, the
+    page-size unification (`vllm/model_executor/models/config.py` HybridAttentionMambaModelConfig) and Qwen3-Next
+    all arrive by then; older versions (V0's separate Mamba cache) are refused rather than guessed."""
+    nemotron_ssm_float32: bool
+    """`NemotronHForCausalLMConfig.update_mamba_ssm_cache_dtype` (`[0.32.0] vllm/model_executor/models/config.py:712-726`,
+    DEFAULT_MAMBA_SSM_CACHE_DTYPE = "float32") turns an
+    `auto` SSM cache dtype into float32; absent from the 0.11 model-config map, applied from 0.12 (neither
+    boundary pinned by the reference)."""
+    hybrid_align_blackwell_256: bool
+    """Hybrid block alignment 32 on compute capability 10.x with head_dim 256 (FlashInfer: "head size 256 and
+    block size 16 is not supported on blackwell", vllm/model_executor/models/config.py from 0.11)."""
+    hybrid_align_user_block: bool
+    """From 0.12 `_align_hybrid_block_size` takes max(alignment, cache_config.block_size)
+    (`[0.32.0] vllm/platforms/interface.py:939`; 0.33 `interface.py:940-1140`)."""
+    in_flight: InFlightRule
+    """Tokens a sliding-window request may still need beyond its window (`vllm/config/vllm.py:588-609`;
+    `[0.32.0] vllm/config/vllm.py:577-597` max_concurrent_batches):
+    max_num_batched_tokens itself ≤0.11; two batches (pp + … on the V1 runner) 0.12-0.32; pp + 1 batches on the
+    V2 model runner, the default from 0.33 (`vllm/v1/kv_cache_interface.py`)."""
+    reserves_null_block: bool
+    """The block pool holds one block back as the null block (`[0.32.0] vllm/v1/core/block_pool.py:187`), and the
+    one-request check plans against the usable blocks (`[0.32.0] vllm/v1/core/kv_cache_utils.py:1104-1130`);
+    ≤0.11 checked the whole pool."""
+    tokens_from_concurrency: bool
+    """The logged KV token capacity is int(max_concurrency × max_model_len)
+    (`[0.32.0] vllm/v1/core/kv_cache_utils.py:2300-2308`, 0.28 →); before, num_blocks // groups × block_size."""
+    has_auto_fit: bool
+    """`--max-model-len auto` / -1 fits the length to the pool (PR #29431, 0.12 →;
+    `[0.32.0] vllm/v1/core/kv_cache_utils.py:2436-2480`)."""
+    has_max_num_active_seqs: bool
+    """`--max-num-active-seqs` (0.31.0 →, `[0.32.0] vllm/config/scheduler.py:69`, checked against max_num_seqs at
+    `:336-341`)."""
+    hybrid_prefix_caching_default: bool
+    """Hybrids get prefix caching by default, in mamba_cache_mode 'align' (two state blocks per request and state
+    group): from 0.28 (`[0.32.0] vllm/engine/arg_utils.py` `_set_default_chunked_prefill_and_prefix_caching_args`,
+    `vllm/model_executor/models/config.py` MambaModelConfig; 0.26 / 0.27 kept it off for hybrids;
+    `vramctl.core.mamba_cache`)."""
+    known_range: Literal["known", "newer", "older"]
+    """Where the version lies against the versions vramctl models (`OLDEST_VLLM_VERSION` to
+    `LATEST_VLLM_VERSION`): outside, the nearest known rules apply and the plan says so."""
+    new_wordings: bool
+    """The 0.12 → wordings: "Free memory on device cuda:0 …" (`vllm/v1/worker/utils.py:742`), the CPU-backend
+    remarks and docs link of the no-cache / one-request errors (`kv_cache_planning.py:56-87`), and sizes in
+    vLLM's GiB format; ≤0.11.0 wordings in `[0.11.0] kv_cache_utils.py:716-723`."""
+
+    @property
+    def version_tuple(self) -> Version:
+        return parse_version(self.version)
+
+
+@lru_cache(maxsize=256)
+def _rules_for_tuple(text: str, v: Version) -> VllmRules:
+    return VllmRules(
+        version=text,
+        v0=v < (0, 8, 0),
+        subtraction="v0" if v < (0, 8, 0) else "profile-sum" if v < (0, 28, 0) else "consumed",
+        default_utilization=0.92 if v >= (0, 20, 0) else 0.90,
+        estimate_cudagraphs_default=v >= (0, 20, 0),
+        supports_cudagraph_estimate=v >= (0, 19, 0),
+        charges_nccl=v < (0, 7, 0),
+        enforce_eager_disables_compile=v > (0, 11, 99),
+        v0_fallback_window=(0, 8, 0) <= v < (0, 11, 0),
+        v1_only=v >= (0, 10, 0),
+        checks_free_memory=v >= (0, 10, 0),
+        counts_other_processes=v < (0, 6, 5) or (0, 8, 0) <= v < (0, 10, 0),
+        large_gpu_tier=v >= (0, 12, 0),
+        capture_sizes="v0"
+        if v < (0, 8, 0)
+        else "v1-0.8"
+        if v < (0, 10, 0)
+        else "v1-0.10"
+        if v < (0, 12, 0)
+        else "v1-0.12",
+        graph_regime="v0" if v < (0, 8, 0) else "piecewise" if v < (0, 12, 0) else "full-and-piecewise",
+        hybrid_kv_manager=v >= (0, 10, 0),
+        hybrid_supported=v >= HYBRID_MIN_VLLM,
+        nemotron_ssm_float32=v >= (0, 12, 0),
+        hybrid_align_blackwell_256=v >= (0, 11, 0),
+        hybrid_align_user_block=v >= (0, 12, 0),
+        in_flight="batched-tokens" if v <= (0, 11, 99) else "pp-plus-one" if v >= (0, 33, 0) else "two-batches",
+        reserves_null_block=v > (0, 11, 99),
+        tokens_from_concurrency=v >= (0, 28, 0),
+        has_auto_fit=v >= (0, 12, 0),
+        has_max_num_active_seqs=v >= (0, 31, 0),
+        hybrid_prefix_caching_default=v >= (0, 28, 0),
+        known_range="newer"
+        if v > parse_version(LATEST_VLLM_VERSION)
+        else "older"
+        if v < parse_version(OLDEST_VLLM_VERSION)
+        else "known",
+        new_wordings=v > (0, 11, 99),
+    )
+
+
+def rules_for(version: str | Version) -> VllmRules:
+    """The rules of one vLLM version (a string as pip spells it, or a parsed tuple); cached."""
+    if isinstance(version, str):
+        return _rules_for_tuple(version, parse_version(version))
+    return _rules_for_tuple(".".join(str(p) for p in version), tuple(version))
+
+
+# --- the one-switch API (each reads `rules_for`) -----------------------------------------------------------------
+
+
+def default_gpu_memory_utilization(version: str) -> float:
+    """`VllmRules.default_utilization`."""
+    return rules_for(version).default_utilization
+
+
+def estimate_cudagraphs_default(version: str) -> bool:
+    """`VllmRules.estimate_cudagraphs_default`."""
+    return rules_for(version).estimate_cudagraphs_default
+
+
+def supports_cudagraph_estimate(version: str) -> bool:
+    """`VllmRules.supports_cudagraph_estimate`."""
+    return rules_for(version).supports_cudagraph_estimate
+
+
+def is_v0(version: str) -> bool:
+    """`VllmRules.v0`."""
+    return rules_for(version).v0
+
+
+def v0_fallback(version: str, compute_capability: str | None, vendor: str = "nvidia") -> bool:
+    """vLLM 0.8-0.10 run the V0 engine instead of V1 on a CUDA card below compute capability 8.0 (Turing: T4,
+    RTX 20xx, Quadro RTX): `VllmRules.v0_fallback_window`. 0.11 removed V0 (Turing runs V1 there)."""
+    if vendor != "nvidia" or not compute_capability:
+        return False
+    try:
+        major = int(compute_capability.split(".", 1)[0])
+    except ValueError:
+        return False
+    return major < 8 and rules_for(version).v0_fallback_window
+
+
+def subtraction_kind(version: str) -> Subtraction:
+    """`VllmRules.subtraction`."""
+    return rules_for(version).subtraction
+
+
+def charges_nccl_to_budget(version: str) -> bool:
+    """`VllmRules.charges_nccl`."""
+    return rules_for(version).charges_nccl
+
+
+def checks_free_memory(version: str) -> bool:
+    """`VllmRules.checks_free_memory`."""
+    return rules_for(version).checks_free_memory
+
+
+def counts_other_processes(version: str) -> bool:
+    """`VllmRules.counts_other_processes`."""
+    return rules_for(version).counts_other_processes
+
+
+def has_large_gpu_tier(version: str) -> bool:
+    """`VllmRules.large_gpu_tier`."""
+    return rules_for(version).large_gpu_tier
+
+
+def graph_regime(version: str) -> str:
+    """`VllmRules.graph_regime`."""
+    return rules_for(version).graph_regime
+
+
+def default_block_size(version: str) -> int:
+    """`CacheConfig.DEFAULT_BLOCK_SIZE = 16` (`vllm/config/cache.py:185`); backends may raise it."""
+    del version
+    return 16
+
+
+VllmSemantics = VllmRules
+"""The former name of `VllmRules`."""
+
+
+def semantics(version: str | None) -> VllmRules:
+    """The rules of `version` (None = the latest vLLM vramctl knows), the version checked as `resolve_version`."""
+    return rules_for(resolve_version(version))
+
+
+def check_hybrid_supported(model_name: str, version: str) -> None:
+    """Refuse a hybrid model on a version before `HYBRID_MIN_VLLM` (`VllmRules.hybrid_supported`)."""
+    if not rules_for(version).hybrid_supported:
+        raise BadInputError(
+            f"--engine-version {version}: {model_name} is a Mamba / linear-attention hybrid; vramctl plans hybrids "
+            f"for vLLM {'.'.join(map(str, HYBRID_MIN_VLLM))} and later (V1 MambaSpec pages), not the V0 / early-V1 "
+            "mamba cache of this version"
+        )
+
+
+def default_mamba_ssm_cache_dtype(architecture: str, config_ssm_dtype: str | None, version: str) -> str:
+    """`--mamba-ssm-cache-dtype` as the model runs it when the flag is left at `auto`.
+
+    `auto` = the conv-state dtype = the model dtype (MambaStateDtypeCalculator._mamba_state_dtype), except for
+    Nemotron-H: `NemotronHForCausalLMConfig.update_mamba_ssm_cache_dtype` (vllm/model_executor/models/config.py,
+    registered for NemotronHForCausalLM) replaces `auto` with the HF config's `mamba_ssm_cache_dtype`, else
+    DEFAULT_MAMBA_SSM_CACHE_DTYPE = "float32" ("Only `float32` is known to have no accuracy issues by default");
+    from 0.12 (`VllmRules.nemotron_ssm_float32`).
+    """
+    if architecture.startswith("NemotronH") and rules_for(version).nemotron_ssm_float32:
+        return config_ssm_dtype or "float32"
+    return "auto"
