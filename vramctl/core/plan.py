@@ -23,6 +23,7 @@ from vramctl.core import estimates as est
 from vramctl.core import kv as kvmath
 from vramctl.core import lora
 from vramctl.core.engines import vllm as V
+from vramctl.core.engines import vllm_runtime as RT
 from vramctl.core.errors import BadInputError
 from vramctl.core.ledger import (
     ACTIVATION_PEAK,
@@ -99,6 +100,12 @@ class VllmSettings:
     """vLLM 0.31 →: requests admitted into RUNNING; None = max_num_seqs (the flag not given)."""
     async_scheduling: bool = True
     """Off with `--no-async-scheduling`: one batch in flight per stage (sliding-window blocks per request)."""
+    sampler: str = "pytorch"
+    """The sampler the profile run warms up (`vllm_runtime.sampler_kind`): `pytorch` or `flashinfer`."""
+    custom_all_reduce: bool = False
+    """vLLM's custom all-reduce carries the TP reductions (`vllm_runtime.custom_all_reduce`)."""
+    peer_to_peer: bool = True
+    """GPU peer access between the ranks (GeForce: none)."""
 
     def to_json(self) -> dict[str, Any]:
         out = {
@@ -395,8 +402,15 @@ def resolve_settings(model: ModelSpec, gpu: GpuSpec, settings: ServeSettings, ve
         defaults.append("max_num_seqs")
     chunked = settings.enable_chunked_prefill if settings.enable_chunked_prefill is not None else True
     if V.is_v0(version):
-        # `use_long_context = max_model_len > 32768`, not with LoRA or a sliding window (_set_default_args_v0)
-        long_context = mml > 32768 and not settings.enable_lora and not model.num_sliding_layers
+        # `use_long_context = max_model_len > 32768`; chunked prefill not with LoRA, a sliding window, MLA or a
+        # multimodal model (_set_default_args_v0, vllm/engine/arg_utils.py 0.8.5)
+        long_context = (
+            mml > 32768
+            and not settings.enable_lora
+            and not model.num_sliding_layers
+            and not model.is_mla
+            and not model.is_multimodal
+        )
         chunked = (
             settings.enable_chunked_prefill if settings.enable_chunked_prefill is not None else long_context
         )
@@ -458,6 +472,13 @@ def resolve_settings(model: ModelSpec, gpu: GpuSpec, settings: ServeSettings, ve
         fully_sharded_loras=settings.fully_sharded_loras,
         max_num_active_seqs=_active_seqs(settings, version, seqs),
         async_scheduling=settings.async_scheduling is not False,
+        sampler=RT.sampler_kind(
+            version, v0_engine=V.is_v0(version), gpu=gpu, flashinfer_env=settings.flashinfer_sampler
+        )[0],
+        custom_all_reduce=RT.custom_all_reduce(
+            settings.tensor_parallel_size, gpu, disabled=settings.disable_custom_all_reduce
+        ).custom,
+        peer_to_peer=gpu.vendor != "nvidia" or RT.peer_to_peer(gpu),
     )
 
 
@@ -571,10 +592,13 @@ def _stage_budget(
         v0=v0,
         last_pp_rank=stage == pp - 1,
         act_bytes=min(act_bytes, 2),
+        sampler=s.sampler,
         cal=cal,
     )
     charges_nccl = V.charges_nccl_to_budget(s.version)
-    non_torch = est.non_torch_charged(version_kind=sem_kind, tp=tp * pp, charges_nccl=charges_nccl, cal=cal)
+    non_torch = est.non_torch_charged(
+        version_kind=sem_kind, tp=tp * pp, charges_nccl=charges_nccl, peer_to_peer=s.peer_to_peer, cal=cal
+    )
     outside = est.pre_snapshot_overhead(tp=tp * pp, v0=charges_nccl, cal=cal)
     graph = est.graph_pool(
         model,
@@ -582,6 +606,8 @@ def _stage_budget(
         layers_on_rank=layers,
         regime=_graph_regime(s.version),
         tp=tp,
+        custom_all_reduce=s.custom_all_reduce,
+        lora_twice=s.enable_lora and RT.graphs_specialize_lora(s.version, v0_engine=v0),
         cal=cal,
     )
     if edge:
@@ -1239,7 +1265,17 @@ def plan_vllm(
     if model.state_space is not None:
         V.check_hybrid_supported(model.name, version)
     capacity = settings.gpu_memory_bytes or gpu.cuda_total_bytes
-    fallback = V.v0_fallback(version, gpu.compute_capability, gpu.vendor)
+    fallback = RT.v1_fallback_reason(
+        version,
+        compute_capability=gpu.compute_capability,
+        vendor=gpu.vendor,
+        quantization=settings.quantization or (model.quantization or None),
+        kv_cache_dtype=settings.kv_cache_dtype or "auto",
+        dtype=settings.dtype,
+        enable_lora=settings.enable_lora,
+        pipeline_parallel_size=settings.pipeline_parallel_size,
+        use_v1_env=settings.use_v1_env,
+    )
     rules_version = V.V0_RULES_VERSION if fallback else version
     s = resolve_settings(model, gpu, settings, rules_version)
     core = _core(model, gpu, s, capacity, calibration)
@@ -1262,8 +1298,8 @@ def plan_vllm(
     if fallback:
         notes.insert(
             0,
-            f"vLLM {version} runs its V0 engine on this card (compute capability {gpu.compute_capability} < 8.0: "
-            "`_is_v1_supported_oracle`, vllm/engine/arg_utils.py 0.8-0.10): planned with the V0 rules "
+            f"vLLM {version} runs its V0 engine here ({fallback}: `_is_v1_supported_oracle`, "
+            "vllm/engine/arg_utils.py 0.8-0.10): planned with the V0 rules "
             f"(defaults, profiling, graphs) as of {V.V0_RULES_VERSION}",
         )
         s = replace(s, version=version)

@@ -281,6 +281,8 @@ _SETTINGS_NEEDLES = (
     "LLM(",
     "EngineArgs(",
     "Chunked prefill is enabled with max_num_batched_tokens=",
+    "top-p & top-k sampling",
+    "Custom allreduce is disabled",
     "vllm serve",
     "sglang.launch_server",
     "api_server",
@@ -320,6 +322,8 @@ _SETTING_KEYS: dict[str, str] = {
     "quantization": "quantization",
     "enable_expert_parallel": "enable_expert_parallel",
     "enable_lora": "enable_lora",
+    "disable_custom_all_reduce": "disable_custom_all_reduce",
+    "flashinfer_sampler": "flashinfer_sampler",
     "max_loras": "max_loras",
     "max_lora_rank": "max_lora_rank",
     "enable_prefix_caching": "enable_prefix_caching",
@@ -431,6 +435,8 @@ PREFILTER_ANCHORS: tuple[bytes, ...] = (
     b"ServerArgs(",
     b"EngineArgs(",
     b"Chunked prefill",
+    b"top-k sampling",
+    b"Custom allreduce",
     b"For requested memory",
     b"For full GPU",
     b"CPU blocks",
@@ -729,6 +735,16 @@ class _Parser:
             m = re.search(r"max_num_batched_tokens=(\d+)", raw)
             if m:
                 run.set_setting("max_num_batched_tokens", int(m.group(1)), line.number, "log-line")
+            return
+        elif "top-p & top-k sampling" in raw or "Custom allreduce is disabled" in raw:
+            # vllm/v1/sample/ops/topk_topp_sampler.py: "Using FlashInfer for top-p & top-k sampling." or a
+            # fall-back to the PyTorch-native one; custom_all_reduce.py: "Custom allreduce is disabled because …"
+            if "Custom allreduce is disabled" in raw:
+                run.set_setting("disable_custom_all_reduce", True, line.number, "log-line")
+            elif "Using FlashInfer for top-p & top-k sampling" in raw:
+                run.set_setting("flashinfer_sampler", True, line.number, "log-line")
+            elif "PyTorch-native" in raw or "PyTorch-\nnative" in raw or "disabled" in raw:
+                run.set_setting("flashinfer_sampler", False, line.number, "log-line")
             return
         elif "LLM(" in raw or "EngineArgs(" in raw:
             source = "command-line"
@@ -1761,6 +1777,9 @@ def settings_from_report(report: StartupReport, *, engine_version: str | None = 
             # the log names the method in use; only the in-flight ones change the plan of an unquantised checkpoint
             # (a checkpoint's own method is the registry's already)
             quantization=quantization if quantization in ONLINE_METHODS else None,
+            # the sampler / all-reduce lines the engine logs (vramctl.core.engines.vllm_runtime)
+            flashinfer_sampler=get_bool("flashinfer_sampler"),
+            disable_custom_all_reduce=bool(get_bool("disable_custom_all_reduce")),
         )
     else:
         changes.update(
