@@ -106,6 +106,8 @@ class VllmSettings:
     """vLLM's custom all-reduce carries the TP reductions (`vllm_runtime.custom_all_reduce`)."""
     peer_to_peer: bool = True
     """GPU peer access between the ranks (GeForce: none)."""
+    release: str | None = None
+    """The vLLM release itself where `version` holds the V0 rules it falls back to (0.8-0.10 on V0)."""
 
     def to_json(self) -> dict[str, Any]:
         out = {
@@ -726,7 +728,10 @@ def _core(
         )
     )
     slots = lora_slots_of(model, s)
-    if slots is not None:
+    slots_charged = slots is not None and RT.lora_slots_charged(
+        s.release or s.version, v0_engine=V.is_v0(s.version)
+    )
+    if slots is not None and slots_charged:
         # allocated while the model loads: part of vLLM's "Model loading took"
         weights = tuple(w + extra for w, extra in zip(weights, slots.stage_bytes, strict=True))
     parts = kvmath.pp_partition(model.num_hidden_layers, pp)
@@ -747,6 +752,22 @@ def _core(
         )
         for i in range(pp)
     )
+    if slots is not None and not slots_charged:
+        # V0 before the fix of vllm#14450 allocated the slots after its weights profiler: outside the budget
+        stages = tuple(
+            replace(
+                st,
+                outside=replace(
+                    st.outside,
+                    bytes=st.outside.bytes + slots.stage_bytes[st.index],
+                    formula=st.outside.formula
+                    + f" + LoRA slots {slots.stage_bytes[st.index] / GiB:.2f} GiB (V0 allocates them after its "
+                    "weights profiler and does not charge them)",
+                    parts=(*st.outside.parts, ("lora_slots", slots.stage_bytes[st.index])),
+                ),
+            )
+            for st in stages
+        )
     binding = min(stages, key=lambda st: (st.num_blocks, st.kv_bytes - st.bytes_per_block))
     num_blocks = binding.num_blocks
     bpr = kvmath.blocks_per_request(
@@ -1144,9 +1165,19 @@ def _explanations(model: ModelSpec, gpu: GpuSpec, core: _Core, ledger: Ledger) -
         notes.append(
             f"--enable-lora: {slots.max_loras} adapter slot(s) at rank {slots.max_lora_rank} on every Linear"
             f"{' (fully sharded)' if slots.fully_sharded else ''}: "
-            f"{slots.stage_bytes[st.index] / GiB:.2f} GiB on this rank, booked with the weights (vLLM allocates "
-            "them while the model loads); with adapters vLLM also captures a second set of CUDA graphs "
-            "(cudagraph_specialize_lora), so the graph pool can reach twice the estimate."
+            f"{slots.stage_bytes[st.index] / GiB:.2f} GiB on this rank, "
+            + (
+                "booked with the weights (vLLM allocates them while the model loads)"
+                if RT.lora_slots_charged(s.release or s.version, v0_engine=V.is_v0(s.version))
+                else "outside the budget (V0 before 0.8 allocates them after its weights profiler and charges "
+                "them nowhere, vllm#14450)"
+            )
+            + (
+                "; the graph pool is doubled: vLLM captures each graph with and without adapters "
+                "(cudagraph_specialize_lora, 0.12 →)."
+                if RT.graphs_specialize_lora(s.version, v0_engine=V.is_v0(s.version))
+                else "."
+            )
         )
     if s.data_parallel_size > 1:
         dp = s.data_parallel_size
@@ -1278,6 +1309,8 @@ def plan_vllm(
     )
     rules_version = V.V0_RULES_VERSION if fallback else version
     s = resolve_settings(model, gpu, settings, rules_version)
+    if fallback:
+        s = replace(s, release=version)
     core = _core(model, gpu, s, capacity, calibration)
     auto_note = None
     edges: list[_Core] = []

@@ -1712,6 +1712,24 @@ def _explicit_kv_bytes(report: StartupReport) -> int | None:
     return int(fact.bytes)
 
 
+def _version_in_range(text: str | None, variant: str | None) -> str | None:
+    """The version to plan a log whose version only its line wordings bound (`>=0.6.5,<=0.10.0`): the newest in
+    the range; V0 wordings past 0.7 (a 0.8-0.10 fall-back) are planned with the last V0 release's rules (0.7.3).
+    None when the range has no upper bound (the newest vLLM vramctl knows)."""
+    if not text:
+        return None
+    upper = next((part[2:] for part in text.split(",") if part.startswith("<=")), None)
+    if upper is None:
+        return None
+    try:
+        top = parse_version(upper.replace(".x", ".0"))
+    except ValueError:
+        return None
+    if variant == "V0" and top >= (0, 8, 0):
+        return "0.7.3"
+    return ".".join(str(p) for p in top)
+
+
 def settings_from_report(report: StartupReport, *, engine_version: str | None = None) -> ServeSettings:
     """The ServeSettings a plan for the same deployment needs, from what the log states."""
     s = report.settings
@@ -1743,6 +1761,8 @@ def settings_from_report(report: StartupReport, *, engine_version: str | None = 
     version = engine_version
     if version is None and report.version_source == "log" and report.engine_version is not None:
         version = ".".join(str(p) for p in parse_version(report.engine_version))
+    if version is None and report.version_source == "formats" and report.engine == "vllm":
+        version = _version_in_range(report.engine_version, report.variant)
     engine = "sglang" if report.engine == "sglang" else "vllm"
     dtype = get_str("dtype") or "auto"
     kv_dtype = get_str("kv_cache_dtype") or "auto"

@@ -27,6 +27,9 @@ adds. Each rule is read from vLLM's own source at the versions named (wheels of 
   two GPUs that are not fully NVLink-connected ("not supported on more than two PCIe-only GPUs"), and without
   GPU peer-to-peer access (GeForce cards). Where it is off, NCCL carries the reductions, inside the captured
   graphs too.
+- **LoRA slots in V0**: 0.6.6 and 0.7.3 create the adapter slots (`create_lora_manager`) after the weights'
+  `DeviceMemoryProfiler` in `load_model` (vllm/worker/model_runner.py), so neither the weights nor the profile
+  charge them (vllm#14450); 0.8.0 and 0.8.5 create them inside it.
 - **LoRA graphs**: `cudagraph_specialize_lora` (vllm/config/compilation.py, from 0.12.0, default True)
   captures every graph twice, with and without active adapters.
 """
@@ -182,3 +185,14 @@ def custom_all_reduce(tp: int, gpu: GpuSpec, *, disabled: bool = False) -> AllRe
 def graphs_specialize_lora(version: str, *, v0_engine: bool) -> bool:
     """LoRA graphs captured twice (with and without adapters): `cudagraph_specialize_lora`, 0.12.0 →."""
     return not v0_engine and _v(version) >= (0, 12, 0)
+
+
+LORA_SLOTS_CHARGED_FROM_V0 = (0, 8, 0)
+"""The V0 release from which `create_lora_manager` runs inside the weights profiler
+(vllm/worker/model_runner.py `load_model`): after it in 0.6.6 and 0.7.3 (the slots are then charged nowhere,
+vllm#14450), inside it in 0.8.0 and 0.8.5."""
+
+
+def lora_slots_charged(version: str, *, v0_engine: bool) -> bool:
+    """Whether vLLM subtracts the LoRA slots from the budget (V1 always: they are part of "Model loading took")."""
+    return not v0_engine or _v(version) >= LORA_SLOTS_CHARGED_FROM_V0
