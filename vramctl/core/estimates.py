@@ -66,8 +66,8 @@ class Calibration:
     non_torch_median_error: float = 0.11
     sampler_flashinfer_saving_copies: float = 3.5
     """fp32 [num_reqs, vocab] copies FlashInfer's sampler holds fewer than PyTorch's at the dummy sampler run's
-    peak: the sort's values + int64 indices, the top-p softmax and the scatter (7.0 live copies) against
-    FlashInfer's masked logits and probabilities (3.5), replayed op by op from
+    peak: the sort's values + int64 indices, the top-p softmax and the scatter (6.5 live copies) against
+    FlashInfer's masked logits and probabilities (3.0), replayed op by op from
     vllm/v1/sample/ops/topk_topp_sampler.py (vLLM 0.10.1) by `scripts/calibrate.py --sampler-replay`."""
     nccl_v0_bytes_per_peer_no_p2p: int = int(0.33 * GiB)
     """V0 before 0.7, NCCL charged per peer where GPUs have no peer-to-peer path (shared-memory transport)."""
@@ -202,17 +202,17 @@ def activation_peak(
     if kind == "flashinfer":
         copies = max(1.0, round(copies - cal.sampler_flashinfer_saving_copies, 2))
     logits = int(num_reqs * vocab * 4)
-    sampler = int(copies * logits) if last_pp_rank else 0
+    warmup = int(copies * logits) if last_pp_rank else 0
     fixed = cal.activation_fixed_bytes
-    total = fwd + sampler + fixed
+    total = fwd + warmup + fixed
     band = int(cal.activation_rel_band * total)
     formula = (
         f"{cal.forward_factor} × forward working set of {max_num_batched_tokens} tokens "
         f"({fwd_raw / GiB:.2f} GiB) + {kind} sampler warm-up {copies:g} × {num_reqs} reqs × {vocab} vocab × 4 B "
-        f"({sampler / GiB:.2f} GiB) + {fixed / MiB:.0f} MiB; "
+        f"({warmup / GiB:.2f} GiB) + {fixed / MiB:.0f} MiB; "
         + accuracy_note(cal.activation_median_error, cal.activation_rel_band)
     )
-    return Estimate(total, band, formula, (("forward", fwd), ("sampler", sampler), ("fixed", fixed)))
+    return Estimate(total, band, formula, (("forward", fwd), ("sampler", warmup), ("fixed", fixed)))
 
 
 def non_torch_charged(
