@@ -108,6 +108,8 @@ class VllmSettings:
     """GPU peer access between the ranks (GeForce: none)."""
     release: str | None = None
     """The vLLM release itself where `version` holds the V0 rules it falls back to (0.8-0.10 on V0)."""
+    sampler_reason: str = ""
+    """Why `sampler` (`vllm_runtime.sampler_kind`)."""
 
     def to_json(self) -> dict[str, Any]:
         out = {
@@ -477,6 +479,9 @@ def resolve_settings(model: ModelSpec, gpu: GpuSpec, settings: ServeSettings, ve
         sampler=RT.sampler_kind(
             version, v0_engine=V.is_v0(version), gpu=gpu, flashinfer_env=settings.flashinfer_sampler
         )[0],
+        sampler_reason=RT.sampler_kind(
+            version, v0_engine=V.is_v0(version), gpu=gpu, flashinfer_env=settings.flashinfer_sampler
+        )[1],
         custom_all_reduce=RT.custom_all_reduce(
             settings.tensor_parallel_size, gpu, disabled=settings.disable_custom_all_reduce
         ).custom,
@@ -1159,6 +1164,11 @@ def _explanations(model: ModelSpec, gpu: GpuSpec, core: _Core, ledger: Ledger) -
         notes.append(
             "MoE experts are assumed sharded by TP; with --enable-expert-parallel each rank runs whole experts and "
             "the fused-MoE workspace is larger (DeepSeek-R1 at TP 16: KV over-estimated by 20–40 %, docs/accuracy.md)."
+        )
+    v = parse_version(s.release or s.version)
+    if s.sampler == "flashinfer" or (not V.is_v0(s.version) and (0, 10, 0) <= v < (0, 21, 0)):
+        notes.append(
+            f"profile-run sampler: {s.sampler} ({s.sampler_reason}; vllm/v1/sample/ops/topk_topp_sampler.py)"
         )
     slots = core.lora
     if slots is not None:
