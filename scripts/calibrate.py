@@ -713,6 +713,69 @@ def sampler_replay(num_reqs: int = 256, vocab: int = 128256) -> float:
     return (rss() - base) / (num_reqs * vocab * 4)
 
 
+def sampler_peaks(num_reqs: int = 256, vocab: int = 32000) -> dict[str, float]:
+    """fp32 [num_reqs, vocab] copies alive at the dummy sampler run's peak on each path of vLLM 0.10.1's
+    vllm/v1/sample/ops/topk_topp_sampler.py (bf16 logits, fp32 cast, in-place temperature; no penalties, as
+    `_dummy_sampler_run` sets no_penalties=True): `pytorch` (apply_top_k_top_p's sort, top-p softmax and
+    scatter, then softmax and the exponential race) and `flashinfer` (top_k_top_p_sampling_from_logits: masked
+    logits and probabilities). Live bytes are counted exactly, op by op (a TorchDispatchMode that tracks every
+    tensor storage until it is freed); needs torch (`--sampler-replay`)."""
+    import weakref
+
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_flatten
+
+    class Live(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.live = self.peak = 0
+            self.seen: dict[int, int] = {}
+
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            out = func(*args, **(kwargs or {}))
+            for t in tree_flatten(out)[0]:
+                if isinstance(t, torch.Tensor):
+                    key, n = t.untyped_storage().data_ptr(), t.untyped_storage().nbytes()
+                    if n and key not in self.seen:
+                        self.seen[key] = n
+                        self.live += n
+                        self.peak = max(self.peak, self.live)
+
+                        def free(k: int = key, size: int = n) -> None:
+                            if self.seen.pop(k, None) is not None:
+                                self.live -= size
+
+                        weakref.finalize(t, free)
+            return out
+
+    out: dict[str, float] = {}
+    for kind in ("pytorch", "flashinfer"):
+        mode = Live()
+        with mode:
+            logits = torch.randn(num_reqs, vocab, dtype=torch.bfloat16).to(torch.float32)
+            logits.div_(torch.full((num_reqs,), 0.5).unsqueeze(1))
+            k = torch.full((num_reqs,), vocab - 1)
+            p = torch.full((num_reqs,), 0.9)
+            if kind == "pytorch":
+                srt, idx = logits.sort(dim=-1, descending=False)
+                km = srt < srt.gather(1, (srt.size(1) - k).unsqueeze(1))
+                srt.masked_fill_(km, -float("inf"))
+                probs_sort = srt.softmax(dim=-1)
+                pm = torch.cumsum(probs_sort, dim=-1, out=probs_sort) <= 1 - p.unsqueeze(1)
+                pm[:, -1] = False
+                srt.masked_fill_(pm, -float("inf"))
+                new = srt.scatter(dim=-1, index=idx, src=srt)
+                del srt, idx, km, probs_sort, pm
+                probs = new.softmax(dim=-1, dtype=torch.float32)
+                probs.div_(torch.empty_like(probs).exponential_()).argmax(dim=-1)
+            else:
+                masked = torch.empty_like(logits.contiguous())
+                torch.softmax(masked, dim=-1)
+        out[kind] = mode.peak / (num_reqs * vocab * 4)
+    return out
+
+
 # The constants committed before the collected logs were seen (estimates.py at commit afede94): the held-out
 # "before" numbers are computed with exactly these, whatever CALIBRATION holds now.
 PRE_COLLECTED = replace(
@@ -905,6 +968,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.sampler_replay:
         print(
             f"{sampler_replay():.2f} fp32 [num_reqs, vocab] copies alive at the sampler warm-up peak (CPU replay)"
+        )
+        peaks = sampler_peaks()
+        print(
+            "exact live copies at the peak, with the bf16 logits: "
+            + ", ".join(f"{k} {v:.2f}" for k, v in peaks.items())
+            + f" (FlashInfer holds {peaks['pytorch'] - peaks['flashinfer']:.2f} fewer)"
         )
         return 0
     ev = evaluate(args.samples, args.collected)

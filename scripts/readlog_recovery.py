@@ -46,6 +46,9 @@ FIELDS: dict[str, tuple[str, str]] = {
     "max_total_num_tokens": ("max_total_num_tokens", "count"),
     "k_size_gb": ("k_size", "GiB"),
     "v_size_gb": ("v_size", "GiB"),
+    "kv_cache_in_use_gib": ("kv_cache_in_use", "GiB"),
+    "peak_activation_incl_graph_gib": ("peak_activation_incl_graph", "GiB"),
+    "kv_tokens_capacity": ("kv_tokens_capacity", "count"),
 }
 
 

@@ -3,7 +3,8 @@
 It serves what `huggingface_hub` (hf_hub_download, get_hf_file_metadata, get_safetensors_metadata) asks for:
 HEAD and GET `/{org}/{name}/resolve/{revision}/{file}` with `X-Repo-Commit`, `ETag`, `X-Linked-Size` and the
 `X-Error-Code` answers of the real Hub (RepoNotFound, GatedRepo, EntryNotFound, RevisionNotFound), and HTTP
-range requests. A repo folder may hold `_repo.json`:
+range requests, and `GET /api/models/{org}/{name}/tree/{revision}` (the file list). A repo folder may hold
+`_repo.json`:
 
     {"commit": "<40 hex>", "revisions": {"v1": "<40 hex>"}, "gated_token": "hf_x", "delay_s": 5,
      "sizes": {"config.json": 100000000}}
@@ -64,9 +65,31 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", "0")
         self.end_headers()
 
+    def _tree(self, parts: list[str], body: bool) -> None:
+        """`GET /api/models/{org}/{name}/tree/{revision}`: the repo's files (what list_repo_files reads)."""
+        folder = self.server.root / parts[2] / parts[3]
+        if not folder.is_dir():
+            self._error(401, "RepoNotFound", "Repository not found")
+            return
+        entries = [
+            {"type": "file", "path": p.relative_to(folder).as_posix(), "size": p.stat().st_size, "oid": "0" * 40}
+            for p in sorted(folder.rglob("*"))
+            if p.is_file() and p.name != "_repo.json"
+        ]
+        data = json.dumps(entries).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        if body:
+            self.wfile.write(data)
+
     def _answer(self, body: bool) -> None:
         self.server.requests.append((self.command, self.path, self.headers.get("range")))
         parts = self.path.split("?")[0].strip("/").split("/")
+        if len(parts) >= 6 and parts[:2] == ["api", "models"] and parts[4] == "tree":
+            self._tree(parts, body)
+            return
         if len(parts) < 5 or parts[2] != "resolve":
             self._error(404, "RepoNotFound", "Not found")
             return

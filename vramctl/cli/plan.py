@@ -263,6 +263,10 @@ def run_plan(
     overrides = parse_overrides(options.get("hf_overrides"))
     rope = parse_overrides(options.get("rope_scaling"), "--rope-scaling")
     allow_long = _truthy(os.environ.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN"))
+    sampler_env = os.environ.get("VLLM_USE_FLASHINFER_SAMPLER")
+    if sampler_env is not None and settings.flashinfer_sampler is None and settings.engine != "sglang":
+        # the environment the plan runs in, as vLLM's envs.py reads it; a serve command's own prefix wins
+        settings = settings.with_changes(flashinfer_sampler=sampler_env.strip() not in ("0", ""))
     if command is not None:
         flags = dict(command.flags)
         if revision is None and flags.get("revision"):

@@ -155,6 +155,7 @@ _VLLM_BOOL_FLAGS: dict[str, tuple[str, bool]] = {
     "--enable-lora": ("enable_lora", True),
     "--no-enable-lora": ("enable_lora", False),
     "--fully-sharded-loras": ("fully_sharded_loras", True),
+    "--disable-custom-all-reduce": ("disable_custom_all_reduce", True),
     "-ep": ("enable_expert_parallel", True),
     "--no-enable-expert-parallel": ("enable_expert_parallel", False),
 }
@@ -323,12 +324,17 @@ def parse_serve_command(
         changes.append(
             ("estimate_cudagraphs", env["VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS"].strip() == "1")
         )
+    if env.get("VLLM_USE_FLASHINFER_SAMPLER") is not None and engine == "vllm":
+        # vllm/envs.py: bool(int(value)); the profile run's sampler (vramctl.core.engines.vllm_runtime)
+        changes.append(("flashinfer_sampler", env["VLLM_USE_FLASHINFER_SAMPLER"].strip() not in ("0", "")))
+    if env.get("VLLM_USE_V1") is not None and engine == "vllm":
+        changes.append(("use_v1_env", env["VLLM_USE_V1"].strip() == "1"))
     honoured = {
-        "vllm": "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS",
-        "sglang": "SGLANG_ENABLE_POST_CAPTURE_KV_SIZING",
+        "vllm": ("VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS", "VLLM_USE_FLASHINFER_SAMPLER", "VLLM_USE_V1"),
+        "sglang": ("SGLANG_ENABLE_POST_CAPTURE_KV_SIZING",),
     }
     for key in env:
-        if key != honoured.get(engine):
+        if key not in honoured.get(engine, ()):
             notes.append(f"ignored the environment variable {key}")
     return ServeCommand(
         engine=engine,

@@ -75,6 +75,13 @@ class ServeSettings:
     allow_long_max_model_len: bool = False
     """vLLM's `VLLM_ALLOW_LONG_MAX_MODEL_LEN=1` (vllm/envs.py): a --max-model-len above the derived one is
     accepted with a warning instead of refused."""
+    flashinfer_sampler: bool | None = None
+    """vLLM's `VLLM_USE_FLASHINFER_SAMPLER` (None: not set): which sampler the profile run warms up
+    (vramctl.core.engines.vllm_runtime)."""
+    disable_custom_all_reduce: bool = False
+    """vLLM `--disable-custom-all-reduce`: NCCL carries the TP reductions (graphs hold its buffers)."""
+    use_v1_env: bool = False
+    """`VLLM_USE_V1=1` (0.8.x): keeps V1 for LoRA / pipeline parallelism instead of falling back to V0."""
     # --- SGLang ----------------------------------------------------------------------------------------
     mem_fraction_static: float | None = None
     chunked_prefill_size: int | None = None

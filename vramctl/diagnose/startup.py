@@ -282,6 +282,8 @@ _SETTINGS_NEEDLES = (
     "LLM(",
     "EngineArgs(",
     "Chunked prefill is enabled with max_num_batched_tokens=",
+    "top-p & top-k sampling",
+    "Custom allreduce is disabled",
     "vllm serve",
     "sglang.launch_server",
     "api_server",
@@ -321,6 +323,8 @@ _SETTING_KEYS: dict[str, str] = {
     "quantization": "quantization",
     "enable_expert_parallel": "enable_expert_parallel",
     "enable_lora": "enable_lora",
+    "disable_custom_all_reduce": "disable_custom_all_reduce",
+    "flashinfer_sampler": "flashinfer_sampler",
     "max_loras": "max_loras",
     "max_lora_rank": "max_lora_rank",
     "enable_prefix_caching": "enable_prefix_caching",
@@ -432,6 +436,8 @@ PREFILTER_ANCHORS: tuple[bytes, ...] = (
     b"ServerArgs(",
     b"EngineArgs(",
     b"Chunked prefill",
+    b"top-k sampling",
+    b"Custom allreduce",
     b"For requested memory",
     b"For full GPU",
     b"CPU blocks",
@@ -730,6 +736,16 @@ class _Parser:
             m = re.search(r"max_num_batched_tokens=(\d+)", raw)
             if m:
                 run.set_setting("max_num_batched_tokens", int(m.group(1)), line.number, "log-line")
+            return
+        elif "top-p & top-k sampling" in raw or "Custom allreduce is disabled" in raw:
+            # vllm/v1/sample/ops/topk_topp_sampler.py: "Using FlashInfer for top-p & top-k sampling." or a
+            # fall-back to the PyTorch-native one; custom_all_reduce.py: "Custom allreduce is disabled because …"
+            if "Custom allreduce is disabled" in raw:
+                run.set_setting("disable_custom_all_reduce", True, line.number, "log-line")
+            elif "Using FlashInfer for top-p & top-k sampling" in raw:
+                run.set_setting("flashinfer_sampler", True, line.number, "log-line")
+            elif "PyTorch-native" in raw or "PyTorch-\nnative" in raw or "disabled" in raw:
+                run.set_setting("flashinfer_sampler", False, line.number, "log-line")
             return
         elif "LLM(" in raw or "EngineArgs(" in raw:
             source = "command-line"
@@ -1698,6 +1714,24 @@ def _explicit_kv_bytes(report: StartupReport) -> int | None:
     return int(fact.bytes)
 
 
+def _version_in_range(text: str | None, variant: str | None) -> str | None:
+    """The version to plan a log whose version only its line wordings bound (`>=0.6.5,<=0.10.0`): the newest in
+    the range; V0 wordings past 0.7 (a 0.8-0.10 fall-back) are planned with the last V0 release's rules (0.7.3).
+    None when the range has no upper bound (the newest vLLM vramctl knows)."""
+    if not text:
+        return None
+    upper = next((part[2:] for part in text.split(",") if part.startswith("<=")), None)
+    if upper is None:
+        return None
+    try:
+        top = parse_version(upper.replace(".x", ".0"))
+    except ValueError:
+        return None
+    if variant == "V0" and top >= (0, 8, 0):
+        return "0.7.3"
+    return ".".join(str(p) for p in top)
+
+
 def settings_from_report(report: StartupReport, *, engine_version: str | None = None) -> ServeSettings:
     """The ServeSettings a plan for the same deployment needs, from what the log states."""
     s = report.settings
@@ -1729,6 +1763,8 @@ def settings_from_report(report: StartupReport, *, engine_version: str | None = 
     version = engine_version
     if version is None and report.version_source == "log" and report.engine_version is not None:
         version = ".".join(str(p) for p in parse_version(report.engine_version))
+    if version is None and report.version_source == "formats" and report.engine == "vllm":
+        version = _version_in_range(report.engine_version, report.variant)
     engine = "sglang" if report.engine == "sglang" else "vllm"
     dtype = get_str("dtype") or "auto"
     kv_dtype = get_str("kv_cache_dtype") or "auto"
@@ -1764,6 +1800,9 @@ def settings_from_report(report: StartupReport, *, engine_version: str | None = 
             # the log names the method in use; only the in-flight ones change the plan of an unquantised checkpoint
             # (a checkpoint's own method is the registry's already)
             quantization=quantization if quantization in ONLINE_METHODS else None,
+            # the sampler / all-reduce lines the engine logs (vramctl.core.engines.vllm_runtime)
+            flashinfer_sampler=get_bool("flashinfer_sampler"),
+            disable_custom_all_reduce=bool(get_bool("disable_custom_all_reduce")),
         )
     else:
         changes.update(

@@ -100,6 +100,11 @@ def _load_model(name_or_path: str, *, revision: str | None = None, offline: bool
             return spec
     from vramctl.registry import hub  # stays cheap: huggingface_hub is imported inside, only for a fetch
 
+    gguf = hub.split_gguf_ref(name_or_path)
+    if gguf is not None:
+        gguf_ref = hub.parse_ref(gguf[0], revision)
+        if gguf_ref is not None:
+            return hub.load_hub_gguf(gguf_ref, gguf[1], offline=offline)
     ref = hub.parse_ref(name_or_path, revision)
     if ref is None:
         if pinned:

@@ -74,6 +74,12 @@ def read_gguf(path: Path) -> tuple[dict[str, Any], int, dict[str, int]]:
     except (ValueError, OSError, KeyError, IndexError, TypeError, OverflowError, MemoryError) as exc:
         reason = str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__
         raise BadInputError(f"{where}: not a readable GGUF file ({reason})") from None
+    return config_from_reader(reader, where)
+
+
+def config_from_reader(reader: Any, where: str) -> tuple[dict[str, Any], int, dict[str, int]]:
+    """(an HF-style config, the tensors' total bytes, bytes by GGUF quant type) from a parsed header: the gguf
+    package's GGUFReader or `vramctl.registry.gguf_header.GgufHeader` (a header read from the Hub)."""
     arch = _scalar(reader, "general.architecture")
     if not isinstance(arch, str) or not arch:
         raise BadInputError(f"{where}: GGUF key 'general.architecture' is missing")
@@ -134,10 +140,16 @@ def read_gguf(path: Path) -> tuple[dict[str, Any], int, dict[str, int]]:
 
 def load_gguf_model(path: Path, name: str) -> ModelSpec:
     """ModelSpec of a GGUF file: hyper-parameters from its metadata, weight bytes from its tensor list."""
+    config, total, by_type = read_gguf(path)
+    return gguf_spec(config, total, by_type, where=f"{path} (GGUF header)", name=name, file_name=path.name)
+
+
+def gguf_spec(
+    config: dict[str, Any], total: int, by_type: dict[str, int], *, where: str, name: str, file_name: str
+) -> ModelSpec:
+    """The ModelSpec of a GGUF header's config and tensor bytes (a local file or one read from the Hub)."""
     from vramctl.registry.models import spec_from_config
 
-    config, total, by_type = read_gguf(path)
-    where = f"{path} (GGUF header)"
     kinds = ", ".join(f"{kind} {format_bytes(size)}" for kind, size in list(by_type.items())[:6])
     return spec_from_config(
         config,
@@ -148,7 +160,7 @@ def load_gguf_model(path: Path, name: str) -> ModelSpec:
             ("config", f"{where}: general.architecture and {config['model_type']}.* keys"),
             (
                 "weight_bytes",
-                f"GGUF tensor list of {path.name}: {kinds} (vLLM keeps GGUF blocks as they are)",
+                f"GGUF tensor list of {file_name}: {kinds} (vLLM keeps GGUF blocks as they are)",
             ),
             ("param_count", "formula (GGUF checkpoint)"),
         ),

@@ -522,3 +522,193 @@ def _spec(
             sources=(("config", where), ("param_count", f"formula ({origin})")),
         )
     return spec_from_summary(config, where=where, name=name, probe=probe, summary=summary, origin=origin)
+
+
+# --- GGUF files on the Hub: the header only -------------------------------------------------------------------
+
+GGUF_FIRST_READ = 8 << 20
+"""The first range read of a GGUF file: the metadata (tokenizer arrays included) and tensor list of most models."""
+GGUF_MAX_HEADER = 128 << 20
+"""A header is read in growing ranges (× 4) up to this; a larger one is refused, never the whole file."""
+GGUF_ASSET_FORMAT = 1
+_GGUF_SELECTOR = re.compile(r"^[\w][\w.+-]{0,199}$")
+_SHARD = re.compile(r"-(\d{5})-of-(\d{5})\.gguf$", re.IGNORECASE)
+
+
+def split_gguf_ref(text: str) -> tuple[str, str] | None:
+    """`org/name:FILE.gguf` or `org/name:Q4_K_M` (optionally `org/name@rev:…`) → (repo part, selector); None when
+    the text has no such selector. The `repo:quant` form is the one llama.cpp (`-hf`) and Ollama (`hf.co/…`)
+    use for GGUF repos; a file name in a sub-folder is `org/name:folder/FILE.gguf`."""
+    repo, sep, selector = text.strip().partition(":")
+    if not sep or "/" not in repo or not selector:
+        return None
+    return repo, selector
+
+
+def _gguf_file_for(files: list[str], selector: str, ref: HubRef) -> str:
+    """The repo's .gguf file a selector names: the file itself, or the one whose name holds the quant tag."""
+    ggufs = sorted(f for f in files if f.lower().endswith(".gguf"))
+    if selector.lower().endswith(".gguf"):
+        if selector in ggufs:
+            return selector
+        raise BadInputError(
+            f"{ref}: no file {selector!r} in the repo; its GGUF files: {', '.join(ggufs[:8]) or 'none'}"
+        )
+    tag = selector.lower()
+    pattern = re.compile(rf"(?<![a-z0-9]){re.escape(tag)}(?![a-z0-9_])")  # Q4_K is not Q4_K_M
+    hits = [f for f in ggufs if pattern.search(f.rsplit("/", 1)[-1].lower()) and "mmproj" not in f.lower()]
+    firsts = [f for f in hits if _first_part(f)]
+    if len(firsts) == 1:
+        return firsts[0]
+    if not firsts:
+        raise BadInputError(
+            f"{ref}: no GGUF file matches {selector!r}; its GGUF files: {', '.join(ggufs[:8]) or 'none'}"
+        )
+    raise BadInputError(
+        f"{ref}: {selector!r} matches {len(firsts)} files ({', '.join(firsts[:6])}); name one"
+    )
+
+
+def _first_part(file_name: str) -> bool:
+    """Not a split GGUF, or its first part (`-00001-of-00003.gguf`)."""
+    m = _SHARD.search(file_name)
+    return m is None or m.group(1) == "00001"
+
+
+def _gguf_asset_name(file_name: str) -> str:
+    return "gguf-" + re.sub(r"[^\w.-]", "_", file_name) + ".json"
+
+
+def _read_gguf_asset(path: Path) -> tuple[dict[str, Any], int, dict[str, int]] | None:
+    """A cached header summary; None (and removed) when absent or malformed, so it is read again."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if (
+            not isinstance(data, dict)
+            or data.get("format") != GGUF_ASSET_FORMAT
+            or not isinstance(data.get("config"), dict)
+            or not isinstance(data.get("total"), int)
+            or not isinstance(data.get("by_type"), dict)
+            or not all(isinstance(v, int) for v in data["by_type"].values())
+        ):
+            raise ValueError("not a vramctl GGUF summary")
+        return data["config"], data["total"], data["by_type"]
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, RecursionError):
+        path.unlink(missing_ok=True)
+        return None
+
+
+def _fetch_gguf_header(hub: Any, ref: HubRef, file_name: str) -> Any:
+    """The file's header, read with HTTP range requests through huggingface_hub's session (as
+    `get_safetensors_metadata` reads a safetensors header), in growing prefixes; never the tensor data."""
+    from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
+
+    from vramctl.registry.gguf_header import GgufTruncated, parse_gguf_header
+
+    where = f"{ref}:{file_name}"
+    url = hub.hf_hub_url(ref.repo_id, file_name, revision=ref.revision, endpoint=_endpoint())
+    size = GGUF_FIRST_READ
+    while True:
+        data = bytearray()
+        try:
+            with get_session().stream(
+                "GET", url, headers={**build_hf_headers(), "range": f"bytes=0-{size - 1}"}, timeout=60
+            ) as response:
+                if response.status_code >= 400:
+                    response.read()
+                hf_raise_for_status(response)
+                for chunk in response.iter_bytes():
+                    data += chunk
+                    if len(data) >= size:  # a server that ignores the range: stop at the prefix asked for
+                        break
+        except _network_failures() as exc:
+            from huggingface_hub import errors
+
+            if isinstance(exc, errors.EntryNotFoundError):
+                raise BadInputError(f"{ref}: no file {file_name!r} in the repo (at {ref.revision or 'main'})") from None
+            raise _hub_error(exc, ref, f"the header of {file_name}") from None
+        try:
+            return parse_gguf_header(bytes(data[:size]), where)
+        except GgufTruncated:
+            if len(data) < size:
+                raise BadInputError(f"{where}: the file ends inside its GGUF header (truncated)") from None
+            if size >= GGUF_MAX_HEADER:
+                raise BadInputError(
+                    f"{where}: a GGUF header over {GGUF_MAX_HEADER >> 20} MiB; not read (pass the original model's "
+                    "config.json)"
+                ) from None
+            size *= 4
+
+
+def load_hub_gguf(ref: HubRef, selector: str, *, offline: bool = False) -> ModelSpec:
+    """ModelSpec of one GGUF file of a Hub repo from its header alone (range requests), cached under the HF
+    assets folder by revision, so the next run needs no network."""
+    from vramctl.registry.gguf_file import config_from_reader, gguf_spec
+
+    if not _GGUF_SELECTOR.match(selector.rsplit("/", 1)[-1]) or ".." in selector:
+        raise BadInputError(f"{ref}:{selector}: not a GGUF file name or quant tag (e.g. Q4_K_M)")
+    offline = offline or offline_from_env()
+    hub = _import_hub()
+    folder = _assets_dir(hub, ref, ref.revision or "main")
+    file_name = selector
+    if not selector.lower().endswith(".gguf"):
+        listing = folder / "gguf-files.json"
+        files: list[str] | None = None
+        try:
+            cached = json.loads(listing.read_text(encoding="utf-8"))
+            files = [f for f in cached if isinstance(f, str)] if isinstance(cached, list) else None
+        except (OSError, ValueError):
+            files = None
+        if files is None:
+            if offline:
+                where = "HF_HUB_OFFLINE is set" if offline_from_env() else "--offline is set"
+                raise BadInputError(
+                    f"{ref}: its file list is not cached and {where}; name the file (`{ref.repo_id}:FILE.gguf`) "
+                    "after one online run, or pass a local .gguf"
+                )
+            try:
+                files = list(
+                    hub.HfApi(endpoint=_endpoint()).list_repo_files(ref.repo_id, revision=ref.revision)
+                )
+            except _network_failures() as exc:
+                raise _hub_error(exc, ref, "the file list") from None
+            with contextlib.suppress(OSError):
+                write_text_atomic(listing, json.dumps(files))
+        file_name = _gguf_file_for(files, selector, ref)
+    if _SHARD.search(file_name) and not file_name.lower().endswith("-00001-of-00001.gguf"):
+        raise BadInputError(
+            f"{ref}:{file_name}: a split GGUF; vLLM loads one file (merge the parts with llama.cpp's gguf-split "
+            "--merge), so plan the merged file"
+        )
+    asset = folder / _gguf_asset_name(file_name)
+    cached_parts = _read_gguf_asset(asset)
+    where = f"{ref}:{file_name} (GGUF header)"
+    if cached_parts is not None:
+        config, total, by_type = cached_parts
+        origin = where + ", cached"
+    elif offline:
+        raise BadInputError(
+            f"{ref}:{file_name}: its GGUF header is not cached and HF_HUB_OFFLINE / --offline is set; run once online, "
+            "or pass a local .gguf"
+        )
+    else:
+        header = _fetch_gguf_header(hub, ref, file_name)
+        config, total, by_type = config_from_reader(header, where)
+        origin = where
+        with contextlib.suppress(OSError):
+            write_text_atomic(
+                asset,
+                json.dumps(
+                    {"format": GGUF_ASSET_FORMAT, "config": config, "total": total, "by_type": by_type},
+                    separators=(",", ":"),
+                ),
+            )
+    try:
+        return gguf_spec(
+            config, total, by_type, where=origin, name=f"{ref.repo_id}:{file_name}", file_name=file_name
+        )
+    except BadInputError:
+        asset.unlink(missing_ok=True)
+        raise

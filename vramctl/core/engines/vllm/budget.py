@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 
 from vramctl.core import kv as kvmath
 from vramctl.core import lora
+from vramctl.core.engines import vllm_runtime as RT
 from vramctl.core.engines.vllm import estimates as est
 from vramctl.core.engines.vllm import messages as M
 from vramctl.core.engines.vllm import rules as V
@@ -29,7 +30,7 @@ from vramctl.core.engines.vllm.kv_manager import (
 )
 from vramctl.core.errors import BadInputError
 from vramctl.core.specs import GpuSpec, ModelSpec, dtype_bytes
-from vramctl.core.units import vllm_format_gib
+from vramctl.core.units import GiB, vllm_format_gib
 from vramctl.core.verdicts import (
     FITS,
     GPU_UTIL_EXCEEDS_FREE,
@@ -83,10 +84,13 @@ def _stage_budget(
         v0=v0,
         last_pp_rank=stage == pp - 1,
         act_bytes=min(act_bytes, 2),
+        sampler=s.sampler,
         cal=cal,
     )
     charges_nccl = V.charges_nccl_to_budget(s.version)
-    non_torch = est.non_torch_charged(version_kind=sem_kind, tp=tp * pp, charges_nccl=charges_nccl, cal=cal)
+    non_torch = est.non_torch_charged(
+        version_kind=sem_kind, tp=tp * pp, charges_nccl=charges_nccl, peer_to_peer=s.peer_to_peer, cal=cal
+    )
     outside = est.pre_snapshot_overhead(tp=tp * pp, v0=charges_nccl, cal=cal)
     graph = est.graph_pool(
         model,
@@ -94,6 +98,8 @@ def _stage_budget(
         layers_on_rank=layers,
         regime=V.graph_regime(s.version),
         tp=tp,
+        custom_all_reduce=s.custom_all_reduce,
+        lora_twice=s.enable_lora and RT.graphs_specialize_lora(s.version, v0_engine=v0),
         cal=cal,
     )
     if edge:
@@ -163,9 +169,32 @@ def _weights_per_stage(
         )
     )
     slots = lora_slots_of(model, s)
-    if slots is not None:
+    if slots is not None and lora_slots_charged(s):
         weights = tuple(w + extra for w, extra in zip(weights, slots.stage_bytes, strict=True))
     return weights, load_change, rope, slots
+
+
+def lora_slots_charged(s: VllmSettings) -> bool:
+    """Whether the LoRA slots are booked with the weights (`vllm_runtime.lora_slots_charged`)."""
+    return RT.lora_slots_charged(s.release or s.version, v0_engine=V.is_v0(s.version))
+
+
+def _uncharged_lora_slots(stages: tuple[_Stage, ...], slots: lora.LoraSlots) -> tuple[_Stage, ...]:
+    """V0 before the fix of vllm#14450 allocated the slots after its weights profiler: outside the budget."""
+    return tuple(
+        replace(
+            st,
+            outside=replace(
+                st.outside,
+                bytes=st.outside.bytes + slots.stage_bytes[st.index],
+                formula=st.outside.formula
+                + f" + LoRA slots {slots.stage_bytes[st.index] / GiB:.2f} GiB (V0 allocates them after its "
+                "weights profiler and does not charge them)",
+                parts=(*st.outside.parts, ("lora_slots", slots.stage_bytes[st.index])),
+            ),
+        )
+        for st in stages
+    )
 
 
 @dataclass(frozen=True)
@@ -261,6 +290,8 @@ def _core(
         )
         for i in range(pp)
     )
+    if slots is not None and not lora_slots_charged(s):
+        stages = _uncharged_lora_slots(stages, slots)
     binding = min(stages, key=lambda st: (st.num_blocks, st.kv_bytes - st.bytes_per_block))
     num_blocks = binding.num_blocks
     bpr = kvmath.blocks_per_request(

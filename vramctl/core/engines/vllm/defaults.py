@@ -9,6 +9,7 @@ from typing import Any
 
 from vramctl.core import kv as kvmath
 from vramctl.core import lora, mamba_cache
+from vramctl.core.engines import vllm_runtime as RT
 from vramctl.core.engines.vllm import rules as V
 from vramctl.core.engines.vllm.kv_manager import compute_dtype as _compute_dtype
 from vramctl.core.engines.vllm.kv_manager import hybrid_kv_for as _hybrid_kv
@@ -63,6 +64,16 @@ class VllmSettings:
     """vLLM 0.31 →: requests admitted into RUNNING; None = max_num_seqs (the flag not given)."""
     async_scheduling: bool = True
     """Off with `--no-async-scheduling`: one batch in flight per stage (sliding-window blocks per request)."""
+    sampler: str = "pytorch"
+    """The sampler the profile run warms up (`vllm_runtime.sampler_kind`): `pytorch` or `flashinfer`."""
+    custom_all_reduce: bool = False
+    """vLLM's custom all-reduce carries the TP reductions (`vllm_runtime.custom_all_reduce`)."""
+    peer_to_peer: bool = True
+    """GPU peer access between the ranks (GeForce: none)."""
+    release: str | None = None
+    """The vLLM release itself where `version` holds the V0 rules it falls back to (0.8-0.10 on V0)."""
+    sampler_reason: str = ""
+    """Why `sampler` (`vllm_runtime.sampler_kind`)."""
     mamba_cache_mode: str = "none"
     """A hybrid's state blocks per request: `align` (prefix caching, the default from vLLM 0.28) holds two, `none`
     one; `unmodelled` (prefix caching asked for before 0.28) is planned as `none` (vramctl/core/mamba_cache.py).
@@ -213,8 +224,15 @@ def resolve_settings(model: ModelSpec, gpu: GpuSpec, settings: ServeSettings, ve
         defaults.append("max_num_seqs")
     chunked = settings.enable_chunked_prefill if settings.enable_chunked_prefill is not None else True
     if V.is_v0(version):
-        # `use_long_context = max_model_len > 32768`, not with LoRA or a sliding window (_set_default_args_v0)
-        long_context = mml > 32768 and not settings.enable_lora and not model.num_sliding_layers
+        # `use_long_context = max_model_len > 32768`; chunked prefill not with LoRA, a sliding window, MLA or a
+        # multimodal model (_set_default_args_v0, vllm/engine/arg_utils.py 0.8.5)
+        long_context = (
+            mml > 32768
+            and not settings.enable_lora
+            and not model.num_sliding_layers
+            and not model.is_mla
+            and not model.is_multimodal
+        )
         chunked = (
             settings.enable_chunked_prefill if settings.enable_chunked_prefill is not None else long_context
         )
@@ -245,6 +263,9 @@ def resolve_settings(model: ModelSpec, gpu: GpuSpec, settings: ServeSettings, ve
         sizes = default_capture_sizes(
             seqs, tokens, gpu, version, max_capture_size=settings.max_cudagraph_capture_size
         )
+    sampler, sampler_reason = RT.sampler_kind(
+        version, v0_engine=V.is_v0(version), gpu=gpu, flashinfer_env=settings.flashinfer_sampler
+    )
     return VllmSettings(
         version=version,
         gpu_memory_utilization=float(u),
@@ -276,6 +297,12 @@ def resolve_settings(model: ModelSpec, gpu: GpuSpec, settings: ServeSettings, ve
         fully_sharded_loras=settings.fully_sharded_loras,
         max_num_active_seqs=_active_seqs(settings, version, seqs),
         async_scheduling=settings.async_scheduling is not False,
+        sampler=sampler,
+        sampler_reason=sampler_reason,
+        custom_all_reduce=RT.custom_all_reduce(
+            settings.tensor_parallel_size, gpu, disabled=settings.disable_custom_all_reduce
+        ).custom,
+        peer_to_peer=gpu.vendor != "nvidia" or RT.peer_to_peer(gpu),
         mamba_cache_mode=mamba_cache.mamba_cache_mode(
             rules_for(version).hybrid_prefix_caching_default, settings.enable_prefix_caching
         ),

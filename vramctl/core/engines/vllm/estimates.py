@@ -64,6 +64,17 @@ class Calibration:
     non_torch_rel_band: float = 0.88
     """90th percentile of the non-torch term's error (in-sample for the samples: its constants are medians)."""
     non_torch_median_error: float = 0.11
+    sampler_flashinfer_saving_copies: float = 3.5
+    """fp32 [num_reqs, vocab] copies FlashInfer's sampler holds fewer than PyTorch's at the dummy sampler run's
+    peak: the sort's values + int64 indices, the top-p softmax and the scatter (6.5 live copies) against
+    FlashInfer's masked logits and probabilities (3.0), replayed op by op from
+    vllm/v1/sample/ops/topk_topp_sampler.py (vLLM 0.10.1) by `scripts/calibrate.py --sampler-replay`."""
+    nccl_v0_bytes_per_peer_no_p2p: int = int(0.33 * GiB)
+    """V0 before 0.7, NCCL charged per peer where GPUs have no peer-to-peer path (shared-memory transport)."""
+    nccl_lazy_v0_bytes: int = int(0.26 * GiB)
+    """V0 from 0.7 (baseline after NCCL init), TP > 1: buffers NCCL first touches in the profile run."""
+    graph_lora_multiplier: float = 2.0
+    """`cudagraph_specialize_lora` (0.12 →) captures every graph with and without active adapters."""
 
 
 CALIBRATION = Calibration(
@@ -97,8 +108,18 @@ CALIBRATION = Calibration(
     graph_fixed_bytes=int(0.02 * GiB),
     graph_rel_band=1.83,
     graph_median_error=0.57,
-    non_torch_rel_band=0.88,
-    non_torch_median_error=0.11,
+    non_torch_rel_band=0.85,
+    non_torch_median_error=0.01,
+    # Not fitted: read off vLLM's source (vramctl.core.engines.vllm_runtime) or one log each. FlashInfer's sampler
+    # holds 3.5 fp32 [num_reqs, vocab] copies fewer at the dummy run's peak (op-by-op replay of
+    # topk_topp_sampler.py, vLLM 0.10.1); V0 < 0.7 charges NCCL per peer at 0.33 GiB without peer access (c001,
+    # 0.6.5 on GeForce, against 1.08 GiB over NVLink, 117); V0 ≥ 0.7 at TP > 1 charges the buffers NCCL first
+    # touches in the profile run: the median of 119 (0.05) and 120 (0.46) with 0.06 workspaces, 0.26 GiB;
+    # cudagraph_specialize_lora (0.12 →) captures every graph twice.
+    sampler_flashinfer_saving_copies=3.5,
+    nccl_v0_bytes_per_peer_no_p2p=int(0.33 * GiB),
+    nccl_lazy_v0_bytes=int(0.26 * GiB),
+    graph_lora_multiplier=2.0,
 )
 
 
@@ -165,45 +186,66 @@ def activation_peak(
     v0: bool = False,
     last_pp_rank: bool = True,
     act_bytes: float = 2,
+    sampler: str = "pytorch",
     cal: Calibration = CALIBRATION,
 ) -> Estimate:
-    """The torch peak of vLLM's profile run above the weights: the forward + the sampler warm-up."""
+    """The torch peak of vLLM's profile run above the weights: the forward + the sampler warm-up.
+
+    `sampler`: `pytorch` (the sort-based top-k / top-p the copies were fitted on) or `flashinfer`
+    (vramctl.core.engines.vllm_runtime.sampler_kind), which holds `sampler_flashinfer_saving_copies` fewer."""
     num_reqs = min(max_num_seqs, max_num_batched_tokens)
     fwd_raw = forward_working_set(model, max_num_batched_tokens, tp=tp, act_bytes=act_bytes)
     fwd = int(cal.forward_factor * fwd_raw)
     vocab = model.vocab_size
     copies = cal.sampler_copies_v0 if v0 else cal.sampler_copies_v1
+    kind = sampler
+    if kind == "flashinfer":
+        copies = max(1.0, round(copies - cal.sampler_flashinfer_saving_copies, 2))
     logits = int(num_reqs * vocab * 4)
-    sampler = int(copies * logits) if last_pp_rank else 0
+    warmup = int(copies * logits) if last_pp_rank else 0
     fixed = cal.activation_fixed_bytes
-    total = fwd + sampler + fixed
+    total = fwd + warmup + fixed
     band = int(cal.activation_rel_band * total)
     formula = (
         f"{cal.forward_factor} × forward working set of {max_num_batched_tokens} tokens "
-        f"({fwd_raw / GiB:.2f} GiB) + sampler warm-up {copies:g} × {num_reqs} reqs × {vocab} vocab × 4 B "
-        f"({sampler / GiB:.2f} GiB) + {fixed / MiB:.0f} MiB; "
+        f"({fwd_raw / GiB:.2f} GiB) + {kind} sampler warm-up {copies:g} × {num_reqs} reqs × {vocab} vocab × 4 B "
+        f"({warmup / GiB:.2f} GiB) + {fixed / MiB:.0f} MiB; "
         + accuracy_note(cal.activation_median_error, cal.activation_rel_band)
     )
-    return Estimate(total, band, formula, (("forward", fwd), ("sampler", sampler), ("fixed", fixed)))
+    return Estimate(total, band, formula, (("forward", fwd), ("sampler", warmup), ("fixed", fixed)))
 
 
 def non_torch_charged(
-    *, version_kind: str, tp: int, charges_nccl: bool = False, cal: Calibration = CALIBRATION
+    *,
+    version_kind: str,
+    tp: int,
+    charges_nccl: bool = False,
+    peer_to_peer: bool = True,
+    cal: Calibration = CALIBRATION,
 ) -> Estimate:
     """Non-torch memory charged to the budget (grown after the init snapshot), per rank.
 
     `version_kind` is vLLM's subtraction kind (`vramctl.core.engines.vllm.subtraction_kind`); `charges_nccl`:
-    the baseline was read before NCCL init (V0 before 0.7), so the communicators are charged, per peer rank.
+    the baseline was read before NCCL init (V0 before 0.7), so the communicators are charged, per peer rank:
+    1.08 GiB per peer over NVLink / P2P (datapoint 117), 0.33 GiB without peer access (GeForce: NCCL's
+    shared-memory transport, held-out c001). From 0.7 V0 charges only the buffers NCCL first touches in the
+    profile run (`nccl_lazy_v0_bytes`).
     """
     if version_kind == "v0":
         base = cal.non_torch_v0_bytes
-        nccl = cal.nccl_v0_bytes_per_peer * (tp - 1) if (tp > 1 and charges_nccl) else 0
-        formula = f"{base / GiB:.2f} GiB workspaces" + (
-            f" + NCCL charged (baseline before NCCL init): {cal.nccl_v0_bytes_per_peer / GiB:.2f} GiB × "
-            f"{tp - 1} peers"
-            if nccl
-            else ""
-        )
+        per_peer = cal.nccl_v0_bytes_per_peer if peer_to_peer else cal.nccl_v0_bytes_per_peer_no_p2p
+        if tp > 1 and charges_nccl:
+            nccl = per_peer * (tp - 1)
+            what = (
+                f" + NCCL charged (baseline before NCCL init): {per_peer / GiB:.2f} GiB × {tp - 1} peers"
+                + ("" if peer_to_peer else " (no peer access)")
+            )
+        elif tp > 1:
+            nccl = cal.nccl_lazy_v0_bytes
+            what = f" + {nccl / GiB:.2f} GiB NCCL buffers first used in the profile run (TP {tp})"
+        else:
+            nccl, what = 0, ""
+        formula = f"{base / GiB:.2f} GiB workspaces" + what
     else:
         base = cal.consumed_extra_v1_bytes if version_kind == "consumed" else cal.non_torch_v1_bytes
         nccl = cal.nccl_lazy_bytes if tp > 1 else 0
@@ -237,11 +279,17 @@ def graph_pool(
     layers_on_rank: int,
     regime: str,
     tp: int = 1,
+    custom_all_reduce: bool = False,
+    lora_twice: bool = False,
     cal: Calibration = CALIBRATION,
 ) -> Estimate:
     """The CUDA-graph pool: fixed + per piece × pieces, pieces = capture sizes × (layers + 1).
 
-    `regime`: `v0` (full graphs), `piecewise` (V1 0.8 – 0.11), `full-and-piecewise` (0.12 →).
+    `regime`: `v0` (full graphs), `piecewise` (V1 0.8 – 0.11), `full-and-piecewise` (0.12 →). With TP > 1
+    the V1 pieces grow by `graph_tp_multiplier` where NCCL runs inside the graphs (custom all-reduce off:
+    PCIe-only or more than 8 GPUs, GeForce, `--disable-custom-all-reduce`; the fitted TP points 125 and 129 are
+    such runs); with custom all-reduce they do not. `lora_twice`: `cudagraph_specialize_lora` captures each
+    graph with and without adapters (× `graph_lora_multiplier`).
     """
     del model
     if not capture_sizes:
@@ -251,13 +299,21 @@ def graph_pool(
         "piecewise": cal.graph_per_piece_v1_piecewise,
         "full-and-piecewise": cal.graph_per_piece_v1_full_and_piecewise,
     }[regime]
-    if tp > 1 and regime != "v0":
+    nccl_in_graphs = tp > 1 and regime != "v0" and not custom_all_reduce
+    if nccl_in_graphs:
         per = int(per * cal.graph_tp_multiplier)
     pieces = len(capture_sizes) * (layers_on_rank + 1)
     total = cal.graph_fixed_bytes + per * pieces
+    if lora_twice:
+        total = int(total * cal.graph_lora_multiplier)
+    tags = (
+        regime
+        + (", TP with NCCL in the graphs" if nccl_in_graphs else "")
+        + (f", × {cal.graph_lora_multiplier:g} LoRA graph sets" if lora_twice else "")
+    )
     formula = (
         f"{cal.graph_fixed_bytes / MiB:.0f} MiB + {per / MiB:.2f} MiB × {len(capture_sizes)} capture sizes × "
-        f"({layers_on_rank} layers + 1) ({regime}{', TP' if tp > 1 else ''}); "
+        f"({layers_on_rank} layers + 1) ({tags}); "
         + accuracy_note(cal.graph_median_error, cal.graph_rel_band)
     )
     return Estimate(total, int(cal.graph_rel_band * total), formula, (("pieces", pieces),))

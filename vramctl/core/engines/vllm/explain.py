@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from vramctl.core import kv as kvmath
+from vramctl.core.engines import vllm_runtime as RT
 from vramctl.core.engines.vllm import estimates as est
 from vramctl.core.engines.vllm import rules as V
 from vramctl.core.engines.vllm.budget import _Core, _core
@@ -181,14 +182,28 @@ def _deployment_notes(model: ModelSpec, gpu: GpuSpec, core: _Core, notes: list[s
             "MoE experts are assumed sharded by TP; with --enable-expert-parallel each rank runs whole experts and "
             "the fused-MoE workspace is larger (DeepSeek-R1 at TP 16: KV over-estimated by 20–40 %, docs/accuracy.md)."
         )
+    if s.sampler == "flashinfer" or RT.sampler_choice_matters(s.release or s.version, v0_engine=V.is_v0(s.version)):
+        notes.append(
+            f"profile-run sampler: {s.sampler} ({s.sampler_reason}; vllm/v1/sample/ops/topk_topp_sampler.py)"
+        )
     slots = core.lora
     if slots is not None:
         notes.append(
             f"--enable-lora: {slots.max_loras} adapter slot(s) at rank {slots.max_lora_rank} on every Linear"
             f"{' (fully sharded)' if slots.fully_sharded else ''}: "
-            f"{slots.stage_bytes[st.index] / GiB:.2f} GiB on this rank, booked with the weights (vLLM allocates "
-            "them while the model loads); with adapters vLLM also captures a second set of CUDA graphs "
-            "(cudagraph_specialize_lora), so the graph pool can reach twice the estimate."
+            f"{slots.stage_bytes[st.index] / GiB:.2f} GiB on this rank, "
+            + (
+                "booked with the weights (vLLM allocates them while the model loads)"
+                if RT.lora_slots_charged(s.release or s.version, v0_engine=V.is_v0(s.version))
+                else "outside the budget (V0 before 0.8 allocates them after its weights profiler and charges "
+                "them nowhere, vllm#14450)"
+            )
+            + (
+                "; the graph pool is doubled: vLLM captures each graph with and without adapters "
+                "(cudagraph_specialize_lora, 0.12 →)."
+                if RT.graphs_specialize_lora(s.version, v0_engine=V.is_v0(s.version))
+                else "."
+            )
         )
     if s.data_parallel_size > 1:
         dp = s.data_parallel_size

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from vramctl.core import kv as kvmath
+from vramctl.core.engines import vllm_runtime as RT
 from vramctl.core.engines.base import EnginePlan
 from vramctl.core.engines.vllm import estimates as est
 from vramctl.core.engines.vllm import rules as V
@@ -47,9 +48,21 @@ def plan_vllm(
     if model.state_space is not None:
         V.check_hybrid_supported(model.name, version)
     capacity = settings.gpu_memory_bytes or gpu.cuda_total_bytes
-    fallback = V.v0_fallback(version, gpu.compute_capability, gpu.vendor)
+    fallback = RT.v1_fallback_reason(
+        version,
+        compute_capability=gpu.compute_capability,
+        vendor=gpu.vendor,
+        quantization=settings.quantization or (model.quantization or None),
+        kv_cache_dtype=settings.kv_cache_dtype or "auto",
+        dtype=settings.dtype,
+        enable_lora=settings.enable_lora,
+        pipeline_parallel_size=settings.pipeline_parallel_size,
+        use_v1_env=settings.use_v1_env,
+    )
     rules_version = V.V0_RULES_VERSION if fallback else version
     s = resolve_settings(model, gpu, settings, rules_version)
+    if fallback:
+        s = replace(s, release=version)
     core = _core(model, gpu, s, capacity, calibration)
     auto_note = None
     edges: list[_Core] = []
@@ -70,8 +83,8 @@ def plan_vllm(
     if fallback:
         notes.insert(
             0,
-            f"vLLM {version} runs its V0 engine on this card (compute capability {gpu.compute_capability} < 8.0: "
-            "`_is_v1_supported_oracle`, vllm/engine/arg_utils.py 0.8-0.10): planned with the V0 rules "
+            f"vLLM {version} runs its V0 engine here ({fallback}: `_is_v1_supported_oracle`, "
+            "vllm/engine/arg_utils.py 0.8-0.10): planned with the V0 rules "
             f"(defaults, profiling, graphs) as of {V.V0_RULES_VERSION}",
         )
         s = replace(s, version=version)

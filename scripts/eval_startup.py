@@ -1,0 +1,163 @@
+#!/usr/bin/env python3
+"""Score `read-log` and `read-log --compare-plan` on a held-out set of real start-up logs.
+
+    python scripts/eval_startup.py --logs DIR [--index tests/fixtures/startup_eval/index.yaml] [--json OUT]
+
+DIR holds the logs the index names (`log_file`); they are third-party text and stay outside the repository.
+For every datapoint:
+
+- read-log recovery: how many of the numbers under `logged:` read-log recovers (scripts/readlog_recovery.py's
+  rule: within the rounding of the printed number);
+- when the index gives `plan:` (a model and a card): `vramctl read-log LOG --compare-plan --json` with that
+  model and card, and the planned KV cache and weights against the logged ones (|error| in GiB);
+- otherwise the reason it cannot be planned (`why:`), or the one line vramctl printed when planning failed.
+
+Never used to fit anything: it judges the committed constants.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+GiB = 2**30
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from readlog_recovery import FIELDS, _first_number, _tolerance, _values  # noqa: E402
+
+from vramctl.diagnose.reader import iter_log_lines  # noqa: E402
+from vramctl.diagnose.startup import parse_startup_log  # noqa: E402
+
+
+def recovery(log: Path, logged: dict[str, Any]) -> tuple[int, int, list[str]]:
+    """scripts/readlog_recovery.py's rule for one log: (recovered, logged, what was missed)."""
+    lines = list(iter_log_lines(log))
+    first = parse_startup_log(lines)
+    reports = [first] + [parse_startup_log(lines, run=i) for i in range(len(getattr(first, "runs", ()) or ()))]
+    found = total = 0
+    missed: list[str] = []
+    for key, (fact, unit) in FIELDS.items():
+        if logged.get(key) is None:
+            continue
+        parsed = _first_number(logged[key])
+        if parsed is None:
+            continue
+        number, raw = parsed
+        want = number * (GiB if unit == "GiB" else 1)
+        tol = max(_tolerance(raw, unit), 0.005 * abs(want))
+        total += 1
+        if any(abs(v - want) <= tol + 1 for rep in reports for v in _values(rep, fact)):
+            found += 1
+        else:
+            missed.append(f"{key} = {logged[key]}")
+    return found, total, missed
+
+
+def compare(log: Path, plan: dict[str, Any]) -> dict[str, Any]:
+    cmd = [sys.executable, "-m", "vramctl", "read-log", str(log), "--compare-plan", "--json"]
+    if plan.get("model"):
+        cmd += ["--model", str(plan["model"])]
+    if plan.get("gpu_memory") is not None:
+        cmd += ["--gpu-memory", str(plan["gpu_memory"])]
+    elif plan.get("gpu"):
+        cmd += ["--gpu", str(plan["gpu"])]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env, timeout=120)
+    if proc.returncode != 0:
+        return {"error": (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]}
+    data = json.loads(proc.stdout)
+    comp = data.get("comparison") or {}
+    rows = {r["name"]: r for r in comp.get("rows", [])}
+    if not rows:
+        reason = "; ".join(comp.get("notes", []) or data.get("notes", [])[:1]) or "no plan"
+        return {"error": reason}
+    out: dict[str, Any] = {}
+    for name in ("kv_cache", "weights", "activation_peak", "non_torch", "cuda_graph"):
+        row = rows.get(name)
+        if row and row.get("logged") is not None and row.get("planned") is not None:
+            out[name] = (row["logged"] / GiB, row["planned"] / GiB)
+    if "kv_cache" not in out and rows.get("kv_cache", {}).get("planned") is None:
+        out["error"] = "no planned KV (" + "; ".join(comp.get("notes", [])[:1]) + ")"
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--logs", type=Path, required=True)
+    parser.add_argument("--index", type=Path, default=ROOT / "tests/fixtures/startup_eval/index.yaml")
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args(argv)
+    index = yaml.safe_load(args.index.read_text())
+    found = total = 0
+    kv_err: list[tuple[float, str]] = []
+    w_err: list[tuple[float, str]] = []
+    unplanned: list[str] = []
+    result: dict[str, Any] = {"points": {}}
+    for point in index["datapoints"]:
+        pid = point["id"]
+        log = args.logs / point["log_file"]
+        f, t, missed = recovery(log, point.get("logged") or {})
+        found += f
+        total += t
+        entry: dict[str, Any] = {"recovered": [f, t], "missed": missed}
+        plan = point.get("plan")
+        if not plan:
+            unplanned.append(f"{pid}: {point.get('why', 'no plan mapping')}")
+        else:
+            res = compare(log, plan)
+            entry["compare"] = {k: v for k, v in res.items()}
+            if "kv_cache" in res:
+                logged, planned = res["kv_cache"]
+                kv_err.append((abs(planned - logged), pid))
+            if "weights" in res:
+                logged, planned = res["weights"]
+                w_err.append((abs(planned - logged) / abs(logged) * 100, pid))
+            if "error" in res and "kv_cache" not in res:
+                unplanned.append(f"{pid}: could not be planned: {res['error']}")
+        result["points"][pid] = entry
+        print(f"{pid}: read-log {f}/{t}" + (f" missed {missed}" if missed else ""), end="")
+        if "compare" in entry:
+            c = entry["compare"]
+            parts = [
+                f"{k} logged {v[0]:.2f} planned {v[1]:.2f}" for k, v in c.items() if isinstance(v, tuple)
+            ]
+            print(" | " + "; ".join(parts) + (f" | {c['error']}" if "error" in c else ""), end="")
+        print()
+    print()
+    print(f"read-log recovered {found} of {total} logged numbers ({100 * found / max(1, total):.1f} %)")
+    if kv_err:
+        vals = [e for e, _ in kv_err]
+        worst = max(kv_err)
+        print(
+            f"KV cache |error| on {len(vals)} planned: median {statistics.median(vals):.2f} GiB, "
+            f"worst {worst[0]:.2f} GiB ({worst[1]})"
+        )
+    if w_err:
+        vals = [e for e, _ in w_err]
+        worst = max(w_err)
+        print(f"weights |error| on {len(vals)}: median {statistics.median(vals):.1f} %, worst {worst[0]:.1f} % ({worst[1]})")
+    print(f"not planned: {len(unplanned)} of {len(index['datapoints'])}")
+    for line in unplanned:
+        print("  " + line)
+    result.update(
+        recovered=[found, total],
+        kv_abs_error_gib={pid: e for e, pid in kv_err},
+        weights_abs_error_pct={pid: e for e, pid in w_err},
+        unplanned=unplanned,
+    )
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=1, default=list) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
