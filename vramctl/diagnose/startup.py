@@ -25,6 +25,7 @@ from dataclasses import dataclass, field, replace
 from itertools import pairwise
 from typing import Any, Protocol, cast
 
+from vramctl.core.engines.vllm.rules import V0_RULES_VERSION
 from vramctl.core.engines.vllm.rules import rules_for as vllm_rules_for
 from vramctl.core.errors import BadInputError
 from vramctl.core.ledger import (
@@ -1727,8 +1728,8 @@ def _version_in_range(text: str | None, variant: str | None) -> str | None:
         top = parse_version(upper.replace(".x", ".0"))
     except ValueError:
         return None
-    if variant == "V0" and top >= (0, 8, 0):
-        return "0.7.3"
+    if variant == "V0" and not vllm_rules_for(top).v0:  # a V1-era release running V0: the last V0 release's rules
+        return V0_RULES_VERSION
     return ".".join(str(p) for p in top)
 
 
