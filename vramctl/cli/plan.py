@@ -290,16 +290,17 @@ def run_plan(
 def _sglang_options(command: Any) -> tuple[Any, tuple[str, ...]]:
     """SGLang's flags that ServeSettings does not hold (`--enable-dp-attention`, `--dp-size`,
     `--moe-a2a-backend`, `--speculative-*`, `--disaggregation-mode`, `--attention-backend`, …) and the env
-    `SGLANG_ENABLE_POST_CAPTURE_KV_SIZING=1`, folded into SglangOptions the way `vramctl check` folds them; the
-    serve command's "ignored" notes for them are dropped."""
-    from vramctl.core.check import FLAGS, apply_flags
+    `SGLANG_ENABLE_POST_CAPTURE_KV_SIZING=1`, folded into SglangOptions the way `vramctl check` folds them (the
+    flag registry's `options.` entries, vramctl.core.engines.flags)."""
+    from vramctl.core.check import apply_flags
+    from vramctl.core.engines import flags as registry
     from vramctl.core.engines.sglang import SglangOptions
 
-    modelled = {
-        name: value
-        for name, value in command.flags
-        if name in FLAGS and FLAGS[name].target.startswith("options.")
-    }
+    def sglang_option(name: str) -> bool:
+        match = registry.lookup(name, ("sglang",))
+        return match is not None and match.entry.target.startswith("options.")
+
+    modelled = {name: value for name, value in command.flags if sglang_option(name)}
     flags: dict[str, Any] = {name: True if value is None else value for name, value in modelled.items()}
     _, options, _, _ = apply_flags(
         ("sglang",), flags, ServeSettings(), SglangOptions(), source="serve command"
@@ -308,9 +309,7 @@ def _sglang_options(command: Any) -> tuple[Any, tuple[str, ...]]:
     if "SGLANG_ENABLE_POST_CAPTURE_KV_SIZING" in env:
         value = env["SGLANG_ENABLE_POST_CAPTURE_KV_SIZING"].strip().lower()
         options = options.with_changes(post_capture_kv_sizing=value in ("1", "true", "yes", "on"))
-    notes = tuple(
-        n for n in command.notes if not any(n.startswith(f"ignored --{name}:") for name in modelled)
-    )
+    notes = command.notes
     return options, notes
 
 
