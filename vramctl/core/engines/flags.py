@@ -58,6 +58,9 @@ class EngineFlag:
     `in_logs`, read-log reads the setting."""
     in_logs: bool = False
     """read-log reads this setting from the engines' args lines (vramctl.diagnose.startup)."""
+    cli: bool = True
+    """`vramctl plan` (and `diff`) take it as an option too; False: only in a serve command after `--` or a check
+    spec (SGLang's SglangOptions flags)."""
 
     @property
     def key(self) -> str:
@@ -223,7 +226,8 @@ def _f(
     log_keys: tuple[str, ...] = (),
     in_logs: bool = False,
 ) -> EngineFlag:
-    return EngineFlag(name, kind, engines, target, help, dict(aliases or {}), negatable, log_keys, in_logs)
+    cli = not target.startswith("options.")
+    return EngineFlag(name, kind, engines, target, help, dict(aliases or {}), negatable, log_keys, in_logs, cli)
 
 
 REGISTRY: tuple[EngineFlag, ...] = (
