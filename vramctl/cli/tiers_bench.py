@@ -195,10 +195,9 @@ def register(app: typer.Typer) -> None:
 
             load_gpu(gpu)  # an unknown --gpu is bad input even when the link it names is not measured
 
+        from vramctl.cli.engine_flags import one_model
         from vramctl.measure import transfer
         from vramctl.measure.transfer import BenchGeometry, run_tiers_bench
-
-        from vramctl.cli.engine_flags import one_model
 
         model = one_model(model, model_option)
         geometry = _geometry(model, block_bytes, block_size, kv_cache_dtype, tp)

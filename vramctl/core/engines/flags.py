@@ -21,7 +21,6 @@ One spelling of a value works everywhere:
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
@@ -201,15 +200,13 @@ def parse_memory_size(value: Any, where: str) -> int:
     `85899345920B`). A bare number above a PiB is bytes written without their unit: refused."""
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         raise BadInputError(f"{where}: {value!r} is not a size (e.g. 80GiB)")
-    size = parse_bytes(value, default_unit="GiB", what=where)
     unitless = not isinstance(value, str) or not value.strip()[-1:].isalpha()
-    if unitless and size > _ABSURD_MEMORY_GIB * GiB:
+    if unitless and parse_float(value, where) > _ABSURD_MEMORY_GIB:
         shown = str(value).strip()
         raise BadInputError(
             f"{where} {shown}: a bare number is GiB; write the unit (e.g. {shown}B for bytes, or 80GiB)"
         )
-    if isinstance(value, float) and not math.isfinite(value):  # pragma: no cover - parse_bytes refuses it
-        raise BadInputError(f"{where}: {value!r} is not finite")
+    size = parse_bytes(value, default_unit="GiB", what=where)
     return size
 
 
