@@ -29,10 +29,13 @@ def option_entry(option: str) -> registry.EngineFlag | None:
         return None
 
 
-def read_engine_options(options: Mapping[str, Any], names: Iterable[str]) -> dict[str, Any]:
+def read_engine_options(
+    options: Mapping[str, Any], names: Iterable[str], sources: dict[str, str] | None = None
+) -> dict[str, Any]:
     """The options `names` that were given, read by their registry entries: ServeSettings field → value.
 
-    A value typed as text (`32k`, `8GiB`, `auto`) is read the way a serve command's is; a bool only when set."""
+    A value typed as text (`32k`, `8GiB`, `auto`) is read the way a serve command's is; a bool only when set.
+    `sources`, when given, gets field → the option that set it."""
     changes: dict[str, Any] = {}
     set_by: dict[str, str] = {}
     for name in names:
@@ -45,6 +48,8 @@ def read_engine_options(options: Mapping[str, Any], names: Iterable[str]) -> dic
         if entry.target in set_by:
             raise BadInputError(f"{set_by[entry.target]} and {entry.name} set the same thing; give one of them")
         set_by[entry.target] = entry.name
+        if sources is not None:
+            sources[entry.target] = name
         changes[entry.target] = entry.parse(value, entry.name)
     return changes
 

@@ -132,7 +132,8 @@ def run_plan(
         changes["engine"] = engine
     if options.get("engine_version") is not None:
         changes["engine_version"] = options["engine_version"]
-    numeric = read_engine_options(options, _ENGINE_OPTIONS)
+    sources: dict[str, str] = {}
+    numeric = read_engine_options(options, _ENGINE_OPTIONS, sources)
     for field, flag in (("free_memory_bytes", "free_memory"), ("gpu_memory_bytes", "gpu_memory"), ("host_memory_bytes", "host_memory")):
         size = read_memory(options.get(flag), "--" + flag.replace("_", "-"))
         if size is not None:
@@ -142,7 +143,7 @@ def run_plan(
         given = dict(command.changes)
         for key, value in numeric.items():
             if key in given and given[key] != value:
-                option = _OPTION_OF.get(key, key)
+                option = sources.get(key, _OPTION_OF.get(key, key))
                 flag = "--" + option.replace("_", "-")
                 notes = (*notes, f"{flag} {options[option]} overrides {given[key]} from the command")
     if options.get("entrypoint") is not None:
