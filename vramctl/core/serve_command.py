@@ -2,11 +2,13 @@
 `python -m vllm.entrypoints.openai.api_server --model MODEL …`, `python -m sglang.launch_server --model-path MODEL …`,
 `sglang serve --model-path MODEL …`, with `VAR=value` environment prefixes.
 
-Flags are read as the engines name them (`--flag value` and `--flag=value`); flags that do not change the memory
-plan are ignored with a note, never an error. Every flag is also kept as written (`ServeCommand.flags`, in order) so
-that a stricter reader (`vramctl check`'s `command:`, `vramctl.core.check.apply_flags`) can apply its own rules to
-the same split: this is the one place a serve command line is split into its launcher, model and flags. Values use the engines' own parsers' rules: vLLM's human-readable
-integers (`32k` = 32,000, `32K` = 32,768; `vllm/utils/argparse_utils.py:30-70`), SGLang's plain numbers.
+Flags are read as the engines name them (`--flag value` and `--flag=value`), through the one flag registry
+(vramctl.core.engines.flags: which flags each engine has, their aliases and how each value is read, e.g. vLLM's
+human-readable integers `32k` = 32,000, `32K` = 32,768; `vllm/utils/argparse_utils.py:30-70`); flags that do not
+change the memory plan are ignored with a note, never an error. Every flag is also kept as written
+(`ServeCommand.flags`, in order) so that a stricter reader (`vramctl check`'s `command:`,
+`vramctl.core.check.apply_flags`) can apply its own rules to the same split: this is the one place a serve command
+line is split into its launcher, model and flags.
 """
 
 from __future__ import annotations
