@@ -35,9 +35,7 @@ _OPTION_OF = {
     "kv_offloading_size_gib": "kv_offloading_size",
     "host_memory_bytes": "host_memory",
 }
-_ENGINE_OPTIONS = tuple(
-    entry.key.replace("-", "_") for entry in registry.REGISTRY if entry.cli and entry.target != "model"
-)
+_ENGINE_OPTIONS = tuple(entry.key.replace("-", "_") for entry in registry.REGISTRY if entry.cli and entry.is_setting)
 """`plan`'s options that are engine flags: every registry entry `plan` takes (vramctl.core.engines.flags), read
 by its entry."""
 _COMMON_CONTEXT = ("max_model_len",)
@@ -248,20 +246,12 @@ def register(app: typer.Typer) -> None:
             "--model",
             help="HF id (org/name[@rev]: read from the Hub), alias, or local config.json / folder.",
         ),
-        revision: str = typer.Option(
-            None, "--revision", help="Hub branch, tag or commit of MODEL (or write org/name@rev)."
-        ),
+        revision: str = typer.Option(None, "--revision", help=flag_help("--revision")),
         offline: bool = typer.Option(
             False, "--offline", help="Never contact the Hub: the HF cache only (as HF_HUB_OFFLINE=1)."
         ),
-        hf_overrides: str = typer.Option(
-            None,
-            "--hf-overrides",
-            help='vLLM: JSON applied to the model config, e.g. \'{"rope_scaling": {"rope_type": "yarn", ...}}\'.',
-        ),
-        rope_scaling: str = typer.Option(
-            None, "--rope-scaling", help="Older vLLM: JSON rope_scaling (as --hf-overrides on that key)."
-        ),
+        hf_overrides: str = typer.Option(None, "--hf-overrides", help=flag_help("--hf-overrides")),
+        rope_scaling: str = typer.Option(None, "--rope-scaling", help=flag_help("--rope-scaling")),
         gpu: str = typer.Option(None, "--gpu", help=f"GPU name (default {DEFAULT_GPU}); see `vramctl gpus`."),
         gpu_memory: str = typer.Option(
             None, "--gpu-memory", help=f"A card's CUDA total, e.g. 79.18GiB ({MEMORY_HELP})."

@@ -195,7 +195,7 @@ class _Reading:
         if bare_value is not None:  # a bool: `--enforce-eager`, `--no-enforce-eager`, `--enforce-eager=false`
             value = flags.parse_bool(inline, flag) if eq else True
             self.raw_flags.append((name, inline if eq else None))
-            if not entry.target.startswith("options."):
+            if entry.is_setting:
                 self.changes.append((entry.target, value if bare_value else not value))
             return
         text = self._value(flag, eq, inline)
@@ -209,7 +209,7 @@ class _Reading:
             self.model = str(parsed)
             return
         self.raw_flags.append((name, text))
-        if not entry.target.startswith("options."):  # SglangOptions: read by vramctl.core.check.apply_flags
+        if entry.is_setting:  # SglangOptions (vramctl.core.check.apply_flags) and loader inputs are read from flags
             self.changes.append((entry.target, parsed))
 
     def _unknown(self, flag: str, name: str, eq: str, inline: str) -> None:

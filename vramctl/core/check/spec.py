@@ -254,6 +254,13 @@ def apply_flags(
         if not set(match.engines) & set(engines):
             raise _bad(source, where, f"--{name} is a {'/'.join(match.engines)} flag, not {'/'.join(engines)}")
         entry = match.entry
+        if entry.target.startswith("load."):
+            raise _bad(
+                source,
+                where,
+                f"--{name} changes the model's config, which a spec does not read; point `model:` at a local "
+                "config.json that holds the change",
+            )
         converted = _convert(entry, raw_value, where, source)
         if match.negated:
             converted = not converted

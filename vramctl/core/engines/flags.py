@@ -46,7 +46,8 @@ class EngineFlag:
     kind: FlagKind
     engines: tuple[EngineName, ...]
     target: str
-    """A ServeSettings field, `options.<field>` (SglangOptions) or `model`."""
+    """A ServeSettings field, `options.<field>` (SglangOptions), `model`, or `load.<what>` (read by the model
+    loader: the revision, config overrides)."""
     help: str
     aliases: Mapping[str, tuple[EngineName, ...]] = field(default_factory=dict)
     """Other spellings → the engines that accept them (`-tp` is vLLM's, `--tp` SGLang's)."""
@@ -81,6 +82,11 @@ class EngineFlag:
     @property
     def takes_value(self) -> bool:
         return self.kind != "bool"
+
+    @property
+    def is_setting(self) -> bool:
+        """It sets a ServeSettings field (not the model, a loader input or an SglangOptions field)."""
+        return "." not in self.target and self.target != "model"
 
 
 def bare(spelling: str) -> str:
@@ -241,6 +247,11 @@ REGISTRY: tuple[EngineFlag, ...] = (
     _f("--quantization", "str", BOTH, "quantization",
        "The engine's --quantization: fp8 or bitsandbytes quantise an unquantised checkpoint while it loads; "
        "another method must match the checkpoint's.", aliases={"-q": V}, in_logs=True),
+    # --- read by the model loader (vramctl.registry.load_model), not a ServeSettings field --------------------------
+    _f("--revision", "str", BOTH, "load.revision", "Hub branch, tag or commit of MODEL (or write org/name@rev)."),
+    _f("--hf-overrides", "str", V, "load.hf_overrides",
+       'vLLM: JSON applied to the model config, e.g. \'{"rope_scaling": {"rope_type": "yarn", ...}}\'.'),
+    _f("--rope-scaling", "str", V, "load.rope_scaling", "Older vLLM: JSON rope_scaling (as --hf-overrides on that key)."),
     # --- vLLM (vllm/engine/arg_utils.py, vLLM 0.33) ----------------------------------------------------------------
     _f("--gpu-memory-utilization", "float", V, "gpu_memory_utilization", "vLLM's u in (0, 1].",
        aliases={"--device-memory-utilization": V}, in_logs=True),
