@@ -250,14 +250,15 @@ def test_qa_tiers_sweep_items_are_named(trace: Path, capsys: pytest.CaptureFixtu
 def test_qa_one_token_count_parser(text: str) -> None:
     """plan's options, plan's serve command and check's flags read token counts with one function
     (vramctl.core.serve_command.parse_human_int): the same text is the same number everywhere."""
-    from vramctl.cli.plan import _int
+    from vramctl.cli.engine_flags import read_engine_options
     from vramctl.core.serve_command import parse_human_int
 
     try:
         expected = parse_human_int(text, "--max-num-batched-tokens")
     except BadInputError:
         pytest.skip(f"{text!r} is not a count")
-    assert _int(text, "--max-num-batched-tokens") == expected
+    option = read_engine_options({"max_num_batched_tokens": text}, ["max_num_batched_tokens"])
+    assert option["max_num_batched_tokens"] == expected
     cmd = parse_serve_command(["vllm", "serve", "m", "--max-num-batched-tokens", text])
     assert dict(cmd.changes)["max_num_batched_tokens"] == expected
     spec = parse_spec(f"model: llama-3-8b\ngpu: h100-sxm\nflags:\n  max-num-batched-tokens: '{text}'\n")
@@ -412,7 +413,7 @@ def test_qa_check_and_plan_know_the_same_flags() -> None:
         table = flags.serve_table(engine)  # type: ignore[arg-type]
         for flag, (entry, bool_value) in table.items():
             field = entry.target
-            if field == "model" or field.startswith("options."):
+            if not entry.is_setting:
                 continue
             if bool_value is not None:
                 command = f"{head} {flag}"

@@ -207,7 +207,11 @@ def parse_memory_size(value: Any, where: str) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         raise BadInputError(f"{where}: {value!r} is not a size (e.g. 80GiB)")
     unitless = not isinstance(value, str) or not value.strip()[-1:].isalpha()
-    if unitless and parse_float(value, where) > _ABSURD_MEMORY_GIB:
+    try:
+        number = parse_float(value, where) if unitless else 0.0
+    except BadInputError:
+        number = 0.0  # not a plain number: parse_bytes names the problem as a size's
+    if number > _ABSURD_MEMORY_GIB:
         shown = str(value).strip()
         raise BadInputError(
             f"{where} {shown}: a bare number is GiB; write the unit (e.g. {shown}B for bytes, or 80GiB)"
