@@ -250,14 +250,15 @@ def test_qa_tiers_sweep_items_are_named(trace: Path, capsys: pytest.CaptureFixtu
 def test_qa_one_token_count_parser(text: str) -> None:
     """plan's options, plan's serve command and check's flags read token counts with one function
     (vramctl.core.serve_command.parse_human_int): the same text is the same number everywhere."""
-    from vramctl.cli.plan import _int
+    from vramctl.cli.engine_flags import read_engine_options
     from vramctl.core.serve_command import parse_human_int
 
     try:
         expected = parse_human_int(text, "--max-num-batched-tokens")
     except BadInputError:
         pytest.skip(f"{text!r} is not a count")
-    assert _int(text, "--max-num-batched-tokens") == expected
+    option = read_engine_options({"max_num_batched_tokens": text}, ["max_num_batched_tokens"])
+    assert option["max_num_batched_tokens"] == expected
     cmd = parse_serve_command(["vllm", "serve", "m", "--max-num-batched-tokens", text])
     assert dict(cmd.changes)["max_num_batched_tokens"] == expected
     spec = parse_spec(f"model: llama-3-8b\ngpu: h100-sxm\nflags:\n  max-num-batched-tokens: '{text}'\n")
@@ -400,20 +401,24 @@ def test_qa_check_and_plan_know_the_same_flags() -> None:
     """Every flag plan's serve-command parser models is accepted by check's `command:` with the same effect.
     Before: check refused vLLM's `--device-memory-utilization` alias and `--cuda-graph-sizes`, and plan ignored
     SGLang 0.5.23's `--enable-hicache` alias (no host tier planned)."""
-    from vramctl.core import serve_command as sc
+    from vramctl.core.engines import flags
 
     samples = {"float": "0.9", "int": "2", "sizes": "1,2,4", "str": "fp8", "bytes": "8GiB", "len": "4096"}
-    for engine, value_flags, bool_flags in (
-        ("vllm", sc._VLLM_VALUE_FLAGS, sc._VLLM_BOOL_FLAGS),
-        ("sglang", sc._SGLANG_VALUE_FLAGS, sc._SGLANG_BOOL_FLAGS),
-    ):
+    for engine in ("vllm", "sglang"):
         head = (
             "vllm serve llama-3-8b"
             if engine == "vllm"
             else "python -m sglang.launch_server --model-path llama-3-8b"
         )
-        for flag, (field, _) in value_flags.items():
-            if field == "model":
+        table = flags.serve_table(engine)  # type: ignore[arg-type]
+        for flag, (entry, bool_value) in table.items():
+            field = entry.target
+            if not entry.is_setting:
+                continue
+            if bool_value is not None:
+                command = f"{head} {flag}"
+                spec = parse_spec(f"gpu: h100-sxm\nengine: {engine}\ncommand: {command}\n")
+                assert getattr(spec.settings, field) == bool_value, command
                 continue
             if field in ("kv_cache_dtype",):
                 text = "fp8"
@@ -433,10 +438,6 @@ def test_qa_check_and_plan_know_the_same_flags() -> None:
             expected = dict(parse_serve_command(command).changes)[field]
             spec = parse_spec(f"gpu: h100-sxm\nengine: {engine}\ncommand: {command}\n")
             assert getattr(spec.settings, field) == expected, command
-        for flag, (field, value) in bool_flags.items():
-            command = f"{head} {flag}"
-            spec = parse_spec(f"gpu: h100-sxm\nengine: {engine}\ncommand: {command}\n")
-            assert getattr(spec.settings, field) == value, command
 
 
 def test_qa_tiers_capacity_absurdly_large(trace: Path, capsys: pytest.CaptureFixture[str]) -> None:

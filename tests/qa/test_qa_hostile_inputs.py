@@ -229,14 +229,14 @@ BAD_INPUT: list[tuple[str, list[str], int, str | None]] = [
     ("plan-gpu-memory-1e400", ["plan", "--gpu-memory", "1e400"], 2, "not a finite size"),
     ("plan-gpu-memory-negative", ["plan", "--gpu-memory", "-1GiB"], 2, "is negative"),
     ("plan-gpu-memory-1e30TiB", ["plan", "--gpu-memory", "1e30TiB"], 2, "absurdly large"),
-    (
-        "plan-gpu-memory-no-unit",
-        ["plan", "--json", "--gpu-memory", "80"],
+    (  # a bare memory size is GiB on every command (docs/cli.md, Values): bytes without their unit are refused
+        "plan-gpu-memory-bytes-no-unit",
+        ["plan", "--json", "--gpu-memory", "85899345920"],
         2,
-        "80 bytes; write the unit, e.g. 80GiB",
+        "85899345920: a bare number is GiB; write the unit",
     ),
-    ("plan-free-memory-no-unit", ["plan", "--free-memory", "40"], 2, "write the unit, e.g. 40GiB"),
-    ("plan-host-memory-no-unit", ["plan", "--host-memory", "512"], 2, "write the unit, e.g. 512GiB"),
+    ("plan-free-memory-bytes-no-unit", ["plan", "--free-memory", "42949672960"], 2, "a bare number is GiB"),
+    ("plan-host-memory-bytes-no-unit", ["plan", "--host-memory", "549755813888"], 2, "a bare number is GiB"),
     ("plan-gpu-memory-hex", ["plan", "--gpu-memory", "0x10"], 2, "is not a size"),
     ("plan-util-nan", ["plan", "--json", "--gpu-memory-utilization", "nan"], 2, "is not a number"),
     ("plan-util-0", ["plan", "--gpu-memory-utilization", "0"], 2, "must be in (0, 1]"),
@@ -476,7 +476,7 @@ BAD_INPUT: list[tuple[str, list[str], int, str | None]] = [
     ("profile-block-size-1e30", ["profile", str(TINY), *FAST, "--block-size", "9" * 30], 2, "--block-size"),
     ("profile-tp3", ["profile", str(TINY), *FAST, "-tp", "3"], 2, "--tensor-parallel-size 3"),
     ("profile-tp1024", ["profile", str(TINY), *FAST, "-tp", "1024"], 2, "--tensor-parallel-size 1024"),
-    ("profile-util-nan", ["profile", str(TINY), *FAST, "--gpu-memory-utilization", "nan"], 2, "(0, 1]"),
+    ("profile-util-nan", ["profile", str(TINY), *FAST, "--gpu-memory-utilization", "nan"], 2, "is not a number"),
     ("profile-device-tpu", ["profile", str(TINY), "--device", "tpu"], 2, "--device 'tpu'"),
     (
         "profile-device-memory-huge",
@@ -522,7 +522,7 @@ BAD_INPUT: list[tuple[str, list[str], int, str | None]] = [
         "suggest-from-profile-with-util",
         ["suggest", "--from-profile", str(TINY_PROFILE), "--gpu-memory-utilization", "2"],
         2,
-        "--gpu-memory-utilization 2.0 would be ignored",
+        "--gpu-memory-utilization 2 would be ignored",
     ),
     (
         "suggest-from-profile-with-len",

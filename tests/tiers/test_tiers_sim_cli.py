@@ -225,7 +225,7 @@ def test_synthetic_shared_system_prompt_is_shared_across_sessions() -> None:
             ['{"timestamp": 0, "input_length": "x", "output_length": 1, "hash_ids": [1]}'],
             "input_length must be an integer",
         ),
-        (['{"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [1, 2, 3]}'], "--block-size"),
+        (['{"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [1, 2, 3]}'], "--trace-block-size"),
         (
             ['{"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [1.5]}'],
             "integers or strings",
@@ -268,7 +268,7 @@ def test_unsorted_trace_replays_with_sort_flag(capsys: pytest.CaptureFixture[str
         ),
         (["--write-policy", "lazy"], "--host-capacity"),
         (["--disk-capacity", "1e7"], "--disk-capacity needs --host-capacity"),
-        (["--block-size", "0"], "--block-size 0"),
+        (["--block-size", "0"], "--trace-block-size 0"),
         (["--prefill-rate", "-3"], "--prefill-rate -3: must be positive"),
         (["--achieved-flops", "lots"], "--achieved-flops"),
         (["--gpu-capacity", "lots"], "--gpu-capacity"),

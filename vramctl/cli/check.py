@@ -100,7 +100,7 @@ def register(app: typer.Typer) -> None:
         host_memory: Optional[str] = typer.Option(
             None,
             "--host-memory",
-            help="The serving host's RAM (e.g. 512GiB), overriding the spec's host_memory.",
+            help="The serving host's RAM (e.g. 512GiB; a bare number is GiB), overriding the spec's host_memory.",
         ),
         against_version: Optional[str] = typer.Option(
             None,
@@ -115,8 +115,8 @@ def register(app: typer.Typer) -> None:
         """Check a deployment spec's memory requirements: exit 0 all hold, 1 one fails, 2 bad spec."""
         from dataclasses import replace
 
+        from vramctl.cli.engine_flags import read_memory
         from vramctl.core.check import parse_spec, run_check
-        from vramctl.core.units import parse_bytes
         from vramctl.registry import gpu_from_capacity, load_gpu, load_model
 
         if json_out and markdown:
@@ -124,7 +124,7 @@ def register(app: typer.Typer) -> None:
         source = "<stdin>" if spec_path == "-" else spec_path
         spec = parse_spec(_read_spec(spec_path), source=source)
         if host_memory is not None:
-            host = parse_bytes(host_memory, default_unit="GiB", what="--host-memory")
+            host = read_memory(host_memory, "--host-memory") or 0
             if host <= 0:
                 raise BadInputError(f"--host-memory {host_memory}: must be more than 0")
             spec = replace(spec, settings=spec.settings.with_changes(host_memory_bytes=host))

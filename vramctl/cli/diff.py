@@ -14,6 +14,7 @@ from typing import Any
 
 import typer
 
+from vramctl.cli.engine_flags import MEMORY_HELP
 from vramctl.core.errors import BadInputError
 from vramctl.core.exit_codes import ExitCode
 
@@ -134,9 +135,15 @@ def register(app: typer.Typer) -> None:
         ),
         model: str = typer.Option(None, "--model", help="HF id, alias or local config.json / model folder."),
         gpu: str = typer.Option(None, "--gpu", help="GPU name (default h100-sxm); see `vramctl gpus`."),
-        gpu_memory: str = typer.Option(None, "--gpu-memory", help="A card's CUDA total, e.g. 79.18GiB."),
-        free_memory: str = typer.Option(None, "--free-memory", help="Free memory before start, e.g. 60GiB."),
-        host_memory: str = typer.Option(None, "--host-memory", help="Host RAM (default: this machine's)."),
+        gpu_memory: str = typer.Option(
+            None, "--gpu-memory", help=f"A card's CUDA total, e.g. 79.18GiB ({MEMORY_HELP})."
+        ),
+        free_memory: str = typer.Option(
+            None, "--free-memory", help=f"Free memory before start, e.g. 60GiB ({MEMORY_HELP})."
+        ),
+        host_memory: str = typer.Option(
+            None, "--host-memory", help=f"Host RAM (default: this machine's; {MEMORY_HELP})."
+        ),
         from_side: str = typer.Option(
             None, "--from", help="A version (0.11.0), an engine (vllm, sglang) or ENGINE@VERSION."
         ),
@@ -146,11 +153,17 @@ def register(app: typer.Typer) -> None:
         json_out: bool = typer.Option(False, "--json", help="One JSON object (docs/json.md)."),
         markdown: bool = typer.Option(False, "--markdown", help="GitHub Markdown."),
     ) -> None:
-        from vramctl.cli.own_flags import OWN_FLAGS, merge_own_flags, split_own_flags
+        from vramctl.cli.own_flags import DIFF_FLAGS, OWN_FLAGS, merge_own_flags, split_own_flags
 
         # --engine / --engine-version / --entrypoint are the sides' business (--from / --to) or the command's
-        own_here = {f: v for f, v in OWN_FLAGS.items() if f not in ("--engine", "--engine-version", "--entrypoint")}
-        command_words, own = split_own_flags(list(words or []), own_here)
+        sides = {
+            "--engine": "give the engines with --from / --to (e.g. --from vllm --to sglang)",
+            "--engine-version": "give the versions with --from / --to (e.g. --from 0.11.0 --to 0.33.0)",
+            "--entrypoint": "`vramctl diff` plans `vllm serve` (the server's defaults)",
+            "--offline": "`vramctl diff` has no --offline; set HF_HUB_OFFLINE=1 before the command",
+        }
+        own_here = {f: v for f, v in {**OWN_FLAGS, **DIFF_FLAGS}.items() if f not in sides}
+        command_words, own = split_own_flags(list(words or []), own_here, refused=sides)
         options = merge_own_flags(
             {
                 "model": model,
@@ -160,9 +173,16 @@ def register(app: typer.Typer) -> None:
                 "host_memory": host_memory,
                 "json_out": json_out,
                 "markdown": markdown,
+                "from_side": from_side,
+                "to_side": to_side,
+                "from_flags": from_flags,
+                "to_flags": to_flags,
             },
             own,
+            own_here,
         )
+        from_side, to_side = options.pop("from_side"), options.pop("to_side")
+        from_flags, to_flags = options.pop("from_flags"), options.pop("to_flags")
         json_out, markdown = bool(options.pop("json_out")), bool(options.pop("markdown"))
         if json_out and markdown:
             raise BadInputError("--json and --markdown: pick one output format")

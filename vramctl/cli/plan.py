@@ -12,17 +12,16 @@ No torch import anywhere on this path.
 from __future__ import annotations
 
 import os
-import re
-from typing import Any
+from typing import Any, Optional
 
 import typer
 
+from vramctl.cli.engine_flags import MEMORY_HELP, flag_help, read_engine_options, read_memory
+from vramctl.core.engines import flags as registry
 from vramctl.core.errors import BadInputError
 from vramctl.core.exit_codes import ExitCode
 from vramctl.core.host_tier import machine_memory_bytes
-from vramctl.core.serve_command import parse_human_int, parse_max_model_len
 from vramctl.core.settings import ServeSettings
-from vramctl.core.units import MiB, parse_bytes, parse_number
 
 DEFAULT_MODEL = "meta-llama/Meta-Llama-3-8B-Instruct"
 DEFAULT_GPU = "h100-sxm"
@@ -36,7 +35,20 @@ _OPTION_OF = {
     "kv_offloading_size_gib": "kv_offloading_size",
     "host_memory_bytes": "host_memory",
 }
-"""ServeSettings field → the `plan` option it comes from, where the names differ."""
+_ENGINE_OPTIONS = tuple(entry.key.replace("-", "_") for entry in registry.REGISTRY if entry.cli and entry.is_setting)
+"""`plan`'s options that are engine flags: every registry entry `plan` takes (vramctl.core.engines.flags), read
+by its entry."""
+_COMMON_CONTEXT = ("max_model_len",)
+"""`plan --max-model-len` is the context length of either engine (SGLang's --context-length)."""
+_VLLM_ONLY = (
+    *(
+        name
+        for name in _ENGINE_OPTIONS
+        if registry.by_name(name).engines == ("vllm",) and name not in _COMMON_CONTEXT
+    ),
+    "entrypoint",
+)
+_SGLANG_ONLY = tuple(name for name in _ENGINE_OPTIONS if registry.by_name(name).engines == ("sglang",))
 
 
 def _truthy(value: str | None) -> bool:
@@ -47,67 +59,6 @@ def _is_launcher(word: str) -> bool:
     """`vllm`, `python3`, `/usr/bin/python3.11`, `sglang`, `env` or a `VAR=value` prefix: a serve command starts."""
     head = word.rsplit("/", 1)[-1]
     return head in _LAUNCHERS or head.startswith("python") or ("=" in word and not word.startswith("-"))
-
-
-def _int(text: str | None, flag: str) -> int | None:
-    """vLLM's human-readable ints (32k = 32,000, 32K = 32,768), as in a serve command."""
-    return None if text is None else parse_human_int(text, flag)
-
-
-def _max_model_len(text: str | None) -> int | None:
-    """`auto` / `-1` = vLLM's auto-fit (kept as -1, vLLM's own value)."""
-    return None if text is None else parse_max_model_len(text)
-
-
-def _float(text: str | None, flag: str) -> float | None:
-    return None if text is None else parse_number(text, what=flag)
-
-
-def _size(text: str | None, flag: str, default_unit: str = "B") -> int | None:
-    return None if text is None else parse_bytes(text, what=flag, default_unit=default_unit)
-
-
-_BARE_NUMBER = re.compile(r"\s*[0-9][0-9_]*(\.[0-9]*)?([eE][+-]?[0-9]+)?\s*")
-
-
-def _memory_size(text: str | None, flag: str) -> int | None:
-    """A card's or a host's memory. A bare number is bytes; one below 1 MiB (`--gpu-memory 80`) is a missing unit,
-    not a GPU of 80 bytes that nothing fits on (read-log and check read such a number as GiB)."""
-    size = _size(text, flag)
-    if text is not None and size is not None and 0 < size < MiB and _BARE_NUMBER.fullmatch(text):
-        raise BadInputError(f"{flag} {text.strip()}: {size} bytes; write the unit, e.g. {text.strip()}GiB")
-    return size
-
-
-_VLLM_ONLY = (
-    "gpu_memory_utilization",
-    "max_num_batched_tokens",
-    "max_num_seqs",
-    "max_num_active_seqs",
-    "block_size",
-    "enforce_eager",
-    "kv_cache_memory_bytes",
-    "entrypoint",
-    "kv_offloading_size",
-    "data_parallel_size",
-    "enable_expert_parallel",
-    "enable_lora",
-    "max_loras",
-    "max_lora_rank",
-    "fully_sharded_loras",
-)
-_SGLANG_ONLY = (
-    "mem_fraction_static",
-    "chunked_prefill_size",
-    "max_running_requests",
-    "max_total_tokens",
-    "page_size",
-    "cuda_graph_max_bs",
-    "disable_cuda_graph",
-    "enable_hierarchical_cache",
-    "hicache_ratio",
-    "hicache_size",
-)
 
 
 def _refuse_other_engines_options(options: dict[str, Any], engine: str) -> None:
@@ -179,59 +130,24 @@ def run_plan(
         changes["engine"] = engine
     if options.get("engine_version") is not None:
         changes["engine_version"] = options["engine_version"]
-    numeric: dict[str, Any] = {
-        "gpu_memory_utilization": _float(options.get("gpu_memory_utilization"), "--gpu-memory-utilization"),
-        "max_model_len": _max_model_len(options.get("max_model_len")),
-        "max_num_batched_tokens": _int(options.get("max_num_batched_tokens"), "--max-num-batched-tokens"),
-        "max_num_seqs": _int(options.get("max_num_seqs"), "--max-num-seqs"),
-        "max_num_active_seqs": _int(options.get("max_num_active_seqs"), "--max-num-active-seqs"),
-        "block_size": _int(options.get("block_size"), "--block-size"),
-        "tensor_parallel_size": _int(options.get("tensor_parallel_size"), "--tensor-parallel-size"),
-        "pipeline_parallel_size": _int(options.get("pipeline_parallel_size"), "--pipeline-parallel-size"),
-        "data_parallel_size": _int(options.get("data_parallel_size"), "--data-parallel-size"),
-        "max_loras": _int(options.get("max_loras"), "--max-loras"),
-        "max_lora_rank": _int(options.get("max_lora_rank"), "--max-lora-rank"),
-        "kv_cache_memory_bytes": _size(options.get("kv_cache_memory_bytes"), "--kv-cache-memory-bytes"),
-        "free_memory_bytes": _memory_size(options.get("free_memory"), "--free-memory"),
-        "gpu_memory_bytes": _memory_size(options.get("gpu_memory"), "--gpu-memory"),
-        "mem_fraction_static": _float(options.get("mem_fraction_static"), "--mem-fraction-static"),
-        "chunked_prefill_size": _int(options.get("chunked_prefill_size"), "--chunked-prefill-size"),
-        "max_running_requests": _int(options.get("max_running_requests"), "--max-running-requests"),
-        "max_total_tokens": _int(options.get("max_total_tokens"), "--max-total-tokens"),
-        "page_size": _int(options.get("page_size"), "--page-size"),
-        "cuda_graph_max_bs": _int(options.get("cuda_graph_max_bs"), "--cuda-graph-max-bs"),
-        "hicache_ratio": _float(options.get("hicache_ratio"), "--hicache-ratio"),
-        "hicache_size_gb": _float(options.get("hicache_size"), "--hicache-size"),
-        "kv_offloading_size_gib": _float(options.get("kv_offloading_size"), "--kv-offloading-size"),
-        "host_memory_bytes": _memory_size(options.get("host_memory"), "--host-memory"),
-    }
-    changes.update({k: v for k, v in numeric.items() if v is not None})
+    sources: dict[str, str] = {}
+    numeric = read_engine_options(options, _ENGINE_OPTIONS, sources)
+    for field, flag in (("free_memory_bytes", "free_memory"), ("gpu_memory_bytes", "gpu_memory"), ("host_memory_bytes", "host_memory")):
+        size = read_memory(options.get(flag), "--" + flag.replace("_", "-"))
+        if size is not None:
+            numeric[field] = size
+    changes.update(numeric)
     if command is not None:
         given = dict(command.changes)
         for key, value in numeric.items():
-            if value is not None and key in given and given[key] != value:
-                flag = "--" + key.replace("_", "-")
-                notes = (
-                    *notes,
-                    f"{flag} {options[_OPTION_OF.get(key, key)]} overrides {given[key]} from the command",
-                )
+            if key in given and given[key] != value:
+                option = sources.get(key, _OPTION_OF.get(key, key))
+                flag = "--" + option.replace("_", "-")
+                notes = (*notes, f"{flag} {options[option]} overrides {given[key]} from the command")
     if options.get("entrypoint") is not None:
         if options["entrypoint"] not in ("server", "llm"):
             raise BadInputError(f"--entrypoint {options['entrypoint']!r}: use server or llm")
         changes["entrypoint"] = options["entrypoint"]
-    for flag in ("kv_cache_dtype", "dtype", "quantization"):
-        if options.get(flag) is not None:
-            changes[flag] = options[flag]
-    for flag in (
-        "enforce_eager",
-        "disable_cuda_graph",
-        "enable_hierarchical_cache",
-        "enable_expert_parallel",
-        "enable_lora",
-        "fully_sharded_loras",
-    ):
-        if options.get(flag):
-            changes[flag] = True
     if changes.get("tensor_parallel_size", 1) < 1 or changes.get("pipeline_parallel_size", 1) < 1:
         bad = (
             "--tensor-parallel-size"
@@ -294,16 +210,17 @@ def run_plan(
 def _sglang_options(command: Any) -> tuple[Any, tuple[str, ...]]:
     """SGLang's flags that ServeSettings does not hold (`--enable-dp-attention`, `--dp-size`,
     `--moe-a2a-backend`, `--speculative-*`, `--disaggregation-mode`, `--attention-backend`, …) and the env
-    `SGLANG_ENABLE_POST_CAPTURE_KV_SIZING=1`, folded into SglangOptions the way `vramctl check` folds them; the
-    serve command's "ignored" notes for them are dropped."""
-    from vramctl.core.check import FLAGS, apply_flags
+    `SGLANG_ENABLE_POST_CAPTURE_KV_SIZING=1`, folded into SglangOptions the way `vramctl check` folds them (the
+    flag registry's `options.` entries, vramctl.core.engines.flags)."""
+    from vramctl.core.check import apply_flags
+    from vramctl.core.engines import flags as registry
     from vramctl.core.engines.sglang import SglangOptions
 
-    modelled = {
-        name: value
-        for name, value in command.flags
-        if name in FLAGS and FLAGS[name].target.startswith("options.")
-    }
+    def sglang_option(name: str) -> bool:
+        match = registry.lookup(name, ("sglang",))
+        return match is not None and match.entry.target.startswith("options.")
+
+    modelled = {name: value for name, value in command.flags if sglang_option(name)}
     flags: dict[str, Any] = {name: True if value is None else value for name, value in modelled.items()}
     _, options, _, _ = apply_flags(
         ("sglang",), flags, ServeSettings(), SglangOptions(), source="serve command"
@@ -312,9 +229,7 @@ def _sglang_options(command: Any) -> tuple[Any, tuple[str, ...]]:
     if "SGLANG_ENABLE_POST_CAPTURE_KV_SIZING" in env:
         value = env["SGLANG_ENABLE_POST_CAPTURE_KV_SIZING"].strip().lower()
         options = options.with_changes(post_capture_kv_sizing=value in ("1", "true", "yes", "on"))
-    notes = tuple(
-        n for n in command.notes if not any(n.startswith(f"ignored --{name}:") for name in modelled)
-    )
+    notes = command.notes
     return options, notes
 
 
@@ -335,91 +250,130 @@ def register(app: typer.Typer) -> None:
             "--model",
             help="HF id (org/name[@rev]: read from the Hub), alias, or local config.json / folder.",
         ),
-        revision: str = typer.Option(
-            None, "--revision", help="Hub branch, tag or commit of MODEL (or write org/name@rev)."
-        ),
+        revision: str = typer.Option(None, "--revision", help=flag_help("--revision")),
         offline: bool = typer.Option(
             False, "--offline", help="Never contact the Hub: the HF cache only (as HF_HUB_OFFLINE=1)."
         ),
-        hf_overrides: str = typer.Option(
-            None,
-            "--hf-overrides",
-            help='vLLM: JSON applied to the model config, e.g. \'{"rope_scaling": {"rope_type": "yarn", ...}}\'.',
-        ),
-        rope_scaling: str = typer.Option(
-            None, "--rope-scaling", help="Older vLLM: JSON rope_scaling (as --hf-overrides on that key)."
-        ),
+        hf_overrides: str = typer.Option(None, "--hf-overrides", help=flag_help("--hf-overrides")),
+        rope_scaling: str = typer.Option(None, "--rope-scaling", help=flag_help("--rope-scaling")),
         gpu: str = typer.Option(None, "--gpu", help=f"GPU name (default {DEFAULT_GPU}); see `vramctl gpus`."),
-        gpu_memory: str = typer.Option(None, "--gpu-memory", help="A card's CUDA total, e.g. 79.18GiB."),
+        gpu_memory: str = typer.Option(
+            None, "--gpu-memory", help=f"A card's CUDA total, e.g. 79.18GiB ({MEMORY_HELP})."
+        ),
         engine: str = typer.Option(None, "--engine", help="vllm (default), sglang or both."),
         engine_version: str = typer.Option(
             None, "--engine-version", help="e.g. 0.11.0 (default: latest known)."
         ),
         gpu_memory_utilization: str = typer.Option(
-            None, "--gpu-memory-utilization", help="vLLM u in (0, 1]."
+            None, "--gpu-memory-utilization", "--device-memory-utilization", help=flag_help("--gpu-memory-utilization")
         ),
-        max_model_len: str = typer.Option(None, "--max-model-len"),
-        max_num_batched_tokens: str = typer.Option(None, "--max-num-batched-tokens"),
-        max_num_seqs: str = typer.Option(None, "--max-num-seqs"),
+        max_model_len: str = typer.Option(None, "--max-model-len", help=flag_help("--max-model-len")),
+        max_num_batched_tokens: str = typer.Option(
+            None, "--max-num-batched-tokens", help=flag_help("--max-num-batched-tokens")
+        ),
+        max_num_seqs: str = typer.Option(None, "--max-num-seqs", help=flag_help("--max-num-seqs")),
         max_num_active_seqs: str = typer.Option(
-            None, "--max-num-active-seqs", help="vLLM 0.31 →: requests admitted to run at once (≤ --max-num-seqs)."
+            None, "--max-num-active-seqs", help=flag_help("--max-num-active-seqs")
         ),
-        kv_cache_dtype: str = typer.Option(
-            None, "--kv-cache-dtype", help="auto, fp8, fp8_e5m2, fp8_ds_mla, …"
+        kv_cache_dtype: str = typer.Option(None, "--kv-cache-dtype", help=flag_help("--kv-cache-dtype")),
+        block_size: str = typer.Option(None, "--block-size", help=flag_help("--block-size")),
+        tensor_parallel_size: str = typer.Option(
+            None, "--tensor-parallel-size", "-tp", help=flag_help("--tensor-parallel-size")
         ),
-        block_size: str = typer.Option(None, "--block-size"),
-        tensor_parallel_size: str = typer.Option(None, "--tensor-parallel-size", "-tp"),
-        pipeline_parallel_size: str = typer.Option(None, "--pipeline-parallel-size", "-pp"),
+        pipeline_parallel_size: str = typer.Option(
+            None, "--pipeline-parallel-size", "-pp", help=flag_help("--pipeline-parallel-size")
+        ),
         data_parallel_size: str = typer.Option(
-            None,
-            "--data-parallel-size",
-            "-dp",
-            help="vLLM engine replicas (totals across them in the notes).",
+            None, "--data-parallel-size", "-dp", help=flag_help("--data-parallel-size")
         ),
-        enable_expert_parallel: bool = typer.Option(
-            False,
-            "--enable-expert-parallel",
+        enable_expert_parallel: Optional[bool] = typer.Option(
+            None,
+            "--enable-expert-parallel/--no-enable-expert-parallel",
             "-ep",
-            help="vLLM: MoE experts spread whole over the TP × DP ranks.",
+            help=flag_help("--enable-expert-parallel"),
+            show_default=False,
         ),
-        enable_lora: bool = typer.Option(
-            False, "--enable-lora", help="vLLM: adapter slots allocated with the weights."
+        enable_lora: Optional[bool] = typer.Option(
+            None, "--enable-lora/--no-enable-lora", help=flag_help("--enable-lora"), show_default=False
         ),
-        max_loras: str = typer.Option(None, "--max-loras", help="vLLM adapter slots per batch (default 1)."),
-        max_lora_rank: str = typer.Option(None, "--max-lora-rank", help="vLLM: 1, 8, 16 (default) … 512."),
-        fully_sharded_loras: bool = typer.Option(False, "--fully-sharded-loras", help="vLLM."),
-        enforce_eager: bool = typer.Option(False, "--enforce-eager", help="No CUDA graphs."),
-        kv_cache_memory_bytes: str = typer.Option(
-            None, "--kv-cache-memory-bytes", help="Explicit KV size (bytes, 8G, 54.4GiB); skips the estimate."
+        max_loras: str = typer.Option(None, "--max-loras", help=flag_help("--max-loras")),
+        max_lora_rank: str = typer.Option(None, "--max-lora-rank", help=flag_help("--max-lora-rank")),
+        fully_sharded_loras: bool = typer.Option(
+            False, "--fully-sharded-loras", help=flag_help("--fully-sharded-loras")
         ),
-        free_memory: str = typer.Option(None, "--free-memory", help="Free memory before start, e.g. 60GiB."),
-        dtype: str = typer.Option(None, "--dtype"),
-        quantization: str = typer.Option(
+        enforce_eager: Optional[bool] = typer.Option(
+            None, "--enforce-eager/--no-enforce-eager", help=flag_help("--enforce-eager"), show_default=False
+        ),
+        enable_chunked_prefill: Optional[bool] = typer.Option(
             None,
-            "--quantization",
-            "-q",
-            help="The engine's --quantization: fp8 or bitsandbytes quantise an unquantised checkpoint while it "
-            "loads; another method must match the checkpoint's.",
+            "--enable-chunked-prefill/--no-enable-chunked-prefill",
+            help=flag_help("--enable-chunked-prefill"),
+            show_default=False,
         ),
+        async_scheduling: Optional[bool] = typer.Option(
+            None,
+            "--async-scheduling/--no-async-scheduling",
+            help=flag_help("--async-scheduling"),
+            show_default=False,
+        ),
+        mamba_cache_dtype: str = typer.Option(None, "--mamba-cache-dtype", help=flag_help("--mamba-cache-dtype")),
+        mamba_ssm_cache_dtype: str = typer.Option(
+            None, "--mamba-ssm-cache-dtype", help=flag_help("--mamba-ssm-cache-dtype")
+        ),
+        max_cudagraph_capture_size: str = typer.Option(
+            None, "--max-cudagraph-capture-size", help=flag_help("--max-cudagraph-capture-size")
+        ),
+        cudagraph_capture_sizes: str = typer.Option(
+            None,
+            "--cudagraph-capture-sizes",
+            "--cuda-graph-sizes",
+            help=flag_help("--cudagraph-capture-sizes", "Quote a list: '1 2 4 8'."),
+        ),
+        kv_cache_memory_bytes: str = typer.Option(
+            None, "--kv-cache-memory-bytes", "--kv-cache-memory", help=flag_help("--kv-cache-memory-bytes")
+        ),
+        free_memory: str = typer.Option(
+            None, "--free-memory", help=f"Free memory before start, e.g. 60GiB ({MEMORY_HELP})."
+        ),
+        dtype: str = typer.Option(None, "--dtype", help=flag_help("--dtype")),
+        quantization: str = typer.Option(None, "--quantization", "-q", help=flag_help("--quantization")),
         entrypoint: str = typer.Option(
             None,
             "--entrypoint",
             help="vLLM defaults of `server` (vllm serve, default) or `llm` (the LLM class).",
         ),
-        mem_fraction_static: str = typer.Option(None, "--mem-fraction-static", help="SGLang."),
-        chunked_prefill_size: str = typer.Option(None, "--chunked-prefill-size", help="SGLang."),
-        max_running_requests: str = typer.Option(None, "--max-running-requests", help="SGLang."),
-        max_total_tokens: str = typer.Option(None, "--max-total-tokens", help="SGLang."),
-        page_size: str = typer.Option(None, "--page-size", help="SGLang."),
-        cuda_graph_max_bs: str = typer.Option(None, "--cuda-graph-max-bs", help="SGLang."),
-        disable_cuda_graph: bool = typer.Option(False, "--disable-cuda-graph", help="SGLang."),
-        enable_hierarchical_cache: bool = typer.Option(
-            False, "--enable-hierarchical-cache", help="SGLang HiCache."
+        mem_fraction_static: str = typer.Option(
+            None, "--mem-fraction-static", help=flag_help("--mem-fraction-static")
         ),
-        hicache_ratio: str = typer.Option(None, "--hicache-ratio", help="SGLang, default 2.0."),
-        hicache_size: str = typer.Option(None, "--hicache-size", help="SGLang, decimal GB per rank."),
-        kv_offloading_size: str = typer.Option(None, "--kv-offloading-size", help="vLLM, GiB across TP."),
-        host_memory: str = typer.Option(None, "--host-memory", help="Host RAM (default: this machine's)."),
+        chunked_prefill_size: str = typer.Option(
+            None, "--chunked-prefill-size", help=flag_help("--chunked-prefill-size")
+        ),
+        max_running_requests: str = typer.Option(
+            None, "--max-running-requests", help=flag_help("--max-running-requests")
+        ),
+        max_total_tokens: str = typer.Option(None, "--max-total-tokens", help=flag_help("--max-total-tokens")),
+        context_length: str = typer.Option(
+            None, "--context-length", help=flag_help("--context-length", "As --max-model-len.")
+        ),
+        max_prefill_tokens: str = typer.Option(
+            None, "--max-prefill-tokens", help=flag_help("--max-prefill-tokens")
+        ),
+        page_size: str = typer.Option(None, "--page-size", help=flag_help("--page-size")),
+        cuda_graph_max_bs: str = typer.Option(None, "--cuda-graph-max-bs", help=flag_help("--cuda-graph-max-bs")),
+        disable_cuda_graph: bool = typer.Option(
+            False, "--disable-cuda-graph", help=flag_help("--disable-cuda-graph")
+        ),
+        enable_hierarchical_cache: bool = typer.Option(
+            False, "--enable-hierarchical-cache", "--enable-hicache", help=flag_help("--enable-hierarchical-cache")
+        ),
+        hicache_ratio: str = typer.Option(None, "--hicache-ratio", help=flag_help("--hicache-ratio")),
+        hicache_size: str = typer.Option(None, "--hicache-size", help=flag_help("--hicache-size")),
+        kv_offloading_size: str = typer.Option(
+            None, "--kv-offloading-size", help=flag_help("--kv-offloading-size")
+        ),
+        host_memory: str = typer.Option(
+            None, "--host-memory", help=f"Host RAM (default: this machine's; {MEMORY_HELP})."
+        ),
         json_out: bool = typer.Option(False, "--json", help="One JSON object (docs/json.md)."),
         markdown: bool = typer.Option(False, "--markdown", help="GitHub Markdown."),
     ) -> None:

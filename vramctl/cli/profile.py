@@ -17,10 +17,11 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 
+from vramctl.cli.engine_flags import flag_help, one_model, read_engine_options, read_memory
+from vramctl.core.engines.flags import by_name
 from vramctl.core.errors import BadInputError, VramctlError
 from vramctl.core.exit_codes import ExitCode
 from vramctl.core.settings import ServeSettings
-from vramctl.core.units import parse_bytes
 
 if TYPE_CHECKING:
     from vramctl.core.profile_file import ProfileFile
@@ -36,49 +37,68 @@ class _NoRoomError(VramctlError):
 
 
 _DEVICE_HELP = "cuda, cuda:N or cpu (the host: process RSS, for CI and laptops)."
-_DEVICE_MEMORY_HELP = "Treat the device as having only this much memory (e.g. 4GiB): the cpu device's capacity, or a share of a GPU."
+_DEVICE_MEMORY_HELP = (
+    "Treat the device as having only this much memory (e.g. 4GiB; a bare number is GiB): the cpu device's "
+    "capacity, or a share of a GPU."
+)
 
 
-# The engine flags `profile`, `suggest` and `validate` share, declared once.
+# The engine flags `profile`, `suggest` and `validate` share, declared once; their meaning, help and value reading
+# come from the one flag registry (vramctl.core.engines.flags): `--max-model-len 32k` works as in `plan`.
 EngineVersionOpt = Annotated[
     Optional[str],
     typer.Option("--engine-version", help="vLLM version whose semantics to use [default: latest]."),
 ]
 GpuMemoryUtilizationOpt = Annotated[
-    Optional[float], typer.Option("--gpu-memory-utilization", help="vLLM's u [default: 0.92 from 0.20].")
+    Optional[str],
+    typer.Option(
+        "--gpu-memory-utilization",
+        "--device-memory-utilization",
+        help=flag_help("--gpu-memory-utilization", "[default: 0.92 from 0.20]"),
+    ),
 ]
 MaxModelLenOpt = Annotated[
-    Optional[int], typer.Option("--max-model-len", help="[default: the model's context]")
+    Optional[str], typer.Option("--max-model-len", help=flag_help("--max-model-len", "[default: the model's context]"))
 ]
 MaxNumBatchedTokensOpt = Annotated[
-    Optional[int],
+    Optional[str],
     typer.Option(
-        "--max-num-batched-tokens", help="Tokens of the max-shape forward [default: vLLM's for the device]."
+        "--max-num-batched-tokens", help=flag_help("--max-num-batched-tokens", "[default: vLLM's for the device]")
     ),
 ]
 MaxNumSeqsOpt = Annotated[
-    Optional[int], typer.Option("--max-num-seqs", help="[default: vLLM's for the device]")
+    Optional[str],
+    typer.Option("--max-num-seqs", help=flag_help("--max-num-seqs", "[default: vLLM's for the device]")),
 ]
-KvCacheDtypeOpt = Annotated[
-    str, typer.Option("--kv-cache-dtype", help="auto, fp8, fp8_e4m3, fp8_e5m2, bfloat16, ...")
-]
+KvCacheDtypeOpt = Annotated[Optional[str], typer.Option("--kv-cache-dtype", help=flag_help("--kv-cache-dtype"))]
 BlockSizeOpt = Annotated[
-    Optional[int], typer.Option("--block-size", help="KV block size in tokens [default: 16].")
+    Optional[str], typer.Option("--block-size", help=flag_help("--block-size", "[default: 16]"))
 ]
-EnforceEagerOpt = Annotated[bool, typer.Option("--enforce-eager", help="No CUDA graphs (no graph term).")]
+EnforceEagerOpt = Annotated[
+    Optional[bool],
+    typer.Option("--enforce-eager/--no-enforce-eager", help=flag_help("--enforce-eager"), show_default=False),
+]
 TensorParallelOpt = Annotated[
-    int,
-    typer.Option("--tensor-parallel-size", "-tp", help="One process per rank (gloo on cpu, NCCL on cuda)."),
+    Optional[str],
+    typer.Option(
+        "--tensor-parallel-size",
+        "-tp",
+        help=flag_help("--tensor-parallel-size", "One process per rank (gloo on cpu, NCCL on cuda)."),
+    ),
 ]
-DtypeOpt = Annotated[str, typer.Option("--dtype", help="Model dtype: auto, bfloat16, float16, float32.")]
+DtypeOpt = Annotated[Optional[str], typer.Option("--dtype", help=flag_help("--dtype"))]
 NumLayersOpt = Annotated[
     Optional[int], typer.Option("--num-layers", help="Build only N layers; weights scaled to the full depth.")
 ]
 MemFractionStaticOpt = Annotated[
-    Optional[float],
+    Optional[str],
     typer.Option(
-        "--mem-fraction-static", help="SGLang's fraction for its numbers [default: SGLang's heuristic]."
+        "--mem-fraction-static",
+        help=flag_help("--mem-fraction-static", "For SGLang's numbers [default: SGLang's heuristic]."),
     ),
+]
+ModelOpt = Annotated[
+    Optional[str], typer.Option("--model", help="The model, as the positional (both are accepted, as in `plan`).")
 ]
 DeviceOpt = Annotated[str, typer.Option("--device", help=_DEVICE_HELP)]
 DeviceMemoryOpt = Annotated[Optional[str], typer.Option("--device-memory", help=_DEVICE_MEMORY_HELP)]
@@ -102,20 +122,7 @@ _ENGINE_FLAGS = (
 )
 
 
-_ENGINE_FLAG_DEFAULTS: dict[str, Any] = {
-    "engine_version": None,
-    "gpu_memory_utilization": None,
-    "max_model_len": None,
-    "max_num_batched_tokens": None,
-    "max_num_seqs": None,
-    "kv_cache_dtype": "auto",
-    "block_size": None,
-    "enforce_eager": False,
-    "tensor_parallel_size": 1,
-    "dtype": "auto",
-    "mem_fraction_static": None,
-    "num_layers": None,
-}
+_ENGINE_FLAG_DEFAULTS: dict[str, Any] = {name: None for name in (*_ENGINE_FLAGS, "num_layers")}
 
 
 def _refuse_flags_with_profile(command: str, flags: dict[str, Any]) -> None:
@@ -133,8 +140,21 @@ def _refuse_flags_with_profile(command: str, flags: dict[str, Any]) -> None:
 
 
 def _engine_settings(flags: dict[str, Any]) -> ServeSettings:
-    """ServeSettings from a command's engine flags (its parameters, by name)."""
-    return _settings(**{name: flags[name] for name in _ENGINE_FLAGS})
+    """ServeSettings from a command's engine flags (its parameters, by name), read by the flag registry."""
+    values = read_engine_options(flags, [name for name in _ENGINE_FLAGS if name != "engine_version"])
+    return _settings(
+        engine_version=flags.get("engine_version"),
+        gpu_memory_utilization=values.get("gpu_memory_utilization"),
+        max_model_len=values.get("max_model_len"),
+        max_num_batched_tokens=values.get("max_num_batched_tokens"),
+        max_num_seqs=values.get("max_num_seqs"),
+        kv_cache_dtype=values.get("kv_cache_dtype", "auto"),
+        block_size=values.get("block_size"),
+        enforce_eager=bool(values.get("enforce_eager", False)),
+        tensor_parallel_size=values.get("tensor_parallel_size", 1),
+        dtype=values.get("dtype", "auto"),
+        mem_fraction_static=values.get("mem_fraction_static"),
+    )
 
 
 def _stderr_console() -> Any:
@@ -217,10 +237,8 @@ def _settings(
 
 
 def _device_memory(text: str | None) -> int | None:
-    if text is None:
-        return None
-    size = parse_bytes(text, default_unit="GiB", what="--device-memory")
-    if size <= 0:
+    size = read_memory(text, "--device-memory")
+    if size is not None and size <= 0:
         raise BadInputError(f"--device-memory {text}: must be positive")
     return size
 
@@ -373,7 +391,10 @@ def register(app: typer.Typer) -> None:
 
     @app.command("profile")
     def profile(
-        model: str = typer.Argument(..., help="Model: HF id, alias, or a local config.json / model folder."),
+        model: Optional[str] = typer.Argument(
+            None, help="Model: HF id, alias, or a local config.json / model folder (or --model)."
+        ),
+        model_option: ModelOpt = None,
         device: DeviceOpt = "cuda",
         device_memory: DeviceMemoryOpt = None,
         engine_version: EngineVersionOpt = None,
@@ -381,11 +402,11 @@ def register(app: typer.Typer) -> None:
         max_model_len: MaxModelLenOpt = None,
         max_num_batched_tokens: MaxNumBatchedTokensOpt = None,
         max_num_seqs: MaxNumSeqsOpt = None,
-        kv_cache_dtype: KvCacheDtypeOpt = "auto",
+        kv_cache_dtype: KvCacheDtypeOpt = None,
         block_size: BlockSizeOpt = None,
-        enforce_eager: EnforceEagerOpt = False,
-        tensor_parallel_size: TensorParallelOpt = 1,
-        dtype: DtypeOpt = "auto",
+        enforce_eager: EnforceEagerOpt = None,
+        tensor_parallel_size: TensorParallelOpt = None,
+        dtype: DtypeOpt = None,
         num_layers: NumLayersOpt = None,
         mem_fraction_static: MemFractionStaticOpt = None,
         compare: list[str] = typer.Option(
@@ -399,6 +420,9 @@ def register(app: typer.Typer) -> None:
         as_json: JsonOpt = False,
     ) -> None:
         """Measure every memory term on the device, the way vLLM ≥0.28 profiles at start-up."""
+        model = one_model(model, model_option)
+        if model is None:
+            raise BadInputError("profile: give MODEL (or --model MODEL)")
         from vramctl.measure.run import compare as compare_results
         from vramctl.measure.run import noise_threshold, parse_compare, run_profile, with_flag
 
@@ -459,8 +483,9 @@ def register(app: typer.Typer) -> None:
     @app.command("suggest")
     def suggest(
         model: Optional[str] = typer.Argument(
-            None, help="Model to profile (not needed with --from-profile)."
+            None, help="Model to profile (not needed with --from-profile; or --model)."
         ),
+        model_option: ModelOpt = None,
         kv_cache_memory: bool = typer.Option(
             True,
             "--kv-cache-memory/--no-kv-cache-memory",
@@ -476,11 +501,11 @@ def register(app: typer.Typer) -> None:
         max_model_len: MaxModelLenOpt = None,
         max_num_batched_tokens: MaxNumBatchedTokensOpt = None,
         max_num_seqs: MaxNumSeqsOpt = None,
-        kv_cache_dtype: KvCacheDtypeOpt = "auto",
+        kv_cache_dtype: KvCacheDtypeOpt = None,
         block_size: BlockSizeOpt = None,
-        enforce_eager: EnforceEagerOpt = False,
-        tensor_parallel_size: TensorParallelOpt = 1,
-        dtype: DtypeOpt = "auto",
+        enforce_eager: EnforceEagerOpt = None,
+        tensor_parallel_size: TensorParallelOpt = None,
+        dtype: DtypeOpt = None,
         num_layers: NumLayersOpt = None,
         mem_fraction_static: MemFractionStaticOpt = None,
         as_json: JsonOpt = False,
@@ -488,6 +513,7 @@ def register(app: typer.Typer) -> None:
         """The --kv-cache-memory-bytes that fits the requested memory and the one that fills the card."""
         from vramctl.core.suggest import suggest_kv_cache_memory
 
+        model = one_model(model, model_option)
         if not kv_cache_memory:
             raise BadInputError(
                 "suggest: --kv-cache-memory is the only suggestion there is; drop --no-kv-cache-memory"
@@ -524,20 +550,22 @@ def register(app: typer.Typer) -> None:
 
     @app.command("validate")
     def validate(
-        model: Optional[str] = typer.Argument(None, help="Model (not needed with --from-profile)."),
+        model: Optional[str] = typer.Argument(None, help="Model (not needed with --from-profile; or --model)."),
+        model_option: ModelOpt = None,
         from_profile: Optional[str] = typer.Option(
             None, "--from-profile", help="A profile saved by `vramctl profile --save`."
         ),
         kv_cache_memory_bytes: Optional[str] = typer.Option(
             None,
             "--kv-cache-memory-bytes",
-            help="The KV pool to prove [default: the suggestion for --target].",
+            "--kv-cache-memory",
+            help=flag_help("--kv-cache-memory-bytes", "The KV pool to prove [default: the suggestion for --target]."),
         ),
         target: str = typer.Option(
             "requested", "--target", help="Which suggestion to prove: requested or gpu."
         ),
         min_free: str = typer.Option(
-            "0", "--min-free", help="Fail unless at least this much stays free (e.g. 512MiB)."
+            "0", "--min-free", help="Fail unless at least this much stays free (e.g. 512MiB; a bare number is GiB)."
         ),
         device: Optional[str] = typer.Option(
             None,
@@ -554,16 +582,16 @@ def register(app: typer.Typer) -> None:
         max_model_len: MaxModelLenOpt = None,
         max_num_batched_tokens: MaxNumBatchedTokensOpt = None,
         max_num_seqs: MaxNumSeqsOpt = None,
-        kv_cache_dtype: KvCacheDtypeOpt = "auto",
+        kv_cache_dtype: KvCacheDtypeOpt = None,
         block_size: BlockSizeOpt = None,
-        enforce_eager: EnforceEagerOpt = False,
-        tensor_parallel_size: int = typer.Option(
-            1,
+        enforce_eager: EnforceEagerOpt = None,
+        tensor_parallel_size: Optional[str] = typer.Option(
+            None,
             "--tensor-parallel-size",
             "-tp",
-            help="Validate rank 0's shard (the per-rank pool) on this device.",
+            help=flag_help("--tensor-parallel-size", "Validate rank 0's shard (the per-rank pool) on this device."),
         ),
-        dtype: DtypeOpt = "auto",
+        dtype: DtypeOpt = None,
         mem_fraction_static: MemFractionStaticOpt = None,
         as_json: JsonOpt = False,
     ) -> None:
@@ -574,11 +602,12 @@ def register(app: typer.Typer) -> None:
 
         if target not in ("requested", "gpu"):
             raise BadInputError(f"--target {target!r}: expected requested or gpu")
-        min_free_bytes = parse_bytes(min_free, what="--min-free")
+        model = one_model(model, model_option)
+        min_free_bytes = read_memory(min_free, "--min-free") or 0
         explicit = (
             None
             if kv_cache_memory_bytes is None
-            else parse_bytes(kv_cache_memory_bytes, what="--kv-cache-memory-bytes")
+            else by_name("--kv-cache-memory-bytes").parse(kv_cache_memory_bytes)
         )
         on_phase = _progress(not as_json)
         try:

@@ -11,9 +11,9 @@ from typing import Any, Optional
 
 import typer
 
+from vramctl.cli.engine_flags import read_memory
 from vramctl.core.errors import BadInputError, VramctlError
 from vramctl.core.exit_codes import ExitCode
-from vramctl.core.units import parse_bytes
 from vramctl.diagnose.reader import LogLine, TruncatedInputError, iter_matching_lines
 from vramctl.diagnose.startup import (
     Comparison,
@@ -157,7 +157,7 @@ def register(app: typer.Typer) -> None:
         capacity: int | None = None
         capacity_source = "--gpu-memory"
         if gpu_memory is not None:
-            capacity = parse_bytes(gpu_memory, default_unit="GiB", what="--gpu-memory")
+            capacity = read_memory(gpu_memory, "--gpu-memory") or 0
             if capacity <= 0:
                 raise BadInputError(f"--gpu-memory {gpu_memory}: must be more than 0")
         elif gpu is not None:

@@ -114,6 +114,9 @@ def register(app: typer.Typer) -> None:
             None,
             help=f"Model (HF id, alias or config.json path) whose KV block is moved [default: {DEFAULT_MODEL}].",
         ),
+        model_option: Optional[str] = typer.Option(
+            None, "--model", help="The model, as the positional (both are accepted, as in `plan`)."
+        ),
         device: str = typer.Option("auto", "--device", help="cuda, cpu, or auto (cuda when torch sees one)."),
         directory: Optional[str] = typer.Option(
             None,
@@ -192,9 +195,11 @@ def register(app: typer.Typer) -> None:
 
             load_gpu(gpu)  # an unknown --gpu is bad input even when the link it names is not measured
 
+        from vramctl.cli.engine_flags import one_model
         from vramctl.measure import transfer
         from vramctl.measure.transfer import BenchGeometry, run_tiers_bench
 
+        model = one_model(model, model_option)
         geometry = _geometry(model, block_bytes, block_size, kv_cache_dtype, tp)
         assert isinstance(geometry, BenchGeometry)
         if size_bytes is not None and size_bytes < geometry.block_bytes:

@@ -16,10 +16,11 @@ from typing import Optional
 
 import typer
 
+from vramctl.cli.engine_flags import read_memory
 from vramctl.core.errors import BadInputError
 from vramctl.core.exit_codes import ExitCode
 from vramctl.core.host_tier import machine_memory_bytes
-from vramctl.core.units import parse_bytes, parse_number
+from vramctl.core.units import parse_number
 
 DEFAULT_MODEL = "meta-llama/Meta-Llama-3-8B-Instruct"
 DEFAULT_GPU = "h100-sxm"
@@ -224,7 +225,7 @@ def register(app: typer.Typer) -> None:
                 gpu_tokens_source=gpu_tokens_source,
             )
         if host_memory is not None:
-            machine = parse_bytes(host_memory, what="--host-memory", default_unit="GiB")
+            machine = read_memory(host_memory, "--host-memory") or 0
             if machine <= 0:
                 raise BadInputError(f"--host-memory {host_memory}: must be positive")
             machine_source = f"--host-memory {host_memory}"

@@ -144,7 +144,11 @@ def register(app: typer.Typer) -> None:
             "system=0,rate=1,decode=50,seed=0.",
         ),
         block_size: int = typer.Option(
-            512, "--block-size", help="Tokens per hash id (512 for the Mooncake traces)."
+            512,
+            "--trace-block-size",
+            "--block-size",
+            help="Tokens per trace hash id (512 for the Mooncake traces): the trace's block, not the engine's "
+            "KV --block-size (--block-size is the older name of this option).",
         ),
         sort_trace: bool = typer.Option(
             False, "--sort-trace", help="Replay an unsorted trace in timestamp order."
@@ -249,7 +253,7 @@ def register(app: typer.Typer) -> None:
         if (trace is None) == (synthetic is None):
             raise BadInputError("give exactly one of --trace FILE and --synthetic SPEC")
         if block_size <= 0:
-            raise BadInputError(f"--block-size {block_size}: must be a positive number of tokens")
+            raise BadInputError(f"--trace-block-size {block_size}: must be a positive number of tokens")
         if prefill_rate is not None and achieved_flops is not None:
             raise BadInputError(
                 f"--prefill-rate {prefill_rate} and --achieved-flops {achieved_flops}: give one"

@@ -2,27 +2,29 @@
 `python -m vllm.entrypoints.openai.api_server --model MODEL …`, `python -m sglang.launch_server --model-path MODEL …`,
 `sglang serve --model-path MODEL …`, with `VAR=value` environment prefixes.
 
-Flags are read as the engines name them (`--flag value` and `--flag=value`); flags that do not change the memory
-plan are ignored with a note, never an error. Every flag is also kept as written (`ServeCommand.flags`, in order) so
-that a stricter reader (`vramctl check`'s `command:`, `vramctl.core.check.apply_flags`) can apply its own rules to
-the same split: this is the one place a serve command line is split into its launcher, model and flags. Values use the engines' own parsers' rules: vLLM's human-readable
-integers (`32k` = 32,000, `32K` = 32,768; `vllm/utils/argparse_utils.py:30-70`), SGLang's plain numbers.
+Flags are read as the engines name them (`--flag value` and `--flag=value`), through the one flag registry
+(vramctl.core.engines.flags: which flags each engine has, their aliases and how each value is read, e.g. vLLM's
+human-readable integers `32k` = 32,000, `32K` = 32,768; `vllm/utils/argparse_utils.py:30-70`); flags that do not
+change the memory plan are ignored with a note, never an error. Every flag is also kept as written
+(`ServeCommand.flags`, in order) so that a stricter reader (`vramctl check`'s `command:`,
+`vramctl.core.check.apply_flags`) can apply its own rules to the same split: this is the one place a serve command
+line is split into its launcher, model and flags.
 """
 
 from __future__ import annotations
 
 import json
 import shlex
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from vramctl.core.engines import flags
 from vramctl.core.errors import BadInputError
 from vramctl.core.settings import ServeSettings
-from vramctl.core.units import parse_bytes, parse_number
 
 
 @dataclass(frozen=True)
@@ -47,146 +49,15 @@ class ServeCommand:
         return settings.with_changes(**values)
 
 
-def _int(flag: str) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        return parse_human_int(text, flag)
-
-    return parse
-
-
 def parse_human_int(text: str, flag: str) -> int:
-    """vLLM's human-readable int: `8192`, `32k` (10^3), `32K` (2^10), `1_000`."""
-    raw = text.strip()
-    if raw and raw[-1] in "kKmMgGtT" and raw[:-1].replace("_", "").replace(".", "", 1).isdigit():
-        return parse_bytes(raw, what=flag)
-    value = parse_number(raw, what=flag)
-    if value != int(value):
-        raise BadInputError(f"{flag} {text!r}: not an integer")
-    return int(value)
-
-
-def _float(flag: str) -> Callable[[str], float]:
-    def parse(text: str) -> float:
-        return parse_number(text, what=flag)
-
-    return parse
-
-
-def _str(_flag: str) -> Callable[[str], str]:
-    def parse(text: str) -> str:
-        return text
-
-    return parse
-
-
-def _bytes(flag: str) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        return parse_bytes(text, what=flag)
-
-    return parse
-
-
-def _sizes(flag: str) -> Callable[[str], tuple[int, ...]]:
-    def parse(text: str) -> tuple[int, ...]:
-        cleaned = text.strip().strip("[]")
-        parts = [p for p in cleaned.replace(",", " ").split() if p]
-        if not parts:
-            raise BadInputError(f"{flag} {text!r}: expected a list of batch sizes")
-        return tuple(parse_human_int(p, flag) for p in parts)
-
-    return parse
+    """vLLM's human-readable int: `8192`, `32k` (10^3), `32K` (2^10), `1_000` (the registry's `count`)."""
+    return flags.parse_count(text, flag)
 
 
 def parse_max_model_len(text: str, flag: str = "--max-model-len") -> int:
     """`auto` / `-1` = vLLM's auto-fit (kept as -1, vLLM's own value; vramctl.core.plan.AUTO_MAX_MODEL_LEN)."""
-    if text.strip().lower() in ("auto", "-1"):
-        return -1
-    return parse_human_int(text, flag)
+    return flags.parse_max_model_len(text, flag)
 
-
-def _max_model_len(flag: str) -> Callable[[str], int | None]:
-    def parse(text: str) -> int | None:
-        return parse_max_model_len(text, flag)
-
-    return parse
-
-
-# flag → (ServeSettings field, parser)
-_VLLM_VALUE_FLAGS: dict[str, tuple[str, Callable[[str], Any]]] = {
-    "--model": ("model", _str("--model")),
-    "--gpu-memory-utilization": ("gpu_memory_utilization", _float("--gpu-memory-utilization")),
-    "--device-memory-utilization": ("gpu_memory_utilization", _float("--device-memory-utilization")),
-    "--max-model-len": ("max_model_len", _max_model_len("--max-model-len")),
-    "--max-num-batched-tokens": ("max_num_batched_tokens", _int("--max-num-batched-tokens")),
-    "--max-num-seqs": ("max_num_seqs", _int("--max-num-seqs")),
-    "--max-num-active-seqs": ("max_num_active_seqs", _int("--max-num-active-seqs")),
-    "--kv-cache-dtype": ("kv_cache_dtype", _str("--kv-cache-dtype")),
-    "--quantization": ("quantization", _str("--quantization")),
-    "-q": ("quantization", _str("-q")),
-    "--block-size": ("block_size", _int("--block-size")),
-    "--tensor-parallel-size": ("tensor_parallel_size", _int("--tensor-parallel-size")),
-    "-tp": ("tensor_parallel_size", _int("-tp")),
-    "--pipeline-parallel-size": ("pipeline_parallel_size", _int("--pipeline-parallel-size")),
-    "-pp": ("pipeline_parallel_size", _int("-pp")),
-    "--data-parallel-size": ("data_parallel_size", _int("--data-parallel-size")),
-    "--max-loras": ("max_loras", _int("--max-loras")),
-    "--mamba-cache-dtype": ("mamba_cache_dtype", _str("--mamba-cache-dtype")),
-    "--mamba-ssm-cache-dtype": ("mamba_ssm_cache_dtype", _str("--mamba-ssm-cache-dtype")),
-    "--max-lora-rank": ("max_lora_rank", _int("--max-lora-rank")),
-    "-dp": ("data_parallel_size", _int("-dp")),
-    "--kv-cache-memory-bytes": ("kv_cache_memory_bytes", _bytes("--kv-cache-memory-bytes")),
-    "--kv-cache-memory": ("kv_cache_memory_bytes", _bytes("--kv-cache-memory")),
-    "--dtype": ("dtype", _str("--dtype")),
-    "--kv-offloading-size": ("kv_offloading_size_gib", _float("--kv-offloading-size")),
-    "--max-cudagraph-capture-size": ("max_cudagraph_capture_size", _int("--max-cudagraph-capture-size")),
-    "--cuda-graph-sizes": ("cudagraph_capture_sizes", _sizes("--cuda-graph-sizes")),
-    "--cudagraph-capture-sizes": ("cudagraph_capture_sizes", _sizes("--cudagraph-capture-sizes")),
-}
-_VLLM_BOOL_FLAGS: dict[str, tuple[str, bool]] = {
-    "--enforce-eager": ("enforce_eager", True),
-    "--no-enforce-eager": ("enforce_eager", False),
-    "--enable-chunked-prefill": ("enable_chunked_prefill", True),
-    "--no-enable-chunked-prefill": ("enable_chunked_prefill", False),
-    "--enable-prefix-caching": ("enable_prefix_caching", True),
-    "--no-enable-prefix-caching": ("enable_prefix_caching", False),
-    "--async-scheduling": ("async_scheduling", True),
-    "--no-async-scheduling": ("async_scheduling", False),
-    "--enable-expert-parallel": ("enable_expert_parallel", True),
-    "--enable-lora": ("enable_lora", True),
-    "--no-enable-lora": ("enable_lora", False),
-    "--fully-sharded-loras": ("fully_sharded_loras", True),
-    "--disable-custom-all-reduce": ("disable_custom_all_reduce", True),
-    "-ep": ("enable_expert_parallel", True),
-    "--no-enable-expert-parallel": ("enable_expert_parallel", False),
-}
-
-_SGLANG_VALUE_FLAGS: dict[str, tuple[str, Callable[[str], Any]]] = {
-    "--model-path": ("model", _str("--model-path")),
-    "--model": ("model", _str("--model")),
-    "--tp-size": ("tensor_parallel_size", _int("--tp-size")),
-    "--tp": ("tensor_parallel_size", _int("--tp")),
-    "--tensor-parallel-size": ("tensor_parallel_size", _int("--tensor-parallel-size")),
-    "--pp-size": ("pipeline_parallel_size", _int("--pp-size")),
-    "--pipeline-parallel-size": ("pipeline_parallel_size", _int("--pipeline-parallel-size")),
-    "--mem-fraction-static": ("mem_fraction_static", _float("--mem-fraction-static")),
-    "--chunked-prefill-size": ("chunked_prefill_size", _int("--chunked-prefill-size")),
-    "--max-running-requests": ("max_running_requests", _int("--max-running-requests")),
-    "--max-total-tokens": ("max_total_tokens", _int("--max-total-tokens")),
-    "--max-prefill-tokens": ("max_prefill_tokens", _int("--max-prefill-tokens")),
-    "--page-size": ("page_size", _int("--page-size")),
-    "--cuda-graph-max-bs": ("cuda_graph_max_bs", _int("--cuda-graph-max-bs")),
-    "--context-length": ("max_model_len", _int("--context-length")),
-    "--kv-cache-dtype": ("kv_cache_dtype", _str("--kv-cache-dtype")),
-    "--quantization": ("quantization", _str("--quantization")),
-    "--dtype": ("dtype", _str("--dtype")),
-    "--hicache-ratio": ("hicache_ratio", _float("--hicache-ratio")),
-    "--hicache-size": ("hicache_size_gb", _float("--hicache-size")),
-}
-_SGLANG_BOOL_FLAGS: dict[str, tuple[str, bool]] = {
-    "--disable-cuda-graph": ("disable_cuda_graph", True),
-    "--enable-hierarchical-cache": ("enable_hierarchical_cache", True),
-    "--enable-hicache": ("enable_hierarchical_cache", True),  # 0.5.23's alias (`python/sglang/srt/mem_cache/memory_pool_host.py` (SGLang v0.5.23) table)
-}
 
 _IGNORED_WITH_REASON = {
     "-O": "compilation level: does not change the memory plan",
@@ -215,12 +86,51 @@ def parse_serve_command(
 ) -> ServeCommand:
     """Parse a vLLM or SGLang serve command (a string or its words).
 
-    `flag_takes_value` (flag name without dashes → whether it takes a value) tells how to split flags this module
-    does not model (e.g. `vramctl check`'s SGLang options); other unknown flags take the next word as their value
-    unless it is itself a flag."""
+    The flags it reads are vramctl.core.engines.flags' entries for the command's engine. `flag_takes_value` (flag
+    name without dashes → whether it takes a value) tells how to split other flags (e.g. another engine's, for
+    `vramctl check`); other unknown flags take the next word as their value unless it is itself a flag."""
     words = split_words(command)
-    extra = flag_takes_value or {}
-    notes: list[str] = []
+    env = _pop_env(words)
+    if not words:
+        raise BadInputError("serve command: empty (expected e.g. `vllm serve MODEL --flags` after `--`)")
+    engine, rest = _engine_and_args(words)
+    reading = _Reading(engine, flag_takes_value or {})
+    if engine == "vllm" and rest and not rest[0].startswith("-"):
+        reading.model = rest.pop(0)
+    if engine == "vllm":
+        rest = _expand_vllm_config_file(rest, model_in_cli=reading.model is not None, notes=reading.notes)
+    reading.read(rest)
+    if env.get("VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS") is not None and engine == "vllm":
+        reading.changes.append(
+            ("estimate_cudagraphs", env["VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS"].strip() == "1")
+        )
+    if env.get("VLLM_USE_FLASHINFER_SAMPLER") is not None and engine == "vllm":
+        # vllm/envs.py: bool(int(value)); the profile run's sampler (vramctl.core.engines.vllm_runtime)
+        reading.changes.append(
+            ("flashinfer_sampler", env["VLLM_USE_FLASHINFER_SAMPLER"].strip() not in ("0", ""))
+        )
+    if env.get("VLLM_USE_V1") is not None and engine == "vllm":
+        reading.changes.append(("use_v1_env", env["VLLM_USE_V1"].strip() == "1"))
+    honoured = {
+        "vllm": ("VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS", "VLLM_USE_FLASHINFER_SAMPLER", "VLLM_USE_V1"),
+        "sglang": ("SGLANG_ENABLE_POST_CAPTURE_KV_SIZING",),
+    }
+    for key in env:
+        if key not in honoured.get(engine, ()):
+            reading.notes.append(f"ignored the environment variable {key}")
+    return ServeCommand(
+        engine=engine,
+        model=reading.model,
+        changes=tuple(reading.changes),
+        notes=tuple(reading.notes),
+        flags=tuple(reading.raw_flags),
+        stray=tuple(reading.stray),
+        env=tuple(env.items()),
+    )
+
+
+def _pop_env(words: list[str]) -> dict[str, str]:
+    """`VAR=value` prefixes (and `env VAR=value`), taken off the front of `words`."""
     env: dict[str, str] = {}
     while (
         words
@@ -235,116 +145,96 @@ def parse_serve_command(
         while words and "=" in words[0] and not words[0].startswith("-"):
             key, value = words.pop(0).split("=", 1)
             env[key] = value
-    if not words:
-        raise BadInputError("serve command: empty (expected e.g. `vllm serve MODEL --flags` after `--`)")
-    engine, rest = _engine_and_args(words)
-    changes: list[tuple[str, Any]] = []
-    raw_flags: list[tuple[str, str | None]] = []
-    stray: list[str] = []
-    model: str | None = None
-    if engine == "vllm" and rest and not rest[0].startswith("-"):
-        model = rest.pop(0)
-    if engine == "vllm":
-        rest = _expand_vllm_config_file(rest, model_in_cli=model is not None, notes=notes)
-    value_flags = _VLLM_VALUE_FLAGS if engine == "vllm" else _SGLANG_VALUE_FLAGS
-    bool_flags = _VLLM_BOOL_FLAGS if engine == "vllm" else _SGLANG_BOOL_FLAGS
-    i = 0
-    while i < len(rest):
-        word = rest[i]
-        i += 1
-        if not word.startswith("-"):
-            notes.append(f"ignored the stray argument {word!r}")
-            stray.append(word)
-            continue
-        flag, eq, inline = word.partition("=")
-        if engine == "vllm":
-            flag = _vllm_flag_spelling(flag)
-        name = flag.lstrip("-").replace("_", "-")
-        if engine == "vllm" and _is_compilation_config(flag):
-            if eq:
-                cc_value = inline
-            elif i < len(rest):
-                cc_value = rest[i]
-                i += 1
-            else:
-                raise BadInputError(f"{flag}: needs a value in the serve command")
-            raw_flags.append((name, cc_value))
-            changes.extend(_compilation_config_changes(flag, cc_value, notes))
-            continue
-        if flag.startswith("-O") and flag != "-O" and len(flag) > 2:
-            notes.append(f"ignored {word}: {_IGNORED_WITH_REASON['-O']}")
-            raw_flags.append((name, None))
-            continue
-        if flag in bool_flags:
-            bool_field, bool_value = bool_flags[flag]
-            if eq:
-                bool_value = inline.strip().lower() in ("1", "true", "yes", "on")
-            changes.append((bool_field, bool_value))
-            raw_flags.append((name, inline if eq else None))
-            continue
-        if flag in value_flags:
-            field, parser = value_flags[flag]
-            if eq:
-                text = inline
-            elif i < len(rest):
-                text = rest[i]
-                i += 1
-            else:
-                raise BadInputError(f"{flag}: needs a value in the serve command")
-            if field == "cudagraph_capture_sizes" and not eq:
-                # vLLM declares the sizes `nargs="+"`: `--cudagraph-capture-sizes 1 2 4 8` takes every number
-                while i < len(rest) and _looks_numeric(rest[i]):
-                    text += " " + rest[i]
-                    i += 1
-            parsed = parser(text)
-            if field == "model":
-                model = str(parsed)
-            else:
-                changes.append((field, parsed))
-                raw_flags.append((name, text))
-            continue
-        # Unknown or irrelevant flag: skip its value if it has one.
-        known_arity = extra.get(name)
+    return env
+
+
+class _Reading:
+    """One pass over a serve command's flags: the registry's entries for the engine set fields, the rest are
+    kept as written (and noted)."""
+
+    def __init__(self, engine: str, extra: Mapping[str, bool]) -> None:
+        self.engine = engine
+        self.extra = extra
+        self.table = flags.serve_table("vllm" if engine == "vllm" else "sglang")
+        self.model: str | None = None
+        self.changes: list[tuple[str, Any]] = []
+        self.raw_flags: list[tuple[str, str | None]] = []
+        self.stray: list[str] = []
+        self.notes: list[str] = []
+        self.rest: list[str] = []
+        self.i = 0
+
+    def _value(self, flag: str, eq: str, inline: str) -> str:
         if eq:
-            flag_value: str | None = inline
+            return inline
+        if self.i < len(self.rest):
+            self.i += 1
+            return self.rest[self.i - 1]
+        raise BadInputError(f"{flag}: needs a value in the serve command")
+
+    def read(self, rest: list[str]) -> None:
+        self.rest, self.i = rest, 0
+        while self.i < len(rest):
+            word = rest[self.i]
+            self.i += 1
+            if not word.startswith("-"):
+                self.notes.append(f"ignored the stray argument {word!r}")
+                self.stray.append(word)
+                continue
+            flag, eq, inline = word.partition("=")
+            if self.engine == "vllm":
+                flag = _vllm_flag_spelling(flag)
+            name = flag.lstrip("-").replace("_", "-")
+            if self.engine == "vllm" and _is_compilation_config(flag):
+                cc_value = self._value(flag, eq, inline)
+                self.raw_flags.append((name, cc_value))
+                self.changes.extend(_compilation_config_changes(flag, cc_value, self.notes))
+            elif flag.startswith("-O") and flag != "-O" and len(flag) > 2:
+                self.notes.append(f"ignored {word}: {_IGNORED_WITH_REASON['-O']}")
+                self.raw_flags.append((name, None))
+            elif flag in self.table:
+                self._known(flag, name, eq, inline)
+            else:
+                self._unknown(flag, name, eq, inline)
+
+    def _known(self, flag: str, name: str, eq: str, inline: str) -> None:
+        entry, bare_value = self.table[flag]
+        if bare_value is not None:  # a bool: `--enforce-eager`, `--no-enforce-eager`, `--enforce-eager=false`
+            value = flags.parse_bool(inline, flag) if eq else True
+            self.raw_flags.append((name, inline if eq else None))
+            if entry.is_setting:
+                self.changes.append((entry.target, value if bare_value else not value))
+            return
+        text = self._value(flag, eq, inline)
+        if entry.kind == "counts" and not eq:
+            # vLLM declares the sizes `nargs="+"`: `--cudagraph-capture-sizes 1 2 4 8` takes every number
+            while self.i < len(self.rest) and _looks_numeric(self.rest[self.i]):
+                text += " " + self.rest[self.i]
+                self.i += 1
+        parsed = entry.parse(text, flag)
+        if entry.target == "model":
+            self.model = str(parsed)
+            return
+        self.raw_flags.append((name, text))
+        if entry.is_setting:  # SglangOptions (vramctl.core.check.apply_flags) and loader inputs are read from flags
+            self.changes.append((entry.target, parsed))
+
+    def _unknown(self, flag: str, name: str, eq: str, inline: str) -> None:
+        """An unknown or irrelevant flag: skip its value if it has one."""
+        known_arity = self.extra.get(name)
+        flag_value: str | None
+        if eq:
+            flag_value = inline
         elif known_arity is True:
-            if i >= len(rest):
-                raise BadInputError(f"{flag}: needs a value in the serve command")
-            flag_value = rest[i]
-            i += 1
-        elif known_arity is None and i < len(rest) and not _is_flag(rest[i]):
-            flag_value = rest[i]
-            i += 1
+            flag_value = self._value(flag, eq, inline)
+        elif known_arity is None and self.i < len(self.rest) and not _is_flag(self.rest[self.i]):
+            flag_value = self.rest[self.i]
+            self.i += 1
         else:
             flag_value = None
-        raw_flags.append((name, flag_value))
+        self.raw_flags.append((name, flag_value))
         reason = _IGNORED_WITH_REASON.get(flag, "does not change the memory plan (or is not modelled)")
-        notes.append(f"ignored {flag}: {reason}")
-    if env.get("VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS") is not None and engine == "vllm":
-        changes.append(
-            ("estimate_cudagraphs", env["VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS"].strip() == "1")
-        )
-    if env.get("VLLM_USE_FLASHINFER_SAMPLER") is not None and engine == "vllm":
-        # vllm/envs.py: bool(int(value)); the profile run's sampler (vramctl.core.engines.vllm_runtime)
-        changes.append(("flashinfer_sampler", env["VLLM_USE_FLASHINFER_SAMPLER"].strip() not in ("0", "")))
-    if env.get("VLLM_USE_V1") is not None and engine == "vllm":
-        changes.append(("use_v1_env", env["VLLM_USE_V1"].strip() == "1"))
-    honoured = {
-        "vllm": ("VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS", "VLLM_USE_FLASHINFER_SAMPLER", "VLLM_USE_V1"),
-        "sglang": ("SGLANG_ENABLE_POST_CAPTURE_KV_SIZING",),
-    }
-    for key in env:
-        if key not in honoured.get(engine, ()):
-            notes.append(f"ignored the environment variable {key}")
-    return ServeCommand(
-        engine=engine,
-        model=model,
-        changes=tuple(changes),
-        notes=tuple(notes),
-        flags=tuple(raw_flags),
-        stray=tuple(stray),
-        env=tuple(env.items()),
-    )
+        self.notes.append(f"ignored {flag}: {reason}")
 
 
 def _vllm_flag_spelling(flag: str) -> str:
@@ -403,7 +293,7 @@ def _compilation_config_changes(flag: str, value: str, notes: list[str]) -> list
             continue
         if field == "cudagraph_capture_sizes":
             items = item if isinstance(item, list) else [item]
-            changes.append((field, _sizes(f"{base}.{key}")(" ".join(str(x) for x in items))))
+            changes.append((field, flags.parse_counts(" ".join(str(x) for x in items), f"{base}.{key}")))
         else:
             changes.append((field, parse_human_int(str(item), f"{base}.{key}")))
     return changes

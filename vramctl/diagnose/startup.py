@@ -25,6 +25,7 @@ from dataclasses import dataclass, field, replace
 from itertools import pairwise
 from typing import Any, Protocol, cast
 
+from vramctl.core.engines.flags import log_setting_keys
 from vramctl.core.engines.vllm.rules import V0_RULES_VERSION
 from vramctl.core.engines.vllm.rules import rules_for as vllm_rules_for
 from vramctl.core.errors import BadInputError
@@ -300,53 +301,9 @@ _BLOCKS_LINE_RE = re.compile(r"#\s*(?:GPU|cuda|CUDA) blocks:")
 _TABLE_SPLIT_RE = re.compile(r"\s*\|\s*")
 _TABLE_NUM_RE = re.compile(r"^-?\d+(?:\.\d+)?$")
 
-# Setting keys as the engines print them → vramctl's names (ServeSettings fields, plus `model`).
-_SETTING_KEYS: dict[str, str] = {
-    "model": "model",
-    "model_path": "model",
-    "dtype": "dtype",
-    "kv_cache_dtype": "kv_cache_dtype",
-    "max_model_len": "max_model_len",
-    "max_seq_len": "max_model_len",
-    "context_length": "max_model_len",
-    "tensor_parallel_size": "tensor_parallel_size",
-    "tp_size": "tensor_parallel_size",
-    "tp": "tensor_parallel_size",
-    "pipeline_parallel_size": "pipeline_parallel_size",
-    "pp_size": "pipeline_parallel_size",
-    "data_parallel_size": "data_parallel_size",
-    "dp_size": "data_parallel_size",
-    "gpu_memory_utilization": "gpu_memory_utilization",
-    "max_num_batched_tokens": "max_num_batched_tokens",
-    "max_num_seqs": "max_num_seqs",
-    "enforce_eager": "enforce_eager",
-    "block_size": "block_size",
-    "quantization": "quantization",
-    "enable_expert_parallel": "enable_expert_parallel",
-    "enable_lora": "enable_lora",
-    "disable_custom_all_reduce": "disable_custom_all_reduce",
-    "flashinfer_sampler": "flashinfer_sampler",
-    "max_loras": "max_loras",
-    "max_lora_rank": "max_lora_rank",
-    "enable_prefix_caching": "enable_prefix_caching",
-    "enable_chunked_prefill": "enable_chunked_prefill",
-    "chunked_prefill_enabled": "enable_chunked_prefill",
-    "kv_cache_memory_bytes": "kv_cache_memory_bytes",
-    "kv_cache_memory": "kv_cache_memory_bytes",
-    "swap_space": "swap_space",
-    "cpu_offload_gb": "cpu_offload_gb",
-    "num_gpu_blocks_override": "num_gpu_blocks_override",
-    "mem_fraction_static": "mem_fraction_static",
-    "max_running_requests": "max_running_requests",
-    "max_total_tokens": "max_total_tokens",
-    "chunked_prefill_size": "chunked_prefill_size",
-    "max_prefill_tokens": "max_prefill_tokens",
-    "page_size": "page_size",
-    "disable_cuda_graph": "disable_cuda_graph",
-    "cuda_graph_max_bs": "cuda_graph_max_bs",
-    "ep_size": "ep_size",
-    "attention_backend": "attention_backend",
-}
+# Setting keys as the engines print them → vramctl's names (ServeSettings fields, plus `model`): the flag registry's
+# entries read-log reads (vramctl.core.engines.flags, `in_logs`), and the log-only settings it lists.
+_SETTING_KEYS: dict[str, str] = log_setting_keys()
 
 
 def _process_of(raw: str, given: str | None) -> str | None:

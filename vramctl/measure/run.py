@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any
 
+from vramctl.core.engines.flags import by_name, parse_bool
 from vramctl.core.errors import BadInputError, DeviceOutOfMemoryError
 from vramctl.core.units import format_bytes
 from vramctl.measure.device import DeviceInfo, open_device
@@ -87,22 +88,21 @@ def parse_compare(text: str) -> tuple[str, Any]:
     kind = COMPARE_FLAGS[name]
     value = value.strip()
     if kind == "bool":
-        if not sep or value.lower() in ("true", "1", "yes", "on"):
-            return name, True
-        if value.lower() in ("false", "0", "no", "off"):
-            return name, False
-        raise BadInputError(f"--compare {text!r}: {name} takes true or false")
+        try:
+            return name, parse_bool(value if sep else None, f"--compare {name}")
+        except BadInputError:
+            raise BadInputError(f"--compare {text!r}: {name} takes true or false") from None
     if not sep or not value:
         raise BadInputError(f"--compare {text!r}: expected {name}=VALUE")
-    try:
-        if kind == "int":
+    if name == "num-layers":
+        try:
             return name, int(value.replace(",", "").replace("_", ""))
-        if kind == "float":
-            return name, float(value)
-    except ValueError:
-        noun = {"int": "an integer", "float": "a number"}.get(kind, f"a {kind}")
-        raise BadInputError(f"--compare {text!r}: {value!r} is not {noun}") from None
-    return name, value
+        except ValueError:
+            raise BadInputError(f"--compare {text!r}: {value!r} is not an integer") from None
+    try:  # read as the flag itself is (the one flag registry): `max-model-len=32k` as `--max-model-len 32k`
+        return name, by_name(name).parse(value, f"--compare {name}")
+    except BadInputError as exc:
+        raise BadInputError(f"--compare {text!r}: {str(exc).split(': ', 1)[-1]}") from None
 
 
 def with_flag(request: ProfileRequest, name: str, value: Any) -> ProfileRequest:

@@ -130,7 +130,7 @@ def validate_config(config: SimConfig, *, block_size: int) -> None:
             )
         if cap < block_size:
             raise BadInputError(
-                f"--{tier.name}-capacity {cap}: less than one {block_size}-token block (--block-size {block_size})"
+                f"--{tier.name}-capacity {cap}: less than one {block_size}-token block (--trace-block-size {block_size})"
             )
     if config.eviction not in EVICTION_POLICIES:
         raise BadInputError(

@@ -688,7 +688,7 @@ def load_columns(path: str, *, block_size: int, sort_by_time: bool = False) -> T
     if mismatched:
         warnings = (
             f"{mismatched} of {len(length_arr)} requests have fewer hash ids than ceil(input_length / {block_size}): "
-            f"their tail tokens can never hit; check --block-size",
+            f"their tail tokens can never hit; check --trace-block-size",
         )
     return TraceColumns(
         block_size=block_size,
@@ -763,7 +763,7 @@ class TraceStream:
         if mismatched:
             self.warnings = (
                 f"{mismatched} of {requests} requests have fewer hash ids than ceil(input_length / {bs}): "
-                f"their tail tokens can never hit; check --block-size",
+                f"their tail tokens can never hit; check --trace-block-size",
             )
 
 

@@ -10,7 +10,7 @@ one JSON object per line, `{"timestamp": ms, "input_length": tok, "output_length
 512-token blocks, `len(hash_ids) == ceil(input_length / 512)`, sorted by timestamp.
 
 Bad input is one BadInputError naming the file and line: a line that is not JSON, a missing or mistyped
-field, empty `hash_ids`, more hash ids than `ceil(input_length / block_size)` (wrong `--block-size`),
+field, empty `hash_ids`, more hash ids than `ceil(input_length / block_size)` (wrong `--trace-block-size`),
 and a timestamp earlier than the line before (an unsorted trace is an error, not a warning: the replay
 order is the file order, and a trace spliced out of order would silently replay a different workload;
 `sort_by_time=True` / `--sort-trace` replays it in timestamp order instead, ties in file order).
@@ -107,7 +107,7 @@ def _build(
     if mismatched:
         warnings.append(
             f"{mismatched} of {len(rows)} requests have fewer hash ids than ceil(input_length / {block_size}): "
-            f"their tail tokens can never hit; check --block-size"
+            f"their tail tokens can never hit; check --trace-block-size"
         )
     return Trace(
         block_size=block_size,
@@ -134,7 +134,7 @@ def _rows(
 ) -> Iterator[tuple[float, int, int, list[object], int]]:
     """Validate Mooncake JSONL lines one by one: (timestamp_s, input_length, output_length, hash ids, line)."""
     if block_size <= 0:
-        raise BadInputError(f"--block-size {block_size}: must be a positive number of tokens")
+        raise BadInputError(f"--trace-block-size {block_size}: must be a positive number of tokens")
     previous_ts = -math.inf
     previous_line = 0
     for number, line in enumerate(lines, start=1):
@@ -188,7 +188,7 @@ def _rows(
         if len(raw_ids) > max_blocks:
             raise BadInputError(
                 f"{where}: {len(raw_ids)} hash ids for input_length {length} but ceil({length}/{block_size}) = "
-                f"{max_blocks}; is --block-size {block_size} right for this trace?"
+                f"{max_blocks}; is --trace-block-size {block_size} right for this trace?"
             )
         ts = float(ts_raw) / 1000.0
         if ts < previous_ts and not sort_by_time:
@@ -487,7 +487,7 @@ def parse_synthetic(text: str) -> SyntheticSpec:
 def synthetic_trace(spec: SyntheticSpec, *, block_size: int = MOONCAKE_BLOCK_SIZE) -> Trace:
     """Generate the requests of `spec` (deterministic for a given seed), sorted by arrival time."""
     if block_size <= 0:
-        raise BadInputError(f"--block-size {block_size}: must be a positive number of tokens")
+        raise BadInputError(f"--trace-block-size {block_size}: must be a positive number of tokens")
     if spec.sessions * spec.turns > 5_000_000:
         raise BadInputError(
             f"--synthetic sessions={spec.sessions},turns={spec.turns}: {spec.sessions * spec.turns:,} requests is "
@@ -513,7 +513,7 @@ def synthetic_trace(spec: SyntheticSpec, *, block_size: int = MOONCAKE_BLOCK_SIZ
     total_blocks = sum(-(-e[3] // block_size) for e in events)
     if total_blocks > MAX_SYNTHETIC_BLOCK_ACCESSES:
         raise BadInputError(
-            f"--synthetic {spec.describe()}: {total_blocks:,} block accesses at --block-size {block_size} is more than "
+            f"--synthetic {spec.describe()}: {total_blocks:,} block accesses at --trace-block-size {block_size} is more than "
             f"{MAX_SYNTHETIC_BLOCK_ACCESSES:,}; use fewer sessions/turns, shorter prompts or larger blocks"
         )
     rows: list[tuple[float, int, int, Sequence[object], int]] = []

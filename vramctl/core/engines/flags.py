@@ -1,0 +1,444 @@
+"""The one flag registry: every engine flag vramctl reads, once.
+
+Each entry names the flag as the engine spells it, its aliases (with the engines each alias exists in), how its
+value is read (`kind`, units included), the engines it applies to, the field it sets (a ServeSettings field,
+`options.<field>` of SglangOptions, or `model`), and its help text. Everything that reads an engine flag derives
+from this table: the serve-command parser (vramctl.core.serve_command), `vramctl check`'s `flags:` / `command:`
+(vramctl.core.check.spec), `vramctl plan` and `vramctl profile` / `suggest` / `validate` (their options' help and
+value parsing), and read-log's reading of the engines' args lines (vramctl.diagnose.startup).
+
+One spelling of a value works everywhere:
+
+- counts (`--max-model-len`, `--max-num-seqs`, …) are vLLM's human-readable integers: `8192`, `32k` (32,000),
+  `32K` (32,768), `1_000` (`vllm/utils/argparse_utils.py`, `human_readable_int`, vLLM 0.32);
+- engine sizes keep the engine's unit for a bare number (`--kv-cache-memory-bytes 8000000000` is bytes, as in vLLM;
+  `--kv-offloading-size 64` GiB; `--hicache-size 40` decimal GB, as in SGLang) and take any unit written out
+  (`8G`, `54.4GiB`, `40GB`);
+- vramctl's own memory sizes (`--gpu-memory`, `--free-memory`, `--host-memory`, `--device-memory`, `--min-free`,
+  a spec's `gpu_memory` / `host_memory` / `free_memory`): a bare number is GiB (`80` = `80GiB`), as
+  `parse_memory_size` reads it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+from vramctl.core.errors import BadInputError
+from vramctl.core.units import GB, GiB, as_float, parse_bytes, parse_number
+
+EngineName = Literal["vllm", "sglang"]
+FlagKind = Literal["count", "max-model-len", "float", "bool", "str", "bytes", "gib", "gb", "counts"]
+
+V: tuple[EngineName, ...] = ("vllm",)
+S: tuple[EngineName, ...] = ("sglang",)
+BOTH: tuple[EngineName, ...] = ("vllm", "sglang")
+
+_ABSURD_MEMORY_GIB = 1 << 20
+"""A bare memory size above 1,048,576 (GiB: a PiB) is bytes written without a unit, not a card."""
+
+
+@dataclass(frozen=True)
+class EngineFlag:
+    name: str
+    """As the engine spells it, with its dashes (`--max-model-len`)."""
+    kind: FlagKind
+    engines: tuple[EngineName, ...]
+    target: str
+    """A ServeSettings field, `options.<field>` (SglangOptions), `model`, or `load.<what>` (read by the model
+    loader: the revision, config overrides)."""
+    help: str
+    aliases: Mapping[str, tuple[EngineName, ...]] = field(default_factory=dict)
+    """Other spellings → the engines that accept them (`-tp` is vLLM's, `--tp` SGLang's)."""
+    negatable: bool = False
+    """A bool vLLM also accepts as `--no-<name>` (argparse's BooleanOptionalAction)."""
+    log_keys: tuple[str, ...] = ()
+    """Names the engines print for it in their args lines besides the flag's own (`max_seq_len`); with
+    `in_logs`, read-log reads the setting."""
+    in_logs: bool = False
+    """read-log reads this setting from the engines' args lines (vramctl.diagnose.startup)."""
+    cli: bool = True
+    """`vramctl plan` (and `diff`) take it as an option too; False: only in a serve command after `--` or a check
+    spec (SGLang's SglangOptions flags)."""
+
+    @property
+    def key(self) -> str:
+        """The name without dashes (`max-model-len`): how a spec's `flags:` mapping names it."""
+        return bare(self.name)
+
+    def spellings(self, engine: EngineName | None = None) -> Iterator[str]:
+        """The name and aliases (with dashes) that `engine` accepts (every one when None)."""
+        if engine is None or engine in self.engines:
+            yield self.name
+        for alias, engines in self.aliases.items():
+            if engine is None or engine in engines:
+                yield alias
+
+    def parse(self, value: Any, where: str | None = None) -> Any:
+        """The value as the target field holds it; BadInputError naming `where` (default: the flag)."""
+        return PARSERS[self.kind](value, where or self.name)
+
+    @property
+    def takes_value(self) -> bool:
+        return self.kind != "bool"
+
+    @property
+    def is_setting(self) -> bool:
+        """It sets a ServeSettings field (not the model, a loader input or an SglangOptions field)."""
+        return "." not in self.target and self.target != "model"
+
+
+def bare(spelling: str) -> str:
+    """`--max_model_len` → `max-model-len`: a flag's name without its dashes, `_` read as `-`."""
+    return spelling.lstrip("-").replace("_", "-")
+
+
+# --- value parsers ------------------------------------------------------------------------------------------------
+def _text(value: Any, where: str) -> str:
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise BadInputError(f"{where}: {value!r} is not a value")
+    return str(value)
+
+
+def parse_count(value: Any, where: str) -> int:
+    """vLLM's human-readable int: `8192`, `32k` (10^3), `32K` (2^10), `1_000`, `1e3`; YAML ints as they are."""
+    if isinstance(value, bool):
+        raise BadInputError(f"{where}: {value!r} is not an integer")
+    if isinstance(value, int):
+        number = value
+    elif isinstance(value, float):
+        if not value.is_integer():
+            raise BadInputError(f"{where}: {value!r} is not an integer")
+        number = int(value)
+    else:
+        raw = _text(value, where).strip()
+        if raw and raw[-1] in "kKmMgGtT" and raw[:-1].replace("_", "").replace(".", "", 1).isdigit():
+            return parse_bytes(raw, what=where)
+        parsed = parse_number(raw, what=where)
+        if parsed != int(parsed):
+            raise BadInputError(f"{where} {value!r}: not an integer")
+        number = int(parsed)
+    return number
+
+
+def parse_max_model_len(value: Any, where: str = "--max-model-len") -> int:
+    """A count, or `auto` / `-1`: vLLM's auto-fit (kept as -1, vLLM's own value)."""
+    if isinstance(value, str) and value.strip().lower() in ("auto", "-1"):
+        return -1
+    return parse_count(value, where)
+
+
+def parse_float(value: Any, where: str) -> float:
+    if isinstance(value, str):
+        return parse_number(value, what=where)
+    return as_float(value, what=where)
+
+
+def parse_bool(value: Any, where: str) -> bool:
+    """A bare flag (None) is true; `true/false/yes/no/on/off/1/0` as written."""
+    if value is None or value is True or value is False:
+        return value is not False
+    if isinstance(value, (str, int)) and str(value).strip().lower() in _TRUE + _FALSE:
+        return str(value).strip().lower() in _TRUE
+    raise BadInputError(f"{where}: {value!r} is not true or false")
+
+
+_TRUE = ("true", "yes", "on", "1")
+_FALSE = ("false", "no", "off", "0")
+
+
+def parse_str(value: Any, where: str) -> str:
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise BadInputError(f"{where}: {value!r} is not a string")
+    return str(value)
+
+
+def parse_size_bytes(value: Any, where: str) -> int:
+    """An engine size whose bare number is bytes (`--kv-cache-memory-bytes`): `8G`, `54.4GiB`, `8589934592`."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise BadInputError(f"{where}: {value!r} is not a size (e.g. 8GiB)")
+    return parse_bytes(value, what=where)
+
+
+def _in_unit(unit: str, scale: int) -> Callable[[Any, str], float]:
+    def parse(value: Any, where: str) -> float:
+        """A size in `unit` (the engine's float flag): a bare number is `unit`, a written unit is converted."""
+        if isinstance(value, str) and value.strip()[-1:].isalpha():
+            return parse_bytes(value, what=where) / scale
+        number = parse_float(value, where)
+        if number > 2**62 / scale:
+            raise BadInputError(f"{where} {number:g}: absurdly large")
+        return number
+
+    parse.__doc__ = f"A size whose bare number is {unit}; `64GiB`, `40GB` are converted."
+    return parse
+
+
+def parse_counts(value: Any, where: str) -> tuple[int, ...]:
+    """A list of batch sizes: `1 2 4`, `1,2,4`, `[1, 2, 4]` or a YAML list."""
+    if isinstance(value, str):
+        items: Any = [p for p in value.strip().strip("[]").replace(",", " ").split() if p]
+    else:
+        items = value
+    if not isinstance(items, (list, tuple)) or not items:
+        raise BadInputError(f"{where}: {value!r} is not a list of integers")
+    return tuple(parse_count(item, where) for item in items)
+
+
+PARSERS: dict[FlagKind, Callable[[Any, str], Any]] = {
+    "count": parse_count,
+    "max-model-len": parse_max_model_len,
+    "float": parse_float,
+    "bool": parse_bool,
+    "str": parse_str,
+    "bytes": parse_size_bytes,
+    "gib": _in_unit("GiB", GiB),
+    "gb": _in_unit("GB", GB),
+    "counts": parse_counts,
+}
+
+
+def parse_memory_size(value: Any, where: str) -> int:
+    """vramctl's own memory sizes (a card, free memory, the host's RAM, an emulated device): int bytes.
+
+    A bare number is GiB (`80` = `80GiB`), everywhere; a unit may be written (`79.18GiB`, `512MiB`, `80GB`,
+    `85899345920B`). A bare number above a PiB is bytes written without their unit: refused."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise BadInputError(f"{where}: {value!r} is not a size (e.g. 80GiB)")
+    unitless = not isinstance(value, str) or not value.strip()[-1:].isalpha()
+    try:
+        number = parse_float(value, where) if unitless else 0.0
+    except BadInputError:
+        number = 0.0  # not a plain number: parse_bytes names the problem as a size's
+    if number > _ABSURD_MEMORY_GIB:
+        shown = str(value).strip()
+        raise BadInputError(
+            f"{where} {shown}: a bare number is GiB; write the unit (e.g. {shown}B for bytes, or 80GiB)"
+        )
+    size = parse_bytes(value, default_unit="GiB", what=where)
+    return size
+
+
+# --- the registry -------------------------------------------------------------------------------------------------
+def _f(
+    name: str,
+    kind: FlagKind,
+    engines: tuple[EngineName, ...],
+    target: str,
+    help: str,
+    *,
+    aliases: Mapping[str, tuple[EngineName, ...]] | None = None,
+    negatable: bool = False,
+    log_keys: tuple[str, ...] = (),
+    in_logs: bool = False,
+) -> EngineFlag:
+    cli = not target.startswith("options.")
+    return EngineFlag(name, kind, engines, target, help, dict(aliases or {}), negatable, log_keys, in_logs, cli)
+
+
+REGISTRY: tuple[EngineFlag, ...] = (
+    # --- both engines (vllm/engine/arg_utils.py; python/sglang/srt/server_args.py) ---------------------------------
+    _f("--model", "str", BOTH, "model", "HF id (org/name[@rev]), alias, or local config.json / folder.",
+       aliases={"--model-path": S}, in_logs=True),
+    _f("--tensor-parallel-size", "count", BOTH, "tensor_parallel_size", "Tensor-parallel ranks.",
+       aliases={"-tp": V, "--tp": S, "--tp-size": S}, in_logs=True),
+    _f("--pipeline-parallel-size", "count", BOTH, "pipeline_parallel_size", "Pipeline-parallel stages.",
+       aliases={"-pp": V, "--pp": S, "--pp-size": S}, in_logs=True),
+    _f("--kv-cache-dtype", "str", BOTH, "kv_cache_dtype", "auto, fp8, fp8_e4m3, fp8_e5m2, fp8_ds_mla, …",
+       in_logs=True),
+    _f("--dtype", "str", BOTH, "dtype", "Model dtype: auto, bfloat16, float16, float32.", in_logs=True),
+    _f("--quantization", "str", BOTH, "quantization",
+       "The engine's --quantization: fp8 or bitsandbytes quantise an unquantised checkpoint while it loads; "
+       "another method must match the checkpoint's.", aliases={"-q": V}, in_logs=True),
+    # --- read by the model loader (vramctl.registry.load_model), not a ServeSettings field --------------------------
+    _f("--revision", "str", BOTH, "load.revision", "Hub branch, tag or commit of MODEL (or write org/name@rev)."),
+    _f("--hf-overrides", "str", V, "load.hf_overrides",
+       'vLLM: JSON applied to the model config, e.g. \'{"rope_scaling": {"rope_type": "yarn", ...}}\'.'),
+    _f("--rope-scaling", "str", V, "load.rope_scaling", "Older vLLM: JSON rope_scaling (as --hf-overrides on that key)."),
+    # --- vLLM (vllm/engine/arg_utils.py, vLLM 0.33) ----------------------------------------------------------------
+    _f("--gpu-memory-utilization", "float", V, "gpu_memory_utilization", "vLLM's u in (0, 1].",
+       aliases={"--device-memory-utilization": V}, in_logs=True),
+    _f("--max-model-len", "max-model-len", V, "max_model_len",
+       "Context length: 32768, 32k, 32K, or auto (vLLM's auto-fit).", log_keys=("max_seq_len",), in_logs=True),
+    _f("--max-num-batched-tokens", "count", V, "max_num_batched_tokens",
+       "Tokens of one scheduler step (8192, 8k).", in_logs=True),
+    _f("--max-num-seqs", "count", V, "max_num_seqs", "Sequences the runner is sized for.", in_logs=True),
+    _f("--max-num-active-seqs", "count", V, "max_num_active_seqs",
+       "vLLM 0.31 →: requests admitted to run at once (≤ --max-num-seqs)."),
+    _f("--block-size", "count", V, "block_size", "KV cache block: tokens per block (16, 32, …).", in_logs=True),
+    _f("--enforce-eager", "bool", V, "enforce_eager", "No CUDA graphs.", negatable=True, in_logs=True),
+    _f("--kv-cache-memory-bytes", "bytes", V, "kv_cache_memory_bytes",
+       "Explicit KV size per rank (a bare number is bytes; 8G, 54.4GiB); skips the estimate.",
+       aliases={"--kv-cache-memory": V}, in_logs=True),
+    _f("--enable-chunked-prefill", "bool", V, "enable_chunked_prefill", "vLLM chunked prefill.",
+       negatable=True, log_keys=("chunked_prefill_enabled",), in_logs=True),
+    _f("--async-scheduling", "bool", V, "async_scheduling", "vLLM async scheduling (default on).",
+       negatable=True),
+    _f("--data-parallel-size", "count", V, "data_parallel_size",
+       "vLLM engine replicas (totals across them in the notes).", aliases={"-dp": V},
+       log_keys=("dp_size",), in_logs=True),
+    _f("--enable-expert-parallel", "bool", V, "enable_expert_parallel",
+       "vLLM: MoE experts spread whole over the TP × DP ranks.", aliases={"-ep": V}, negatable=True,
+       in_logs=True),
+    _f("--enable-lora", "bool", V, "enable_lora", "vLLM: adapter slots allocated with the weights.",
+       negatable=True, in_logs=True),
+    _f("--max-loras", "count", V, "max_loras", "vLLM adapter slots per batch (default 1).", in_logs=True),
+    _f("--max-lora-rank", "count", V, "max_lora_rank", "vLLM: 1, 8, 16 (default) … 512.", in_logs=True),
+    _f("--fully-sharded-loras", "bool", V, "fully_sharded_loras", "vLLM: LoRA sharded over TP."),
+    _f("--enable-prefix-caching", "bool", V, "enable_prefix_caching",
+       "vLLM prefix caching: a hybrid's state blocks per request ('align' mode: two; default on from 0.28).",
+       negatable=True, in_logs=True),
+    _f("--disable-custom-all-reduce", "bool", V, "disable_custom_all_reduce",
+       "vLLM: NCCL carries the TP reductions, inside the CUDA graphs too.", in_logs=True),
+    _f("--mamba-cache-dtype", "str", V, "mamba_cache_dtype", "vLLM: a hybrid's conv-state dtype."),
+    _f("--mamba-ssm-cache-dtype", "str", V, "mamba_ssm_cache_dtype", "vLLM: a hybrid's SSM-state dtype."),
+    _f("--kv-offloading-size", "gib", V, "kv_offloading_size_gib",
+       "vLLM native KV offload: GiB across TP (a bare number is GiB; 64GiB, 68.7GB)."),
+    _f("--max-cudagraph-capture-size", "count", V, "max_cudagraph_capture_size",
+       "vLLM: the largest CUDA-graph batch."),
+    _f("--cudagraph-capture-sizes", "counts", V, "cudagraph_capture_sizes",
+       "vLLM: the CUDA-graph batch sizes (1 2 4 8 or 1,2,4,8).", aliases={"--cuda-graph-sizes": V}),
+    # --- SGLang (python/sglang/srt/server_args.py, SGLang 0.5.23) --------------------------------------------------
+    _f("--context-length", "count", S, "max_model_len", "SGLang context length.", in_logs=True),
+    _f("--mem-fraction-static", "float", S, "mem_fraction_static", "SGLang's static memory fraction.",
+       in_logs=True),
+    _f("--chunked-prefill-size", "count", S, "chunked_prefill_size", "SGLang prefill chunk.", in_logs=True),
+    _f("--max-running-requests", "count", S, "max_running_requests", "SGLang running requests.",
+       in_logs=True),
+    _f("--max-total-tokens", "count", S, "max_total_tokens", "SGLang KV pool cap (tokens).", in_logs=True),
+    _f("--max-prefill-tokens", "count", S, "max_prefill_tokens", "SGLang prefill tokens per batch.",
+       in_logs=True),
+    _f("--page-size", "count", S, "page_size", "SGLang KV page (tokens).", in_logs=True),
+    _f("--cuda-graph-max-bs", "count", S, "cuda_graph_max_bs", "SGLang largest CUDA-graph batch.",
+       in_logs=True),
+    _f("--disable-cuda-graph", "bool", S, "disable_cuda_graph", "SGLang: no CUDA graphs.", in_logs=True),
+    _f("--enable-hierarchical-cache", "bool", S, "enable_hierarchical_cache", "SGLang HiCache.",
+       aliases={"--enable-hicache": S}),
+    _f("--hicache-ratio", "float", S, "hicache_ratio", "SGLang HiCache host/device ratio (default 2.0)."),
+    _f("--hicache-size", "gb", S, "hicache_size_gb",
+       "SGLang HiCache, decimal GB per rank (a bare number is GB; 40GB, 37.3GiB)."),
+    _f("--dp-size", "count", S, "options.dp_size", "SGLang data-parallel size.", aliases={"--dp": S}),
+    _f("--enable-dp-attention", "bool", S, "options.enable_dp_attention", "SGLang DP attention."),
+    _f("--disaggregation-mode", "str", S, "options.disaggregation_mode", "SGLang prefill / decode role."),
+    _f("--moe-a2a-backend", "str", S, "options.moe_a2a_backend", "SGLang MoE all-to-all backend."),
+    _f("--speculative-algorithm", "str", S, "options.speculative_algorithm", "SGLang speculative decoding."),
+    _f("--speculative-num-draft-tokens", "count", S, "options.speculative_num_draft_tokens",
+       "SGLang draft tokens."),
+    _f("--attention-backend", "str", S, "options.attention_backend", "SGLang attention backend."),
+    _f("--enable-memory-saver", "bool", S, "options.enable_memory_saver", "SGLang memory saver."),
+    _f("--swa-full-tokens-ratio", "float", S, "options.swa_full_tokens_ratio", "SGLang SWA pool ratio."),
+    _f("--disable-hybrid-swa-memory", "bool", S, "options.disable_hybrid_swa_memory",
+       "SGLang: one pool for SWA layers."),
+    _f("--max-mamba-cache-size", "count", S, "options.max_mamba_cache_size", "SGLang mamba state slots."),
+    _f("--mamba-ssm-dtype", "str", S, "options.mamba_ssm_dtype", "SGLang SSM-state dtype."),
+    _f("--mamba-full-memory-ratio", "float", S, "options.mamba_full_memory_ratio",
+       "SGLang mamba / full-attention memory ratio."),
+    _f("--disable-radix-cache", "bool", S, "options.disable_radix_cache", "SGLang: no prefix cache."),
+)
+"""Every engine flag vramctl reads."""
+
+NO_MEMORY_EFFECT = frozenset(
+    {
+        "host", "port", "trust-remote-code", "served-model-name", "api-key", "disable-log-requests",
+        "disable-log-stats", "log-level",
+        "uvicorn-log-level", "tokenizer", "tokenizer-path", "revision", "seed", "random-seed", "download-dir",
+        "load-format", "enable-metrics", "chat-template", "tool-call-parser", "enable-auto-tool-choice",
+        "reasoning-parser", "generation-config", "kv-offloading-backend",
+        "base-gpu-id", "disaggregation-ib-device", "schedule-policy", "hicache-write-policy",
+        "hicache-io-backend", "hicache-mem-layout", "hicache-storage-backend",
+    }
+)
+"""Engine flags that do not change the memory budget: a spec may give them (they are listed in its notes)."""
+
+LOG_ONLY_KEYS: dict[str, str] = {
+    "flashinfer_sampler": "flashinfer_sampler",
+    "swap_space": "swap_space",
+    "cpu_offload_gb": "cpu_offload_gb",
+    "num_gpu_blocks_override": "num_gpu_blocks_override",
+    "ep_size": "ep_size",
+    "attention_backend": "attention_backend",
+}
+"""Settings read-log reads from an args line that are no flag vramctl plans with (they explain a log)."""
+
+
+def entries(engine: EngineName | None = None) -> tuple[EngineFlag, ...]:
+    return tuple(f for f in REGISTRY if engine is None or engine in f.engines)
+
+
+def by_name(name: str) -> EngineFlag:
+    """The entry whose own name is `name` (with or without dashes); KeyError when none."""
+    key = bare(name)
+    for entry in REGISTRY:
+        if entry.key == key:
+            return entry
+    raise KeyError(name)
+
+
+def serve_table(engine: EngineName) -> dict[str, tuple[EngineFlag, bool | None]]:
+    """Spelling (with dashes) → (entry, the value a bare bool sets; None for a value flag): what a serve command
+    for `engine` may write, `--no-<name>` included for vLLM's negatable bools."""
+    table: dict[str, tuple[EngineFlag, bool | None]] = {}
+    for entry in REGISTRY:
+        for spelling in entry.spellings(engine):
+            table.setdefault(spelling, (entry, True if entry.kind == "bool" else None))
+        if entry.negatable and engine in entry.engines:
+            table[f"--no-{entry.key}"] = (entry, False)
+    return table
+
+
+@dataclass(frozen=True)
+class Match:
+    entry: EngineFlag
+    engines: tuple[EngineName, ...]
+    """The engines that accept this spelling (an alias may be one engine's only)."""
+    negated: bool = False
+    """Written `no-<name>`: the bool's value is inverted."""
+
+
+def lookup(name: str, engines: tuple[EngineName, ...]) -> Match | None:
+    """A spec's flag (any dashes, `_` as `-`) → its entry, None when the registry has no such spelling.
+
+    A name two engines spell alike (`dp`: vLLM's `-dp` is --data-parallel-size, SGLang's `--dp` its --dp-size)
+    resolves to the last of `engines` that has it."""
+    key = bare(name)
+    negated = False
+    found: list[Match] = []
+    for entry in REGISTRY:
+        spelled = tuple(e for e in BOTH if any(bare(s) == key for s in entry.spellings(e)))
+        if spelled:
+            found.append(Match(entry, spelled))
+    if not found and key.startswith("no-"):
+        found = [Match(e, V, True) for e in REGISTRY if e.negatable and e.key == key[3:]]
+        negated = True
+    if not found:
+        return None
+    for engine in reversed(engines):
+        for match in found:
+            if engine in match.engines:
+                return match
+    return replace(found[0], negated=negated)
+
+
+def takes_value() -> dict[str, bool]:
+    """Every spelling (without dashes) → whether it takes a value: how a serve command's words split."""
+    arity: dict[str, bool] = {}
+    for entry in REGISTRY:
+        for spelling in entry.spellings():
+            arity[bare(spelling)] = entry.takes_value
+        if entry.negatable:
+            arity[f"no-{entry.key}"] = False
+    return arity
+
+
+def log_setting_keys() -> dict[str, str]:
+    """Setting names as the engines print them in args lines (`max_num_seqs`, `tp_size`) → the field read-log
+    files them under (a ServeSettings field, or `model`)."""
+    keys: dict[str, str] = {}
+    for entry in REGISTRY:
+        if not entry.in_logs:
+            continue
+        for spelling in (*entry.spellings(), *entry.log_keys):
+            if spelling.startswith("--") or not spelling.startswith("-"):
+                keys.setdefault(bare(spelling).replace("-", "_"), entry.target)
+    return {**keys, **LOG_ONLY_KEYS}
