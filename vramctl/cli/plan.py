@@ -301,6 +301,15 @@ def register(app: typer.Typer) -> None:
         fully_sharded_loras: bool = typer.Option(
             False, "--fully-sharded-loras", help=flag_help("--fully-sharded-loras")
         ),
+        enable_prefix_caching: Optional[bool] = typer.Option(
+            None,
+            "--enable-prefix-caching/--no-enable-prefix-caching",
+            help=flag_help("--enable-prefix-caching"),
+            show_default=False,
+        ),
+        disable_custom_all_reduce: bool = typer.Option(
+            False, "--disable-custom-all-reduce", help=flag_help("--disable-custom-all-reduce")
+        ),
         enforce_eager: Optional[bool] = typer.Option(
             None, "--enforce-eager/--no-enforce-eager", help=flag_help("--enforce-eager"), show_default=False
         ),
