@@ -23,6 +23,7 @@ from vramctl.core import estimates as est
 from vramctl.core import kv as kvmath
 from vramctl.core import lora
 from vramctl.core.engines import vllm as V
+from vramctl.core.engines import vllm_features as vf
 from vramctl.core.errors import BadInputError
 from vramctl.core.ledger import (
     ACTIVATION_PEAK,
@@ -99,6 +100,8 @@ class VllmSettings:
     """vLLM 0.31 →: requests admitted into RUNNING; None = max_num_seqs (the flag not given)."""
     async_scheduling: bool = True
     """Off with `--no-async-scheduling`: one batch in flight per stage (sliding-window blocks per request)."""
+    weights_outside_budget: bool = False
+    """Weights mapped from a weight-cache daemon and not charged (vramctl.core.engines.vllm_external_weights)."""
 
     def to_json(self) -> dict[str, Any]:
         out = {
@@ -200,6 +203,8 @@ class PlanResult:
     pessimistic: PlanEdge | None = None
     """The plan with every estimated term at the top of its band; None where the plan has no such band."""
     optimistic: PlanEdge | None = None
+    engine_features: Any = None
+    """vramctl.core.engines.vllm_features.EngineFeatures when ipc_cache / sleep / yarn / the suggestion apply."""
     fixes: tuple[Any, ...] = ()
     """For a plan that does not fit, or fits only if the estimates hold: the smallest single changes that make
     it fit at the pessimistic edge, each checked by planning it (vramctl.core.fixes.Fix)."""
@@ -263,6 +268,8 @@ class PlanResult:
         out["fixes"] = [fix.to_json() for fix in self.fixes]
         if self.hybrid is not None:  # only hybrids carry the key: other plans' JSON is unchanged
             out["hybrid"] = self.hybrid.to_json()
+        if self.engine_features is not None:  # likewise (vramctl.core.engines.vllm_features)
+            out["engine_features"] = self.engine_features.to_json()
         return out
 
 
@@ -699,6 +706,8 @@ def _core(
             model, tp=tp, pp=pp, dtype=s.dtype, ep=s.expert_parallel_size, load_change=load_change
         )
     )
+    if s.weights_outside_budget:  # mapped from a weight-cache daemon (vramctl.core.engines.vllm_external_weights)
+        weights = tuple(0 for _ in weights)
     slots = lora_slots_of(model, s)
     if slots is not None:
         # allocated while the model loads: part of vLLM's "Model loading took"
@@ -1234,14 +1243,16 @@ def plan_vllm(
     """The vLLM plan for one model, card and set of flags (`light`: without the utilisation table, for the fix
     search, which needs only the verdict and its edges; `calibration`: the estimate coefficients; the
     default is the fitted set, scripts/calibrate.py passes others for leave-one-out)."""
-    validate(model, gpu, settings)
     version = V.resolve_version(settings.engine_version if settings.engine != "sglang" else None)
+    loaded, model = model, vf.model_for_version(model, version)  # vLLM 0.30's yarn rule
+    validate(model, gpu, settings)
     if model.state_space is not None:
         V.check_hybrid_supported(model.name, version)
     capacity = settings.gpu_memory_bytes or gpu.cuda_total_bytes
     fallback = V.v0_fallback(version, gpu.compute_capability, gpu.vendor)
     rules_version = V.V0_RULES_VERSION if fallback else version
     s = resolve_settings(model, gpu, settings, rules_version)
+    s, external = vf.prepare(model, s, settings, capacity)  # --load-format ipc_cache, flag checks
     core = _core(model, gpu, s, capacity, calibration)
     auto_note = None
     edges: list[_Core] = []
@@ -1307,7 +1318,7 @@ def plan_vllm(
     )
     if model.state_space is not None:
         result = _with_hybrid(result, model, gpu, settings, core)
-    return result
+    return vf.annotate(result, loaded, settings, external)
 
 
 def plan(

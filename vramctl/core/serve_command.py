@@ -97,6 +97,22 @@ def _sizes(flag: str) -> Callable[[str], tuple[int, ...]]:
     return parse
 
 
+def _loader_mode(flag: str) -> Callable[[str], str | None]:
+    """`--model-loader-extra-config JSON`: its `mode` (the ipc_cache loader's zero_copy / copy), None without one."""
+
+    def parse(text: str) -> str | None:
+        try:
+            data = json.loads(text)
+        except ValueError:
+            raise BadInputError(f"{flag} {text!r}: not a JSON object") from None
+        if not isinstance(data, dict):
+            raise BadInputError(f"{flag} {text!r}: not a JSON object")
+        mode = data.get("mode")
+        return None if mode is None else str(mode)
+
+    return parse
+
+
 def parse_max_model_len(text: str, flag: str = "--max-model-len") -> int:
     """`auto` / `-1` = vLLM's auto-fit (kept as -1, vLLM's own value; vramctl.core.plan.AUTO_MAX_MODEL_LEN)."""
     if text.strip().lower() in ("auto", "-1"):
@@ -141,6 +157,10 @@ _VLLM_VALUE_FLAGS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "--max-cudagraph-capture-size": ("max_cudagraph_capture_size", _int("--max-cudagraph-capture-size")),
     "--cuda-graph-sizes": ("cudagraph_capture_sizes", _sizes("--cuda-graph-sizes")),
     "--cudagraph-capture-sizes": ("cudagraph_capture_sizes", _sizes("--cudagraph-capture-sizes")),
+    # vLLM 0.30 → 0.33 features (vramctl.core.engines.vllm_features)
+    "--load-format": ("load_format", _str("--load-format")),
+    "--model-loader-extra-config": ("weight_cache_mode", _loader_mode("--model-loader-extra-config")),
+    "--kv-offloading-backend": ("kv_offloading_backend", _str("--kv-offloading-backend")),
 }
 _VLLM_BOOL_FLAGS: dict[str, tuple[str, bool]] = {
     "--enforce-eager": ("enforce_eager", True),
@@ -155,6 +175,13 @@ _VLLM_BOOL_FLAGS: dict[str, tuple[str, bool]] = {
     "--fully-sharded-loras": ("fully_sharded_loras", True),
     "-ep": ("enable_expert_parallel", True),
     "--no-enable-expert-parallel": ("enable_expert_parallel", False),
+    # vLLM 0.30 → 0.33 features (vramctl.core.engines.vllm_features)
+    "--enable-sleep-mode": ("enable_sleep_mode", True),
+    "--no-enable-sleep-mode": ("enable_sleep_mode", False),
+    "--enable-nccl-comm-suspend": ("enable_nccl_comm_suspend", True),
+    "--no-enable-nccl-comm-suspend": ("enable_nccl_comm_suspend", False),
+    "--sleep-mode-offload-cudagraph": ("sleep_mode_offload_cudagraph", True),
+    "--no-sleep-mode-offload-cudagraph": ("sleep_mode_offload_cudagraph", False),
 }
 
 _SGLANG_VALUE_FLAGS: dict[str, tuple[str, Callable[[str], Any]]] = {
