@@ -95,6 +95,13 @@ _VLLM_ONLY = (
     "max_loras",
     "max_lora_rank",
     "fully_sharded_loras",
+    "kv_offloading_backend",
+    "load_format",
+    "weight_cache_mode",
+    "enable_sleep_mode",
+    "enable_nccl_comm_suspend",
+    "sleep_mode_offload_cudagraph",
+    "kv_cache_memory_suggestion",
 )
 _SGLANG_ONLY = (
     "mem_fraction_static",
@@ -219,7 +226,7 @@ def run_plan(
         if options["entrypoint"] not in ("server", "llm"):
             raise BadInputError(f"--entrypoint {options['entrypoint']!r}: use server or llm")
         changes["entrypoint"] = options["entrypoint"]
-    for flag in ("kv_cache_dtype", "dtype", "quantization"):
+    for flag in ("kv_cache_dtype", "dtype", "quantization", "load_format", "weight_cache_mode", "kv_offloading_backend"):
         if options.get(flag) is not None:
             changes[flag] = options[flag]
     for flag in (
@@ -229,6 +236,10 @@ def run_plan(
         "enable_expert_parallel",
         "enable_lora",
         "fully_sharded_loras",
+        "enable_sleep_mode",
+        "enable_nccl_comm_suspend",
+        "sleep_mode_offload_cudagraph",
+        "kv_cache_memory_suggestion",
     ):
         if options.get(flag):
             changes[flag] = True
@@ -415,6 +426,30 @@ def register(app: typer.Typer) -> None:
         hicache_ratio: str = typer.Option(None, "--hicache-ratio", help="SGLang, default 2.0."),
         hicache_size: str = typer.Option(None, "--hicache-size", help="SGLang, decimal GB per rank."),
         kv_offloading_size: str = typer.Option(None, "--kv-offloading-size", help="vLLM, GiB across TP."),
+        # vLLM 0.30 → 0.33 features (vramctl.core.engines.vllm_features)
+        kv_offloading_backend: str = typer.Option(
+            None, "--kv-offloading-backend", help="vLLM: native (default) or lmcache."
+        ),
+        load_format: str = typer.Option(
+            None, "--load-format", help="vLLM: ipc_cache = weights held by a `vllm preload` daemon (0.30 →)."
+        ),
+        weight_cache_mode: str = typer.Option(
+            None, "--weight-cache-mode", help="ipc_cache: zero_copy (default) or copy (the loader's `mode`)."
+        ),
+        enable_sleep_mode: bool = typer.Option(
+            False, "--enable-sleep-mode", help="vLLM: report what /sleep levels 1 and 2 free."
+        ),
+        enable_nccl_comm_suspend: bool = typer.Option(
+            False, "--enable-nccl-comm-suspend", help="vLLM 0.30 →: sleep also frees NCCL communicators."
+        ),
+        sleep_mode_offload_cudagraph: bool = typer.Option(
+            False, "--sleep-mode-offload-cudagraph", help="vLLM 0.32 →: sleep also offloads the graph pool."
+        ),
+        kv_cache_memory_suggestion: bool = typer.Option(
+            False,
+            "--kv-cache-memory-suggestion",
+            help="vLLM: predict its `--kv-cache-memory=` log line and vramctl's value (graph pool counted once).",
+        ),
         host_memory: str = typer.Option(None, "--host-memory", help="Host RAM (default: this machine's)."),
         json_out: bool = typer.Option(False, "--json", help="One JSON object (docs/json.md)."),
         markdown: bool = typer.Option(False, "--markdown", help="GitHub Markdown."),

@@ -1318,7 +1318,8 @@ def plan_vllm(
     )
     if model.state_space is not None:
         result = _with_hybrid(result, model, gpu, settings, core)
-    return vf.annotate(result, loaded, settings, external)
+    annotated: PlanResult = vf.annotate(result, loaded, settings, external)
+    return annotated
 
 
 def plan(

@@ -137,7 +137,9 @@ def resolve(
     if not wanted(settings):
         return None
     mode = settings.weight_cache_mode or "zero_copy"
-    rule: Rule = "subtracted" if mode == "zero_copy" and parse_version(version) >= SUBTRACTED_FROM else "outside"
+    rule: Rule = (
+        "subtracted" if mode == "zero_copy" and parse_version(version) >= SUBTRACTED_FROM else "outside"
+    )
     overhead = est.pre_snapshot_overhead(tp=tp, v0=False, cal=cal).bytes
     free = settings.free_memory_bytes if settings.free_memory_bytes is not None else capacity
     return ExternalWeights(version, mode, rule, weight_bytes, overhead, free)
@@ -165,7 +167,9 @@ def external_weights_error(ext: ExternalWeights, *, total: int, util: float, req
     )
 
 
-def engine_budget_error(ext: ExternalWeights, *, snapshot_free: int, total: int, util: float, requested: int) -> str:
+def engine_budget_error(
+    ext: ExternalWeights, *, snapshot_free: int, total: int, util: float, requested: int
+) -> str:
     """vLLM 0.32 →'s refusal when free memory is below requested − external (utils.py:742-751)."""
     engine = requested - ext.daemon_weight_bytes
     return (

@@ -20,7 +20,15 @@ from vramctl.core.engines import vllm_external_weights as xw
 from vramctl.core.engines import vllm_sleep as sleep
 from vramctl.core.engines import vllm_suggestion as sug
 from vramctl.core.engines import vllm_yarn as yarn
-from vramctl.core.ledger import CUDA_GRAPH, NON_TORCH, OTHER_PROCESSES, SLACK, WEIGHTS, Ledger
+from vramctl.core.ledger import (
+    ACTIVATION_PEAK,
+    CUDA_GRAPH,
+    NON_TORCH,
+    OTHER_PROCESSES,
+    SLACK,
+    WEIGHTS,
+    Ledger,
+)
 from vramctl.core.settings import ServeSettings
 from vramctl.core.specs import ModelSpec
 from vramctl.core.weights import rope_cache_bytes, stage_rank_weight_bytes
@@ -67,7 +75,9 @@ def model_for_version(model: ModelSpec, version: str) -> ModelSpec:
     return yarn.model_for_version(model, version)
 
 
-def prepare(model: ModelSpec, s: Any, settings: ServeSettings, capacity: int) -> tuple[Any, xw.ExternalWeights | None]:
+def prepare(
+    model: ModelSpec, s: Any, settings: ServeSettings, capacity: int
+) -> tuple[Any, xw.ExternalWeights | None]:
     """Check the feature flags against the version; with a weight-cache daemon, the resolved settings `s` as the
     engine sees the card."""
     xw.check(settings, s.version)
@@ -107,7 +117,11 @@ def _with_daemon(result: Any, ext: xw.ExternalWeights) -> Any:
             term = replace(
                 term,
                 formula=f"the weight-cache daemon: weights {ext.daemon_weight_bytes} B"
-                + (" (charged to the budget by vLLM ≥ 0.32, so booked under weights)" if ext.rule == "subtracted" else "")
+                + (
+                    " (charged to the budget by vLLM ≥ 0.32, so booked under weights)"
+                    if ext.rule == "subtracted"
+                    else ""
+                )
                 + f" + its CUDA context {ext.daemon_overhead_bytes} B"
                 + ("; + total − --free-memory" if result.settings.free_memory_bytes is not None else ""),
                 note="--load-format ipc_cache: the daemon (`vllm preload`) is another process on the card",
@@ -124,7 +138,9 @@ def _with_daemon(result: Any, ext: xw.ExternalWeights) -> Any:
         return out
     total, util, req = result.capacity_bytes, result.settings.gpu_memory_utilization, result.requested_bytes
     if result.verdict == WEIGHTS_DO_NOT_FIT:
-        return replace(out, verdict_message=xw.external_weights_error(ext, total=total, util=util, requested=req))
+        return replace(
+            out, verdict_message=xw.external_weights_error(ext, total=total, util=util, requested=req)
+        )
     if result.verdict == GPU_UTIL_EXCEEDS_FREE and result.settings.free_memory_bytes is not None:
         snapshot_free = int(result.settings.free_memory_bytes) - _engine_outside(result)
         return replace(
@@ -142,7 +158,13 @@ def _sleep_plan(result: Any, settings: ServeSettings) -> sleep.SleepPlan | None:
     s, ledger = result.settings, result.ledger
     tp = s.tensor_parallel_size * s.pipeline_parallel_size
     nccl = dict(est.pre_snapshot_overhead(tp=tp, v0=False).parts).get("nccl", 0)
-    resident = ledger.capacity_bytes - ledger.bytes_of(OTHER_PROCESSES) - ledger.bytes_of(SLACK)
+    # the activation peak is transient: sleep's empty_cache returns the torch cache to the device
+    resident = (
+        ledger.capacity_bytes
+        - ledger.bytes_of(OTHER_PROCESSES)
+        - ledger.bytes_of(SLACK)
+        - ledger.bytes_of(ACTIVATION_PEAK)
+    )
     return sleep.plan_sleep(
         settings,
         result.engine_version,
@@ -170,7 +192,7 @@ def _suggestion(result: Any, settings: ServeSettings) -> sug.PlannedSuggestion |
         requested=result.requested_bytes,
         utilization=s.gpu_memory_utilization,
         consumed=ledger.bytes_of(WEIGHTS) + charged_non_torch,
-        transient_peak=ledger.bytes_of("activation_peak"),
+        transient_peak=ledger.bytes_of(ACTIVATION_PEAK),
         graph_bytes=graph,
         graph_charged=_graph_charged(result),
     )
@@ -188,14 +210,19 @@ def annotate(result: Any, model: ModelSpec, settings: ServeSettings, ext: xw.Ext
     if ext is not None:
         result = _with_daemon(result, ext)
         notes += xw.notes(
-            ext, total=result.capacity_bytes, requested=result.requested_bytes,
+            ext,
+            total=result.capacity_bytes,
+            requested=result.requested_bytes,
             engine_outside_bytes=_engine_outside(result),
         )
     sp = _sleep_plan(result, settings)
     if sp is not None:
         ranks = result.settings.tensor_parallel_size * result.settings.pipeline_parallel_size
-        more, warn = sleep.notes(sp, ranks=ranks * max(1, settings.data_parallel_size),
-                                 host_memory_bytes=settings.host_memory_bytes)
+        more, warn = sleep.notes(
+            sp,
+            ranks=ranks * max(1, settings.data_parallel_size),
+            host_memory_bytes=settings.host_memory_bytes,
+        )
         notes += more
         warnings += warn
         if ext is not None and ext.mode == "zero_copy":
@@ -222,6 +249,13 @@ def annotate(result: Any, model: ModelSpec, settings: ServeSettings, ext: xw.Ext
 
 
 def features_in_use(result: Any) -> frozenset[str]:
-    """For `vramctl diff`'s rule context: which features either plan uses."""
+    """For `vramctl diff`'s rule context: which features a plan uses."""
     features = getattr(result, "engine_features", None)
-    return features.in_use if isinstance(features, EngineFeatures) else frozenset()
+    used = set(features.in_use) if isinstance(features, EngineFeatures) else set()
+    ext = features.external_weights if isinstance(features, EngineFeatures) else None
+    if ext is not None and ext.mode == "copy":
+        used.add("ipc_cache_copy")
+    host = getattr(result, "host_tier", None)
+    if str(getattr(host, "mechanism", "")).startswith("vllm-"):
+        used.add("kv_offload")
+    return frozenset(used)

@@ -57,7 +57,8 @@ class SleepPlan:
     cuda_graph_bytes: int
     nccl_bytes: int
     resident_bytes: int
-    """What the engine holds on the card awake (every term but other processes and slack)."""
+    """What the engine holds on the card awake and idle (every term but other processes, the transient activation
+    peak and slack)."""
     nccl_suspend: bool
     offload_cudagraph: bool
     release_kv_endpoint: bool
@@ -154,7 +155,7 @@ def notes(sp: SleepPlan, *, ranks: int, host_memory_bytes: int | None) -> tuple[
         f"/sleep?level=1 frees about {sp.level1_freed_bytes / g:.2f} GiB per rank (weights {sp.weights_bytes / g:.2f} "
         f"GiB offloaded to pinned host memory, KV {sp.kv_cache_bytes / g:.2f} GiB discarded); level=2 frees the same "
         "but discards the weights too (reloaded on wake, only the model buffers go to the CPU). About "
-        f"{sp.remains_bytes / g:.2f} GiB stays in use: the CUDA context, activation and NCCL memory"
+        f"{sp.remains_bytes / g:.2f} GiB stays in use: the CUDA context, cuBLAS and other non-torch memory, NCCL"
         + ("" if sp.nccl_suspend else " (--enable-nccl-comm-suspend frees the communicators, 0.30 →)")
         + ("" if sp.offload_cudagraph else ", the CUDA-graph pool (--sleep-mode-offload-cudagraph, 0.32 →)")
         + f" ({CITATION}).",

@@ -41,7 +41,9 @@ CITATION = (
 
 def double_counts(version: str) -> bool:
     v = parse_version(version)
-    return v >= DOUBLE_COUNT_FROM and (DOUBLE_COUNT_FIXED_IN is None or v < parse_version(DOUBLE_COUNT_FIXED_IN))
+    return v >= DOUBLE_COUNT_FROM and (
+        DOUBLE_COUNT_FIXED_IN is None or v < parse_version(DOUBLE_COUNT_FIXED_IN)
+    )
 
 
 def log_level(version: str) -> str:
@@ -66,7 +68,10 @@ class PlannedSuggestion:
                 "fill_gpu_bytes": self.vllm_fill_gpu_bytes,
                 "log_level": self.log_level,
             },
-            "vramctl": {"fit_requested_bytes": self.fit_requested_bytes, "fill_gpu_bytes": self.fill_gpu_bytes},
+            "vramctl": {
+                "fit_requested_bytes": self.fit_requested_bytes,
+                "fill_gpu_bytes": self.fill_gpu_bytes,
+            },
             "double_counted_bytes": self.double_counted_bytes,
             "fixed_in": DOUBLE_COUNT_FIXED_IN,
             "citation": CITATION,

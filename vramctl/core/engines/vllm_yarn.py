@@ -72,7 +72,9 @@ def model_for_version(model: ModelSpec, version: str) -> ModelSpec:
     if length == model.vllm_max_model_len:
         return model
     if length >= model.max_position_embeddings:
-        return replace(model, vllm_max_position_embeddings=length if length > model.max_position_embeddings else None)
+        return replace(
+            model, vllm_max_position_embeddings=length if length > model.max_position_embeddings else None
+        )
     return replace(model, max_position_embeddings=length, vllm_max_position_embeddings=None)
 
 
