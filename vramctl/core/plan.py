@@ -1244,7 +1244,7 @@ def plan_vllm(
     search, which needs only the verdict and its edges; `calibration`: the estimate coefficients; the
     default is the fitted set, scripts/calibrate.py passes others for leave-one-out)."""
     version = V.resolve_version(settings.engine_version if settings.engine != "sglang" else None)
-    loaded, model = model, vf.model_for_version(model, version)  # vLLM 0.30's yarn rule
+    loaded, model = model, vf.model_for_version(model, version, settings.engine)  # vLLM 0.30's yarn rule
     validate(model, gpu, settings)
     if model.state_space is not None:
         V.check_hybrid_supported(model.name, version)

@@ -71,8 +71,10 @@ class EngineFeatures:
         return out
 
 
-def model_for_version(model: ModelSpec, version: str) -> ModelSpec:
-    return yarn.model_for_version(model, version)
+def model_for_version(model: ModelSpec, version: str, engine: str = "vllm") -> ModelSpec:
+    """The model as vLLM `version` derives its length; for `--engine sglang` the vLLM plan is only a reference
+    and SGLang's own length rule decides, so the model is left as loaded."""
+    return model if engine == "sglang" else yarn.model_for_version(model, version)
 
 
 def prepare(
@@ -204,7 +206,7 @@ def annotate(result: Any, model: ModelSpec, settings: ServeSettings, ext: xw.Ext
     notes: list[str] = []
     warnings: list[str] = []
     version = result.engine_version
-    yarn_note = yarn.note(model, version)
+    yarn_note = yarn.note(model, version) if settings.engine != "sglang" else None
     if yarn_note:
         notes.append(yarn_note)
     if ext is not None:
@@ -235,7 +237,7 @@ def annotate(result: Any, model: ModelSpec, settings: ServeSettings, ext: xw.Ext
     if ps is not None:
         notes += sug.notes(ps)
     lengths = None
-    if model.vllm_unscaled_yarn_len is not None:
+    if model.vllm_unscaled_yarn_len is not None and settings.engine != "sglang":
         lengths = (model.vllm_max_model_len, model.vllm_unscaled_yarn_len)
     features = EngineFeatures(ext, sp, ps, lengths)
     if not features.in_use:
