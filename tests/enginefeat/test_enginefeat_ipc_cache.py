@@ -96,7 +96,7 @@ def test_largest_utilisation_starts() -> None:
 
 
 def test_refusals() -> None:
-    with pytest.raises(BadInputError, match="added in 0.30.0"):
+    with pytest.raises(BadInputError, match=r"added in 0\.30\.0"):
         _ipc("0.29.0")
     with pytest.raises(BadInputError, match="rejects pipeline parallelism"):
         _ipc("0.31.0", pipeline_parallel_size=2)

@@ -52,9 +52,9 @@ def test_sleep_offload_cudagraph_and_nccl_suspend() -> None:
 
 
 def test_sleep_flags_by_version() -> None:
-    with pytest.raises(BadInputError, match="added in 0.30.0"):
+    with pytest.raises(BadInputError, match=r"added in 0\.30\.0"):
         _plan(enable_sleep_mode=True, enable_nccl_comm_suspend=True, engine_version="0.29.0")
-    with pytest.raises(BadInputError, match="added in 0.32.0"):
+    with pytest.raises(BadInputError, match=r"added in 0\.32\.0"):
         _plan(enable_sleep_mode=True, sleep_mode_offload_cudagraph=True, engine_version="0.31.0")
     assert not _plan(enable_sleep_mode=True, engine_version="0.30.0").engine_features.sleep.release_kv_endpoint  # type: ignore[attr-defined]
 
