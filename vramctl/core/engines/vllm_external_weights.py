@@ -158,7 +158,7 @@ def adjust(s: Any, ext: ExternalWeights | None) -> Any:
 
 
 def external_weights_error(ext: ExternalWeights, *, total: int, util: float, requested: int) -> str:
-    """vLLM 0.32 →'s refusal when the external weights reach the budget (utils.py:728-741)."""
+    """vLLM 0.32 →'s refusal when the external weights reach the budget (utils.py:728-739)."""
     return (
         f"Externally held weights on device cuda:0 ({vllm_format_gib(ext.daemon_weight_bytes)}/"
         f"{vllm_format_gib(total)} GiB) exceed the desired GPU memory utilization ({util}, "
@@ -170,7 +170,7 @@ def external_weights_error(ext: ExternalWeights, *, total: int, util: float, req
 def engine_budget_error(
     ext: ExternalWeights, *, snapshot_free: int, total: int, util: float, requested: int
 ) -> str:
-    """vLLM 0.32 →'s refusal when free memory is below requested − external (utils.py:742-751)."""
+    """vLLM 0.32 →'s refusal when free memory is below requested − external (utils.py:740-750)."""
     engine = requested - ext.daemon_weight_bytes
     return (
         f"Free memory on device cuda:0 ({vllm_format_gib(max(0, snapshot_free - ext.daemon_weight_bytes))}/"
