@@ -339,7 +339,8 @@ def validate(model: ModelSpec, gpu: GpuSpec, settings: ServeSettings) -> None:
         raise BadInputError(
             f"--max-model-len {mml}: User-specified max_model_len ({mml}) is greater than the derived max_model_len "
             f"(max_position_embeddings={model.vllm_max_model_len} in model's config.json); vLLM refuses it unless "
-            "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 (or a rope scaling via --hf-overrides raises the derived length)"
+            "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 (or --hf-overrides raises the derived length: a rope scaling, or for yarn from "
+            "vLLM 0.30 max_position_embeddings itself)"
         )
     if settings.kv_cache_dtype:
         kvmath.kv_dtype_bytes(model, settings.kv_cache_dtype, model_dtype=settings.dtype)
