@@ -35,7 +35,7 @@ from vramctl.core.exit_codes import ExitCode
 from vramctl.core.host_tier import HostTierPlan, plan_host_tier
 from vramctl.core.ledger import SLACK, WEIGHTS
 from vramctl.core.safe_yaml import YamlBudgetError, load_yaml
-from vramctl.core.serve_command import parse_human_int, parse_serve_command
+from vramctl.core.serve_command import parse_human_int, parse_loader_mode, parse_serve_command
 from vramctl.core.settings import ServeSettings
 from vramctl.core.specs import GpuSpec, ModelSpec
 from vramctl.core.units import as_float, cdiv, format_bytes, format_count, parse_bytes, parse_number
@@ -70,7 +70,7 @@ REQUIREMENT_KEYS = (
 )
 
 # --- engine flags --------------------------------------------------------------------------------------------
-FlagKind = Literal["int", "float", "bool", "str", "size", "tokens", "ints"]
+FlagKind = Literal["int", "float", "bool", "str", "size", "tokens", "ints", "loader-mode"]
 
 
 @dataclass(frozen=True)
@@ -124,6 +124,7 @@ FLAGS: dict[str, FlagSpec] = {
     "cuda-graph-sizes": FlagSpec("cudagraph_capture_sizes", "ints", _V),
     # vLLM 0.30 → 0.33 features (vramctl.core.engines.vllm_features)
     "load-format": FlagSpec("load_format", "str", _BOTH),
+    "model-loader-extra-config": FlagSpec("weight_cache_mode", "loader-mode", _V),
     "kv-offloading-backend": FlagSpec("kv_offloading_backend", "str", _V),
     "enable-sleep-mode": FlagSpec("enable_sleep_mode", "bool", _V),
     "enable-nccl-comm-suspend": FlagSpec("enable_nccl_comm_suspend", "bool", _V),
@@ -205,6 +206,9 @@ BOOL_NEGATIONS = {
     "no-enforce-eager": "enforce-eager",
     "no-enable-expert-parallel": "enable-expert-parallel",
     "no-enable-lora": "enable-lora",
+    "no-enable-sleep-mode": "enable-sleep-mode",
+    "no-enable-nccl-comm-suspend": "enable-nccl-comm-suspend",
+    "no-sleep-mode-offload-cudagraph": "sleep-mode-offload-cudagraph",
 }
 
 
@@ -359,6 +363,11 @@ def _convert(kind: FlagKind, value: Any, where: str, source: str) -> Any:
         return _as_bool(value, where, source)
     if kind == "size":
         return _as_size(value, where, source)
+    if kind == "loader-mode":  # `--model-loader-extra-config`: the ipc_cache loader's mode (vllm_external_weights)
+        try:
+            return parse_loader_mode(value)
+        except BadInputError as exc:
+            raise _bad(source, where, str(exc)) from None
     if kind == "ints":
         items = value.replace(",", " ").split() if isinstance(value, str) else value
         if not isinstance(items, list) or not items:

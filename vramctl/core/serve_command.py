@@ -97,18 +97,24 @@ def _sizes(flag: str) -> Callable[[str], tuple[int, ...]]:
     return parse
 
 
-def _loader_mode(flag: str) -> Callable[[str], str | None]:
-    """`--model-loader-extra-config JSON`: its `mode` (the ipc_cache loader's zero_copy / copy), None without one."""
-
-    def parse(text: str) -> str | None:
+def parse_loader_mode(value: Any, flag: str = "--model-loader-extra-config") -> str | None:
+    """`--model-loader-extra-config JSON` (or a mapping): its `mode` (the ipc_cache loader's zero_copy / copy),
+    None without one."""
+    data = value
+    if isinstance(value, str):
         try:
-            data = json.loads(text)
+            data = json.loads(value)
         except ValueError:
-            raise BadInputError(f"{flag} {text!r}: not a JSON object") from None
-        if not isinstance(data, dict):
-            raise BadInputError(f"{flag} {text!r}: not a JSON object")
-        mode = data.get("mode")
-        return None if mode is None else str(mode)
+            raise BadInputError(f"{flag} {value!r}: not a JSON object") from None
+    if not isinstance(data, dict):
+        raise BadInputError(f"{flag} {value!r}: not a JSON object")
+    mode = data.get("mode")
+    return None if mode is None else str(mode)
+
+
+def _loader_mode(flag: str) -> Callable[[str], str | None]:
+    def parse(text: str) -> str | None:
+        return parse_loader_mode(text, flag)
 
     return parse
 
