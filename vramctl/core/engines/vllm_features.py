@@ -28,9 +28,11 @@ from vramctl.core.ledger import (
     SLACK,
     WEIGHTS,
     Ledger,
+    TermSource,
 )
 from vramctl.core.settings import ServeSettings
 from vramctl.core.specs import ModelSpec
+from vramctl.core.units import GiB
 from vramctl.core.weights import rope_cache_bytes, stage_rank_weight_bytes
 
 GPU_UTIL_EXCEEDS_FREE = "gpu-util-exceeds-free-memory"
@@ -116,16 +118,18 @@ def _with_daemon(result: Any, ext: xw.ExternalWeights) -> Any:
     terms = []
     for term in ledger.terms:
         if term.name == OTHER_PROCESSES:
+            daemon = (
+                f"the weight-cache daemon: its CUDA context {ext.daemon_overhead_bytes / GiB:.2f} GiB (its weights, "
+                f"{ext.daemon_weight_bytes / GiB:.2f} GiB, are charged to the budget by vLLM ≥ 0.32: under weights)"
+                if ext.rule == "subtracted"
+                else f"the weight-cache daemon: weights {ext.daemon_weight_bytes / GiB:.2f} GiB + its CUDA context "
+                f"{ext.daemon_overhead_bytes / GiB:.2f} GiB"
+            )
+            given = ext.free_before_bytes != ledger.capacity_bytes
             term = replace(
                 term,
-                formula=f"the weight-cache daemon: weights {ext.daemon_weight_bytes} B"
-                + (
-                    " (charged to the budget by vLLM ≥ 0.32, so booked under weights)"
-                    if ext.rule == "subtracted"
-                    else ""
-                )
-                + f" + its CUDA context {ext.daemon_overhead_bytes} B"
-                + ("; + total − --free-memory" if result.settings.free_memory_bytes is not None else ""),
+                source=TermSource.DERIVED,
+                formula=daemon + ("; + total − --free-memory" if given else ""),
                 note="--load-format ipc_cache: the daemon (`vllm preload`) is another process on the card",
             )
         elif term.name == WEIGHTS and ext.rule == "outside":
