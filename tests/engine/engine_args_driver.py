@@ -44,6 +44,12 @@ FIELDS = (
     "async_scheduling",
     "max_cudagraph_capture_size",
     "cudagraph_capture_sizes",
+    # vLLM 0.30 → 0.33 features (vramctl.core.engines.vllm_features)
+    "load_format",
+    "kv_offloading_backend",
+    "enable_sleep_mode",
+    "enable_nccl_comm_suspend",
+    "sleep_mode_offload_cudagraph",
 )
 
 

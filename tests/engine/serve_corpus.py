@@ -50,6 +50,12 @@ FIELDS: dict[str, str] = {
     "max_cudagraph_capture_size": "max_cudagraph_capture_size",
     "cudagraph_capture_sizes": "cudagraph_capture_sizes",
     "estimate_cudagraphs": "env.VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS",
+    # vLLM 0.30 → 0.33 features (vramctl.core.engines.vllm_features)
+    "load_format": "load_format",
+    "kv_offloading_backend": "kv_offloading_backend",
+    "enable_sleep_mode": "enable_sleep_mode",
+    "enable_nccl_comm_suspend": "enable_nccl_comm_suspend",
+    "sleep_mode_offload_cudagraph": "sleep_mode_offload_cudagraph",
 }
 
 
@@ -138,6 +144,10 @@ def vramctl_parse(command: Command, engine_version: str) -> dict[str, Any]:
         values["max_loras"] = DEFAULT_MAX_LORAS
     if values["max_lora_rank"] is None:
         values["max_lora_rank"] = DEFAULT_MAX_LORA_RANK
+    if values["load_format"] is None:
+        values["load_format"] = "auto"  # EngineArgs' default; vramctl reads only ipc_cache
+    if values["kv_offloading_backend"] is None:
+        values["kv_offloading_backend"] = "native"
     if values["cudagraph_capture_sizes"] is not None:
         values["cudagraph_capture_sizes"] = list(values["cudagraph_capture_sizes"])
     return values

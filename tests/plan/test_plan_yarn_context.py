@@ -45,17 +45,34 @@ def _plan(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str
     return code, out.out, out.err
 
 
-def test_vllm_defaults_to_and_accepts_its_own_length(
+def test_vllm_0_29_defaults_to_and_accepts_original_times_factor(
     yarn_model: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, out, _ = _plan(capsys, "--model", yarn_model, "--gpu", "h100-sxm", "--json")
+    """vLLM ≤ 0.29 derives original_max_position_embeddings × factor (vllm/config/model.py:2452-2469, 0.29.0)."""
+    v = ("--engine-version", "0.29.0")
+    code, out, _ = _plan(capsys, "--model", yarn_model, "--gpu", "h100-sxm", *v, "--json")
     assert code == 0 and json.loads(out)["max_model_len"] == 131072
     code, out, _ = _plan(
-        capsys, "--model", yarn_model, "--gpu", "h100-sxm", "--max-model-len", "131072", "--json"
+        capsys, "--model", yarn_model, "--gpu", "h100-sxm", *v, "--max-model-len", "131072", "--json"
     )
     assert code == 0 and json.loads(out)["max_model_len"] == 131072
-    code, _, err = _plan(capsys, "--model", yarn_model, "--gpu", "h100-sxm", "--max-model-len", "131073")
+    code, _, err = _plan(capsys, "--model", yarn_model, "--gpu", "h100-sxm", *v, "--max-model-len", "131073")
     assert code == 2 and "derived max_model_len (max_position_embeddings=131072" in err
+
+
+def test_vllm_0_30_on_keeps_max_position_embeddings(yarn_model: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """vLLM ≥ 0.30 leaves yarn unscaled (vllm/config/model.py:2468-2492, 0.30.0): 40,960, and 131,072 is refused."""
+    for version in ("0.30.0", "0.33.0"):
+        code, out, _ = _plan(capsys, "--model", yarn_model, "--gpu", "h100-sxm", "--engine-version", version, "--json")
+        data = json.loads(out)
+        assert code == 0 and data["max_model_len"] == 40960
+        assert data["engine_features"]["yarn_max_model_len"]["up_to_0_29"] == 131072
+        assert data["engine_features"]["yarn_max_model_len"]["from_0_30"] == 40960
+        assert any("unscaled since 0.30" in note for note in data["explanations"])
+        code, _, err = _plan(
+            capsys, "--model", yarn_model, "--gpu", "h100-sxm", "--engine-version", version, "--max-model-len", "131072"
+        )
+        assert code == 2 and "derived max_model_len (max_position_embeddings=40960" in err
 
 
 def test_sglang_keeps_max_position_embeddings(yarn_model: str, capsys: pytest.CaptureFixture[str]) -> None:

@@ -432,6 +432,8 @@ def test_qa_check_and_plan_know_the_same_flags() -> None:
                 text = "0.8"
             elif field in ("hicache_ratio", "hicache_size_gb", "kv_offloading_size_gib"):
                 text = "4"
+            elif field == "weight_cache_mode":
+                text = "'{\"mode\":\"copy\"}'"
             else:
                 text = samples["len"] if "len" in field or "tokens" in field else samples["int"]
             command = f"{head} {flag} {text}"

@@ -59,9 +59,18 @@ def test_merge_replaces_keys_and_updates_sub_configs() -> None:
 def test_cli_long_context_paths() -> None:
     refused = _plan("llama-3-8b", "--max-model-len", "32768")
     assert refused.returncode == 2 and "VLLM_ALLOW_LONG_MAX_MODEL_LEN" in refused.stderr
-    ok = _plan("llama-3-8b", "--max-model-len", "32768", "--hf-overrides", json.dumps(YARN), "--json")
+    # vLLM ≤ 0.29 scales yarn's original_max_position_embeddings; from 0.30 yarn is unscaled
+    # (vllm/config/model.py:2468-2492, 0.30.0), so the override must raise max_position_embeddings itself
+    ok = _plan("llama-3-8b", "--engine-version", "0.29.0", "--max-model-len", "32768", "--hf-overrides",
+               json.dumps(YARN), "--json")
     assert ok.returncode in (0, 1), ok.stderr
     assert json.loads(ok.stdout)["settings"]["max_model_len"] == 32768
+    unscaled = _plan("llama-3-8b", "--max-model-len", "32768", "--hf-overrides", json.dumps(YARN))
+    assert unscaled.returncode == 2 and "from vLLM 0.30 max_position_embeddings" in unscaled.stderr
+    both = _plan("llama-3-8b", "--max-model-len", "32768", "--json", "--hf-overrides",
+                 json.dumps({**YARN, "max_position_embeddings": 32768}))
+    assert both.returncode in (0, 1), both.stderr
+    assert json.loads(both.stdout)["settings"]["max_model_len"] == 32768
     pasted = _plan(
         "--json",
         "--",

@@ -24,6 +24,7 @@ OWN_FLAGS: dict[str, tuple[str, bool]] = {
     "--offline": ("offline", False),
     "--json": ("json_out", False),
     "--markdown": ("markdown", False),
+    "--kv-cache-memory-suggestion": ("kv_cache_memory_suggestion", False),
 }
 """Flag → (the command's option name, whether it takes a value). None of these is a vLLM or SGLang flag."""
 

@@ -148,6 +148,10 @@ def run_plan(
         if options["entrypoint"] not in ("server", "llm"):
             raise BadInputError(f"--entrypoint {options['entrypoint']!r}: use server or llm")
         changes["entrypoint"] = options["entrypoint"]
+    if options.get("weight_cache_mode") is not None:  # vramctl's spelling of the ipc_cache loader's `mode`
+        changes["weight_cache_mode"] = options["weight_cache_mode"]
+    if options.get("kv_cache_memory_suggestion"):
+        changes["kv_cache_memory_suggestion"] = True
     if changes.get("tensor_parallel_size", 1) < 1 or changes.get("pipeline_parallel_size", 1) < 1:
         bad = (
             "--tensor-parallel-size"
@@ -382,6 +386,28 @@ def register(app: typer.Typer) -> None:
         ),
         host_memory: str = typer.Option(
             None, "--host-memory", help=f"Host RAM (default: this machine's; {MEMORY_HELP})."
+        ),
+        # vLLM 0.30 → 0.33 features (vramctl.core.engines.vllm_features)
+        kv_offloading_backend: str = typer.Option(
+            None, "--kv-offloading-backend", help=flag_help("--kv-offloading-backend")
+        ),
+        load_format: str = typer.Option(None, "--load-format", help=flag_help("--load-format")),
+        weight_cache_mode: str = typer.Option(
+            None, "--weight-cache-mode", help="ipc_cache: zero_copy (default) or copy (the loader's `mode`)."
+        ),
+        enable_sleep_mode: bool = typer.Option(
+            False, "--enable-sleep-mode", help=flag_help("--enable-sleep-mode")
+        ),
+        enable_nccl_comm_suspend: bool = typer.Option(
+            False, "--enable-nccl-comm-suspend", help=flag_help("--enable-nccl-comm-suspend")
+        ),
+        sleep_mode_offload_cudagraph: bool = typer.Option(
+            False, "--sleep-mode-offload-cudagraph", help=flag_help("--sleep-mode-offload-cudagraph")
+        ),
+        kv_cache_memory_suggestion: bool = typer.Option(
+            False,
+            "--kv-cache-memory-suggestion",
+            help="vLLM: predict its `--kv-cache-memory=` log line and vramctl's value (graph pool counted once).",
         ),
         json_out: bool = typer.Option(False, "--json", help="One JSON object (docs/json.md)."),
         markdown: bool = typer.Option(False, "--markdown", help="GitHub Markdown."),

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from vramctl.core.engines.version_rules import RuleChange, RuleContext, changed_rules
+from vramctl.core.engines.vllm_features import features_in_use
 from vramctl.core.ledger import TERM_ORDER
 from vramctl.core.units import format_bytes
 from vramctl.core.verdicts import Verdict
@@ -236,6 +237,7 @@ def _rule_context(result: Any, other: Any) -> RuleContext:
             bool(getattr(r.sglang, "post_capture", False)) for r in (result, other) if r.sglang is not None
         ),
         defaults_used=frozenset(both),
+        features=features_in_use(result) | features_in_use(other),  # vramctl.core.engines.vllm_features
     )
 
 

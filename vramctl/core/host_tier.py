@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from vramctl.core.engines import vllm_offload
 from vramctl.core.errors import BadInputError
 from vramctl.core.settings import LATEST_SGLANG_VERSION, ServeSettings, parse_version
 from vramctl.core.specs import GpuSpec, ModelSpec
@@ -340,6 +341,7 @@ def plan_vllm_offload(
             notes.append(
                 f"pure MLA: all {world} ranks share one copy (slot 0), so the host holds the latent once"
             )
+        notes.extend(vllm_offload.host_notes(settings, region_bytes=region, per_rank_bytes=pinned_rank))
     status, message, fraction = _host_status(
         total,
         settings.host_memory_bytes,
@@ -406,7 +408,11 @@ def plan_host_tier(
             version=sglang_version,
         )
     return plan_vllm_offload(
-        model, settings, device_kv_tokens=device_kv_tokens, kv_bytes_per_token=kv_bytes_per_token
+        model,
+        settings,
+        device_kv_tokens=device_kv_tokens,
+        kv_bytes_per_token=kv_bytes_per_token,
+        backend="lmcache" if (settings.kv_offloading_backend or "").lower() == "lmcache" else "native",
     )
 
 

@@ -93,6 +93,8 @@ class PlanResult:
     pessimistic: PlanEdge | None = None
     """The plan with every estimated term at the top of its band; None where the plan has no such band."""
     optimistic: PlanEdge | None = None
+    engine_features: Any = None
+    """vramctl.core.engines.vllm_features.EngineFeatures when ipc_cache / sleep / yarn / the suggestion apply."""
     fixes: tuple[Any, ...] = ()
     """For a plan that does not fit, or fits only if the estimates hold: the smallest single changes that make
     it fit at the pessimistic edge, each checked by planning it (vramctl.core.fixes.Fix)."""
@@ -208,6 +210,8 @@ class PlanResult:
         out["fixes"] = [fix.to_json() for fix in self.fixes]
         if self.hybrid is not None:  # only hybrids carry the key: other plans' JSON is unchanged
             out["hybrid"] = self.hybrid.to_json()
+        if self.engine_features is not None:  # likewise (vramctl.core.engines.vllm_features)
+            out["engine_features"] = self.engine_features.to_json()
         return out
 
 

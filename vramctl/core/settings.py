@@ -82,6 +82,21 @@ class ServeSettings:
     """vLLM `--disable-custom-all-reduce`: NCCL carries the TP reductions (graphs hold its buffers)."""
     use_v1_env: bool = False
     """`VLLM_USE_V1=1` (0.8.x): keeps V1 for LoRA / pipeline parallelism instead of falling back to V0."""
+    # --- vLLM 0.30 → 0.33 features (vramctl.core.engines.vllm_features) ----------------------------------
+    load_format: str | None = None
+    """vLLM `--load-format`; only `ipc_cache` (0.30 →: weights mapped from a `vllm preload` daemon) moves a term."""
+    weight_cache_mode: str | None = None
+    """`--model-loader-extra-config '{"mode": ...}'` of `ipc_cache`: None = `zero_copy` (the default) or `copy`."""
+    enable_sleep_mode: bool = False
+    """vLLM `--enable-sleep-mode`: weights and KV in the CuMemAllocator pool so `/sleep` can free them."""
+    enable_nccl_comm_suspend: bool = False
+    """vLLM `--enable-nccl-comm-suspend` (0.30 →): sleep also frees the NCCL communicators."""
+    sleep_mode_offload_cudagraph: bool = False
+    """vLLM `--sleep-mode-offload-cudagraph` (0.32 →): sleep also backs the graph pool up to the host."""
+    kv_offloading_backend: str | None = None
+    """vLLM `--kv-offloading-backend`: None = `native`; `lmcache` leaves the capacity to the LMCache server."""
+    kv_cache_memory_suggestion: bool = False
+    """vramctl `plan --kv-cache-memory-suggestion`: predict vLLM's `--kv-cache-memory=` log line and vramctl's."""
     # --- SGLang ----------------------------------------------------------------------------------------
     mem_fraction_static: float | None = None
     chunked_prefill_size: int | None = None

@@ -199,6 +199,9 @@ class ModelSpec:
     vllm_max_position_embeddings: int | None = None
     """vLLM's derived max_model_len when it exceeds max_position_embeddings (a yarn config: vLLM scales
     original_max_position_embeddings by the factor, SGLang keeps max_position_embeddings); None: the same."""
+    vllm_unscaled_yarn_len: int | None = None
+    """vLLM ≥ 0.30's derived max_model_len for a yarn-family rope (yarn, deepseek_yarn, deepseek_llama_scaling) when
+    it differs from `vllm_max_model_len`: the config's length, no longer scaled (vramctl.core.engines.vllm_yarn)."""
     rope_cache_elements: int = 0
     """cos/sin values the engine's rotary embeddings precompute (positions × rotary_dim, summed over the distinct
     RoPE set-ups): a buffer allocated with the weights (vramctl.registry.models._rope_cache_elements)."""

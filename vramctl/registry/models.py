@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from vramctl.core.engines import vllm_yarn
 from vramctl.core.errors import BadInputError
 from vramctl.core.params import (
     bnb_double_quant_saving,
@@ -222,6 +223,21 @@ MAX_CONTEXT = 1 << 30
 """1,073,741,824 tokens: 100 × any context a config declares (Llama-4-Scout: 10,485,760); more is corrupt."""
 
 
+def _length_keys(config: Mapping[str, Any], where: str) -> dict[str, int]:
+    return {
+        key: get_int(config, key, where, maximum=MAX_CONTEXT)
+        for key in _MAX_LEN_KEYS
+        if config.get(key) is not None
+    }
+
+
+def _unscaled_yarn_len(config: Mapping[str, Any], model_type: str, where: str, old_len: int) -> int | None:
+    """vLLM ≥ 0.30's derived length of a yarn-family config (vramctl.core.engines.vllm_yarn)."""
+    found = _length_keys(config, where)
+    length = (found.get("model_max_length") or min(found.values())) if found else 2048
+    return vllm_yarn.unscaled_yarn_len(config, model_type, length, old_len)
+
+
 def _max_len(config: Mapping[str, Any], model_type: str, where: str) -> tuple[int, str | None, int | None]:
     """(context length, a note when it is not max_position_embeddings, vLLM's own length when larger), as vLLM
     derives `max_model_len` (yarn: the smaller of vLLM's and SGLang's lengths, and vLLM's as the third item).
@@ -233,11 +249,7 @@ def _max_len(config: Mapping[str, Any], model_type: str, where: str) -> tuple[in
     `original_max_position_embeddings` instead. SGLang (`get_context_length`) agrees except for yarn, where it
     keeps max_position_embeddings; the smaller of the two is kept so a plan never admits a length SGLang refuses.
     """
-    found = {
-        key: get_int(config, key, where, maximum=MAX_CONTEXT)
-        for key in _MAX_LEN_KEYS
-        if config.get(key) is not None
-    }
+    found = _length_keys(config, where)
     if not found:
         return (
             2048,
@@ -995,6 +1007,7 @@ def spec_from_config(
         vocab_size=get_int(cfg, "vocab_size", where),
         max_position_embeddings=max_pos,
         vllm_max_position_embeddings=vllm_max_pos,
+        vllm_unscaled_yarn_len=_unscaled_yarn_len(cfg, model_type, where, vllm_max_pos or max_pos),
         rope_cache_elements=_rope_cache_elements(
             cfg,
             model_type,

@@ -21,6 +21,7 @@ One spelling of a value works everywhere:
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
@@ -29,7 +30,7 @@ from vramctl.core.errors import BadInputError
 from vramctl.core.units import GB, GiB, as_float, parse_bytes, parse_number
 
 EngineName = Literal["vllm", "sglang"]
-FlagKind = Literal["count", "max-model-len", "float", "bool", "str", "bytes", "gib", "gb", "counts"]
+FlagKind = Literal["count", "max-model-len", "float", "bool", "str", "bytes", "gib", "gb", "counts", "loader-mode"]
 
 V: tuple[EngineName, ...] = ("vllm",)
 S: tuple[EngineName, ...] = ("sglang",)
@@ -186,6 +187,21 @@ def parse_counts(value: Any, where: str) -> tuple[int, ...]:
     return tuple(parse_count(item, where) for item in items)
 
 
+def parse_loader_mode(value: Any, where: str = "--model-loader-extra-config") -> str | None:
+    """`--model-loader-extra-config JSON` (or a mapping): its `mode` (the ipc_cache loader's zero_copy / copy),
+    None without one (vramctl.core.engines.vllm_external_weights)."""
+    data = value
+    if isinstance(value, str):
+        try:
+            data = json.loads(value)
+        except ValueError:
+            raise BadInputError(f"{where} {value!r}: not a JSON object") from None
+    if not isinstance(data, dict):
+        raise BadInputError(f"{where} {value!r}: not a JSON object")
+    mode = data.get("mode")
+    return None if mode is None else str(mode)
+
+
 PARSERS: dict[FlagKind, Callable[[Any, str], Any]] = {
     "count": parse_count,
     "max-model-len": parse_max_model_len,
@@ -196,6 +212,7 @@ PARSERS: dict[FlagKind, Callable[[Any, str], Any]] = {
     "gib": _in_unit("GiB", GiB),
     "gb": _in_unit("GB", GB),
     "counts": parse_counts,
+    "loader-mode": parse_loader_mode,
 }
 
 
@@ -232,8 +249,10 @@ def _f(
     negatable: bool = False,
     log_keys: tuple[str, ...] = (),
     in_logs: bool = False,
+    cli: bool | None = None,
 ) -> EngineFlag:
-    cli = not target.startswith("options.")
+    """`cli`: None = every flag but SGLang's SglangOptions ones is a `plan` option too."""
+    cli = not target.startswith("options.") if cli is None else cli
     return EngineFlag(name, kind, engines, target, help, dict(aliases or {}), negatable, log_keys, in_logs, cli)
 
 
@@ -299,6 +318,18 @@ REGISTRY: tuple[EngineFlag, ...] = (
        "vLLM: the largest CUDA-graph batch."),
     _f("--cudagraph-capture-sizes", "counts", V, "cudagraph_capture_sizes",
        "vLLM: the CUDA-graph batch sizes (1 2 4 8 or 1,2,4,8).", aliases={"--cuda-graph-sizes": V}),
+    # vLLM 0.30 → 0.33 features (vramctl.core.engines.vllm_features)
+    _f("--load-format", "str", BOTH, "load_format",
+       "vLLM: ipc_cache = weights held by a `vllm preload` daemon (0.30 →); other formats change nothing."),
+    _f("--model-loader-extra-config", "loader-mode", V, "weight_cache_mode",
+       "vLLM: the loader's JSON; its `mode` (zero_copy / copy) for ipc_cache.", cli=False),
+    _f("--kv-offloading-backend", "str", V, "kv_offloading_backend", "vLLM: native (default) or lmcache."),
+    _f("--enable-sleep-mode", "bool", V, "enable_sleep_mode", "vLLM: report what /sleep levels 1 and 2 free.",
+       negatable=True),
+    _f("--enable-nccl-comm-suspend", "bool", V, "enable_nccl_comm_suspend",
+       "vLLM 0.30 →: sleep also frees NCCL communicators.", negatable=True),
+    _f("--sleep-mode-offload-cudagraph", "bool", V, "sleep_mode_offload_cudagraph",
+       "vLLM 0.32 →: sleep also offloads the graph pool.", negatable=True),
     # --- SGLang (python/sglang/srt/server_args.py, SGLang 0.5.23) --------------------------------------------------
     _f("--context-length", "count", S, "max_model_len", "SGLang context length.", in_logs=True),
     _f("--mem-fraction-static", "float", S, "mem_fraction_static", "SGLang's static memory fraction.",
@@ -343,8 +374,8 @@ NO_MEMORY_EFFECT = frozenset(
         "host", "port", "trust-remote-code", "served-model-name", "api-key", "disable-log-requests",
         "disable-log-stats", "log-level",
         "uvicorn-log-level", "tokenizer", "tokenizer-path", "revision", "seed", "random-seed", "download-dir",
-        "load-format", "enable-metrics", "chat-template", "tool-call-parser", "enable-auto-tool-choice",
-        "reasoning-parser", "generation-config", "kv-offloading-backend",
+        "enable-metrics", "chat-template", "tool-call-parser", "enable-auto-tool-choice",
+        "reasoning-parser", "generation-config",
         "base-gpu-id", "disaggregation-ib-device", "schedule-policy", "hicache-write-policy",
         "hicache-io-backend", "hicache-mem-layout", "hicache-storage-backend",
     }

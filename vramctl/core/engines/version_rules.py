@@ -14,7 +14,16 @@ from typing import Any
 
 from vramctl.core.engines import sglang as sg
 from vramctl.core.engines import vllm as vr
-from vramctl.core.ledger import ACTIVATION_PEAK, CUDA_GRAPH, KV_CACHE, NON_TORCH, OTHER_PROCESSES, SLACK
+from vramctl.core.ledger import (
+    ACTIVATION_PEAK,
+    CUDA_GRAPH,
+    KV_CACHE,
+    NON_TORCH,
+    OTHER_PROCESSES,
+    SLACK,
+    WEIGHTS,
+)
+from vramctl.core.settings import parse_version
 from vramctl.core.specs import GpuSpec
 
 
@@ -33,6 +42,9 @@ class RuleContext:
     """SGLang's post-capture KV sizing is on in either plan (SGLANG_ENABLE_POST_CAPTURE_KV_SIZING=1)."""
     defaults_used: frozenset[str] = frozenset()
     """Settings that took the engine's default on both sides: a rule about a default matters only for these."""
+    features: frozenset[str] = frozenset()
+    """vLLM 0.30 → 0.33 features either plan uses (vramctl.core.engines.vllm_features.features_in_use):
+    `ipc_cache`, `ipc_cache_copy`, `sleep`, `kv_offload`, `kv_cache_memory_suggestion`, `yarn`."""
 
 
 @dataclass(frozen=True)
@@ -209,6 +221,77 @@ VLLM_RULES: tuple[VersionRule, ...] = (
 )
 
 
+def _features_rules() -> tuple[VersionRule, ...]:
+    """The rules of vramctl.core.engines.vllm_features: each says "not used" on both sides unless the plan uses
+    the feature, so it never shows in a diff that does not involve it."""
+    from vramctl.core.engines import vllm_external_weights as xw
+    from vramctl.core.engines import vllm_offload as off
+    from vramctl.core.engines import vllm_sleep as sl
+    from vramctl.core.engines import vllm_suggestion as sug
+    from vramctl.core.engines import vllm_yarn as yarn
+
+    def yarn_len(version: str, ctx: RuleContext) -> str:
+        if "yarn" not in ctx.features:
+            return "not used (no yarn-family rope)"
+        if yarn.uses_unscaled_len(version):
+            return "max_position_embeddings, unscaled"
+        return "original_max_position_embeddings × factor"
+
+    def external(version: str, ctx: RuleContext) -> str:
+        if not ctx.features & {"ipc_cache", "ipc_cache_copy"}:
+            return "not used (weights loaded by the engine)"
+        v = parse_version(version)
+        if v < xw.IPC_CACHE_FROM:
+            return "no ipc_cache loader"
+        if "ipc_cache_copy" in ctx.features or v < xw.SUBTRACTED_FROM:
+            return "daemon's weights outside u × total at the start-up check, not charged"
+        counted = "exported weight bytes" if v >= xw.EXPORTED_BYTES_FROM else "daemon memory_allocated()"
+        return f"subtracted from u × total by request_memory ({counted})"
+
+    def sleep_rule(version: str, ctx: RuleContext) -> str:
+        if "sleep" not in ctx.features:
+            return "not used"
+        v = parse_version(version)
+        words = ["level 1 offloads weights to the host, level 2 discards them; KV discarded"]
+        if v >= sl.NCCL_SUSPEND_FROM:
+            words.append("--enable-nccl-comm-suspend")
+        if v >= sl.RELEASE_KV_FROM:
+            words.append("/release_kv_cache_memory")
+        if v >= sl.RUNTIME_OFFLOAD_FROM:
+            words.append("runtime + graph pools offloaded (--sleep-mode-offload-cudagraph)")
+        return "; ".join(words)
+
+    def offload_rule(version: str, ctx: RuleContext) -> str:
+        if "kv_offload" not in ctx.features:
+            return "not used"
+        v = parse_version(version)
+        if v < off.SHARED_REGION_FROM:
+            return "private pinned tensors per rank (may round up to a power of two)"
+        return "one /dev/shm region per engine, ≤ cpu_bytes_to_use" + (
+            ", unlinked once mapped" if v >= off.UNLINKED_FROM else ""
+        )
+
+    def suggestion(version: str, ctx: RuleContext) -> str:
+        if "kv_cache_memory_suggestion" not in ctx.features:
+            return "not asked"
+        if parse_version(version) < sug.SUGGESTION_FROM:
+            return "none"
+        return "graph pool counted twice" if sug.double_counts(version) else "graph pool counted once"
+
+    return (
+        VersionRule("vllm", "yarn-max-model-len", "derived max_model_len of a yarn-family RoPE config",
+                    ("verdict",), yarn.CITATION, yarn_len, ("max_model_len",)),
+        VersionRule("vllm", "external-weights", "--load-format ipc_cache: the daemon's weights in the budget",
+                    (OTHER_PROCESSES, WEIGHTS, KV_CACHE, "verdict"), xw.CITATION, external),
+        VersionRule("vllm", "sleep-mode", "what /sleep frees", ("engine_features.sleep",), sl.CITATION, sleep_rule),
+        VersionRule("vllm", "kv-offload-host", "native KV offload's host buffer", ("host_tier",), off.CITATION,
+                    offload_rule),
+        VersionRule("vllm", "kv-cache-memory-suggestion", "the logged --kv-cache-memory= suggestion",
+                    ("engine_features.kv_cache_memory_suggestion",),
+                    sug.CITATION, suggestion),
+    )
+
+
 def _sglang_rules(version: str, _: RuleContext) -> str:
     return f"the {sg.rules_for_version(version)} heuristic"
 
@@ -242,7 +325,7 @@ SGLANG_RULES: tuple[VersionRule, ...] = (
 
 
 def rules_for(engine: str) -> tuple[VersionRule, ...]:
-    return VLLM_RULES if engine == "vllm" else SGLANG_RULES
+    return (*VLLM_RULES, *_features_rules()) if engine == "vllm" else SGLANG_RULES
 
 
 def changed_rules(engine: str, before: str, after: str, ctx: RuleContext) -> tuple[RuleChange, ...]:

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from vramctl.core.engines.sglang import messages
+from vramctl.core.engines.sglang import post_capture as pc
 from vramctl.core.engines.sglang.defaults import (
     decode_graph_batch_sizes,
     default_max_running_requests,
@@ -615,11 +616,20 @@ def _pool(
     pre_gib, avail_gib = load.pre / GiB, load.avail / GiB
     slack_gib = pre_gib * (1 - mfs)
     graph_estimate = 0
+    mm_gib = 0.0
     if post_capture:
         # The pool is sized after capture: the graphs' memory is measured then; planning estimates it.
         graph_mib, _ = reserve_for_graph_mib(resolved)
         graph_estimate = int(graph_mib * MiB)
-    rest_gib = avail_gib - slack_gib
+        # the pre-capture slack of a mamba model and the multimodal reservation (post_capture.py)
+        raised = pc.pre_capture_slack_gib(
+            version, slack_gib=slack_gib, reserve_mib=_activation_reserve_mib(resolved), mamba=model.state_space is not None
+        )
+        if raised > slack_gib:
+            trace.branch.append(f"post-capture: mamba state raises the pre-capture slack to {raised:.2f} GiB")
+        slack_gib = raised
+        mm_gib = pc.mm_reservation_gib(version, multimodal=model.is_multimodal)
+    rest_gib = avail_gib - slack_gib - mm_gib
     stage_layers = load.stage_layers
     mamba: MambaPool | None = None
     if model.state_space is not None:  # hybrid: carve the state pool out of rest first (`mamba_pool`)
@@ -639,7 +649,8 @@ def _pool(
     profiled -= profiled % page
     if post_capture:
         slack_gib, budget, profiled = _post_capture_cap(
-            model, settings, resolved, rest_gib, avail_gib, slack_gib, graph_estimate, cell, page, trace
+            model, settings, resolved, rest_gib, load.pre / GiB, mfs, slack_gib, graph_estimate, cell, page, trace,
+            version,
         )
     tokens = profiled
     if settings.max_total_tokens is not None and settings.max_total_tokens < tokens:
@@ -696,45 +707,56 @@ def _cell(model: ModelSpec, settings: ServeSettings, opts: SglangOptions, layers
     return cell
 
 
+def _activation_reserve_mib(resolved: _Resolved) -> float:
+    """`pre_capture_activation_reserve_mb`: 512 + 1.5 × activation tokens + tp·pp/8 × 1024, 10 GiB above 60 GiB."""
+    act_tokens, _ = _activation_tokens(resolved)
+    reserve_mib = METADATA_RESERVE_MIB + act_tokens * ACTIVATION_MIB_PER_TOKEN + resolved.tp * resolved.pp / 8 * 1024
+    if resolved.gpu_mem is not None and resolved.gpu_mem > FLOOR_ABOVE_MIB:
+        reserve_mib = max(reserve_mib, FLOOR_RESERVE_MIB)
+    return reserve_mib
+
+
 def _post_capture_cap(
     model: ModelSpec,
     settings: ServeSettings,
     resolved: _Resolved,
     rest_gib: float,
-    avail_gib: float,
+    pre_gib: float,
+    mfs: float,
     slack_gib: float,
     graph_estimate: int,
     cell: int,
     page: int,
     trace: _Trace,
+    version: str,
 ) -> tuple[float, int, int]:
-    """Post-capture KV sizing (0.5.16 →): the headroom may rise to the pre-capture activation reserve when decode
-    runs eagerly above the graphs' max_bs, and the tokens are capped at the pre-capture value.
+    """Post-capture KV sizing (0.5.16 →): the headroom term of `compute_post_capture_kv_resize`
+    (vramctl.core.engines.sglang.post_capture), and the tokens capped at the pre-capture value.
     Returns (slack GiB, budget bytes, profiled tokens)."""
     opts, rules = resolved.options, resolved.rules
-    tp, pp, max_bs = resolved.tp, resolved.pp, resolved.max_bs
     budget = int(rest_gib * GiB) - graph_estimate
     pre_capture_tokens = max(0, int(rest_gib * GiB) // cell)
     pre_capture_tokens -= pre_capture_tokens % page
-    eager_gap = max_bs < default_max_running_requests(
+    eager_gap = resolved.max_bs < default_max_running_requests(
         pre_capture_tokens,
         settings.max_model_len or model.max_position_embeddings,
         rules,
         settings.max_running_requests,
         opts.dp_size if opts.enable_dp_attention else 1,
     )
-    if eager_gap:
-        act_tokens, _ = _activation_tokens(resolved)
-        reserve_mib = METADATA_RESERVE_MIB + act_tokens * ACTIVATION_MIB_PER_TOKEN + tp * pp / 8 * 1024
-        if resolved.gpu_mem is not None and resolved.gpu_mem > FLOOR_ABOVE_MIB:
-            reserve_mib = max(reserve_mib, FLOOR_RESERVE_MIB)
-        if reserve_mib / 1024 > slack_gib:
-            slack_gib = reserve_mib / 1024
-            budget = int((avail_gib - slack_gib) * GiB) - graph_estimate
-            trace.branch.append(
-                f"post-capture headroom raised to pre_capture_activation_reserve {reserve_mib:.0f} MiB "
-                f"(eager decode gap: graph max_bs {max_bs} < max_running_requests)"
-            )
+    head = pc.post_capture_headroom(
+        version,
+        pre_gib=pre_gib,
+        mfs=mfs,
+        reserve_mib=_activation_reserve_mib(resolved),
+        eager_decode_gap=eager_gap,
+        mamba=model.state_space is not None,
+        multimodal=model.is_multimodal,
+    )
+    if head.headroom_gib > slack_gib:
+        budget = int((rest_gib - (head.headroom_gib - slack_gib)) * GiB) - graph_estimate
+        slack_gib = head.headroom_gib
+        trace.branch.append(head.words)
     profiled = min(pre_capture_tokens, max(0, budget // cell) if budget > 0 else 0)
     profiled -= profiled % page
     trace.branch.append("post-capture: tokens capped at the pre-capture value")

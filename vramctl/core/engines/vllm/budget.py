@@ -168,6 +168,8 @@ def _weights_per_stage(
             model, tp=tp, pp=pp, dtype=s.dtype, ep=s.expert_parallel_size, load_change=load_change
         )
     )
+    if s.weights_outside_budget:  # mapped from a weight-cache daemon (vramctl.core.engines.vllm_external_weights)
+        weights = tuple(0 for _ in weights)
     slots = lora_slots_of(model, s)
     if slots is not None and lora_slots_charged(s):
         weights = tuple(w + extra for w, extra in zip(weights, slots.stage_bytes, strict=True))

@@ -74,6 +74,8 @@ class VllmSettings:
     """The vLLM release itself where `version` holds the V0 rules it falls back to (0.8-0.10 on V0)."""
     sampler_reason: str = ""
     """Why `sampler` (`vllm_runtime.sampler_kind`)."""
+    weights_outside_budget: bool = False
+    """Weights mapped from a weight-cache daemon and not charged (vramctl.core.engines.vllm_external_weights)."""
     mamba_cache_mode: str = "none"
     """A hybrid's state blocks per request: `align` (prefix caching, the default from vLLM 0.28) holds two, `none`
     one; `unmodelled` (prefix caching asked for before 0.28) is planned as `none` (vramctl/core/mamba_cache.py).
@@ -171,7 +173,8 @@ def validate(model: ModelSpec, gpu: GpuSpec, settings: ServeSettings) -> None:
         raise BadInputError(
             f"--max-model-len {mml}: User-specified max_model_len ({mml}) is greater than the derived max_model_len "
             f"(max_position_embeddings={model.vllm_max_model_len} in model's config.json); vLLM refuses it unless "
-            "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 (or a rope scaling via --hf-overrides raises the derived length)"
+            "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 (or --hf-overrides raises the derived length: a rope scaling, or for yarn "
+            "from vLLM 0.30 max_position_embeddings itself)"
         )
     if settings.kv_cache_dtype:
         kvmath.kv_dtype_bytes(model, settings.kv_cache_dtype, model_dtype=settings.dtype)

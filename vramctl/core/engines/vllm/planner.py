@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from vramctl.core import kv as kvmath
+from vramctl.core.engines import vllm_features as vf
 from vramctl.core.engines import vllm_runtime as RT
 from vramctl.core.engines.base import EnginePlan
 from vramctl.core.engines.vllm import estimates as est
@@ -43,8 +44,9 @@ def plan_vllm(
     """The vLLM plan for one model, card and set of flags (`light`: without the utilisation table, for the fix
     search, which needs only the verdict and its edges; `calibration`: the estimate coefficients; the
     default is the fitted set, scripts/calibrate.py passes others for leave-one-out)."""
-    validate(model, gpu, settings)
     version = V.resolve_version(settings.engine_version if settings.engine != "sglang" else None)
+    loaded, model = model, vf.model_for_version(model, version, settings.engine)  # vLLM 0.30's yarn rule
+    validate(model, gpu, settings)
     if model.state_space is not None:
         V.check_hybrid_supported(model.name, version)
     capacity = settings.gpu_memory_bytes or gpu.cuda_total_bytes
@@ -63,6 +65,7 @@ def plan_vllm(
     s = resolve_settings(model, gpu, settings, rules_version)
     if fallback:
         s = replace(s, release=version)
+    s, external = vf.prepare(model, s, settings, capacity)  # --load-format ipc_cache, flag checks
     core = _core(model, gpu, s, capacity, calibration)
     auto_note = None
     edges: list[_Core] = []
@@ -128,7 +131,8 @@ def plan_vllm(
     )
     if model.state_space is not None:
         result = _with_hybrid(result, model, gpu, settings, core)
-    return result
+    annotated: PlanResult = vf.annotate(result, loaded, settings, external)
+    return annotated
 
 
 class VllmEngine:
