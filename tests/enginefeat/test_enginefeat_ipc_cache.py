@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
-from vramctl.core import estimates as est
 from vramctl.core.engines import vllm_external_weights as xw
+from vramctl.core.engines.vllm import estimates as est
 from vramctl.core.errors import BadInputError
 from vramctl.core.ledger import OTHER_PROCESSES, WEIGHTS
 from vramctl.core.plan import FITS, GPU_UTIL_EXCEEDS_FREE, WEIGHTS_DO_NOT_FIT, plan

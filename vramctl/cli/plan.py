@@ -395,14 +395,14 @@ def register(app: typer.Typer) -> None:
         weight_cache_mode: str = typer.Option(
             None, "--weight-cache-mode", help="ipc_cache: zero_copy (default) or copy (the loader's `mode`)."
         ),
-        enable_sleep_mode: bool = typer.Option(
-            False, "--enable-sleep-mode", help=flag_help("--enable-sleep-mode")
+        enable_sleep_mode: Optional[bool] = typer.Option(
+            None, "--enable-sleep-mode/--no-enable-sleep-mode", help=flag_help("--enable-sleep-mode"), show_default=False
         ),
-        enable_nccl_comm_suspend: bool = typer.Option(
-            False, "--enable-nccl-comm-suspend", help=flag_help("--enable-nccl-comm-suspend")
+        enable_nccl_comm_suspend: Optional[bool] = typer.Option(
+            None, "--enable-nccl-comm-suspend/--no-enable-nccl-comm-suspend", help=flag_help("--enable-nccl-comm-suspend"), show_default=False
         ),
-        sleep_mode_offload_cudagraph: bool = typer.Option(
-            False, "--sleep-mode-offload-cudagraph", help=flag_help("--sleep-mode-offload-cudagraph")
+        sleep_mode_offload_cudagraph: Optional[bool] = typer.Option(
+            None, "--sleep-mode-offload-cudagraph/--no-sleep-mode-offload-cudagraph", help=flag_help("--sleep-mode-offload-cudagraph"), show_default=False
         ),
         kv_cache_memory_suggestion: bool = typer.Option(
             False,

@@ -23,7 +23,6 @@ from vramctl.core.ledger import (
     SLACK,
     WEIGHTS,
 )
-from vramctl.core.settings import parse_version
 from vramctl.core.specs import GpuSpec
 
 
@@ -240,41 +239,41 @@ def _features_rules() -> tuple[VersionRule, ...]:
     def external(version: str, ctx: RuleContext) -> str:
         if not ctx.features & {"ipc_cache", "ipc_cache_copy"}:
             return "not used (weights loaded by the engine)"
-        v = parse_version(version)
-        if v < xw.IPC_CACHE_FROM:
+        rules = vr.rules_for(version)
+        if not rules.ipc_cache_loader:
             return "no ipc_cache loader"
-        if "ipc_cache_copy" in ctx.features or v < xw.SUBTRACTED_FROM:
+        if "ipc_cache_copy" in ctx.features or not rules.external_weights_subtracted:
             return "daemon's weights outside u × total at the start-up check, not charged"
-        counted = "exported weight bytes" if v >= xw.EXPORTED_BYTES_FROM else "daemon memory_allocated()"
+        counted = "exported weight bytes" if rules.external_weights_exported_bytes else "daemon memory_allocated()"
         return f"subtracted from u × total by request_memory ({counted})"
 
     def sleep_rule(version: str, ctx: RuleContext) -> str:
         if "sleep" not in ctx.features:
             return "not used"
-        v = parse_version(version)
+        rules = vr.rules_for(version)
         words = ["level 1 offloads weights to the host, level 2 discards them; KV discarded"]
-        if v >= sl.NCCL_SUSPEND_FROM:
+        if rules.sleep_nccl_suspend:
             words.append("--enable-nccl-comm-suspend")
-        if v >= sl.RELEASE_KV_FROM:
+        if rules.release_kv_endpoint:
             words.append("/release_kv_cache_memory")
-        if v >= sl.RUNTIME_OFFLOAD_FROM:
+        if rules.sleep_runtime_offload:
             words.append("runtime + graph pools offloaded (--sleep-mode-offload-cudagraph)")
         return "; ".join(words)
 
     def offload_rule(version: str, ctx: RuleContext) -> str:
         if "kv_offload" not in ctx.features:
             return "not used"
-        v = parse_version(version)
-        if v < off.SHARED_REGION_FROM:
+        rules = vr.rules_for(version)
+        if not rules.offload_shared_region:
             return "private pinned tensors per rank (may round up to a power of two)"
         return "one /dev/shm region per engine, ≤ cpu_bytes_to_use" + (
-            ", unlinked once mapped" if v >= off.UNLINKED_FROM else ""
+            ", unlinked once mapped" if rules.offload_region_unlinked else ""
         )
 
     def suggestion(version: str, ctx: RuleContext) -> str:
         if "kv_cache_memory_suggestion" not in ctx.features:
             return "not asked"
-        if parse_version(version) < sug.SUGGESTION_FROM:
+        if not vr.rules_for(version).kv_cache_memory_suggestion:
             return "none"
         return "graph pool counted twice" if sug.double_counts(version) else "graph pool counted once"
 

@@ -36,15 +36,11 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from vramctl.core.engines.vllm import estimates as est
+from vramctl.core.engines.vllm.rules import rules_for
 from vramctl.core.errors import BadInputError
-from vramctl.core.settings import ServeSettings, parse_version
+from vramctl.core.settings import ServeSettings
 from vramctl.core.units import GiB, vllm_format_gib
 
-IPC_CACHE_FROM = (0, 30, 0)
-PRELOAD_CLI_FROM = (0, 31, 0)
-SUBTRACTED_FROM = (0, 32, 0)
-EXPORTED_BYTES_FROM = (0, 33, 0)
-PIPELINE_FROM = (0, 32, 0)
 MODES = ("zero_copy", "copy")
 
 Rule = Literal["outside", "subtracted"]
@@ -76,7 +72,7 @@ class ExternalWeights:
 
     @property
     def launcher(self) -> str:
-        if parse_version(self.version) >= PRELOAD_CLI_FROM:
+        if rules_for(self.version).preload_cli:
             return "vllm preload"
         return "python -m vllm.model_executor.model_loader.weight_cache.daemon"
 
@@ -105,8 +101,8 @@ def check(settings: ServeSettings, version: str) -> None:
                 f"weight cache mode {settings.weight_cache_mode!r}: only --load-format ipc_cache reads it"
             )
         return
-    v = parse_version(version)
-    if v < IPC_CACHE_FROM:
+    rules = rules_for(version)
+    if not rules.ipc_cache_loader:
         raise BadInputError(
             f"--load-format ipc_cache: vLLM {version} has no weight-cache loader (added in 0.30.0, "
             "vllm/model_executor/model_loader/__init__.py)"
@@ -116,7 +112,7 @@ def check(settings: ServeSettings, version: str) -> None:
         raise BadInputError(
             f"Invalid weight cache mode {mode!r}, expected 'zero_copy' or 'copy' (ipc_loader.py, vLLM {version})"
         )
-    if settings.pipeline_parallel_size > 1 and v < PIPELINE_FROM:
+    if settings.pipeline_parallel_size > 1 and not rules.ipc_cache_pipeline:
         raise BadInputError(
             f"--load-format ipc_cache with --pipeline-parallel-size {settings.pipeline_parallel_size}: the weight "
             f"cache daemon of vLLM {version} rejects pipeline parallelism (supported from 0.32.0, "
@@ -138,7 +134,7 @@ def resolve(
         return None
     mode = settings.weight_cache_mode or "zero_copy"
     rule: Rule = (
-        "subtracted" if mode == "zero_copy" and parse_version(version) >= SUBTRACTED_FROM else "outside"
+        "subtracted" if mode == "zero_copy" and rules_for(version).external_weights_subtracted else "outside"
     )
     overhead = est.pre_snapshot_overhead(tp=tp, v0=False, cal=cal).bytes
     free = settings.free_memory_bytes if settings.free_memory_bytes is not None else capacity
@@ -211,7 +207,7 @@ def notes(ext: ExternalWeights, *, total: int, requested: int, engine_outside_by
         engine = requested - ext.daemon_weight_bytes
         counted = (
             "the mapped weight storages (exported_weight_bytes)"
-            if parse_version(ext.version) >= EXPORTED_BYTES_FROM
+            if rules_for(ext.version).external_weights_exported_bytes
             else "the daemon's torch.accelerator.memory_allocated(), which also counts daemon-only buffers: the KV "
             "pool can be a little smaller than a disk load's"
         )

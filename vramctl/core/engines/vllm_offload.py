@@ -25,11 +25,10 @@ the requested bytes with a rounding warning before 0.28.
 
 from __future__ import annotations
 
-from vramctl.core.settings import LATEST_VLLM_VERSION, ServeSettings, parse_version
+from vramctl.core.engines.vllm.rules import rules_for
+from vramctl.core.errors import BadInputError
+from vramctl.core.settings import LATEST_VLLM_VERSION, ServeSettings
 from vramctl.core.units import GB, GiB
-
-SHARED_REGION_FROM = (0, 28, 0)
-UNLINKED_FROM = (0, 29, 0)
 
 CITATION = (
     "vllm/v1/kv_offload/cpu/spec.py (0.26.0: lines 135-140, private pinned tensors; 0.28.0 →: SharedOffloadRegion "
@@ -45,11 +44,11 @@ def host_notes(settings: ServeSettings, *, region_bytes: int, per_rank_bytes: in
     """Notes for the native connector's host tier at the settings' vLLM version."""
     version = settings.engine_version or LATEST_VLLM_VERSION
     try:
-        v = parse_version(version)
-    except ValueError:
+        rules = rules_for(version)
+    except (ValueError, BadInputError):
         return []
     dp = settings.data_parallel_size
-    if v >= SHARED_REGION_FROM:
+    if rules.offload_shared_region:
         out = [
             f"vLLM {version}: one shared region /dev/shm/vllm_offload_<engine_id>.mmap of {region_bytes / GiB:.2f} GiB "
             f"(the log's `Created mmap file … ({region_bytes / GB:.2f} GB)`), at most --kv-offloading-size × 2^30 "
@@ -62,7 +61,7 @@ def host_notes(settings: ServeSettings, *, region_bytes: int, per_rank_bytes: in
             )
             + f"; it counts as Shmem, not as the process's anonymous memory ({CITATION})."
         ]
-        if v >= UNLINKED_FROM:
+        if rules.offload_region_unlinked:
             out.append(
                 "The region's path is unlinked once every worker has mapped it (0.29 →): ls /dev/shm does not show "
                 "it, `free`'s shared column does."

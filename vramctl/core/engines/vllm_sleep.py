@@ -33,13 +33,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from vramctl.core.settings import ServeSettings, parse_version
+from vramctl.core.engines.vllm.rules import rules_for
+from vramctl.core.settings import ServeSettings
 from vramctl.core.units import GiB
-
-NCCL_SUSPEND_FROM = (0, 30, 0)
-RELEASE_KV_FROM = (0, 31, 0)
-RUNTIME_OFFLOAD_FROM = (0, 32, 0)
-OFFLOAD_CUDAGRAPH_FROM = (0, 32, 0)
 
 CITATION = (
     "vllm/device_allocator/sleep_mode_backend.py CuMemBackend.suspend (0.30.0: line 125; 0.33.0: lines 128-137); "
@@ -108,12 +104,12 @@ def check(settings: ServeSettings, version: str) -> None:
     """Flags a version does not have are refused as vLLM refuses an unknown argument."""
     from vramctl.core.errors import BadInputError
 
-    v = parse_version(version)
-    if settings.enable_nccl_comm_suspend and v < NCCL_SUSPEND_FROM:
+    rules = rules_for(version)
+    if settings.enable_nccl_comm_suspend and not rules.sleep_nccl_suspend:
         raise BadInputError(
             f"--enable-nccl-comm-suspend: vLLM {version} has no such flag (added in 0.30.0, vllm/config/model.py)"
         )
-    if settings.sleep_mode_offload_cudagraph and v < OFFLOAD_CUDAGRAPH_FROM:
+    if settings.sleep_mode_offload_cudagraph and not rules.sleep_runtime_offload:
         raise BadInputError(
             f"--sleep-mode-offload-cudagraph: vLLM {version} has no such flag (added in 0.32.0, vllm/config/model.py)"
         )
@@ -131,7 +127,7 @@ def plan_sleep(
 ) -> SleepPlan | None:
     if not settings.enable_sleep_mode:
         return None
-    v = parse_version(version)
+    rules = rules_for(version)
     return SleepPlan(
         version=version,
         weights_bytes=weights_bytes,
@@ -139,9 +135,9 @@ def plan_sleep(
         cuda_graph_bytes=cuda_graph_bytes,
         nccl_bytes=nccl_bytes,
         resident_bytes=resident_bytes,
-        nccl_suspend=settings.enable_nccl_comm_suspend and v >= NCCL_SUSPEND_FROM,
-        offload_cudagraph=settings.sleep_mode_offload_cudagraph and v >= OFFLOAD_CUDAGRAPH_FROM,
-        release_kv_endpoint=v >= RELEASE_KV_FROM,
+        nccl_suspend=settings.enable_nccl_comm_suspend and rules.sleep_nccl_suspend,
+        offload_cudagraph=settings.sleep_mode_offload_cudagraph and rules.sleep_runtime_offload,
+        release_kv_endpoint=rules.release_kv_endpoint,
     )
 
 

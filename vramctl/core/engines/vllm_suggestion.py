@@ -24,13 +24,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from vramctl.core.settings import parse_version
+from vramctl.core.engines.vllm.rules import rules_for
 from vramctl.core.suggest import VLLM_REDUNDANCY_BYTES, SuggestInput, suggest_kv_cache_memory
 from vramctl.core.units import vllm_format_gib
 
-SUGGESTION_FROM = (0, 10, 0)
-"""PR #21489 added `kv_cache_memory_bytes` and the suggestion."""
-DOUBLE_COUNT_FROM = (0, 28, 0)
 DOUBLE_COUNT_FIXED_IN: str | None = None
 """The first release with PR #57983 (None: not released as of 0.33.0)."""
 CITATION = (
@@ -40,15 +37,12 @@ CITATION = (
 
 
 def double_counts(version: str) -> bool:
-    v = parse_version(version)
-    return v >= DOUBLE_COUNT_FROM and (
-        DOUBLE_COUNT_FIXED_IN is None or v < parse_version(DOUBLE_COUNT_FIXED_IN)
-    )
+    """`VllmRules.suggestion_double_counts_graphs` (its fix, `DOUBLE_COUNT_FIXED_IN`, unreleased)."""
+    return rules_for(version).suggestion_double_counts_graphs
 
 
 def log_level(version: str) -> str:
-    v = parse_version(version)
-    return "DEBUG" if (0, 11, 0) <= v < (0, 26, 0) else "INFO"
+    return "DEBUG" if rules_for(version).suggestion_log_debug else "INFO"
 
 
 @dataclass(frozen=True)
@@ -93,7 +87,7 @@ def plan_suggestion(
     """The suggestion from the plan's terms (per rank of the binding stage): `consumed` = weights + non-torch growth
     since the init snapshot, `transient_peak` the activation peak, `graph_bytes` the pool (the planned capture stands
     for both vLLM's estimate and its measured capture). None before 0.10 (no suggestion)."""
-    if parse_version(version) < SUGGESTION_FROM:
+    if not rules_for(version).kv_cache_memory_suggestion:
         return None
     inp = SuggestInput(
         total_bytes=total,

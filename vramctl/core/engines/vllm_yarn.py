@@ -23,11 +23,9 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from vramctl.core.settings import parse_version
+from vramctl.core.engines.vllm.rules import rules_for
 from vramctl.core.specs import ModelSpec
 
-UNSCALED_FROM = (0, 30, 0)
-"""The first vLLM whose `_get_and_verify_max_len` leaves yarn-family lengths unscaled."""
 UNSCALED_ROPE_TYPES = ("yarn", "deepseek_yarn", "deepseek_llama_scaling")
 CITATION = (
     "vllm/config/model.py _get_and_verify_max_len (0.29.0: lines 2452-2469, yarn = original × factor; "
@@ -56,7 +54,7 @@ def unscaled_yarn_len(config: Mapping[str, Any], model_type: str, length: int, o
 
 
 def uses_unscaled_len(version: str) -> bool:
-    return parse_version(version) >= UNSCALED_FROM
+    return rules_for(version).yarn_unscaled_max_len
 
 
 def derived_max_model_len(model: ModelSpec, version: str) -> int:

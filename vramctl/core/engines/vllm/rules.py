@@ -159,6 +159,42 @@ class VllmRules:
     group): from 0.28 (`[0.32.0] vllm/engine/arg_utils.py` `_set_default_chunked_prefill_and_prefix_caching_args`,
     `vllm/model_executor/models/config.py` MambaModelConfig; 0.26 / 0.27 kept it off for hybrids;
     `vramctl.core.mamba_cache`)."""
+    ipc_cache_loader: bool
+    """`--load-format ipc_cache` (weights mapped from a weight-cache daemon) exists from 0.30
+    (vllm/model_executor/model_loader/__init__.py; vramctl.core.engines.vllm_external_weights)."""
+    preload_cli: bool
+    """The daemon is started with `vllm preload` from 0.31 (before: `python -m
+    vllm.model_executor.model_loader.weight_cache.daemon`)."""
+    external_weights_subtracted: bool
+    """`request_memory(..., external_weight_memory)` subtracts the daemon's weights from u × total (0.32 →,
+    `[0.32.0] vllm/v1/worker/utils.py:716-772`); 0.30-0.31 leave them outside the check (`[0.30.0] utils.py:534-554`)."""
+    external_weights_exported_bytes: bool
+    """The daemon reports the mapped weight storages (`exported_weight_bytes`, 0.33 →) instead of its
+    `memory_allocated()` (0.32)."""
+    ipc_cache_pipeline: bool
+    """The weight-cache daemon accepts pipeline parallelism from 0.32."""
+    sleep_nccl_suspend: bool
+    """`--enable-nccl-comm-suspend`: sleep also frees the NCCL communicators (0.30 →; vramctl.core.engines.vllm_sleep)."""
+    release_kv_endpoint: bool
+    """`/release_kv_cache_memory` drops only the KV pool (0.31 →)."""
+    sleep_runtime_offload: bool
+    """Sleep offloads the runtime pool and, with `--sleep-mode-offload-cudagraph`, the graph pool (0.32 →)."""
+    offload_shared_region: bool
+    """Native KV offload's host buffer is one /dev/shm region per engine (0.28 →); before, private pinned tensors
+    per rank (`[0.26.0] spec.py:135-140`; vramctl.core.engines.vllm_offload)."""
+    offload_region_unlinked: bool
+    """The /dev/shm region's path is unlinked once every worker has mapped it (0.29 →)."""
+    kv_cache_memory_suggestion: bool
+    """vLLM logs a `--kv-cache-memory=` suggestion after the graph capture (0.10 →; vramctl.core.engines.vllm_suggestion)."""
+    suggestion_double_counts_graphs: bool
+    """The suggestion counts the CUDA-graph pool twice: inside the peak activation (`gpu_worker.py:748-749`) and
+    again as the captured pool (`:1028-1032`), 0.28 → 0.33 at least (the fix, PR #57983, unreleased as of 0.33.0);
+    0.20-0.26 count it once."""
+    suggestion_log_debug: bool
+    """The suggestion is logged at DEBUG in 0.11-0.25, at INFO otherwise."""
+    yarn_unscaled_max_len: bool
+    """`_get_and_verify_max_len` leaves yarn-family lengths unscaled from 0.30 (`vllm/config/model.py:2468-2492`);
+    0.29 derived original_max_position_embeddings × factor (vramctl.core.engines.vllm_yarn)."""
     known_range: Literal["known", "newer", "older"]
     """Where the version lies against the versions vramctl models (`OLDEST_VLLM_VERSION` to
     `LATEST_VLLM_VERSION`): outside, the nearest known rules apply and the plan says so."""
@@ -207,6 +243,20 @@ def _rules_for_tuple(text: str, v: Version) -> VllmRules:
         has_auto_fit=v >= (0, 12, 0),
         has_max_num_active_seqs=v >= (0, 31, 0),
         hybrid_prefix_caching_default=v >= (0, 28, 0),
+        ipc_cache_loader=v >= (0, 30, 0),
+        preload_cli=v >= (0, 31, 0),
+        external_weights_subtracted=v >= (0, 32, 0),
+        external_weights_exported_bytes=v >= (0, 33, 0),
+        ipc_cache_pipeline=v >= (0, 32, 0),
+        sleep_nccl_suspend=v >= (0, 30, 0),
+        release_kv_endpoint=v >= (0, 31, 0),
+        sleep_runtime_offload=v >= (0, 32, 0),
+        offload_shared_region=v >= (0, 28, 0),
+        offload_region_unlinked=v >= (0, 29, 0),
+        kv_cache_memory_suggestion=v >= (0, 10, 0),
+        suggestion_double_counts_graphs=v >= (0, 28, 0),
+        suggestion_log_debug=(0, 11, 0) <= v < (0, 26, 0),
+        yarn_unscaled_max_len=v >= (0, 30, 0),
         known_range="newer"
         if v > parse_version(LATEST_VLLM_VERSION)
         else "older"
