@@ -202,7 +202,7 @@ def _inventory_anchors() -> tuple[bytes, ...]:
         return ()
     anchors = {
         a.lower().encode()
-        for entry in load_inventory()
+        for entry in load_inventory(check=False)
         if entry.facts is not None and entry.facts.failure
         for a in entry.anchors
     }
