@@ -1145,6 +1145,12 @@ def _decide(
     names = _names(an, incident, root, ctx_phase, engine)
     names["lines_to_end"] = max(0, stats.lines - incident.end)  # a cut-off log ends inside its failure
     cause, phase, confidence, why, refined = _resolve(cat, sig, names, ctx_phase)
+    if cause == "not-oom" and an.inventory_index is not None:
+        inv_facts = _inventory_facts(root.text)
+        if inv_facts is not None:
+            cause, phase, confidence, why, refined = _inventory_reading(
+                cat, sig, names, ctx_phase, inv_facts, an.inventory_index, (cause, phase, confidence, why, refined)
+            )
     # the same small failure again and again: something is never given back
     # (the same numbers again, not just the same words)
     if sig.repeat is not None and not refined and root.facts:
@@ -1336,6 +1342,49 @@ REGRESSION_CANDIDATES = frozenset(
 """Start-up memory failures that a version change in the same log turns into `version-regression`."""
 
 
+_INVENTORY_KIND_HINTS = {"shm": "hint_shm", "host-oom": "hint_host_memory"}
+"""The hint an inventory site's kind gives to the catalogue's rules (a /dev/shm file, the host's memory)."""
+
+
+def _inventory_reading(
+    cat: Catalogue,
+    sig: Signature,
+    names: dict[str, Any],
+    ctx_phase: str | None,
+    inv_facts: dict[str, FactValue],
+    inv_index: int,
+    current: tuple[str, str, str, list[str], bool],
+) -> tuple[str, str, str, list[str], bool]:
+    """A root line the catalogue reads as no memory failure but the source inventory maps to one.
+
+    - The catalogue's signature is a memory failure that a rule turned into not-oom for want of a hint (`No space
+      left on device` with nothing naming /dev/shm): the inventory's kind for the very line is that hint
+      (`_INVENTORY_KIND_HINTS`), and the signature's rules run again with it.
+    - The catalogue maps the wording itself to not-oom (a sanity check) while the inventory, read from the
+      engine's sources, states a memory failure: the inventory's facts decide, with low confidence.
+    Otherwise (a rule read the numbers or the context and found no memory failure) the catalogue's reading stands."""
+    kind = inv_facts.get("inventory_kind")
+    hint = _INVENTORY_KIND_HINTS.get(kind) if isinstance(kind, str) else None
+    if sig.cause != "not-oom":
+        if hint is None or names.get(hint):
+            return current
+        again = _resolve(cat, sig, {**names, hint: True}, ctx_phase)
+        if again[0] == "not-oom":
+            return current
+        return again[0], again[1], again[2], [
+            *again[3],
+            f"the source inventory entry {inv_facts['inventory_id']} places this message in {kind}",
+        ], again[4]
+    inv = _resolve(cat, cat.signatures[inv_index], {**names, **inv_facts}, ctx_phase)
+    if inv[0] == "not-oom":
+        return current
+    return inv[0], inv[1], "low", [
+        *inv[3],
+        f"the catalogue reads this wording as no memory failure, the source inventory entry "
+        f"{inv_facts['inventory_id']} as one",
+    ], True
+
+
 def _version_change(an: _Analyser, incident: _Incident) -> tuple[str, str] | None:
     """(older, newer) when the engine version changed before this (the first) failure, else None."""
     before = [v for v in an.versions if v[0] <= incident.start]
@@ -1358,6 +1407,12 @@ def parse_version_tuple(text: str) -> tuple[int, ...]:
     return tuple(parts)
 
 
+_INVENTORY_KIND_LABELS = {"accounting": "gpu-util-exceeds-free-memory"}
+"""Unlabelled inventory sites whose kind decides the cause: an `accounting` check fails when another process allocates
+or frees memory on the card while the engine measures it (vLLM's profiling and sleep-mode checks): the free memory
+the engine planned with was not its own."""
+
+
 def _resolve(
     cat: Catalogue, sig: Signature, names: dict[str, Any], ctx_phase: str | None
 ) -> tuple[str, str, str, list[str], bool]:
@@ -1374,6 +1429,12 @@ def _resolve(
             return label, phase, confidence, why, label != sig.cause
         # no label: the kind of site says who allocated (the host, a library or the driver, or torch's allocator)
         kind = names.get("inventory_kind")
+        kind_label = _INVENTORY_KIND_LABELS.get(kind) if isinstance(kind, str) else None
+        if kind_label is not None and not names.get("hint_pinned"):
+            inv_phase = names.get("inventory_phase")
+            phase = inv_phase if isinstance(inv_phase, str) and inv_phase in PHASES else "context"
+            why.append(f"the source inventory says this message ({names.get('inventory_id')}) is a failure of kind {kind}")
+            return kind_label, phase, confidence, why, kind_label != sig.cause
         if kind == "host-oom":
             names["hint_host_memory"] = True
         elif kind in ("driver-oom", "nccl", "cublas"):

@@ -404,7 +404,7 @@ def _entry(raw: Any, index: int, check: bool = True) -> InventoryEntry:
         flat = normalise(example)
         if not any(a in flat.lower() for a in anchors):
             raise _bad(entry_id, f"example contains none of the anchors {anchors!r}: {example[:80]!r}")
-        if not regex.search(flat):
+        if regex is not None and not regex.search(flat):
             raise _bad(entry_id, f"pattern does not match its example {example[:80]!r}")
     entry = InventoryEntry(
         id=entry_id,
