@@ -789,8 +789,13 @@ class _Analyser:
         short = text[:MAX_KEPT_TEXT]  # what is kept for evidence: bounded, whatever the line length
         cat = self.cat
         self._engine(line.raw)
-        for key in hit.keys:
-            version = self.version_keys.get(key)
+        # a line naming two versions (`sglang==0.1.17, vllm==0.4.3`): the first named wins (the line's keys are a set,
+        # whose order changes from run to run)
+        version_keys = [key for key in hit.keys if key in self.version_keys]
+        if len(version_keys) > 1:
+            version_keys.sort(key=lambda k: (text.find(k) % (len(text) + 1), k))
+        for key in version_keys:
+            version = self.version_keys[key]
             if version is not None:
                 m = version.pattern.search(text)
                 if m is not None:
