@@ -69,6 +69,24 @@ def test_trie_candidates_equal_literal_search_on_made_up_text(pieces: list[str])
     )
 
 
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.sampled_from(["Memory", "emory", "rror", "rrorr", "Kill", "SIG", "watchdog", "atchdo", "g", "x", "\n", " "]),
+        max_size=40,
+    ),
+    st.integers(0, 40),
+)
+def test_failure_anchor_candidates_equal_literal_search(pieces: list[str], cut: int) -> None:
+    cat = load_catalogue()
+    data = "".join(pieces).encode()
+    lo = data.find(b"\n", 0, cut) + 1 if cut else 0
+    scanner = _Scanner(cat)
+    assert scanner._candidates(data, lo, len(data), cat.failure_anchors) == _literal_candidates(
+        data, lo, len(data), cat.failure_anchors
+    )
+
+
 def test_lazy_catalogue_patterns_equal_compiled_ones() -> None:
     lazy = load_catalogue()
     full = catalogue_module._load(CATALOGUE_PATH)  # every pattern compiled and checked, as for a given path
