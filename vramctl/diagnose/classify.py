@@ -1162,12 +1162,14 @@ def _decide(
     names = _names(an, incident, root, ctx_phase, engine)
     names["lines_to_end"] = max(0, stats.lines - incident.end)  # a cut-off log ends inside its failure
     cause, phase, confidence, why, refined = _resolve(cat, sig, names, ctx_phase)
+    own_fixes = False  # the signature's own fixes stand beside the label's (they carry its numbers)
     if cause == "not-oom" and an.inventory_index is not None:
         inv_facts = _inventory_facts(root.text)
         if inv_facts is not None:
             cause, phase, confidence, why, refined = _inventory_reading(
                 cat, sig, names, ctx_phase, inv_facts, an.inventory_index, (cause, phase, confidence, why, refined)
             )
+            own_fixes = sig.cause == "not-oom" and cause != "not-oom"
     # the same small failure again and again: something is never given back
     # (the same numbers again, not just the same words)
     if sig.repeat is not None and not refined and root.facts:
@@ -1229,7 +1231,7 @@ def _decide(
     seen: set[tuple[str | None, str]] = set()
     seen_actions: set[tuple[str, str | None]] = set()
     sources: list[Fix] = []
-    if not refined or cause == sig.cause:
+    if not refined or cause == sig.cause or own_fixes:
         sources.extend(sig.fixes)
     info = cat.causes.get(cause)
     if info is not None:
