@@ -131,6 +131,12 @@ class LazyPattern:
     def search(self, text: str) -> re.Match[str] | None:
         return self.compiled.search(text)
 
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, LazyPattern) and other.pattern == self.pattern
+
+    def __hash__(self) -> int:
+        return hash(self.pattern)
+
     def __repr__(self) -> str:
         return f"LazyPattern({self.pattern!r})"
 
