@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from dataclasses import field as dataclass_field
 from functools import lru_cache
@@ -102,6 +103,44 @@ class Repeat:
     why: str | None
 
 
+_GROUP_NAME_RE = re.compile(r"(?<!\\)\(\?P<([A-Za-z_]\w*)>")
+
+
+class LazyPattern:
+    """A signature's regex, compiled on first use. The shipped catalogue has some 250 patterns and a run uses the
+    few whose keys its log holds: compiling all of them cost more than the rest of a small log's diagnosis. The
+    group names come from the text (`(?P<name>`); the test suite compiles every shipped pattern."""
+
+    __slots__ = ("_compiled", "groupindex", "pattern")
+
+    def __init__(self, pattern: str, compiled: re.Pattern[str] | None = None) -> None:
+        self.pattern = pattern
+        self._compiled = compiled
+        self.groupindex: Mapping[str, int] = (
+            compiled.groupindex
+            if compiled is not None
+            else {name: i for i, name in enumerate(_GROUP_NAME_RE.findall(pattern), 1)}
+        )
+
+    @property
+    def compiled(self) -> re.Pattern[str]:
+        if self._compiled is None:
+            self._compiled = re.compile(self.pattern)
+        return self._compiled
+
+    def search(self, text: str) -> re.Match[str] | None:
+        return self.compiled.search(text)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, LazyPattern) and other.pattern == self.pattern
+
+    def __hash__(self) -> int:
+        return hash(self.pattern)
+
+    def __repr__(self) -> str:
+        return f"LazyPattern({self.pattern!r})"
+
+
 @dataclass(frozen=True, slots=True)
 class Signature:
     id: str
@@ -114,7 +153,7 @@ class Signature:
     engine: str | None
     what: str | None
     keys: tuple[str, ...]
-    patterns: tuple[re.Pattern[str], ...]
+    patterns: tuple[LazyPattern, ...]
     units: tuple[tuple[str, str], ...]
     multiline: int
     """How many following lines the patterns also see (0: the line alone; `true` in the YAML is 2)."""
@@ -322,8 +361,15 @@ def _compile(pattern: Any, where: str) -> re.Pattern[str]:
         raise CatalogueError(f"{where}: bad regex: {exc}") from None
 
 
+def _pattern(pattern: Any, where: str, lazy: bool) -> LazyPattern:
+    if lazy and isinstance(pattern, str):
+        return LazyPattern(pattern)
+    return LazyPattern(pattern, _compile(pattern, where))
+
+
 def load_catalogue(path: Path | None = None) -> Catalogue:
-    """Read, check and compile a catalogue (the shipped one by default, cached)."""
+    """Read, check and compile a catalogue (the shipped one by default, cached: its signatures' patterns are
+    compiled on first use; a catalogue given by path is compiled whole, every regex checked)."""
     if path is None:
         return _shipped()
     return _load(path)
@@ -331,7 +377,7 @@ def load_catalogue(path: Path | None = None) -> Catalogue:
 
 @lru_cache(maxsize=1)
 def _shipped() -> Catalogue:
-    return _load(CATALOGUE_PATH)
+    return _load(CATALOGUE_PATH, lazy=True)
 
 
 def _rule(r: Any, where: str) -> Rule:
@@ -347,7 +393,7 @@ def _rule(r: Any, where: str) -> Rule:
     )
 
 
-def _load(path: Path) -> Catalogue:
+def _load(path: Path, *, lazy: bool = False) -> Catalogue:
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml: 10x faster start-up
     data = yaml.load(path.read_text(encoding="utf-8"), Loader=loader)  # a safe loader (CSafeLoader)
     if not isinstance(data, dict) or data.get("version") != 1:
@@ -378,7 +424,7 @@ def _load(path: Path) -> Catalogue:
     for raw in data["signatures"]:
         for pattern in raw.get("pattern") if isinstance(raw.get("pattern"), list) else [raw.get("pattern")]:
             if isinstance(pattern, str):
-                known.update(_compile(pattern, f"signature {raw.get('id')}").groupindex)
+                known.update(_pattern(pattern, f"signature {raw.get('id')}", lazy).groupindex)
         known.update((raw.get("derive") or {}).keys())
 
     # Decision tables: ordered rules over an incident's fact record, shared by every wording that maps to the same
@@ -402,7 +448,7 @@ def _load(path: Path) -> Catalogue:
             raise CatalogueError(f"{where}: needs at least one key")
         patterns_raw = raw.get("pattern")
         patterns = tuple(
-            _compile(p, where) for p in (patterns_raw if isinstance(patterns_raw, list) else [patterns_raw])
+            _pattern(p, where, lazy) for p in (patterns_raw if isinstance(patterns_raw, list) else [patterns_raw])
         )
         units = dict(raw.get("units") or {})
         for name, unit in units.items():
