@@ -2,7 +2,7 @@
 # vramctl GPU check: the measurements that need a CUDA device, in one call (< 8 minutes on an H100/H200).
 #
 #   1. pytest -m gpu            the gpu-marked tests (CUDA snapshots, graph capture, validate, OOM, NCCL)
-#   2. profile Llama-3-8B       the textbook example's model at the engine's default capture sizes (timed: the
+#   2. profile Llama-3-8B       the worked example's model at the engine's default capture sizes (timed: the
 #                               goal is < 20 s including CUDA initialisation), saved as a profile file
 #   3. suggest + validate       the --kv-cache-memory-bytes suggestion, then proved by allocating it
 #   4. profile an MoE config    Qwen3-30B-A3B, --num-layers 8 (the weights of the other layers are added

@@ -3,7 +3,7 @@
 vLLM requests `ceil(total × u)` bytes (`vllm/v1/worker/gpu_worker.py` (vLLM v0.33.0)) and everything that is not KV
 (weights, activation peak, non-torch, graph pool) comes out of that request, so each step of u moves
 `total × Δu` bytes straight into the KV pool. What stays held back, `total − ceil(total × u)`, is the only
-margin for what the start-up profile did not see. The textbook example names four ways it is spent
+margin for what the start-up profile did not see. The worked example names four ways it is spent
 (the cause labels of docs/explain-oom.md labels): a CUDA-graph pool larger than estimated (`cuda-graph-capture-oom`,
 "small requests fail at utilisation 0.97–0.98"), allocator fragmentation (`allocator-fragmentation`),
 full-vocabulary logits for sampling / logprobs (`logprobs-spike`, `sampler-warmup-oom`), and a transient

@@ -1,6 +1,6 @@
 """When fetching KV from a slower tier beats recomputing it, how long an entry stays, and the host RAM bill.
 
-Pure arithmetic (the textbook example's tiers section, docs/tiers.md):
+Pure arithmetic (the worked example's tiers section, docs/tiers.md):
 - A tier of read bandwidth B (bytes/s) delivers B / b_tok tokens of KV per second, b_tok = KV bytes per token
   (per rank). Fetching a cached prefix beats recomputing it when the engine's prefill rate R is below
   R*read = B / b_tok (a hierarchical-cache read: the write happened earlier, off the critical path). A
@@ -8,12 +8,12 @@ Pure arithmetic (the textbook example's tiers section, docs/tiers.md):
 - R from FLOPs: R = tp × achieved FLOP/s / FLOPs per token, with
   FLOPs/token = 2·P_active + 2·Σ_layers attended(context)·n_heads·(d_qk + d_v)/2, i.e. for full attention
   2·n_layers·context·n_heads·head_dim: 2 FLOPs per weight per token (every matmul weight, embedding and LM
-  head included, as the textbook example's 22,000 tok/s does) plus QKᵀ and PV over the average causal span context/2
+  head included, as the worked example's 22,000 tok/s does) plus QKᵀ and PV over the average causal span context/2
   of a `context`-token prefill (a sliding layer attends at most its window). Llama-3-8B, context 8,192:
-  2·8.03e9 + 2·32·8192·4096 = 18.21 GFLOP/token; at 400 TFLOP/s R = 21,966 tok/s (the textbook example's ≈ 22,000).
+  2·8.03e9 + 2·32·8192·4096 = 18.21 GFLOP/token; at 400 TFLOP/s R = 21,966 tok/s (the worked example's ≈ 22,000).
 - Fetch time for N tokens = latency + N·b_tok / B; recompute time = N / R. The fetch is worth its fixed
   cost above N* = latency / (1/R − b_tok/B) tokens (never, when B / b_tok ≤ R).
-- Residency (a simplified unique-insertion LRU model, as in the textbook example): a tier of C tokens fed λ new tokens/s
+- Residency (a simplified unique-insertion LRU model, as in the worked example): a tier of C tokens fed λ new tokens/s
   keeps an entry about C/λ seconds. GPU window C_gpu/λ; host window inclusive (write-through keeps copies
   of the GPU entries) C_host/λ, exclusive (C_gpu + C_host)/λ. The host tier pays for inter-turn gaps
   between the GPU window and the host window.
@@ -35,9 +35,9 @@ from vramctl.core.units import GB, GiB
 from vramctl.tiers.bandwidths import BenchBandwidths
 
 DEFAULT_CONTEXT_TOKENS = 8192
-"""Prefill length the FLOPs per token are averaged over (the textbook example's 8k prompts)."""
+"""Prefill length the FLOPs per token are averaged over (the worked example's 8k prompts)."""
 DEFAULT_MFU = 0.40
-"""Achieved / dense bf16 peak when neither --achieved-flops nor --prefill-rate is given (the textbook example's
+"""Achieved / dense bf16 peak when neither --achieved-flops nor --prefill-rate is given (the worked example's
 400 TFLOP/s on an H100 SXM is 40 % of its 989 TFLOP/s)."""
 SGLANG_PREFETCH_THRESHOLD_TOKENS = 256
 """SGLang's L3 prefetch threshold (`python/sglang/srt/mem_cache/hiradix_cache.py` (SGLang v0.5.23))."""
@@ -76,7 +76,7 @@ class TierLink:
 
 
 def nominal_tiers(gpu: GpuSpec) -> list[TierLink]:
-    """HBM, host over the card's link, NVMe, 100 GbE, 10 GbE: the textbook example's ceilings."""
+    """HBM, host over the card's link, NVMe, 100 GbE, 10 GbE: the worked example's ceilings."""
     return [
         TierLink(
             "hbm",
@@ -101,7 +101,7 @@ def nominal_tiers(gpu: GpuSpec) -> list[TierLink]:
             "nvme",
             14e9,
             None,
-            "PCIe Gen5 x4 enterprise NVMe sequential read, vendor spec (as in the textbook example)",
+            "PCIe Gen5 x4 enterprise NVMe sequential read, vendor spec (as in the worked example)",
             "nominal",
             NVME_LATENCY_S,
             NVME_LATENCY_SOURCE,

@@ -53,7 +53,7 @@ DEFAULT_MAX_PREFILL_TOKENS = 16384
 METADATA_RESERVE_MIB = 512
 """'Constant meta data (e.g., from attention backend)' (0.5.18 L4948–L4983)."""
 ACTIVATION_MIB_PER_TOKEN = 1.5
-"""'The coefficient 1.5 is a heuristic value' (0.5.18 L4839–L4862, quoted in the textbook example)."""
+"""'The coefficient 1.5 is a heuristic value' (0.5.18 L4839–L4862, quoted in the worked example)."""
 MIN_ACTIVATION_TOKENS = 2048
 FLOOR_RESERVE_MIB = 10 * 1024
 """reserved = max(reserved, 10 GiB) when gpu_mem > 60·1024 MiB (0.5.9+, `python/sglang/srt/arg_groups/memory_hook.py` (SGLang v0.5.23))."""

@@ -158,7 +158,7 @@ def _explanations(model: ModelSpec, gpu: GpuSpec, core: _Core, ledger: Ledger) -
 
 
 def _deployment_notes(model: ModelSpec, gpu: GpuSpec, core: _Core, notes: list[str], warnings: list[str]) -> None:
-    """What the deployment adds: multimodal encoders, expert / data parallelism, LoRA, the textbook comparison and
+    """What the deployment adds: multimodal encoders, expert / data parallelism, LoRA, the worked-example comparison and
     a dominant sampler warm-up."""
     s = core.s
     st = core.binding
@@ -213,7 +213,7 @@ def _deployment_notes(model: ModelSpec, gpu: GpuSpec, core: _Core, notes: list[s
             f"{dp * core.kv_tokens:,} KV tokens and {dp * core.concurrency:.2f}x concurrency across them, "
             f"on {dp * s.tensor_parallel_size * s.pipeline_parallel_size} GPUs."
         )
-    seed_note = _seed_comparison(model, gpu, core)
+    seed_note = _worked_example_comparison(model, gpu, core)
     if seed_note:
         notes.append(seed_note)
     sampler = dict(st.activation.parts).get("sampler", 0)
@@ -240,35 +240,35 @@ def _margin_warnings(core: _Core, ledger: Ledger, warnings: list[str]) -> None:
         )
 
 
-SEED_MODEL = "meta-llama/Meta-Llama-3-8B-Instruct"
-SEED_GPU = "h100-sxm"
-SEED_TOTAL_GIB = 79.6
-"""The textbook worked example of this model on one H100 SXM: 79.6 GiB total, u 0.92, 14.96 GiB of weights, and the
+EXAMPLE_MODEL = "meta-llama/Meta-Llama-3-8B-Instruct"
+EXAMPLE_GPU = "h100-sxm"
+EXAMPLE_TOTAL_GIB = 79.6
+"""The worked example of this model on one H100 SXM: 79.6 GiB total, u 0.92, 14.96 GiB of weights, and the
 logged `Available KV cache memory: 54.4 GiB` → 27,852 blocks of 16."""
-SEED_KV_GIB = 54.4
+EXAMPLE_KV_GIB = 54.4
 
 
-def _seed_comparison(model: ModelSpec, gpu: GpuSpec, core: _Core) -> str | None:
-    """Why this plan's KV differs from the textbook example's 54.4 GiB (the embedded default's model and card)."""
+def _worked_example_comparison(model: ModelSpec, gpu: GpuSpec, core: _Core) -> str | None:
+    """Why this plan's KV differs from the worked example's 54.4 GiB (the embedded default's model and card)."""
     s = core.s
-    if model.name != SEED_MODEL or gpu.name != SEED_GPU or s.kv_cache_memory_bytes is not None:
+    if model.name != EXAMPLE_MODEL or gpu.name != EXAMPLE_GPU or s.kv_cache_memory_bytes is not None:
         return None
     if s.tensor_parallel_size != 1 or s.pipeline_parallel_size != 1:
         return None
     st = core.binding
     u = s.gpu_memory_utilization
-    seed_requested = SEED_TOTAL_GIB * u
-    seed_other = seed_requested - model.weight_bytes / GiB - SEED_KV_GIB
+    example_requested = EXAMPLE_TOTAL_GIB * u
+    example_other = example_requested - model.weight_bytes / GiB - EXAMPLE_KV_GIB
     ours = (st.activation.bytes + st.non_torch.bytes + st.graph_charged) / GiB
     band = (
         st.activation.uncertainty_bytes + st.non_torch.uncertainty_bytes + st.graph.uncertainty_bytes
     ) / GiB
     sampler = dict(st.activation.parts).get("sampler", 0) / GiB
     return (
-        f"Compared with the textbook worked example for this model and card (54.4 GiB of KV, 27,852 blocks): this plan has "
-        f"{st.kv_bytes / GiB:.2f} GiB. The example takes {SEED_TOTAL_GIB} GiB as the total (nvidia-smi's MiB "
-        f"total), CUDA reports {core.capacity / GiB:.2f} GiB here: {(SEED_TOTAL_GIB - core.capacity / GiB) * u:.2f} "
-        f"GiB less budget at u = {u}. The example's numbers leave {seed_other:.2f} GiB for activation + non-torch "
+        f"Compared with the worked example for this model and card (54.4 GiB of KV, 27,852 blocks): this plan has "
+        f"{st.kv_bytes / GiB:.2f} GiB. The example takes {EXAMPLE_TOTAL_GIB} GiB as the total (nvidia-smi's MiB "
+        f"total), CUDA reports {core.capacity / GiB:.2f} GiB here: {(EXAMPLE_TOTAL_GIB - core.capacity / GiB) * u:.2f} "
+        f"GiB less budget at u = {u}. The example's numbers leave {example_other:.2f} GiB for activation + non-torch "
         f"+ graphs; vramctl estimates {ours:.2f} ± {band:.2f} GiB (the sampler warm-up over "
         f"{min(s.max_num_seqs, s.max_num_batched_tokens)} × {model.vocab_size} fp32 logits alone is "
         f"{sampler:.2f} GiB). `--kv-cache-memory-bytes 54.4GiB` reproduces the example's blocks exactly."
