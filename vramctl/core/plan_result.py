@@ -94,6 +94,9 @@ class PlanResult:
     """The plan with every estimated term at the top of its band; None where the plan has no such band."""
     optimistic: PlanEdge | None = None
     engine_features: Any = None
+    settings_json: dict[str, Any] | None = None
+    """The `settings` key of the JSON when the top level is not vLLM's (`--engine sglang`: SGLang's resolved
+    settings); None: `settings.to_json()`."""
     """vramctl.core.engines.vllm_features.EngineFeatures when ipc_cache / sleep / yarn / the suggestion apply."""
     fixes: tuple[Any, ...] = ()
     """For a plan that does not fit, or fits only if the estimates hold: the smallest single changes that make
@@ -178,7 +181,7 @@ class PlanResult:
                 "display_name": self.gpu.display_name,
                 "total_bytes": self.capacity_bytes,
             },
-            "settings": self.settings.to_json(),
+            "settings": self.settings.to_json() if self.settings_json is None else dict(self.settings_json),
             "terms": self.ledger.to_json(),
             "capacity_bytes": self.capacity_bytes,
             "requested_bytes": self.requested_bytes,

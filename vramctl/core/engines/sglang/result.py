@@ -144,4 +144,26 @@ def _sglang_top_level(result: PlanResult, sgp: SglangPlan) -> PlanResult:
         pessimistic=None,
         optimistic=None,
         hybrid=None,  # SGLang's state pool is under `sglang.mamba` and its ledger's mamba_state term
+        settings_json=sglang_settings_json(sgp, result),
     )
+
+
+def sglang_settings_json(sgp: SglangPlan, result: PlanResult) -> dict[str, Any]:
+    """`--engine sglang`'s `settings`: SGLang's own resolved settings (its version and flag names), not vLLM's."""
+    s = result.settings
+    return {
+        "engine_version": sgp.version,
+        "mem_fraction_static": sgp.mem_fraction_static,
+        "mem_fraction_source": sgp.mem_fraction_source,
+        "context_length": sgp.context_len,
+        "chunked_prefill_size": sgp.chunked_prefill_size,
+        "max_prefill_tokens": sgp.max_prefill_tokens,
+        "max_running_requests": sgp.max_running_requests,
+        "page_size": sgp.page_size,
+        "cuda_graph_max_bs": sgp.cuda_graph_max_bs,
+        "post_capture_kv_sizing": sgp.post_capture,
+        "kv_cache_dtype": s.kv_cache_dtype,
+        "dtype": s.dtype,
+        "tensor_parallel_size": sgp.tensor_parallel_size,
+        "pipeline_parallel_size": sgp.pipeline_parallel_size,
+    }
