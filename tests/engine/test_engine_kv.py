@@ -54,6 +54,7 @@ def test_kv_arithmetic_matches_the_engine(
     engine_record: Callable[..., None],
 ) -> None:
     run = engine_case(case["id"])
+    harness.skip_if_refused(run)
     assert run.started, harness.failure_excerpt(run)
     metrics = run.metrics
     assert metrics, f"{case['id']}: /metrics had no vllm:cache_config_info"

@@ -86,6 +86,7 @@ def test_read_log_recovers_every_memory_number(
     engine_record: Callable[..., None],
 ) -> None:
     run = engine_case(case["id"])
+    harness.skip_if_refused(run)
     assert run.started, harness.failure_excerpt(run)
     path = _log_file(run, level)
     log = path.read_text(errors="replace")
@@ -118,6 +119,7 @@ def test_read_log_compare_plan_agrees(
     engine_record: Callable[..., None],
 ) -> None:
     run = engine_case(case["id"])
+    harness.skip_if_refused(run)
     assert run.started, harness.failure_excerpt(run)
     code, report, stderr = harness.vramctl_json(["read-log", str(run.log_path), "--compare-plan"])
     assert code == 0 and report.get("comparison"), (
