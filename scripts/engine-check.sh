@@ -26,7 +26,7 @@
 # Exit status: 0 when every check agrees, 1 when one disagrees or fails (a server that did not come up, a
 # timeout), 2 when the engine environment cannot be built (e.g. no network).
 #
-# Knobs (environment): ENGINE_CHECK_BUDGET_S (the whole tier, default 1500 = 25 min), PYTHON (default: python3,
+# Knobs (environment): ENGINE_CHECK_BUDGET_S (the whole tier, default 3000 = 50 min: about 12 min on a fast 2-core machine, 35 on a slow one), PYTHON (default: python3,
 # else python; needs pytest, pyyaml and vramctl's dependencies), VRAMCTL_ENGINE_VENV (the engine environment),
 # VRAMCTL_ENGINE_START_TIMEOUT_S (one server's start-up, default 420), ENGINE_CHECK_PYTEST_ARGS (extra pytest
 # arguments, e.g. `-k kv` for one check).
@@ -37,7 +37,7 @@ PYTHON="${PYTHON:-$(command -v python3 || command -v python || echo python3)}"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1
 OUT_DIR="${OUT:-build/engine-check}"
-BUDGET_S="${ENGINE_CHECK_BUDGET_S:-1500}"
+BUDGET_S="${ENGINE_CHECK_BUDGET_S:-3000}"
 mkdir -p "$OUT_DIR"
 OUT_DIR="$(cd "$OUT_DIR" && pwd)"
 PIDFILE="$OUT_DIR/servers.pids"
