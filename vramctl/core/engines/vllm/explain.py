@@ -8,7 +8,7 @@ from vramctl.core import kv as kvmath
 from vramctl.core.engines import vllm_runtime as RT
 from vramctl.core.engines.vllm import estimates as est
 from vramctl.core.engines.vllm import rules as V
-from vramctl.core.engines.vllm.budget import _Core, _core
+from vramctl.core.engines.vllm.budget import _Core, _core, lora_slots_charged
 from vramctl.core.engines.vllm.kv_manager import kv_view_of_model
 from vramctl.core.engines.vllm.rules import OLDEST_VLLM_VERSION
 from vramctl.core.ledger import (
@@ -194,7 +194,7 @@ def _deployment_notes(model: ModelSpec, gpu: GpuSpec, core: _Core, notes: list[s
             f"{slots.stage_bytes[st.index] / GiB:.2f} GiB on this rank, "
             + (
                 "booked with the weights (vLLM allocates them while the model loads)"
-                if RT.lora_slots_charged(s.release or s.version, v0_engine=V.is_v0(s.version))
+                if lora_slots_charged(s)
                 else "outside the budget (V0 before 0.8 allocates them after its weights profiler and charges "
                 "them nowhere, vllm#14450)"
             )
