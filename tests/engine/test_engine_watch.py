@@ -175,7 +175,7 @@ def test_watch_the_real_engine_under_load(vllm_server: Server, tmp_path: Path) -
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
     last = data["last"]
-    assert data["samples"] >= WATCH_S * 0.8 and last["status"] == "up"
+    assert last["status"] == "up", last
     engine = last["engine"]
     assert engine["engine"] == "vllm" and engine["names"] == "vllm:kv_cache_usage_perc"
     assert engine["kv_pool_bytes"] == KV_SPACE_GIB << 30  # VLLM_CPU_KVCACHE_SPACE, from cache_config_info
@@ -186,13 +186,22 @@ def test_watch_the_real_engine_under_load(vllm_server: Server, tmp_path: Path) -
     from vramctl.watch.ring import read_timeline
 
     samples = read_timeline(timeline).samples
-    assert len(samples) >= WATCH_S * 0.8
+    assert len(samples) == data["samples"]
+    gaps = [b.t - a.t for a, b in zip(samples, samples[1:])]
+    # The watch samples for its whole duration and never stalls. Each sample waits for the server's /metrics,
+    # which a busy server on a loaded 2-core machine answers in up to a second or more (CI saw 87 samples in
+    # 130 s): the cadence is the interval or the scrape, whichever is longer, so the count is not asserted
+    # against the interval; the span and the longest gap (interval + the 2 s scrape timeout + slack) are.
+    assert samples[-1].t - samples[0].t >= WATCH_S - 5, (len(samples), samples[-1].t - samples[0].t)
+    assert max(gaps) <= 1 + 2 + 5, f"a {max(gaps):.1f} s gap between samples"
+    assert len(samples) >= WATCH_S / 3, len(samples)
     busy = [s for s in samples if s.engine is not None and s.engine.running > 0]
     assert busy and busy[-1].t - busy[0].t >= 100, "the load did not span the watch"
     report_path = os.environ.get("VRAMCTL_ENGINE_WATCH_REPORT")
     if report_path:  # what the run saw, for docs and the report
         summary = {
-            "samples": len(samples), "busy_samples": len(busy), "requests_ok": sum(done), "requests": len(done),
+            "samples": len(samples), "busy_samples": len(busy),
+            "gap_s_median_max": [sorted(gaps)[len(gaps) // 2], max(gaps)], "requests_ok": sum(done), "requests": len(done),
             "max_running": max((s.engine.running for s in samples if s.engine), default=0),
             "max_waiting": max((s.engine.waiting for s in samples if s.engine), default=0),
             "max_kv_usage": max((s.engine.kv_usage or 0.0 for s in samples if s.engine), default=0.0),
