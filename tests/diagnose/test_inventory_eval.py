@@ -160,3 +160,39 @@ def test_frozen_set_labels_are_valid_and_new() -> None:
         text = (shared / name / "index.yaml").read_text()
         seen |= set(re.findall(r"https://github\.com/[\w.-]+/[\w.-]+/(?:issues|pull)/\d+", text))
     assert not seen & set(urls)
+
+
+HELD_OUT = ("index.yaml", "fresh2.yaml", "fresh3.yaml")
+
+
+@pytest.mark.parametrize("name", ["fresh3.yaml"])
+def test_held_out_label_file_is_valid(name: str) -> None:
+    """A held-out label file: known cause labels and phases, labels and sources only, one thread per case."""
+    from vramctl.diagnose.inventory import LABELS, PHASES
+
+    cases = yaml.safe_load((ROOT / "tests" / "fixtures" / "oom_eval" / name).read_text())["cases"]
+    assert len(cases) >= 40
+    ids = [str(case["id"]) for case in cases]
+    assert len(set(ids)) == len(ids)
+    urls = [case["source"]["url"] for case in cases]
+    assert len(set(urls)) == len(urls), "one log per thread"
+    for case in cases:
+        assert set(case) <= {"id", "source", "engine", "phase", "root_cause", "confidence"}, case["id"]
+        assert case["root_cause"] in (*LABELS, "no-failure"), case["id"]
+        assert case["phase"] in PHASES, case["id"]
+        assert case["confidence"] in ("high", "medium", "low"), case["id"]
+        source = case["source"]
+        kind = {"issue": "issues", "pull": "pull"}[source["kind"]]
+        assert source["url"] == f"https://github.com/{source['repo']}/{kind}/{source['number']}", case["id"]
+    failures = [c for c in cases if c["root_cause"] not in ("not-oom", "no-failure")]
+    assert len(failures) >= 30 and len(cases) - len(failures) >= 8
+
+
+def test_held_out_sets_are_disjoint() -> None:
+    """No thread is in two held-out label files (a log judged twice is not held out twice)."""
+    seen: dict[str, str] = {}
+    for name in HELD_OUT:
+        for case in yaml.safe_load((ROOT / "tests" / "fixtures" / "oom_eval" / name).read_text())["cases"]:
+            url = case["source"]["url"]
+            assert url not in seen, f"{url} is in {seen.get(url)} and {name}"
+            seen[url] = name
