@@ -1405,7 +1405,8 @@ def _inventory_reading(
       (`_INVENTORY_KIND_HINTS`), and the signature's rules run again with it.
     - The catalogue maps the wording itself to not-oom (a sanity check) while the inventory, read from the
       engine's sources, states a memory failure: the inventory's facts decide, with low confidence.
-    Otherwise (a rule read the numbers or the context and found no memory failure) the catalogue's reading stands."""
+    Otherwise, and wherever a rule of the signature read the numbers or the context and found no memory failure, the
+    catalogue's reading stands."""
     kind = inv_facts.get("inventory_kind")
     hint = _INVENTORY_KIND_HINTS.get(kind) if isinstance(kind, str) else None
     if sig.cause != "not-oom":
@@ -1418,6 +1419,8 @@ def _inventory_reading(
             *again[3],
             f"the source inventory entry {inv_facts['inventory_id']} places this message in {kind}",
         ], again[4]
+    if any(rule.cause in (None, "not-oom") and evaluate(rule.when, names) for rule in sig.refine):
+        return current  # a rule of the catalogue read the numbers and found no memory failure: that reading stands
     inv = _resolve(cat, cat.signatures[inv_index], {**names, **inv_facts}, ctx_phase)
     if inv[0] == "not-oom":
         return current

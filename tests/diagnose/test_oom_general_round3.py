@@ -1,0 +1,191 @@
+"""Generalisation round 3 of issue 9: wordings and facts read from the engines' and the kernel's sources.
+
+Every log here is synthesised (own numbers, the message formats of the cited sources); none is copied from a thread.
+Each test states the memory-model reason the answer must hold, so that it keeps holding for logs nobody has seen.
+"""
+
+from __future__ import annotations
+
+from vramctl.diagnose import Diagnosis, diagnose_text
+from vramctl.diagnose.fixvalues import is_numeric_value
+
+
+def _numeric(d: Diagnosis) -> list[tuple[str | None, float]]:
+    """(flag, value) of the fixes with a number (the values are the pasteable strings `--json` prints as numbers)."""
+    return [(f.flag, float(f.value)) for f in d.fixes if f.flag and is_numeric_value(f.value)]
+
+
+def test_a_kernel_oom_report_without_its_killed_line_is_a_host_kill_not_no_failure() -> None:
+    # mm/oom_kill.c dump_tasks prints this table only inside an OOM report: the killer ran, the paste lost the kill line
+    log = "\n".join(
+        [
+            "[ 812.331201] Free swap  = 0kB",
+            "[ 812.331202] Total swap = 2097148kB",
+            "[ 812.331203] 8388608 pages RAM",
+            "[ 812.331204] Tasks state (memory values in pages):",
+            "[ 812.331205] [  pid  ]   uid  tgid total_vm      rss pgtables_bytes swapents oom_score_adj name",
+            "[ 812.331206] [   4242]     0  4242 31337000  7000000  60000000        0             0 python3",
+        ]
+    )
+    d = diagnose_text(log)
+    assert d.cause == "host-oom-killer"
+    assert d.signature == "kernel-oom-killer"
+
+
+def test_a_v0_worker_that_died_with_exit_code_minus_9_is_a_failure() -> None:
+    # vllm/executor/multiproc_worker_utils.py: `Worker %s pid %s died, exit code: %s`; -9 is SIGKILL
+    log = (
+        "INFO 03-02 10:00:00 model_runner.py:1071] Loading model weights took 13.9 GB\n"
+        "ERROR 03-02 10:00:31 multiproc_worker_utils.py:120] Worker VllmWorkerProcess pid 777 died, exit code: -9\n"
+        "INFO 03-02 10:00:31 multiproc_worker_utils.py:124] Killing local vLLM worker processes\n"
+    )
+    d = diagnose_text(log)
+    assert d.cause == "host-oom-killer"
+    assert d.cause != "no-failure"
+
+
+def test_a_host_kill_after_the_weights_gets_a_swap_space_number() -> None:
+    # V0 pins swap_space GiB of host RAM per worker for the CPU KV cache right after profiling
+    log = (
+        "INFO 03-02 10:00:00 llm_engine.py:237] Initializing an LLM engine (v0.6.3) with config: model='m'\n"
+        "INFO 03-02 10:00:40 model_runner.py:1071] Loading model weights took 13.9 GB\n"
+        "Killed\n"
+    )
+    d = diagnose_text(log)
+    assert d.cause == "host-oom-killer"
+    assert ("--swap-space", 2) in _numeric(d)
+    with_setting = diagnose_text("vllm serve m --swap-space 16\n" + log)
+    assert ("--swap-space", 8) in _numeric(with_setting)
+
+
+def test_llamacpp_compute_buffers_after_the_kv_cache_are_the_batch_not_the_kv() -> None:
+    # llama.cpp reserves its compute (graph) buffers after the weights and the KV cache (ggml-alloc.c
+    # ggml_gallocr_reserve_n); the KV lines above reported sizes, so the KV fitted
+    log = "\n".join(
+        [
+            "llama_new_context_with_model: n_ctx      = 32768",
+            "llama_new_context_with_model: n_ubatch   = 1024",
+            "llama_kv_cache_init:      CUDA0 KV buffer size =  4096.00 MiB",
+            "llama_new_context_with_model: KV self size  = 4096.00 MiB, K (f16): 2048.00 MiB, V (f16): 2048.00 MiB",
+            "ggml_backend_cuda_buffer_type_alloc_buffer: allocating 9216.00 MiB on device 0: cudaMalloc failed: "
+            "out of memory",
+            "ggml_gallocr_reserve_n: failed to allocate CUDA0 buffer of size 9663676416",
+            "llama_new_context_with_model: failed to allocate compute buffers",
+        ]
+    )
+    d = diagnose_text(log)
+    assert (d.cause, d.phase) == ("batch-budget-too-large", "profiling")
+    assert d.confidence != "high"
+    assert ("--ubatch-size", 512) in _numeric(d)
+
+
+def test_llamacpp_kv_cache_failure_stays_the_kv() -> None:
+    log = "\n".join(
+        [
+            "ggml_backend_cuda_buffer_type_alloc_buffer: allocating 16384.00 MiB on device 0: cudaMalloc failed: "
+            "out of memory",
+            "llama_kv_cache_init: failed to allocate buffer for kv cache",
+            "llama_new_context_with_model: llama_kv_cache_init() failed for self-attention cache",
+        ]
+    )
+    assert diagnose_text(log).cause == "no-kv-cache-memory"
+
+
+def test_a_traceback_cut_in_sglangs_kv_slot_allocation_is_the_runtime_pool() -> None:
+    # python/sglang/srt/mem_cache/common.py: the scheduler's slot allocation raises only when the token pool is empty
+    log = "\n".join(
+        [
+            "[2026-01-01 10:00:00 TP0] Prefill batch, #new-seq: 12, #new-token: 30000, token usage: 0.97, #queue-req: 40",
+            "[2026-01-01 10:00:01 TP0] Scheduler hit an exception: Traceback (most recent call last):",
+            '  File "/opt/sglang/srt/managers/scheduler.py", line 2100, in get_new_batch_prefill',
+            "    new_batch.prepare_for_extend()",
+            '  File "/opt/sglang/srt/managers/schedule_batch.py", line 1400, in prepare_for_extend',
+            "    out_cache_loc, req_pool_indices_tensor, _ = alloc_for_extend(self)",
+            '  File "/opt/sglang/srt/mem_cache/common.py", line 480, in alloc_for_extend',
+            "    out_cache_loc = alloc_token_slots(batch.tree_cache, extend_num_tokens)",
+            '  File "/opt/sglang/srt/mem_cache/common.py", line 300, in alloc_token_slots',
+        ]
+    )
+    d = diagnose_text(log)
+    assert (d.cause, d.phase, d.confidence) == ("kv-pool-exhausted-runtime", "serving", "low")
+
+
+def test_turbomind_model_instance_oom_is_the_kv_share_with_a_number() -> None:
+    # lmdeploy/turbomind/turbomind.py `_create_model_instance`: the batch engine's block manager takes
+    # cache_max_entry_count of the free memory for KV blocks, then the instance's buffers must still fit
+    log = "\n".join(
+        [
+            "backend_config=TurbomindEngineConfig(tp=1, session_len=8192, cache_max_entry_count=0.6)",
+            "Exception in thread Thread-3:",
+            "Traceback (most recent call last):",
+            '  File "/usr/lib/python3.10/site-packages/lmdeploy/turbomind/turbomind.py", line 480, in '
+            "_create_model_instance",
+            "    model_inst = self.tm_model.model_comm.create_model_instance(",
+            "RuntimeError: [TM][ERROR] CUDA runtime error: out of memory /lmdeploy/src/turbomind/utils/allocator.h:231",
+        ]
+    )
+    d = diagnose_text(log)
+    assert (d.cause, d.phase, d.engine) == ("kv-pool-overcommit", "kv-alloc", "lmdeploy")
+    assert ("--cache-max-entry-count", 0.3) in _numeric(d)
+
+
+def test_turbomind_weight_creation_oom_is_the_weights() -> None:
+    log = "\n".join(
+        [
+            "Traceback (most recent call last):",
+            '  File "/usr/lib/python3.10/site-packages/lmdeploy/turbomind/turbomind.py", line 199, in '
+            "_create_weight_func",
+            "    model_comm.create_shared_weights(device_id, rank)",
+            "RuntimeError: [TM][ERROR] CUDA runtime error: out of memory /lmdeploy/src/turbomind/utils/memory_utils.cu:32",
+        ]
+    )
+    d = diagnose_text(log)
+    assert (d.cause, d.phase) == ("weights-do-not-fit", "weights-load")
+
+
+def test_profiling_assert_with_free_memory_that_did_not_move_is_not_a_memory_failure() -> None:
+    # vLLM's own profiling allocates hundreds of MiB at least: free memory that stayed put means the device's
+    # counter never saw vLLM's allocations (a platform plugin), not another process giving memory back
+    d = diagnose_text(
+        "AssertionError: Error in memory profiling. Initial free memory 40000000000, current free memory "
+        "40000131072. This happens when the GPU memory was not properly cleaned up before initializing the vLLM "
+        "instance."
+    )
+    assert d.cause == "not-oom"
+    assert d.fixes and "free-memory counter" in d.fixes[0].action
+    # GiBs given back by another process while vLLM profiled: the start-up budget's reading stands
+    d = diagnose_text(
+        "AssertionError: Error in memory profiling. Initial free memory 40000000000, current free memory "
+        "44000000000. This happens when other processes sharing the same container release GPU memory while vLLM "
+        "is profiling during initialization."
+    )
+    assert d.cause == "gpu-util-exceeds-free-memory"
+
+
+def test_sglangs_scheduler_wording_shortened_to_a_title_is_still_the_runtime_pool() -> None:
+    # only SGLang's scheduler says `Prefill out of memory` / `Decode out of memory`; a title keeps just those words
+    log = "\n".join(
+        [
+            "Decode out of memory with a long context",
+            "[2026-02-02 08:00:00] Decode batch, #running-req: 40, #token: 990000, token usage: 0.99, #queue-req: 12",
+        ]
+    )
+    d = diagnose_text(log)
+    assert (d.cause, d.phase) == ("kv-pool-exhausted-runtime", "serving")
+
+
+def test_rays_kill_message_cut_before_its_numbers_is_a_host_kill() -> None:
+    # src/ray/raylet/node_manager.cc: the kill message starts `Memory on the node (IP: …) where the task … was running`
+    log = (
+        "PID\tMEM(GB)\tCOMMAND\n"
+        "Memory on the node (IP: 10.1.2.3, ID: 0f0f0f) where the task (task ID: abcd, name=preprocess) was running"
+    )
+    d = diagnose_text(log)
+    assert d.cause == "host-oom-killer"
+    full = diagnose_text(
+        "Memory on the node (IP: 10.1.2.3, ID: 0f0f0f) where the task (actor ID: ab, name=Worker.__init__, pid=9, "
+        "memory used=3.10GB) was running was 61.20GB / 64.00GB (0.95625), which exceeds the memory usage threshold "
+        "of 0.95. Ray killed this worker (ID: cd) because it was the most recently scheduled task"
+    )
+    assert full.cause == "host-oom-killer"
+    assert full.facts.get("host_total_bytes") == 64_000_000_000
