@@ -189,3 +189,51 @@ def test_rays_kill_message_cut_before_its_numbers_is_a_host_kill() -> None:
     )
     assert full.cause == "host-oom-killer"
     assert full.facts.get("host_total_bytes") == 64_000_000_000
+
+
+def test_the_startup_check_without_its_numbers_is_still_the_startup_check() -> None:
+    # vllm/v1/worker/gpu_worker.py init_device: the sentence alone (a title, a wrapper's summary) decides the cause
+    d = diagnose_text(
+        "RolloutWorker error: Free memory on device on startup is less than desired GPU memory utilization (0.85)"
+    )
+    assert (d.cause, d.phase) == ("gpu-util-exceeds-free-memory", "startup-check")
+    assert d.facts.get("gpu_memory_utilization") == 0.85
+    assert ("--gpu-memory-utilization", 0.75) in _numeric(d)
+
+
+def test_frames_pasted_without_the_traceback_header_are_not_no_failure() -> None:
+    # a paste that starts below `Traceback (most recent call last):`; vLLM 0.2-0.3 LLMEngine._init_cache asks the
+    # workers to `init_cache_engine` (the KV cache allocation) and the paste ends there
+    log = "\n".join(
+        [
+            "all my runs stop with this:",
+            '  File "/opt/py/site-packages/vllm/engine/llm_engine.py", line 120, in __init__',
+            "    self._init_cache()",
+            '  File "/opt/py/site-packages/vllm/engine/llm_engine.py", line 350, in _init_cache',
+            '    self._run_workers("init_cache_engine", cache_config=self.cache_config)',
+            '  File "/opt/py/site-packages/vllm/engine/llm_engine.py", line 1000, in _run_workers',
+        ]
+    )
+    d = diagnose_text(log)
+    assert d.cause != "no-failure"
+    assert (d.cause, d.phase, d.confidence) == ("kv-pool-overcommit", "kv-alloc", "low")
+
+
+def test_a_layer_constructor_in_the_engines_model_code_is_weight_creation() -> None:
+    # a layer's __init__ under vllm/model_executor/layers runs only while the model is built: its parameters are
+    # allocated there, whatever other process holds the rest of the card
+    log = "\n".join(
+        [
+            '  File "/usr/lib/python3/site-packages/vllm/model_executor/layers/linear.py", line 300, in __init__',
+            "    torch.empty(self.output_size, self.input_size, dtype=params_dtype),",
+            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 448.00 MiB. GPU 0 has a total capacity of "
+            "39.38 GiB of which 120.00 MiB is free. Including non-PyTorch memory, this process has 39.25 GiB memory in "
+            "use. Of the allocated memory 38.80 GiB is allocated by PyTorch, and 10.00 MiB is reserved by PyTorch but "
+            "unallocated.",
+        ]
+    )
+    d = diagnose_text(log)
+    assert (d.cause, d.phase, d.confidence) == ("weights-do-not-fit", "weights-load", "high")
+    # the same constructor name outside the engine's model code places nothing: only the numbers speak, as a guess
+    other = diagnose_text(log.replace("vllm/model_executor/layers/linear.py", "myapp/cache.py"))
+    assert other.confidence == "low"

@@ -834,9 +834,9 @@ class _Analyser:
             frame = cat.method_regex.search(text)
         if frame is not None:
             func = frame.group("func")
-            base = (frame.groupdict().get("file") or "").rsplit("/", 1)[-1]
+            file = frame.groupdict().get("file") or ""
             for rule in cat.frames:
-                if func in rule.functions or base in rule.files:
+                if rule.matches(func, file):
                     self._context(
                         _Context(number, "frame", func, rule.rank, rule.phase, short, yield_to=rule.yield_to)
                     )
