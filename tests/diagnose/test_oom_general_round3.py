@@ -237,3 +237,24 @@ def test_a_layer_constructor_in_the_engines_model_code_is_weight_creation() -> N
     # the same constructor name outside the engine's model code places nothing: only the numbers speak, as a guess
     other = diagnose_text(log.replace("vllm/model_executor/layers/linear.py", "myapp/cache.py"))
     assert other.confidence == "low"
+
+
+def test_a_kill_told_in_a_persons_words_is_a_host_kill_and_advice_is_not() -> None:
+    d = diagnose_text("The pod gets killed by Kubernetes when memory crosses the limit while the model loads.")
+    assert d.cause == "host-oom-killer"
+    advice = diagnose_text("If the pod is killed when memory exceeds its limit, raise the limit.")
+    assert advice.cause == "no-failure"
+
+
+def test_no_failure_is_sure_only_when_the_log_shows_the_engine_serving() -> None:
+    # calibration: a log that ends before serving may end before its failure; a fragment says nothing of the run
+    served = diagnose_text(
+        "INFO 01-01 10:00:00 [gpu_worker.py:100] Available KV cache memory: 30.00 GiB\n"
+        "INFO 01-01 10:00:20 [api_server.py:100] Starting vLLM API server on http://0.0.0.0:8000\n"
+        "INFO:     Application startup complete.\n"
+    )
+    assert (served.cause, served.confidence) == ("no-failure", "high")
+    stopped = diagnose_text("INFO 01-01 10:00:00 [gpu_model_runner.py:100] Starting to load model m...\n")
+    assert (stopped.cause, stopped.confidence) == ("no-failure", "medium")
+    fragment = diagnose_text("we restarted it twice and now it is fine\n")
+    assert (fragment.cause, fragment.confidence) == ("no-failure", "low")

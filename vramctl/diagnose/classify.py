@@ -1554,10 +1554,19 @@ def _no_failure(an: _Analyser, stats: ScanStats, warnings: list[str], source: st
         if last is not None and reached is not None
         else ()
     )
+    # calibration: "no failure" is sure only when the log shows the engine got to serving; a log whose progress lines
+    # stop earlier may end before its failure, and a fragment without any progress line (a paste, a summary in words)
+    # says nothing of how the run went
+    if not stats.lines or last is None:
+        confidence = "low"
+    elif reached in ("serving", "graph-capture") or any(m.phase == "serving" for m in an.markers[-20:]):
+        confidence = "high"
+    else:
+        confidence = "medium"
     return Diagnosis(
         cause="no-failure",
         phase=reached or "unknown",
-        confidence="high" if stats.lines else "low",
+        confidence=confidence,
         summary="the log holds no failure" if stats.lines else "the log is empty",
         why=why,
         evidence=(),
