@@ -258,3 +258,20 @@ def test_no_failure_is_sure_only_when_the_log_shows_the_engine_serving() -> None
     assert (stopped.cause, stopped.confidence) == ("no-failure", "medium")
     fragment = diagnose_text("we restarted it twice and now it is fine\n")
     assert (fragment.cause, fragment.confidence) == ("no-failure", "low")
+
+
+def test_sglangs_runtime_pool_gets_a_number_from_the_batch_line_or_the_default() -> None:
+    # the batch line shows how many requests ran when the pool ran out: cap below that; nothing printed: plan for more
+    # decode growth (SGLang's schedule_conservativeness, default 1.0)
+    log = "\n".join(
+        [
+            "[2026-01-01 10:00:00 TP0] Decode batch, #running-req: 48, #token: 150000, token usage: 0.99, #queue-req: 9",
+            "[2026-01-01 10:00:01 TP0] Decode out of memory. Try to lower your batch size.",
+        ]
+    )
+    d = diagnose_text(log)
+    assert d.cause == "kv-pool-exhausted-runtime"
+    assert ("--max-running-requests", 24) in _numeric(d)
+    bare = diagnose_text("Prefill out of memory in a long run")
+    assert bare.cause == "kv-pool-exhausted-runtime"
+    assert _numeric(bare)

@@ -539,6 +539,26 @@ NUMERIC_FIXES: tuple[NumericFix, ...] = (
         f"{_FROM_LOG} {{max_running_requests}} halved",
         kind="int",
     ),
+    # SGLang's batch lines print how many requests ran when the pool ran out (`#running-req: N`): half of them
+    _row(
+        "kv-pool-exhausted-runtime",
+        "--max-running-requests",
+        "sglang",
+        "max(1, floor(running_reqs / 2))",
+        "cap the requests run at once below the batch that filled the pool",
+        "half of the {running_reqs} requests the last batch line shows running",
+        kind="int",
+    ),
+    # nothing printed: plan for more decode growth before admitting requests (SGLang's default
+    # schedule_conservativeness 1.0, python/sglang/srt/server_args.py)
+    _row(
+        "kv-pool-exhausted-runtime",
+        "--schedule-conservativeness",
+        "sglang",
+        "1.3",
+        "reserve more of the pool for decoding before admitting new requests",
+        "SGLang's default 1.0 raised by 0.3",
+    ),
     _row(
         "kv-pool-exhausted-runtime",
         "--max-num-seqs",
