@@ -220,6 +220,17 @@ def test_a_traceback_cut_in_the_schedulers_kv_slots_is_the_pool_running_out(
     assert far.cause == "not-oom"
 
 
+@settings(max_examples=200, deadline=None)
+@given(records(hints=()), st.sampled_from([None, "kv-alloc", "weights-load", "profiling"]))
+def test_a_kv_cache_sized_for_the_context_is_never_an_overcommitted_budget(
+    record: FactRecord, phase: str | None
+) -> None:
+    # who sized the KV cache decides: sized for the whole context (not from the free memory), failing to allocate it
+    # means the context does not fit beside the weights, whatever the numbers (pinned host memory aside)
+    d = decide(FactRecord(phase, record.numbers, hints=frozenset({"kv_context_sized"})))
+    assert d.cause == "no-kv-cache-memory" or (d.cause == "gpu-util-exceeds-free-memory" and d.confidence != "high")
+
+
 def test_llamacpp_and_lmdeploy_get_numbers_without_settings() -> None:
     # the compute buffers follow n_ubatch (llama.cpp default 512); TurboMind's KV share (LMDeploy default 0.8)
     assert numeric_fix("batch-budget-too-large", "profiling", {}, "llamacpp")[:2] == ("--ubatch-size", "256")

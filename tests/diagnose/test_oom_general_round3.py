@@ -275,3 +275,22 @@ def test_sglangs_runtime_pool_gets_a_number_from_the_batch_line_or_the_default()
     bare = diagnose_text("Prefill out of memory in a long run")
     assert bare.cause == "kv-pool-exhausted-runtime"
     assert _numeric(bare)
+
+
+def test_a_kv_cache_sized_for_the_context_that_does_not_fit_is_no_kv_memory() -> None:
+    # ExLlamaV2 (exllamav2/cache.py create_state_tensors) sizes its cache for max_seq_len after the model is loaded:
+    # failing there leaves no room for that context beside the weights (not an over-committed budget)
+    log = "\n".join(
+        [
+            " -- Loading model...",
+            "Traceback (most recent call last):",
+            '  File "/srv/exllamav2/exllamav2/cache.py", line 250, in __init__',
+            "    self.create_state_tensors(copy_from, lazy)",
+            '  File "/srv/exllamav2/exllamav2/cache.py", line 90, in create_state_tensors',
+            "    p_key_states = torch.zeros(self.shape_wk, dtype = self.dtype, device = device).contiguous()",
+            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 128.00 MiB. GPU 0 has a total capacity of "
+            "23.65 GiB of which 50.00 MiB is free.",
+        ]
+    )
+    d = diagnose_text(log)
+    assert (d.cause, d.phase, d.engine) == ("no-kv-cache-memory", "kv-alloc", "exllamav2")
