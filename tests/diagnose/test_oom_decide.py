@@ -112,13 +112,12 @@ def test_cached_free_blocks_that_would_hold_the_request_are_fragmentation(
 
 @settings(max_examples=300, deadline=None)
 @given(records(hints=()))
-def test_fragmentation_is_high_only_when_the_cache_comfortably_covers_the_request(record: FactRecord) -> None:
-    # an engine serving inside the budget it sized has thin headroom by design: a cached total only just above the
-    # request is as much that budget as fragmentation; "high" there needs free + cached >= 1.5 x the request
+def test_fragmentation_while_an_engine_serves_is_never_high(record: FactRecord) -> None:
+    # an engine serving inside the budget it sized has thin headroom by design and its activations leave cached
+    # blocks behind: the numbers cannot tell fragmentation from that budget, so never "high"
     d = decide(FactRecord("serving", record.numbers, record.settings, record.hints, engine="vllm"))
-    if d.cause == "allocator-fragmentation" and d.confidence == "high":
-        n = record.numbers
-        assert n["free_bytes"] + n["reserved_unallocated_bytes"] >= 1.5 * n["requested_bytes"]
+    if d.cause == "allocator-fragmentation":
+        assert d.confidence != "high"
 
 
 @settings(max_examples=300, deadline=None)

@@ -294,3 +294,17 @@ def test_a_kv_cache_sized_for_the_context_that_does_not_fit_is_no_kv_memory() ->
     )
     d = diagnose_text(log)
     assert (d.cause, d.phase, d.engine) == ("no-kv-cache-memory", "kv-alloc", "exllamav2")
+
+
+def test_an_oom_reported_by_the_api_servers_request_handler_is_while_serving() -> None:
+    # vLLM V0's API server logs the dead engine loop from its chat handler: the engine was serving a request
+    d = diagnose_text(
+        "ERROR 05-05 10:00:00 [serving_chat.py:600] MQEngineDeadError: Engine loop is not running. Inspect the "
+        "stacktrace to find the original error: OutOfMemoryError('CUDA out of memory. Tried to allocate 256.00 MiB. "
+        "GPU 0 has a total capacity of 79.33 GiB of which 20.00 MiB is free. Process 77 has 79.29 GiB memory in use. "
+        "Of the allocated memory 70.10 GiB is allocated by PyTorch, and 300.00 MiB is reserved by PyTorch but "
+        "unallocated.')"
+    )
+    assert d.phase == "serving"
+    # cached blocks would have held it, but an engine serving inside its budget cannot tell that from the budget
+    assert d.cause != "allocator-fragmentation" or d.confidence != "high"
