@@ -111,6 +111,16 @@ def test_cached_free_blocks_that_would_hold_the_request_are_fragmentation(
 
 
 @settings(max_examples=300, deadline=None)
+@given(records(hints=()))
+def test_fragmentation_while_an_engine_serves_is_never_high(record: FactRecord) -> None:
+    # an engine serving inside the budget it sized has thin headroom by design and its activations leave cached
+    # blocks behind: the numbers cannot tell fragmentation from that budget, so never "high"
+    d = decide(FactRecord("serving", record.numbers, record.settings, record.hints, engine="vllm"))
+    if d.cause == "allocator-fragmentation":
+        assert d.confidence != "high"
+
+
+@settings(max_examples=300, deadline=None)
 @given(
     st.integers(16, 160),
     st.floats(0.25, 0.9),
@@ -149,7 +159,7 @@ def test_host_words_decide_host_labels(record: FactRecord) -> None:
 @given(
     st.sampled_from(sorted({row.cause for row in NUMERIC_FIXES})),
     st.sampled_from(PHASES),
-    st.sampled_from([None, "vllm", "sglang", "tgi", "ray", "lmcache"]),
+    st.sampled_from([None, "vllm", "sglang", "tgi", "ray", "lmcache", "llamacpp", "lmdeploy"]),
     st.dictionaries(
         st.sampled_from(
             [
@@ -163,6 +173,8 @@ def test_host_words_decide_host_labels(record: FactRecord) -> None:
                 "max_running_requests",
                 "swap_space",
                 "buffer_request_bytes",
+                "cache_max_entry_count",
+                "n_ubatch",
             ]
         ),
         st.one_of(st.sampled_from([0.3, 0.5, 0.85, 0.9, 0.95, 0.99]), st.integers(1, 1_000_000)),
@@ -184,6 +196,55 @@ def test_numeric_fixes_are_pasteable_numbers(
         assert 0.05 <= float(value) <= 0.99
     else:
         assert float(value) > 0
+
+
+@settings(max_examples=200, deadline=None)
+@given(records(hints=()), st.integers(0, 60), st.sampled_from([None, "serving", "profiling", "kv-alloc"]))
+def test_a_traceback_cut_in_the_schedulers_kv_slots_is_the_pool_running_out(
+    record: FactRecord, lines_to_end: int, phase: str | None
+) -> None:
+    # SGLang's scheduler takes KV slots for a new batch and raises only when the token pool is empty: whatever the
+    # numbers, a traceback cut there is the runtime pool, never a start-up budget
+    numbers = {**record.numbers, "lines_to_end": lines_to_end}
+    d = decide(FactRecord(phase, numbers, hints=frozenset({"kv_pool_runtime"})), "cut-traceback")
+    assert (d.cause, d.phase, d.confidence) == ("kv-pool-exhausted-runtime", "serving", "low")
+    # cut long before the end, the traceback was followed by more log: no rule reads it
+    far = decide(
+        FactRecord(
+            phase, {**record.numbers, "lines_to_end": 61 + lines_to_end}, hints=frozenset({"kv_pool_runtime"})
+        ),
+        "cut-traceback",
+        default="not-oom",
+    )
+    assert far.cause == "not-oom"
+
+
+@settings(max_examples=200, deadline=None)
+@given(records(hints=()), st.sampled_from([None, "kv-alloc", "weights-load", "profiling"]))
+def test_a_kv_cache_sized_for_the_context_is_never_an_overcommitted_budget(
+    record: FactRecord, phase: str | None
+) -> None:
+    # who sized the KV cache decides: sized for the whole context (not from the free memory), failing to allocate it
+    # means the context does not fit beside the weights, whatever the numbers (pinned host memory aside)
+    d = decide(FactRecord(phase, record.numbers, hints=frozenset({"kv_context_sized"})))
+    assert d.cause == "no-kv-cache-memory" or (d.cause == "gpu-util-exceeds-free-memory" and d.confidence != "high")
+
+
+def test_llamacpp_and_lmdeploy_get_numbers_without_settings() -> None:
+    # the compute buffers follow n_ubatch (llama.cpp default 512); TurboMind's KV share (LMDeploy default 0.8)
+    assert numeric_fix("batch-budget-too-large", "profiling", {}, "llamacpp")[:2] == ("--ubatch-size", "256")
+    assert numeric_fix("batch-budget-too-large", "profiling", {"n_ubatch": 2048}, "llamacpp")[:2] == (
+        "--ubatch-size",
+        "1024",
+    )
+    assert numeric_fix("kv-pool-overcommit", "kv-alloc", {}, "lmdeploy")[:2] == (
+        "--cache-max-entry-count",
+        "0.4",
+    )
+    assert numeric_fix("kv-pool-overcommit", "kv-alloc", {"cache_max_entry_count": 0.5}, "lmdeploy")[:2] == (
+        "--cache-max-entry-count",
+        "0.25",
+    )
 
 
 def test_vllm_without_settings_still_gets_a_number_for_every_budget_label() -> None:

@@ -178,6 +178,14 @@ class FrameRule:
     hint: str | None
     yield_to: tuple[str, ...] = ()
     """Phases of a later progress marker that place the failure instead (a frame that spans several steps)."""
+    paths: tuple[str, ...] = ()
+    """When set, a `functions` match counts only in a file whose path contains one of these (`__init__` of a layer)."""
+
+    def matches(self, func: str, file: str) -> bool:
+        base = file.rsplit("/", 1)[-1]
+        if base in self.files:
+            return True
+        return func in self.functions and (not self.paths or any(p in file for p in self.paths))
 
 
 @dataclass(frozen=True, slots=True)
@@ -539,6 +547,7 @@ def _load(path: Path, *, lazy: bool = False) -> Catalogue:
                 str(_check_phase(p, "frames.yield_to", allow_context=False, allow_none=False))
                 for p in f.get("yield_to") or ()
             ),
+            paths=tuple(str(p) for p in f.get("paths") or ()),
         )
         for f in data.get("frames") or ()
     )

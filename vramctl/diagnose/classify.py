@@ -834,9 +834,9 @@ class _Analyser:
             frame = cat.method_regex.search(text)
         if frame is not None:
             func = frame.group("func")
-            base = (frame.groupdict().get("file") or "").rsplit("/", 1)[-1]
+            file = frame.groupdict().get("file") or ""
             for rule in cat.frames:
-                if func in rule.functions or base in rule.files:
+                if rule.matches(func, file):
                     self._context(
                         _Context(number, "frame", func, rule.rank, rule.phase, short, yield_to=rule.yield_to)
                     )
@@ -1405,7 +1405,8 @@ def _inventory_reading(
       (`_INVENTORY_KIND_HINTS`), and the signature's rules run again with it.
     - The catalogue maps the wording itself to not-oom (a sanity check) while the inventory, read from the
       engine's sources, states a memory failure: the inventory's facts decide, with low confidence.
-    Otherwise (a rule read the numbers or the context and found no memory failure) the catalogue's reading stands."""
+    Otherwise, and wherever a rule of the signature read the numbers or the context and found no memory failure, the
+    catalogue's reading stands."""
     kind = inv_facts.get("inventory_kind")
     hint = _INVENTORY_KIND_HINTS.get(kind) if isinstance(kind, str) else None
     if sig.cause != "not-oom":
@@ -1418,6 +1419,8 @@ def _inventory_reading(
             *again[3],
             f"the source inventory entry {inv_facts['inventory_id']} places this message in {kind}",
         ], again[4]
+    if any(rule.cause in (None, "not-oom") and evaluate(rule.when, names) for rule in sig.refine):
+        return current  # a rule of the catalogue read the numbers and found no memory failure: that reading stands
     inv = _resolve(cat, cat.signatures[inv_index], {**names, **inv_facts}, ctx_phase)
     if inv[0] == "not-oom":
         return current
@@ -1551,10 +1554,19 @@ def _no_failure(an: _Analyser, stats: ScanStats, warnings: list[str], source: st
         if last is not None and reached is not None
         else ()
     )
+    # calibration: "no failure" is sure only when the log shows the engine got to serving; a log whose progress lines
+    # stop earlier may end before its failure, and a fragment without any progress line (a paste, a summary in words)
+    # says nothing of how the run went
+    if not stats.lines or last is None:
+        confidence = "low"
+    elif reached in ("serving", "graph-capture") or any(m.phase == "serving" for m in an.markers[-20:]):
+        confidence = "high"
+    else:
+        confidence = "medium"
     return Diagnosis(
         cause="no-failure",
         phase=reached or "unknown",
-        confidence="high" if stats.lines else "low",
+        confidence=confidence,
         summary="the log holds no failure" if stats.lines else "the log is empty",
         why=why,
         evidence=(),

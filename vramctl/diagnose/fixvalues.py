@@ -245,6 +245,24 @@ NUMERIC_FIXES: tuple[NumericFix, ...] = (
         "lower the static fraction a little",
         f"{_FROM_LOG} {{mem_fraction_static}} minus 0.03",
     ),
+    # LMDeploy TurboMind: the KV blocks take cache_max_entry_count of the free memory (0.8 by default since v0.2.1,
+    # lmdeploy/messages.py TurbomindEngineConfig; docs/en/faq.md "OOM": lower it)
+    _row(
+        "kv-pool-overcommit",
+        "--cache-max-entry-count",
+        "lmdeploy",
+        "floor2(cache_max_entry_count / 2)",
+        "halve the share of free memory the KV blocks take",
+        f"{_FROM_LOG} {{cache_max_entry_count}} halved",
+    ),
+    _row(
+        "kv-pool-overcommit",
+        "--cache-max-entry-count",
+        "lmdeploy",
+        "0.4",
+        "halve the share of free memory the KV blocks take",
+        "half of LMDeploy's default 0.8",
+    ),
     # ---- warm-up / profiling: the token and sequence budgets
     _row(
         "batch-budget-too-large",
@@ -298,6 +316,25 @@ NUMERIC_FIXES: tuple[NumericFix, ...] = (
         "2048",
         "lower the prefill token budget",
         "half of TGI's default 4096",
+        kind="int",
+    ),
+    # llama.cpp: the compute buffers follow the physical batch n_ubatch (common/common.h default 512; -ub)
+    _row(
+        "batch-budget-too-large",
+        "--ubatch-size",
+        "llamacpp",
+        "floor(n_ubatch / 2)",
+        "halve the physical batch the compute buffers are sized for",
+        f"{_FROM_LOG} {{n_ubatch}} halved",
+        kind="int",
+    ),
+    _row(
+        "batch-budget-too-large",
+        "--ubatch-size",
+        "llamacpp",
+        "256",
+        "halve the physical batch the compute buffers are sized for",
+        "half of llama.cpp's default n_ubatch 512",
         kind="int",
     ),
     _row(
@@ -502,6 +539,26 @@ NUMERIC_FIXES: tuple[NumericFix, ...] = (
         f"{_FROM_LOG} {{max_running_requests}} halved",
         kind="int",
     ),
+    # SGLang's batch lines print how many requests ran when the pool ran out (`#running-req: N`): half of them
+    _row(
+        "kv-pool-exhausted-runtime",
+        "--max-running-requests",
+        "sglang",
+        "max(1, floor(running_reqs / 2))",
+        "cap the requests run at once below the batch that filled the pool",
+        "half of the {running_reqs} requests the last batch line shows running",
+        kind="int",
+    ),
+    # nothing printed: plan for more decode growth before admitting requests (SGLang's default
+    # schedule_conservativeness 1.0, python/sglang/srt/server_args.py)
+    _row(
+        "kv-pool-exhausted-runtime",
+        "--schedule-conservativeness",
+        "sglang",
+        "1.3",
+        "reserve more of the pool for decoding before admitting new requests",
+        "SGLang's default 1.0 raised by 0.3",
+    ),
     _row(
         "kv-pool-exhausted-runtime",
         "--max-num-seqs",
@@ -686,6 +743,28 @@ NUMERIC_FIXES: tuple[NumericFix, ...] = (
         "load the checkpoint one worker at a time (each rank otherwise reads its shards into host RAM at once)",
         "the kernel ended a worker while the weights were loading",
         phases="weights-load startup-check",
+        kind="int",
+    ),
+    # vLLM V0 pins swap_space GiB of host RAM per GPU worker for the CPU KV cache right after profiling
+    # (vllm/worker/cache_engine.py CacheEngine._allocate_kv_cache on "cpu"; CacheConfig swap_space default 4)
+    _row(
+        "host-oom-killer",
+        "--swap-space",
+        "vllm",
+        "floor(swap_space / 2)",
+        "halve the CPU swap space each worker pins in host RAM when the KV cache is created",
+        f"{_FROM_LOG} {{swap_space}} GiB per GPU halved",
+        phases="profiling kv-alloc graph-capture",
+        kind="int",
+    ),
+    _row(
+        "host-oom-killer",
+        "--swap-space",
+        "vllm",
+        "2",
+        "halve the CPU swap space each worker pins in host RAM when the KV cache is created (vLLM V0)",
+        "half of vLLM V0's default 4 GiB per GPU",
+        phases="profiling kv-alloc graph-capture",
         kind="int",
     ),
 )
