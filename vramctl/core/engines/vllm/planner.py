@@ -11,7 +11,7 @@ from vramctl.core.engines.base import EnginePlan
 from vramctl.core.engines.vllm import estimates as est
 from vramctl.core.engines.vllm import rules as V
 from vramctl.core.engines.vllm.budget import _auto_fit, _Core, _core
-from vramctl.core.engines.vllm.defaults import AUTO_MAX_MODEL_LEN, resolve_settings, validate
+from vramctl.core.engines.vllm.defaults import AUTO_MAX_MODEL_LEN, VllmSettings, resolve_settings, validate
 from vramctl.core.engines.vllm.explain import _explanations, _utilization_rows
 from vramctl.core.engines.vllm.hybrid import _with_hybrid
 from vramctl.core.engines.vllm.kv_manager import kv_view_of_model
@@ -133,6 +133,14 @@ def plan_vllm(
         result = _with_hybrid(result, model, gpu, settings, core)
     annotated: PlanResult = vf.annotate(result, loaded, settings, external)
     return annotated
+
+
+def settings_record(model: ModelSpec, gpu: GpuSpec, settings: ServeSettings) -> VllmSettings:
+    """The flags as a settings record (validated, defaults filled in at vLLM's newest rules) with no budget
+    computed: what a plan whose top level is another engine's (`--engine sglang`) carries under `settings` for
+    the header and `diff`'s rule context. `plan_vllm` refuses the same input with the same message."""
+    validate(model, gpu, settings)
+    return resolve_settings(model, gpu, settings, V.resolve_version(None))
 
 
 class VllmEngine:
