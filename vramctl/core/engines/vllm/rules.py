@@ -134,6 +134,15 @@ class VllmRules:
     """V0 creates the LoRA slots (`create_lora_manager`) inside the weights' `DeviceMemoryProfiler` in `load_model`
     (`[0.8.0]`, `[0.8.5] vllm/worker/model_runner.py`), so they are charged; `[0.6.6]` and `[0.7.3]` create them
     after it, charged nowhere (vllm#14450). V1 always charges them ("Model loading took")."""
+    optimization_levels: bool
+    """`-O0` … `-O3` are optimization levels from 0.12 (`OptimizationLevel`, `OPTIMIZATION_LEVEL_00` … `_03`,
+    `[0.12.0] vllm/config/vllm.py`): their `cudagraph_mode` is NONE, PIECEWISE, FULL_AND_PIECEWISE,
+    FULL_AND_PIECEWISE; before, `-O` was the `--compilation-config` alias and `-O3` the compilation level 3
+    (`[0.10.1] vllm/engine/arg_utils.py`), which changes no memory term."""
+    cudagraph_mode_key: bool
+    """`--compilation-config '{"cudagraph_mode": …}'` (`CUDAGraphMode`, `[0.11.2] vllm/config/compilation.py`; the
+    default FULL_AND_PIECEWISE from 0.12, `[0.32.0] vllm/config/compilation.py:618`) is read from 0.11; earlier
+    releases are planned with their own graph regime and the key is noted."""
     v1_only: bool
     """From 0.10 a log without an engine banner is read as V1 (read-log's `v1` semantics, vramctl.diagnose.startup):
     V0 is deprecated there (only the Turing fallback, `v0_fallback_window`, still runs it); 0.8-0.9 could run V0
@@ -271,6 +280,8 @@ def _rules_for_tuple(text: str, v: Version) -> VllmRules:
         if v < (0, 21, 0)
         else "flashinfer-and-native",
         graphs_specialize_lora=v >= (0, 12, 0),
+        optimization_levels=v >= (0, 12, 0),
+        cudagraph_mode_key=v >= (0, 11, 0),
         v0_lora_slots_charged=v >= (0, 8, 0),
         v1_only=v >= (0, 10, 0),
         checks_free_memory=v >= (0, 10, 0),
@@ -388,6 +399,35 @@ def has_large_gpu_tier(version: str) -> bool:
 def graph_regime(version: str) -> str:
     """`VllmRules.graph_regime`."""
     return rules_for(version).graph_regime
+
+
+OPTIMIZATION_LEVEL_GRAPHS = {0: "NONE", 1: "PIECEWISE", 2: "FULL_AND_PIECEWISE", 3: "FULL_AND_PIECEWISE"}
+"""`-O0` … `-O3`'s `cudagraph_mode` (`OPTIMIZATION_LEVEL_00` … `_03`, `[0.12.0] vllm/config/vllm.py`)."""
+
+
+def cudagraph_mode(version: str, mode: str | None, optimization_level: int | None) -> str | None:
+    """The CUDA-graph mode a release runs for `--compilation-config`'s `cudagraph_mode` and `-O N` (the explicit key
+    wins, as vLLM's user-set flags win over the level's defaults); None: the release's own regime
+    (`VllmRules.graph_regime`), also where the release does not read them (V0, `cudagraph_mode_key`,
+    `optimization_levels`)."""
+    r = rules_for(version)
+    if r.v0:
+        return None
+    if mode is not None and r.cudagraph_mode_key:
+        return mode
+    if optimization_level is not None and r.optimization_levels:
+        return OPTIMIZATION_LEVEL_GRAPHS.get(optimization_level, "FULL_AND_PIECEWISE")
+    return None
+
+
+def graph_regime_for(version: str, mode: str | None) -> GraphRegime:
+    """The graph-pool regime of a release run in `mode` (`cudagraph_mode`): PIECEWISE is the piecewise regime, the
+    modes with full graphs (FULL_AND_PIECEWISE, FULL, FULL_DECODE_ONLY) the full-and-piecewise one (an upper
+    bound for the last two, which capture fewer graphs); None: the release's default."""
+    regime = rules_for(version).graph_regime
+    if regime == "v0" or mode is None or mode == "NONE":
+        return regime
+    return "piecewise" if mode == "PIECEWISE" else "full-and-piecewise"
 
 
 def default_block_size(version: str) -> int:
