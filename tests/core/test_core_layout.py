@@ -1,5 +1,6 @@
 """Size limits on the planner's code (issue 10): `core/plan.py` only orchestrates (≤ 300 lines), no function under
-vramctl/core runs over 120 lines, and vLLM's version switches live in one place (`engines/vllm/rules.py`)."""
+vramctl/core runs over 120 lines, and vLLM's version switches live in one place (`engines/vllm/rules.py`), including
+the start-up choices of `engines/vllm_runtime.py` (sampler, V0 fall-backs, LoRA)."""
 
 from __future__ import annotations
 
@@ -77,6 +78,7 @@ def test_vllm_version_switches_live_in_rules_py() -> None:
     vllm_pkg = CORE / "engines" / "vllm"
     paths = [p for p in sorted(vllm_pkg.glob("*.py")) if p.name != "rules.py"]
     paths += [CORE / "plan.py", CORE / "plan_result.py", CORE / "kv.py", CORE / "engines" / "version_rules.py"]
+    paths += [CORE / "engines" / "vllm_runtime.py"]
     paths += [ROOT / "vramctl" / "measure" / "profiler.py", ROOT / "vramctl" / "diagnose" / "startup.py"]
     found = [hit for p in paths for hit in version_comparisons(p)]
     assert found == [], "compare vLLM versions in vramctl/core/engines/vllm/rules.py (VllmRules), not here"

@@ -109,3 +109,75 @@ def test_v0_lora_slots_are_outside_the_budget_before_0_8() -> None:
     v085 = _terms("0.8.5", "a100-80gb", **lora)["kv_cache"] - _terms("0.8.5", "a100-80gb", max_model_len=8192)["kv_cache"]
     assert abs(v073) < 64 << 20  # not charged: the KV cache keeps its size
     assert v085 < -(1 << 30)  # 1.25 GiB of slots charged with the weights
+
+
+# --- the version boundaries are VllmRules fields (vramctl/core/engines/vllm/rules.py) ------------------------------
+
+
+@pytest.mark.parametrize(
+    ("version", "sampler", "gguf", "bnb", "fp32", "fp8", "lora_pp", "lora_graphs", "v0_slots"),
+    [
+        ("0.7.3", "pytorch", False, False, False, False, False, False, False),
+        ("0.8.0", "pytorch", True, True, True, True, True, False, True),
+        ("0.8.3", "pytorch", True, False, True, True, False, False, True),
+        ("0.9.2", "pytorch", True, False, False, False, False, False, True),
+        ("0.10.0", "flashinfer-if-installed", False, False, False, False, False, False, True),
+        ("0.11.0", "flashinfer-if-installed", False, False, False, False, False, False, True),
+        ("0.12.0", "flashinfer-opt-in", False, False, False, False, False, True, True),
+        ("0.20.0", "flashinfer-opt-in", False, False, False, False, False, True, True),
+        ("0.21.0", "flashinfer-and-native", False, False, False, False, False, True, True),
+    ],
+)
+def test_runtime_boundaries_are_rules_fields(
+    version: str,
+    sampler: str,
+    gguf: bool,
+    bnb: bool,
+    fp32: bool,
+    fp8: bool,
+    lora_pp: bool,
+    lora_graphs: bool,
+    v0_slots: bool,
+) -> None:
+    from vramctl.core.engines.vllm.rules import rules_for
+
+    r = rules_for(version)
+    assert (
+        r.sampler,
+        r.v0_fallback_gguf,
+        r.v0_fallback_bitsandbytes,
+        r.v0_fallback_float32,
+        r.v0_fallback_fp8_kv_without_fa3,
+        r.v0_fallback_lora_pp,
+        r.graphs_specialize_lora,
+        r.v0_lora_slots_charged,
+    ) == (sampler, gguf, bnb, fp32, fp8, lora_pp, lora_graphs, v0_slots)
+
+
+def test_runtime_asks_the_rules_not_its_own_windows(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Flip the fields of one version: every runtime answer follows (no version window left in vllm_runtime)."""
+    from dataclasses import replace
+
+    from vramctl.core.engines.vllm.rules import rules_for
+
+    real = rules_for("0.16.0")
+    flipped = replace(
+        real,
+        sampler="flashinfer-and-native",
+        graphs_specialize_lora=not real.graphs_specialize_lora,
+        v0_fallback_window=True,
+        v0_fallback_gguf=True,
+        v0_lora_slots_charged=not real.v0_lora_slots_charged,
+    )
+    monkeypatch.setattr(RT, "rules_for", lambda version: flipped)
+    assert RT.sampler_kind("0.16.0", v0_engine=False, gpu=H100, flashinfer_env=None)[0] == "flashinfer+native"
+    assert not RT.sampler_choice_matters("0.16.0", v0_engine=False)
+    assert RT.graphs_specialize_lora("0.16.0", v0_engine=False) is flipped.graphs_specialize_lora
+    assert RT.lora_slots_charged("0.16.0", v0_engine=True) is flipped.v0_lora_slots_charged
+    reason = RT.v1_fallback_reason("0.16.0", compute_capability="9.0", quantization="gguf")
+    assert reason is not None and "GGUF" in reason
+
+
+def test_an_unreadable_version_plans_as_the_newest() -> None:
+    assert RT.sampler_kind("nightly", v0_engine=False, gpu=H100, flashinfer_env=None)[0] == "flashinfer+native"
+    assert RT.v1_fallback_reason("nightly", compute_capability="7.5") is None

@@ -434,6 +434,8 @@ def test_qa_check_and_plan_know_the_same_flags() -> None:
                 text = "4"
             elif field == "weight_cache_mode":
                 text = "'{\"mode\":\"copy\"}'"
+            elif field == "compilation_config":  # sets the fields its keys name (flags.CompilationConfig)
+                text, field = "'{\"cudagraph_mode\":\"PIECEWISE\"}'", "cudagraph_mode"
             else:
                 text = samples["len"] if "len" in field or "tokens" in field else samples["int"]
             command = f"{head} {flag} {text}"

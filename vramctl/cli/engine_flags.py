@@ -50,7 +50,7 @@ def read_engine_options(
         set_by[entry.target] = entry.name
         if sources is not None:
             sources[entry.target] = name
-        changes[entry.target] = entry.parse(value, entry.name)
+        changes.update(entry.setting_changes(entry.parse(value, entry.name)))
     return changes
 
 

@@ -30,8 +30,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 from vramctl.core.engines import vllm_offload
+from vramctl.core.engines.sglang.rules import hicache_rules
 from vramctl.core.errors import BadInputError
-from vramctl.core.settings import LATEST_SGLANG_VERSION, ServeSettings, parse_version
+from vramctl.core.settings import ServeSettings
 from vramctl.core.specs import GpuSpec, ModelSpec
 from vramctl.core.units import GB, GiB, format_bytes, format_count
 
@@ -161,7 +162,7 @@ def plan_hicache(
 ) -> HostTierPlan:
     """SGLang HiCache host pool per rank, and what all ranks on the host pin together."""
     _check_inputs(device_kv_tokens, kv_bytes_per_token, page_size)
-    v = parse_version(version or LATEST_SGLANG_VERSION)
+    rules = hicache_rules(version)
     ranks = ranks_on_host or settings.world_size
     notes: list[str] = []
     size_gb = settings.hicache_size_gb or 0.0
@@ -177,7 +178,7 @@ def plan_hicache(
         flag = f"--hicache-size {size_gb:g}"
         notes.append(f"--hicache-size is decimal GB per rank: {size_gb:g} GB × {ranks} ranks on this host")
     else:
-        default = BUFFER_ONLY_HICACHE_RATIO if buffer_only and v >= (0, 5, 23) else DEFAULT_HICACHE_RATIO
+        default = BUFFER_ONLY_HICACHE_RATIO if buffer_only and rules.buffer_only_ratio else DEFAULT_HICACHE_RATIO
         ratio = settings.hicache_ratio if settings.hicache_ratio is not None else default
         if ratio <= 0:
             raise BadInputError(f"--hicache-ratio {ratio}: must be > 0")
@@ -187,7 +188,7 @@ def plan_hicache(
         device_bytes = device_kv_tokens * kv_bytes_per_token
         if (
             settings.hicache_ratio is None
-            and v >= (0, 5, 23)
+            and rules.auto_size
             and settings.host_memory_bytes is not None
             and device_bytes > 0
         ):
@@ -213,12 +214,12 @@ def plan_hicache(
     pool_tokens = page_num * page_size
     per_rank = pool_tokens * kv_bytes_per_token
     total = per_rank * ranks
-    if v >= (0, 5, 18):
+    if rules.pool_log_has_tokens:
         log = f"Allocating kv hierarchical KV host pool: {pool_tokens} tokens, {per_rank / GB:.2f} GB host memory."
     else:
         log = f"Allocating {per_rank / GB:.2f} GB host memory for hierarchical KV cache."
     if pool_tokens < device_kv_tokens:
-        if v >= (0, 5, 18):
+        if rules.small_host_pool_warns:
             notes.append(
                 f"HiCache kv host pool ({pool_tokens} tokens) is smaller than the device pool ({device_kv_tokens} "
                 "tokens): L2 cache effectiveness is reduced (SGLang warns)"
@@ -238,7 +239,7 @@ def plan_hicache(
     )
     if status == "fail" and settings.host_memory_bytes is not None:
         available = settings.host_memory_bytes - HICACHE_HOST_MEMORY_RESERVE_BYTES
-        if v >= (0, 5, 23):
+        if rules.available_per_rank:
             available //= max(1, ranks)
         message += (
             f". SGLang: Not enough host memory available. Requesting {per_rank / GB:.2f} GB but only have "

@@ -27,8 +27,8 @@ from vramctl.core.engines.base import EnginePlan, EngineRules, KvPool
 from vramctl.core.engines.sglang.result import (
     SglangEngine,
     _sglang_fraction_rows,
-    _sglang_top_level,
     _wants_hicache,
+    sglang_only_result,
 )
 from vramctl.core.engines.vllm.defaults import (
     AUTO_MAX_MODEL_LEN,
@@ -40,7 +40,7 @@ from vramctl.core.engines.vllm.defaults import (
 )
 from vramctl.core.engines.vllm.hybrid import HybridPlan
 from vramctl.core.engines.vllm.kv_manager import kv_view_of_model, lora_slots_of, stage_weight_bytes
-from vramctl.core.engines.vllm.planner import VllmEngine, plan_vllm
+from vramctl.core.engines.vllm.planner import VllmEngine, plan_vllm, settings_record
 from vramctl.core.engines.vllm.rules import OLDEST_VLLM_VERSION
 from vramctl.core.engines.vllm.rules import graph_regime as _graph_regime
 from vramctl.core.errors import BadInputError
@@ -108,9 +108,8 @@ def _plan_served_model(
 ) -> PlanResult:
     """Plan one deployment for `settings.engine` (`vllm`, `sglang` or `both`), the model as served.
 
-    `vllm`: the vLLM plan. `sglang`: the top-level terms, KV and verdict come from SGLang's sizing
-    (`vramctl.core.engines.sglang.plan_sglang`), with the vLLM plan of the same flags kept for reference under
-    nothing else. `both`: the vLLM plan at the top, SGLang's under `sglang`, and the gap explained term by term.
+    Only the engines asked for are planned. `vllm`: the vLLM plan. `sglang`: SGLang's sizing alone
+    (`vramctl.core.engines.sglang.plan_sglang`) at the top level, no vLLM budget computed. `both`: the vLLM plan at the top, SGLang's under `sglang`, and the gap explained term by term.
     A host tier (`--kv-offloading-size`, `--enable-hierarchical-cache`, `--hicache-*`) is sized when asked for.
     `sglang_options` (a `vramctl.core.engines.sglang.SglangOptions`) carries SGLang's flags beyond ServeSettings
     (DP attention, DeepEP, speculative decoding, disaggregation role, post-capture sizing).
@@ -118,11 +117,15 @@ def _plan_served_model(
     from vramctl.core.engines import sglang as sg
     from vramctl.core.host_tier import plan_host_tier
 
-    result = plan_vllm(model, gpu, settings, light=light)
     sglang_plan = None
-    gap: tuple[Any, ...] = ()
     if settings.engine in ("sglang", "both"):
         sglang_plan = sg.plan_sglang(model, gpu, settings, options=sglang_options)
+    if settings.engine == "sglang" and sglang_plan is not None:
+        # only the engine asked for: no vLLM budget behind SGLang's plan
+        result = sglang_only_result(model, gpu, sglang_plan, settings_record(model, gpu, settings))
+    else:
+        result = plan_vllm(model, gpu, settings, light=light)
+    gap: tuple[Any, ...] = ()
     if settings.engine == "both" and sglang_plan is not None:
         gap = () if light else sg.explain_gap(result, sglang_plan)
     host = None
@@ -148,13 +151,10 @@ def _plan_served_model(
             engine="vllm",
         )
     result = replace(result, sglang=sglang_plan, gap=gap, host_tier=host)
-    if settings.engine == "sglang" and sglang_plan is not None:
-        result = _sglang_top_level(result, sglang_plan)
-        if not light:
-            result = replace(
-                result,
-                utilization_table=_sglang_fraction_rows(model, gpu, settings, sglang_options, sglang_plan),
-            )
+    if settings.engine == "sglang" and sglang_plan is not None and not light:
+        result = replace(
+            result, utilization_table=_sglang_fraction_rows(model, gpu, settings, sglang_options, sglang_plan)
+        )
     warnings = list(result.warnings)
     status = getattr(host, "status", None)
     if status == "fail" and result.verdict == FITS:

@@ -60,9 +60,10 @@ def parse_max_model_len(text: str, flag: str = "--max-model-len") -> int:
 
 
 _IGNORED_WITH_REASON = {
-    "-O": "compilation level: does not change the memory plan",
-    "--compilation-config": "compilation config: only its graph capture sizes change the memory plan",
-    "-cc": "compilation config: only its graph capture sizes change the memory plan",
+    "-O": "optimization level: from vLLM 0.12 it sets the CUDA-graph mode (-O0 none, -O1 piecewise); before, "
+    "the compilation level, which does not change the memory plan",
+    "--compilation-config": "compilation config: only its graph capture sizes and mode change the memory plan",
+    "-cc": "compilation config: only its graph capture sizes and mode change the memory plan",
 }
 
 _VLLM_ENTRY = ("vllm.entrypoints.openai.api_server", "vllm.entrypoints.api_server")
@@ -185,17 +186,32 @@ class _Reading:
             if self.engine == "vllm":
                 flag = _vllm_flag_spelling(flag)
             name = flag.lstrip("-").replace("_", "-")
-            if self.engine == "vllm" and _is_compilation_config(flag):
+            if self.engine == "vllm" and flag.startswith("-O") and flag[2:].isdigit() and not eq:
+                # `-O3`: vLLM's FlexibleArgumentParser reads it as `-O 3` (vllm/utils/argparse_utils.py, v0.32.0)
+                flag, eq, inline = "-O", "=", flag[2:]
+                name = "O"
+            if self.engine == "vllm" and flag == "-O":
+                self._optimization(word, flag, eq, inline)
+            elif self.engine == "vllm" and _is_compilation_config(flag):
                 cc_value = self._value(flag, eq, inline)
                 self.raw_flags.append((name, cc_value))
                 self.changes.extend(_compilation_config_changes(flag, cc_value, self.notes))
-            elif flag.startswith("-O") and flag != "-O" and len(flag) > 2:
-                self.notes.append(f"ignored {word}: {_IGNORED_WITH_REASON['-O']}")
-                self.raw_flags.append((name, None))
             elif flag in self.table:
                 self._known(flag, name, eq, inline)
             else:
                 self._unknown(flag, name, eq, inline)
+
+    def _optimization(self, word: str, flag: str, eq: str, inline: str) -> None:
+        """`-O N` / `-ON` / `-O=N`: the optimization level (0.12 →; before, the compilation level, resolved by the
+        plan's version); `-O '{…}'`: the compilation config (its alias before 0.12)."""
+        value = self._value(flag, eq, inline)
+        self.raw_flags.append(("O", value))
+        if value.strip().startswith("{"):
+            self.changes.extend(_compilation_config_changes(flag, value, self.notes))
+            return
+        level = flags.by_name("--optimization-level").parse(value, flag)
+        self.changes.append(("optimization_level", level))
+        self.notes.append(f"read {word if word != flag else f'{flag} {value}'}: {_IGNORED_WITH_REASON['-O']}")
 
     def _known(self, flag: str, name: str, eq: str, inline: str) -> None:
         entry, bare_value = self.table[flag]
@@ -217,7 +233,7 @@ class _Reading:
             return
         self.raw_flags.append((name, text))
         if entry.is_setting:  # SglangOptions (vramctl.core.check.apply_flags) and loader inputs are read from flags
-            self.changes.append((entry.target, parsed))
+            self.changes.extend(entry.setting_changes(parsed))
 
     def _unknown(self, flag: str, name: str, eq: str, inline: str) -> None:
         """An unknown or irrelevant flag: skip its value if it has one."""
@@ -251,19 +267,13 @@ def _is_compilation_config(flag: str) -> bool:
     return base in ("--compilation-config", "-cc")
 
 
-_CC_SIZE_KEYS = {
-    "cudagraph_capture_sizes": "cudagraph_capture_sizes",
-    "max_cudagraph_capture_size": "max_cudagraph_capture_size",
-}
-
-
 def _compilation_config_changes(flag: str, value: str, notes: list[str]) -> list[tuple[str, Any]]:
-    """The capture sizes in vLLM's `--compilation-config` / `-cc`: a JSON object (`-cc '{"cudagraph_capture_sizes":
-    [1, 2, 4]}'`) or one dotted key (`-cc.max_cudagraph_capture_size=128`, `-cc.cudagraph_capture_sizes+=1,2,4` for
-    a comma list), as vLLM's FlexibleArgumentParser turns both into one JSON dict (v0.32.0). Other keys do not
-    change the memory plan and are noted."""
+    """vLLM's `--compilation-config` / `-cc` (and `-O` before 0.12): a JSON object (`-cc '{"cudagraph_mode":
+    "PIECEWISE"}'`) or one dotted key (`-cc.max_cudagraph_capture_size=128`, `-cc.cudagraph_capture_sizes+=1,2,4`
+    for a comma list), as vLLM's FlexibleArgumentParser turns both into one JSON dict (v0.32.0), read by the
+    registry's entry (`flags.parse_compilation_config`). Keys that do not change the memory plan are noted."""
     base, _, dotted = flag.partition(".")
-    config: dict[str, Any]
+    config: Any = value
     if dotted:
         key = dotted.rstrip("+").replace("-", "_")
         if dotted.endswith("+"):
@@ -274,28 +284,12 @@ def _compilation_config_changes(flag: str, value: str, notes: list[str]) -> list
             except json.JSONDecodeError:
                 item = value
         config = {key: item}
-    else:
-        try:
-            loaded = json.loads(value)
-        except json.JSONDecodeError:
-            if value.strip().isdigit():  # `-cc 3`: the compilation level
-                notes.append(f"ignored {base} {value}: {_IGNORED_WITH_REASON.get(base, 'not read')}")
-                return []
-            raise BadInputError(f"{base} {value!r}: not a JSON object") from None
-        if not isinstance(loaded, dict):
-            raise BadInputError(f"{base} {value!r}: not a JSON object")
-        config = {str(k).replace("-", "_"): v for k, v in loaded.items()}
-    changes: list[tuple[str, Any]] = []
-    for key, item in config.items():
-        field = _CC_SIZE_KEYS.get(key)
-        if field is None:
-            notes.append(f"ignored {base} {key}: does not change the memory plan")
-            continue
-        if field == "cudagraph_capture_sizes":
-            items = item if isinstance(item, list) else [item]
-            changes.append((field, flags.parse_counts(" ".join(str(x) for x in items), f"{base}.{key}")))
-        else:
-            changes.append((field, parse_human_int(str(item), f"{base}.{key}")))
+    parsed = flags.by_name("--compilation-config").parse(config, base)
+    if parsed.level is not None:  # `-cc 3`: the compilation level
+        notes.append(f"ignored {base} {value}: {_IGNORED_WITH_REASON.get(base, 'not read')}")
+    for key in parsed.ignored:
+        notes.append(f"ignored {base} {key}: does not change the memory plan")
+    changes: list[tuple[str, Any]] = parsed.changes()
     return changes
 
 

@@ -56,6 +56,12 @@ class ServeSettings:
     """VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS; None = the version's default (on from 0.20)."""
     cudagraph_capture_sizes: tuple[int, ...] | None = None
     max_cudagraph_capture_size: int | None = None
+    cudagraph_mode: str | None = None
+    """vLLM's `--compilation-config` `cudagraph_mode` (NONE, PIECEWISE, FULL, FULL_DECODE_ONLY,
+    FULL_AND_PIECEWISE); None: the version's default (or the optimization level's)."""
+    optimization_level: int | None = None
+    """vLLM's `-O0` … `-O3` (`--optimization-level`, 0.12 →: the CUDA-graph mode 0 → NONE, 1 → PIECEWISE, 2 and 3 →
+    FULL_AND_PIECEWISE); None: not given."""
     entrypoint: Entrypoint = "server"
     kv_offloading_size_gib: float | None = None
     """vLLM `--kv-offloading-size`, GiB, total across TP ranks."""

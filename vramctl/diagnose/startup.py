@@ -25,7 +25,8 @@ from dataclasses import dataclass, field, replace
 from itertools import pairwise
 from typing import Any, Protocol, cast
 
-from vramctl.core.engines.flags import log_setting_keys
+from vramctl.core.engines.flags import EngineFlag, EngineName, log_setting_keys
+from vramctl.core.engines.flags import entries as flag_entries
 from vramctl.core.engines.vllm.rules import V0_RULES_VERSION
 from vramctl.core.engines.vllm.rules import rules_for as vllm_rules_for
 from vramctl.core.errors import BadInputError
@@ -1690,89 +1691,59 @@ def _version_in_range(text: str | None, variant: str | None) -> str | None:
     return ".".join(str(p) for p in top)
 
 
-def settings_from_report(report: StartupReport, *, engine_version: str | None = None) -> ServeSettings:
-    """The ServeSettings a plan for the same deployment needs, from what the log states."""
-    s = report.settings
-
-    def get_int(key: str) -> int | None:
-        item = s.get(key)
-        if item is None or isinstance(item.value, bool):
-            return None
-        if isinstance(item.value, int):
-            return item.value
-        if isinstance(item.value, float) and item.value.is_integer():
-            return int(item.value)
+def _logged_value(report: StartupReport, entry: EngineFlag) -> Any:
+    """The value the log states for a registry entry's field, as its kind holds it (a bool for a bool flag, an int
+    for a count or size, a float, a string); None when the log does not state one of that type."""
+    item = report.settings.get(entry.target)
+    value = None if item is None else item.value
+    if entry.kind == "bool":
+        return value if isinstance(value, bool) else None
+    if value is None or isinstance(value, bool):
         return None
+    if entry.kind in ("float", "gib", "gb"):
+        return float(value) if isinstance(value, (int, float)) else None
+    if entry.kind in ("count", "max-model-len", "bytes"):
+        if isinstance(value, int):
+            return value
+        return int(value) if isinstance(value, float) and value.is_integer() else None
+    return str(value)
 
-    def get_float(key: str) -> float | None:
-        item = s.get(key)
-        if item is None or isinstance(item.value, bool) or not isinstance(item.value, (int, float)):
-            return None
-        return float(item.value)
 
-    def get_str(key: str) -> str | None:
-        item = s.get(key)
-        return str(item.value) if item is not None and not isinstance(item.value, bool) else None
+_NOT_PLANNED_FROM_LOGS: dict[str, frozenset[str]] = {"sglang": frozenset({"quantization"})}
+"""Registry fields read-log files but does not plan with, per engine: SGLang's `quantization` line names the
+checkpoint's method, which the registry's model already has."""
 
-    def get_bool(key: str) -> bool | None:
-        item = s.get(key)
-        return item.value if item is not None and isinstance(item.value, bool) else None
 
+def settings_from_report(report: StartupReport, *, engine_version: str | None = None) -> ServeSettings:
+    """The ServeSettings a plan for the same deployment needs, from what the log states: every flag-registry entry
+    read-log reads (`in_logs`) for the log's engine fills its field; an absent or empty value keeps the default."""
     version = engine_version
     if version is None and report.version_source == "log" and report.engine_version is not None:
         version = ".".join(str(p) for p in parse_version(report.engine_version))
     if version is None and report.version_source == "formats" and report.engine == "vllm":
         version = _version_in_range(report.engine_version, report.variant)
-    engine = "sglang" if report.engine == "sglang" else "vllm"
-    dtype = get_str("dtype") or "auto"
-    kv_dtype = get_str("kv_cache_dtype") or "auto"
+    engine: EngineName = "sglang" if report.engine == "sglang" else "vllm"
+    defaults = ServeSettings(engine=engine)
+    changes: dict[str, Any] = {"engine": engine, "engine_version": version, "gpu_memory_bytes": report.capacity_bytes}
+    for entry in flag_entries(engine):
+        if not (entry.in_logs and entry.is_setting) or entry.target in _NOT_PLANNED_FROM_LOGS.get(engine, ()):
+            continue
+        value = _logged_value(report, entry)
+        default = getattr(defaults, entry.target)
+        changes[entry.target] = default if not value and default is not None else value
     # SGLang prints the KV pool's torch dtype (`torch.float8_e4m3fn`); the flag spells it `fp8_e4m3`.
-    kv_dtype = _TORCH_KV_DTYPES.get(kv_dtype.lower(), kv_dtype)
-    quantization = (get_str("quantization") or "").strip().lower()
-    changes: dict[str, Any] = {
-        "engine": engine,
-        "engine_version": version,
-        "tensor_parallel_size": get_int("tensor_parallel_size") or 1,
-        "pipeline_parallel_size": get_int("pipeline_parallel_size") or 1,
-        "max_model_len": get_int("max_model_len"),
-        "kv_cache_dtype": kv_dtype,
-        "dtype": dtype,
-        "gpu_memory_bytes": report.capacity_bytes,
-    }
+    changes["kv_cache_dtype"] = _TORCH_KV_DTYPES.get(changes["kv_cache_dtype"].lower(), changes["kv_cache_dtype"])
     if engine == "vllm":
-        changes.update(
-            # The args line states the exact value (0.8938626454842437); the budget lines round it (0.89).
-            gpu_memory_utilization=get_float("gpu_memory_utilization") or report.gpu_memory_utilization,
-            max_num_batched_tokens=get_int("max_num_batched_tokens"),
-            max_num_seqs=get_int("max_num_seqs"),
-            block_size=get_int("block_size"),
-            enforce_eager=bool(get_bool("enforce_eager")),
-            kv_cache_memory_bytes=get_int("kv_cache_memory_bytes") or _explicit_kv_bytes(report),
-            enable_chunked_prefill=get_bool("enable_chunked_prefill"),
-            enable_prefix_caching=get_bool("enable_prefix_caching"),
-            data_parallel_size=get_int("data_parallel_size") or 1,
-            enable_expert_parallel=bool(get_bool("enable_expert_parallel")),
-            enable_lora=bool(get_bool("enable_lora")),
-            max_loras=get_int("max_loras"),
-            max_lora_rank=get_int("max_lora_rank"),
-            # the log names the method in use; only the in-flight ones change the plan of an unquantised checkpoint
-            # (a checkpoint's own method is the registry's already)
-            quantization=quantization if quantization in ONLINE_METHODS else None,
-            # the sampler / all-reduce lines the engine logs (vramctl.core.engines.vllm_runtime)
-            flashinfer_sampler=get_bool("flashinfer_sampler"),
-            disable_custom_all_reduce=bool(get_bool("disable_custom_all_reduce")),
-        )
-    else:
-        changes.update(
-            mem_fraction_static=get_float("mem_fraction_static"),
-            chunked_prefill_size=get_int("chunked_prefill_size"),
-            max_running_requests=get_int("max_running_requests"),
-            max_total_tokens=get_int("max_total_tokens"),
-            max_prefill_tokens=get_int("max_prefill_tokens"),
-            page_size=get_int("page_size"),
-            cuda_graph_max_bs=get_int("cuda_graph_max_bs"),
-            disable_cuda_graph=bool(get_bool("disable_cuda_graph")),
-        )
+        # The args line states the exact value (0.8938626454842437); the budget lines round it (0.89).
+        changes["gpu_memory_utilization"] = changes["gpu_memory_utilization"] or report.gpu_memory_utilization
+        changes["kv_cache_memory_bytes"] = changes["kv_cache_memory_bytes"] or _explicit_kv_bytes(report)
+        # the log names the method in use; only the in-flight ones change the plan of an unquantised checkpoint
+        # (a checkpoint's own method is the registry's already)
+        quantization = (changes["quantization"] or "").strip().lower()
+        changes["quantization"] = quantization if quantization in ONLINE_METHODS else None
+        # the sampler line the engine logs (a log-only key: vramctl.core.engines.vllm_runtime)
+        sampler = report.settings.get("flashinfer_sampler")
+        changes["flashinfer_sampler"] = sampler.value if sampler and isinstance(sampler.value, bool) else None
     return ServeSettings().with_changes(**changes)
 
 

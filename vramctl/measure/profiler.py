@@ -171,14 +171,15 @@ def precheck(request: ProfileRequest) -> None:
 
 
 def resolve(request: ProfileRequest, info: DeviceInfo, total_bytes: int) -> Resolved:
-    """Fill the engine defaults: vLLM's scheduler table for this device, capture sizes, utilisation."""
+    """Fill the engine defaults. On a CUDA card: the settings `plan` resolves for the same model, card and flags
+    (`vramctl.core.engines.vllm.planner.resolve_vllm`: scheduler table, block size, capture sizes, utilisation,
+    the model's derived length), so profile, suggest and plan agree; on a CPU device, vLLM's CPU scheduler
+    limits and no graphs."""
     s, spec = request.settings, request.spec
     version = vllm_rules.resolve_version(s.engine_version)
-    sem = vllm_rules.semantics(version)
     tp = s.tensor_parallel_size
     if tp < 1:
         raise BadInputError(f"--tensor-parallel-size {tp}: must be at least 1")
-    from vramctl.core.plan import default_block_size_for
     from vramctl.measure.model import Shard
 
     Shard.of(
@@ -188,45 +189,21 @@ def resolve(request: ProfileRequest, info: DeviceInfo, total_bytes: int) -> Reso
         raise BadInputError(
             "--pipeline-parallel-size: profile measures tensor parallelism only; use plan for pp > 1"
         )
-    util = s.gpu_memory_utilization if s.gpu_memory_utilization is not None else sem.default_utilization
-    if not 0 < util <= 1:
-        raise BadInputError(f"--gpu-memory-utilization {util}: must be in (0, 1]")
-    max_model_len = s.max_model_len or spec.max_position_embeddings
-    if max_model_len <= 0:
-        raise BadInputError(f"--max-model-len {max_model_len}: must be positive")
-    gpu = gpu_spec_for(info, total_bytes)
-    if info.kind == "cpu":
-        tokens, seqs = _CPU_SERVER_TOKENS * tp, _CPU_SERVER_SEQS * tp
-    else:
-        tokens, seqs = vllm_rules.default_scheduler_limits(gpu, version, s.entrypoint, tp)
-    if s.max_num_seqs is not None:
-        seqs = s.max_num_seqs
-    user_tokens = s.max_num_batched_tokens is not None
-    if s.max_num_batched_tokens is not None:
-        tokens = s.max_num_batched_tokens
-    if tokens <= 0 or seqs <= 0:
-        raise BadInputError("--max-num-batched-tokens and --max-num-seqs must be positive")
-    tokens, seqs = vllm_rules.apply_scheduler_caps(
-        tokens, seqs, max_model_len, user_batched_tokens=user_tokens
-    )
-    # the plan's rule (MLA on Hopper / Blackwell takes FlashMLA's 64 / CUTLASS MLA's 128): one rule for both
-    block_size = s.block_size or (
-        default_block_size_for(spec, gpu, version) if gpu is not None else vllm_rules.default_block_size(version)
-    )
-    if block_size <= 0:
-        raise BadInputError(f"--block-size {block_size}: must be positive")
-    eager = s.enforce_eager
-    sizes: tuple[int, ...] = ()
-    if not eager and info.kind == "cuda":
-        sizes = s.cudagraph_capture_sizes or vllm_rules.default_capture_sizes(
-            seqs, tokens, gpu, version, max_capture_size=s.max_cudagraph_capture_size
-        )
-    estimate = s.estimate_cudagraphs if s.estimate_cudagraphs is not None else sem.estimate_cudagraphs_default
-    estimate = estimate and sem.supports_cudagraph_estimate
-    # Validate the dtype names early (one clear line).
-    kvmath.kv_dtype_bytes(spec, s.kv_cache_dtype, model_dtype=s.dtype)
     if s.mem_fraction_static is not None and not 0 < s.mem_fraction_static < 1:
         raise BadInputError(f"--mem-fraction-static {s.mem_fraction_static}: must be in (0, 1)")
+    gpu = gpu_spec_for(info, total_bytes)
+    if gpu is not None:
+        from vramctl.core.engines.vllm.planner import resolve_vllm
+
+        v = resolve_vllm(spec, gpu, s.with_changes(engine="vllm")).settings
+        util, max_model_len, block_size = v.gpu_memory_utilization, v.max_model_len, v.block_size
+        tokens, seqs, sizes = v.max_num_batched_tokens, v.max_num_seqs, v.cudagraph_capture_sizes
+        estimate, eager = v.estimate_cudagraphs, v.enforce_eager
+    else:
+        util, max_model_len, tokens, seqs, block_size = _resolve_cpu(request, version)
+        sizes, estimate, eager = (), False, s.enforce_eager
+    # Validate the dtype names early (one clear line).
+    kvmath.kv_dtype_bytes(spec, s.kv_cache_dtype, model_dtype=s.dtype)
     return Resolved(
         engine_version=version,
         gpu_memory_utilization=util,
@@ -243,6 +220,31 @@ def resolve(request: ProfileRequest, info: DeviceInfo, total_bytes: int) -> Reso
         mem_fraction_static=s.mem_fraction_static,
         num_layers=request.num_layers,
     )
+
+
+def _resolve_cpu(request: ProfileRequest, version: str) -> tuple[float, int, int, int, int]:
+    """A CPU device (no GpuSpec): the utilisation, length, vLLM's CPU scheduler limits (`_CPU_SERVER_*`) and
+    block size; no graphs are captured there."""
+    s, spec = request.settings, request.spec
+    sem = vllm_rules.semantics(version)
+    tp = s.tensor_parallel_size
+    util = s.gpu_memory_utilization if s.gpu_memory_utilization is not None else sem.default_utilization
+    if not 0 < util <= 1:
+        raise BadInputError(f"--gpu-memory-utilization {util}: must be in (0, 1]")
+    max_model_len = s.max_model_len or spec.max_position_embeddings
+    if max_model_len <= 0:
+        raise BadInputError(f"--max-model-len {max_model_len}: must be positive")
+    seqs = s.max_num_seqs if s.max_num_seqs is not None else _CPU_SERVER_SEQS * tp
+    tokens = s.max_num_batched_tokens if s.max_num_batched_tokens is not None else _CPU_SERVER_TOKENS * tp
+    if tokens <= 0 or seqs <= 0:
+        raise BadInputError("--max-num-batched-tokens and --max-num-seqs must be positive")
+    tokens, seqs = vllm_rules.apply_scheduler_caps(
+        tokens, seqs, max_model_len, user_batched_tokens=s.max_num_batched_tokens is not None
+    )
+    block_size = s.block_size or vllm_rules.default_block_size(version)
+    if block_size <= 0:
+        raise BadInputError(f"--block-size {block_size}: must be positive")
+    return util, max_model_len, tokens, seqs, block_size
 
 
 # -------------------------------------------------------------------------------------------- measurement

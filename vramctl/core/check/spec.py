@@ -269,7 +269,7 @@ def apply_flags(
         elif entry.target.startswith("options."):
             opt_changes[entry.target.removeprefix("options.")] = converted
         else:
-            changes[entry.target] = converted
+            changes.update(entry.setting_changes(converted))
     try:
         new_settings = replace(settings, **changes)
         new_options = replace(options, **opt_changes)

@@ -30,7 +30,10 @@ from vramctl.core.errors import BadInputError
 from vramctl.core.units import GB, GiB, as_float, parse_bytes, parse_number
 
 EngineName = Literal["vllm", "sglang"]
-FlagKind = Literal["count", "max-model-len", "float", "bool", "str", "bytes", "gib", "gb", "counts", "loader-mode"]
+FlagKind = Literal[
+    "count", "max-model-len", "float", "bool", "str", "bytes", "gib", "gb", "counts", "loader-mode",
+    "compilation-config",
+]
 
 V: tuple[EngineName, ...] = ("vllm",)
 S: tuple[EngineName, ...] = ("sglang",)
@@ -86,8 +89,15 @@ class EngineFlag:
 
     @property
     def is_setting(self) -> bool:
-        """It sets a ServeSettings field (not the model, a loader input or an SglangOptions field)."""
+        """It sets ServeSettings fields (not the model, a loader input or an SglangOptions field)."""
         return "." not in self.target and self.target != "model"
+
+    def setting_changes(self, parsed: Any) -> list[tuple[str, Any]]:
+        """The ServeSettings fields a parsed value sets: its target, or for `--compilation-config` the fields its
+        keys set (`CompilationConfig.changes`)."""
+        if isinstance(parsed, CompilationConfig):
+            return parsed.changes()
+        return [(self.target, parsed)]
 
 
 def bare(spelling: str) -> str:
@@ -202,6 +212,78 @@ def parse_loader_mode(value: Any, where: str = "--model-loader-extra-config") ->
     return None if mode is None else str(mode)
 
 
+CUDAGRAPH_MODES = ("NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE")
+"""`CUDAGraphMode` (vllm/config/compilation.py, v0.11.2 – v0.33.0): the values `cudagraph_mode` takes."""
+
+
+@dataclass(frozen=True)
+class CompilationConfig:
+    """vLLM's `--compilation-config` / `-cc` (`CompilationConfig`, vllm/config/compilation.py; v0.32.0 read): the keys
+    that change the memory plan. `cudagraph_capture_sizes` and `max_cudagraph_capture_size` set the graph sizes
+    (as the flags of the same names do), `cudagraph_mode` which graphs are captured (NONE: none; PIECEWISE;
+    FULL_AND_PIECEWISE, the default from 0.12; FULL; FULL_DECODE_ONLY). `level`: a bare number (`-cc 3`,
+    `-O 3` before 0.12), the compilation level, which changes no memory term; `ignored`: the other keys."""
+
+    cudagraph_capture_sizes: tuple[int, ...] | None = None
+    max_cudagraph_capture_size: int | None = None
+    cudagraph_mode: str | None = None
+    level: int | None = None
+    ignored: tuple[str, ...] = ()
+
+    def changes(self) -> list[tuple[str, Any]]:
+        """The ServeSettings fields this config sets."""
+        out: list[tuple[str, Any]] = []
+        if self.cudagraph_capture_sizes is not None:
+            out.append(("cudagraph_capture_sizes", self.cudagraph_capture_sizes))
+        if self.max_cudagraph_capture_size is not None:
+            out.append(("max_cudagraph_capture_size", self.max_cudagraph_capture_size))
+        if self.cudagraph_mode is not None:
+            out.append(("cudagraph_mode", self.cudagraph_mode))
+        return out
+
+
+def parse_cudagraph_mode(value: Any, where: str) -> str:
+    """`NONE`, `PIECEWISE`, `FULL`, `FULL_DECODE_ONLY`, `FULL_AND_PIECEWISE` (any case, as vLLM reads the enum's
+    name)."""
+    text = parse_str(value, where).strip().upper()
+    if text not in CUDAGRAPH_MODES:
+        raise BadInputError(f"{where} {value!r}: vLLM's cudagraph_mode is one of {', '.join(CUDAGRAPH_MODES)}")
+    return text
+
+
+def parse_compilation_config(value: Any, where: str = "--compilation-config") -> CompilationConfig:
+    """`--compilation-config JSON` (or a mapping, or a bare level number): the keys that change the memory plan
+    (`CompilationConfig`)."""
+    data = value
+    if isinstance(value, int) and not isinstance(value, bool):
+        return CompilationConfig(level=value)
+    if isinstance(value, str):
+        if value.strip().isdigit():
+            return CompilationConfig(level=int(value.strip()))
+        try:
+            data = json.loads(value)
+        except ValueError:
+            raise BadInputError(f"{where} {value!r}: not a JSON object") from None
+    if not isinstance(data, dict):
+        raise BadInputError(f"{where} {value!r}: not a JSON object")
+    config = {str(k).replace("-", "_"): v for k, v in data.items()}
+    sizes = config.pop("cudagraph_capture_sizes", None)
+    largest = config.pop("max_cudagraph_capture_size", None)
+    mode = config.pop("cudagraph_mode", None)
+    return CompilationConfig(
+        cudagraph_capture_sizes=None
+        if sizes is None
+        else parse_counts(
+            " ".join(str(x) for x in sizes) if isinstance(sizes, list) else sizes, f"{where}.cudagraph_capture_sizes"
+        ),
+        max_cudagraph_capture_size=None
+        if largest is None
+        else parse_count(str(largest), f"{where}.max_cudagraph_capture_size"),
+        cudagraph_mode=None if mode is None else parse_cudagraph_mode(mode, f"{where}.cudagraph_mode"),
+        ignored=tuple(config),
+    )
+
+
 PARSERS: dict[FlagKind, Callable[[Any, str], Any]] = {
     "count": parse_count,
     "max-model-len": parse_max_model_len,
@@ -213,6 +295,7 @@ PARSERS: dict[FlagKind, Callable[[Any, str], Any]] = {
     "gb": _in_unit("GB", GB),
     "counts": parse_counts,
     "loader-mode": parse_loader_mode,
+    "compilation-config": parse_compilation_config,
 }
 
 
@@ -318,6 +401,14 @@ REGISTRY: tuple[EngineFlag, ...] = (
        "vLLM: the largest CUDA-graph batch."),
     _f("--cudagraph-capture-sizes", "counts", V, "cudagraph_capture_sizes",
        "vLLM: the CUDA-graph batch sizes (1 2 4 8 or 1,2,4,8).", aliases={"--cuda-graph-sizes": V}),
+    _f("--compilation-config", "compilation-config", V, "compilation_config",
+       "vLLM's JSON compilation config: cudagraph_capture_sizes, max_cudagraph_capture_size and cudagraph_mode "
+       "(NONE, PIECEWISE, FULL_AND_PIECEWISE, …) change the graph pool; other keys no memory term.",
+       aliases={"-cc": V}, cli=False),
+    _f("--optimization-level", "count", V, "optimization_level",
+       "vLLM 0.12 →: -O0 no CUDA graphs, -O1 piecewise graphs, -O2 / -O3 full and piecewise (the default); "
+       "before 0.12 -O is the compilation config (a level changes no memory term).",
+       aliases={"-O": V}, cli=False),
     # vLLM 0.30 → 0.33 features (vramctl.core.engines.vllm_features)
     _f("--load-format", "str", BOTH, "load_format",
        "vLLM: ipc_cache = weights held by a `vllm preload` daemon (0.30 →); other formats change nothing."),

@@ -1,6 +1,8 @@
 """What vLLM decides at start-up that the flags do not show: the V1 → V0 fall-back, the sampler its profile
 run warms up, whether custom all-reduce carries the tensor-parallel reductions, and the CUDA-graph sets LoRA
-adds. Each rule is read from vLLM's own source at the versions named (wheels of 0.8.0 – 0.32.0).
+adds. Each rule is read from vLLM's own source at the versions named (wheels of 0.8.0 – 0.32.0); the version
+boundaries are `VllmRules` fields (vramctl/core/engines/vllm/rules.py, with their citations): this module asks
+them and compares no versions itself.
 
 - **V0 fall-back** (`_is_v1_supported_oracle`, vllm/engine/arg_utils.py): 0.8.0 – 0.8.2 fall back for
   bitsandbytes and GGUF (`V1_UNSUPPORTED_QUANT = ["bitsandbytes", "gguf"]`), LoRA and pipeline parallelism
@@ -40,7 +42,8 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-from vramctl.core.settings import parse_version
+from vramctl.core.engines.vllm.rules import VllmRules, rules_for
+from vramctl.core.settings import LATEST_VLLM_VERSION
 from vramctl.core.specs import GpuSpec
 
 SamplerKind = Literal["flashinfer", "pytorch", "flashinfer+native"]
@@ -48,11 +51,12 @@ SamplerKind = Literal["flashinfer", "pytorch", "flashinfer+native"]
 forward_native", vllm/v1/worker/gpu_model_runner.py `_dummy_sampler_run`), so the peak is PyTorch's."""
 
 
-def _v(version: str) -> tuple[int, ...]:
+def _rules(version: str) -> VllmRules:
+    """The rules of `version`; an unreadable one plans as the newest vLLM vramctl knows."""
     try:
-        return parse_version(version)
+        return rules_for(version)
     except ValueError:
-        return (0, 33, 0)
+        return rules_for(LATEST_VLLM_VERSION)
 
 
 def _major(compute_capability: str | None) -> int | None:
@@ -77,28 +81,28 @@ def v1_fallback_reason(
     use_v1_env: bool = False,
 ) -> str | None:
     """Why vLLM 0.8 – 0.10 runs its V0 engine for these settings (`_is_v1_supported_oracle`), or None (V1)."""
-    v = _v(version)
-    if not (0, 8, 0) <= v < (0, 11, 0):
+    r = _rules(version)
+    if not r.v0_fallback_window:
         return None
     major = _major(compute_capability)
     if vendor == "nvidia" and major is not None and major < 8:
         return f'compute capability {compute_capability} < 8.0 ("Compute Capability < 8.0")'
     quant = (quantization or "").lower()
-    if quant == "gguf" and v < (0, 10, 0):
+    if quant == "gguf" and r.v0_fallback_gguf:
         return "GGUF (V1_UNSUPPORTED_QUANT)"
-    if quant in ("bitsandbytes", "bnb") and v < (0, 8, 3):
+    if quant in ("bitsandbytes", "bnb") and r.v0_fallback_bitsandbytes:
         return "bitsandbytes (V1_UNSUPPORTED_QUANT of 0.8.0 - 0.8.2)"
-    if (dtype or "").lower() in ("float32", "float", "fp32") and v < (0, 9, 0):
+    if (dtype or "").lower() in ("float32", "float", "fp32") and r.v0_fallback_float32:
         return "--dtype float32 (V1_SUPPORTED_DTYPES: bfloat16, float16)"
     if (
         kv_cache_dtype.startswith("fp8")
-        and v < (0, 9, 0)
+        and r.v0_fallback_fp8_kv_without_fa3
         and vendor == "nvidia"
         and major is not None
         and major != 9
     ):
         return "an fp8 KV cache that FlashAttention 2 cannot read (FA3 needs Hopper)"
-    if not use_v1_env and v < (0, 8, 3):
+    if not use_v1_env and r.v0_fallback_lora_pp:
         if enable_lora:
             return 'LoRA (_warn_or_fallback("LORA"): V0 unless VLLM_USE_V1=1)'
         if pipeline_parallel_size > 1:
@@ -114,7 +118,7 @@ def sampler_kind(
     flashinfer_env: bool | None,
 ) -> tuple[SamplerKind, str]:
     """The top-p / top-k sampler the profile run warms up, and why (module docstring)."""
-    v = _v(version)
+    rule = _rules(version).sampler
     major = _major(gpu.compute_capability)
     if gpu.vendor != "nvidia":
         return "pytorch", f"{gpu.vendor} card: PyTorch sampler (FlashInfer's is CUDA only)"
@@ -124,9 +128,9 @@ def sampler_kind(
         return "pytorch", "V0 sampler: FlashInfer only with VLLM_USE_FLASHINFER_SAMPLER=1"
     if flashinfer_env is False:
         return "pytorch", "VLLM_USE_FLASHINFER_SAMPLER=0"
-    if v < (0, 10, 0):
+    if rule == "pytorch":
         return "pytorch", "V1 before 0.10: FlashInfer's sampler only with FlashInfer < 0.2.3 (refused after)"
-    if v < (0, 12, 0):
+    if rule == "flashinfer-if-installed":
         if flashinfer_env:
             return "flashinfer", "VLLM_USE_FLASHINFER_SAMPLER=1 with the flashinfer package installed"
         return (
@@ -134,7 +138,7 @@ def sampler_kind(
             "0.10-0.11 use FlashInfer's sampler only where the flashinfer extra is installed (the vllm/vllm-openai "
             "image has it: set VLLM_USE_FLASHINFER_SAMPLER=1 to plan that)",
         )
-    if v < (0, 21, 0):
+    if rule == "flashinfer-opt-in":
         if flashinfer_env:
             return "flashinfer", "VLLM_USE_FLASHINFER_SAMPLER=1 (opt-in in 0.12-0.20)"
         return "pytorch", "0.12-0.20: FlashInfer's sampler is opt-in (VLLM_USE_FLASHINFER_SAMPLER=1)"
@@ -167,13 +171,17 @@ class AllReduce:
     reason: str
 
 
+CUSTOM_ALL_REDUCE_WORLD_SIZES = frozenset({2, 4, 6, 8})
+"""`CustomAllreduce._SUPPORTED_WORLD_SIZES` (vllm/distributed/device_communicators/custom_all_reduce.py, 0.10.1)."""
+
+
 def custom_all_reduce(tp: int, gpu: GpuSpec, *, disabled: bool = False) -> AllReduce:
     """Whether vLLM's custom all-reduce carries the TP reductions (module docstring), and why not."""
     if tp <= 1:
         return AllReduce(False, "one GPU")
     if disabled:
         return AllReduce(False, "--disable-custom-all-reduce: NCCL carries the reductions")
-    if tp not in (2, 4, 6, 8):
+    if tp not in CUSTOM_ALL_REDUCE_WORLD_SIZES:
         return AllReduce(False, f"world size {tp} is not 2, 4, 6 or 8: NCCL carries the reductions")
     if tp > 2 and not _fully_connected(gpu):
         return AllReduce(False, f"{tp} GPUs without NVLink between every pair: NCCL carries the reductions")
@@ -185,20 +193,14 @@ def custom_all_reduce(tp: int, gpu: GpuSpec, *, disabled: bool = False) -> AllRe
 def sampler_choice_matters(version: str, *, v0_engine: bool) -> bool:
     """V1 0.10.0 – 0.20.x, where which sampler the profile run warms depends on the environment (the plan says
     which it assumed)."""
-    return not v0_engine and (0, 10, 0) <= _v(version) < (0, 21, 0)
+    return not v0_engine and _rules(version).sampler in ("flashinfer-if-installed", "flashinfer-opt-in")
 
 
 def graphs_specialize_lora(version: str, *, v0_engine: bool) -> bool:
     """LoRA graphs captured twice (with and without adapters): `cudagraph_specialize_lora`, 0.12.0 →."""
-    return not v0_engine and _v(version) >= (0, 12, 0)
-
-
-LORA_SLOTS_CHARGED_FROM_V0 = (0, 8, 0)
-"""The V0 release from which `create_lora_manager` runs inside the weights profiler
-(vllm/worker/model_runner.py `load_model`): after it in 0.6.6 and 0.7.3 (the slots are then charged nowhere,
-vllm#14450), inside it in 0.8.0 and 0.8.5."""
+    return not v0_engine and _rules(version).graphs_specialize_lora
 
 
 def lora_slots_charged(version: str, *, v0_engine: bool) -> bool:
     """Whether vLLM subtracts the LoRA slots from the budget (V1 always: they are part of "Model loading took")."""
-    return not v0_engine or _v(version) >= LORA_SLOTS_CHARGED_FROM_V0
+    return not v0_engine or _rules(version).v0_lora_slots_charged

@@ -4,9 +4,11 @@ file and lines at the version it was read from (`python/sglang/srt/server_args.p
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import lru_cache
 
 from vramctl.core.errors import BadInputError
-from vramctl.core.settings import parse_version
+from vramctl.core.settings import LATEST_SGLANG_VERSION, parse_version
 from vramctl.core.units import MiB
 
 SGLANG_REF = "`python/sglang/srt/server_args.py` (SGLang v0.5.23)"
@@ -118,3 +120,51 @@ BACKEND_PAGE_SIZE: Mapping[str, int] = {
 
 OLDEST_SGLANG_VERSION = "0.4.0"
 """The oldest SGLang whose memory rules vramctl models (`python/sglang/srt/server_args.py` (SGLang v0.5.23))."""
+
+
+# --- HiCache (the host tier) by version ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HiCacheRules:
+    """SGLang's HiCache host-pool switches for one version (`vramctl.core.host_tier.plan_hicache` asks them;
+    sources: 0.5.9 `python/sglang/srt/mem_cache/memory_pool_host.py` L137–L190, 0.5.18
+    `python/sglang/srt/mem_cache/pool_host/base.py` L119–L170, 0.5.23 the same file L221–L280)."""
+
+    version: str
+    buffer_only_ratio: bool
+    """`--hicache-ratio` left unset resolves to 1.2 in `--hicache-host-memory-mode buffer_only` (2.0 in `cache`
+    mode): 0.5.23 (`server_args.py` `_handle_hicache_ratio_default`; 0.5.18 L7366 resolves it to 2.0 only)."""
+    auto_size: bool
+    """With neither ratio nor size given, ratio = min(default, fraction × host budget × 0.95 / device KV bytes):
+    0.5.23 (`python/sglang/srt/mem_cache/hicache_auto_size.py`, `--hicache-host-memory-fraction` 0.8)."""
+    pool_log_has_tokens: bool
+    """`Allocating kv hierarchical KV host pool: N tokens, X GB host memory.` from 0.5.18 (`pool_host/base.py`
+    L156 / L168 at 0.5.18, L274 at 0.5.23); before, `Allocating X GB host memory for hierarchical KV cache.`
+    (0.5.9 `memory_pool_host.py` L187)."""
+    small_host_pool_warns: bool
+    """A host pool smaller than the device pool only warns ("L2 cache effectiveness is reduced") from 0.5.18
+    (`pool_host/base.py`); 0.5.9 asserts "The host memory should be larger than the device memory with the
+    current protocol" (`memory_pool_host.py` L137–L190)."""
+    available_per_rank: bool
+    """The "Not enough host memory" check divides the available RAM (cgroup-bounded) by the ranks on the host:
+    0.5.23 (`pool_host/base.py` L221–L280); before, each rank compares with the whole host's free RAM."""
+
+
+HICACHE_0_5_18 = (0, 5, 18)
+HICACHE_0_5_23 = (0, 5, 23)
+
+
+@lru_cache(maxsize=64)
+def hicache_rules(version: str | None = None) -> HiCacheRules:
+    """The HiCache switches of `version` (None: the newest SGLang vramctl knows)."""
+    text = version or LATEST_SGLANG_VERSION
+    v = parse_version(text)
+    return HiCacheRules(
+        version=text,
+        buffer_only_ratio=v >= HICACHE_0_5_23,
+        auto_size=v >= HICACHE_0_5_23,
+        pool_log_has_tokens=v >= HICACHE_0_5_18,
+        small_host_pool_warns=v >= HICACHE_0_5_18,
+        available_per_rank=v >= HICACHE_0_5_23,
+    )

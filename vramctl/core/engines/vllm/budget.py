@@ -96,11 +96,12 @@ def _stage_budget(
         model,
         capture_sizes=s.cudagraph_capture_sizes,
         layers_on_rank=layers,
-        regime=V.graph_regime(s.version),
+        regime=V.graph_regime_for(s.version, s.cudagraph_mode),
         tp=tp,
         custom_all_reduce=s.custom_all_reduce,
         lora_twice=s.enable_lora and RT.graphs_specialize_lora(s.version, v0_engine=v0),
         cal=cal,
+        none_reason="cudagraph_mode NONE" if s.cudagraph_mode == "NONE" else "enforce eager",
     )
     if edge:
         activation, non_torch, outside, graph = (

@@ -80,6 +80,9 @@ class VllmSettings:
     """A hybrid's state blocks per request: `align` (prefix caching, the default from vLLM 0.28) holds two, `none`
     one; `unmodelled` (prefix caching asked for before 0.28) is planned as `none` (vramctl/core/mamba_cache.py).
     Not in `to_json` (every other plan's JSON unchanged): `hybrid.mamba_cache_mode` reports it."""
+    cudagraph_mode: str | None = None
+    """The CUDA-graph mode set by `--compilation-config` / `-O N` (`rules.cudagraph_mode`); None: the release's
+    default regime. In `to_json` only when set."""
 
     @property
     def state_blocks(self) -> int:
@@ -113,6 +116,8 @@ class VllmSettings:
         }
         if self.max_num_active_seqs is not None:  # only when given: other plans' JSON is unchanged
             out["max_num_active_seqs"] = self.max_num_active_seqs
+        if self.cudagraph_mode is not None:  # likewise
+            out["cudagraph_mode"] = self.cudagraph_mode
         return out
 
 
@@ -258,7 +263,8 @@ def resolve_settings(model: ModelSpec, gpu: GpuSpec, settings: ServeSettings, ve
         defaults.append("estimate_cudagraphs")
     elif estimate_cg and not V.supports_cudagraph_estimate(version):
         estimate_cg = False
-    if settings.enforce_eager:
+    graphs = V.cudagraph_mode(version, settings.cudagraph_mode, settings.optimization_level)
+    if settings.enforce_eager or graphs == "NONE":
         sizes: tuple[int, ...] = ()
     elif settings.cudagraph_capture_sizes is not None:
         sizes = tuple(sorted({s for s in settings.cudagraph_capture_sizes if 0 < s <= tokens}))
@@ -309,6 +315,7 @@ def resolve_settings(model: ModelSpec, gpu: GpuSpec, settings: ServeSettings, ve
         mamba_cache_mode=mamba_cache.mamba_cache_mode(
             rules_for(version).hybrid_prefix_caching_default, settings.enable_prefix_caching
         ),
+        cudagraph_mode=None if settings.enforce_eager else graphs,
     )
 
 

@@ -282,6 +282,7 @@ def graph_pool(
     custom_all_reduce: bool = False,
     lora_twice: bool = False,
     cal: Calibration = CALIBRATION,
+    none_reason: str = "enforce eager",
 ) -> Estimate:
     """The CUDA-graph pool: fixed + per piece × pieces, pieces = capture sizes × (layers + 1).
 
@@ -293,7 +294,7 @@ def graph_pool(
     """
     del model
     if not capture_sizes:
-        return Estimate(0, 0, "no CUDA graphs (enforce eager)")
+        return Estimate(0, 0, f"no CUDA graphs ({none_reason})")
     per = {
         "v0": cal.graph_per_piece_v0,
         "piecewise": cal.graph_per_piece_v1_piecewise,

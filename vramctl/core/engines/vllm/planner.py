@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from vramctl.core import kv as kvmath
 from vramctl.core.engines import vllm_features as vf
@@ -11,7 +11,7 @@ from vramctl.core.engines.base import EnginePlan
 from vramctl.core.engines.vllm import estimates as est
 from vramctl.core.engines.vllm import rules as V
 from vramctl.core.engines.vllm.budget import _auto_fit, _Core, _core
-from vramctl.core.engines.vllm.defaults import AUTO_MAX_MODEL_LEN, resolve_settings, validate
+from vramctl.core.engines.vllm.defaults import AUTO_MAX_MODEL_LEN, VllmSettings, resolve_settings, validate
 from vramctl.core.engines.vllm.explain import _explanations, _utilization_rows
 from vramctl.core.engines.vllm.hybrid import _with_hybrid
 from vramctl.core.engines.vllm.kv_manager import kv_view_of_model
@@ -33,23 +33,29 @@ def _edge_of(core: _Core) -> PlanEdge:
     )
 
 
-def plan_vllm(
-    model: ModelSpec,
-    gpu: GpuSpec,
-    settings: ServeSettings,
-    *,
-    calibration: est.Calibration = est.CALIBRATION,
-    light: bool = False,
-) -> PlanResult:
-    """The vLLM plan for one model, card and set of flags (`light`: without the utilisation table, for the fix
-    search, which needs only the verdict and its edges; `calibration`: the estimate coefficients; the
-    default is the fitted set, scripts/calibrate.py passes others for leave-one-out)."""
+@dataclass(frozen=True)
+class VllmResolution:
+    """The flags as vLLM resolves them on one card: the one resolution `plan`, `profile` and `suggest` share."""
+
+    version: str
+    """The vLLM release planned."""
+    model: ModelSpec
+    """The model as that release derives its length (`--hf-overrides`-free yarn rule of 0.30, vllm_yarn)."""
+    settings: VllmSettings
+    fallback: str | None
+    """Why 0.8 – 0.10 run V0 here (`vllm_runtime.v1_fallback_reason`), or None."""
+    rules_version: str
+    """The release whose rules apply: `V0_RULES_VERSION` on a V0 fall-back, else `version`."""
+
+
+def resolve_vllm(model: ModelSpec, gpu: GpuSpec, settings: ServeSettings) -> VllmResolution:
+    """Validate the flags (bad input: exit 2) and fill vLLM's defaults for this model, card and version, with the
+    V0 fall-back of 0.8 – 0.10 applied (its defaults are V0's, `settings.release` the version run)."""
     version = V.resolve_version(settings.engine_version if settings.engine != "sglang" else None)
-    loaded, model = model, vf.model_for_version(model, version, settings.engine)  # vLLM 0.30's yarn rule
+    model = vf.model_for_version(model, version, settings.engine)  # vLLM 0.30's yarn rule
     validate(model, gpu, settings)
     if model.state_space is not None:
         V.check_hybrid_supported(model.name, version)
-    capacity = settings.gpu_memory_bytes or gpu.cuda_total_bytes
     fallback = RT.v1_fallback_reason(
         version,
         compute_capability=gpu.compute_capability,
@@ -65,6 +71,25 @@ def plan_vllm(
     s = resolve_settings(model, gpu, settings, rules_version)
     if fallback:
         s = replace(s, release=version)
+    return VllmResolution(version, model, s, fallback, rules_version)
+
+
+def plan_vllm(
+    model: ModelSpec,
+    gpu: GpuSpec,
+    settings: ServeSettings,
+    *,
+    calibration: est.Calibration = est.CALIBRATION,
+    light: bool = False,
+) -> PlanResult:
+    """The vLLM plan for one model, card and set of flags (`light`: without the utilisation table, for the fix
+    search, which needs only the verdict and its edges; `calibration`: the estimate coefficients; the
+    default is the fitted set, scripts/calibrate.py passes others for leave-one-out)."""
+    loaded = model
+    resolution = resolve_vllm(model, gpu, settings)
+    version, model, s, fallback = resolution.version, resolution.model, resolution.settings, resolution.fallback
+    rules_version = resolution.rules_version
+    capacity = settings.gpu_memory_bytes or gpu.cuda_total_bytes
     s, external = vf.prepare(model, s, settings, capacity)  # --load-format ipc_cache, flag checks
     core = _core(model, gpu, s, capacity, calibration)
     auto_note = None
@@ -133,6 +158,14 @@ def plan_vllm(
         result = _with_hybrid(result, model, gpu, settings, core)
     annotated: PlanResult = vf.annotate(result, loaded, settings, external)
     return annotated
+
+
+def settings_record(model: ModelSpec, gpu: GpuSpec, settings: ServeSettings) -> VllmSettings:
+    """The flags as a settings record (validated, defaults filled in at vLLM's newest rules) with no budget
+    computed: what a plan whose top level is another engine's (`--engine sglang`) carries under `settings` for
+    the header and `diff`'s rule context (`resolve_vllm` at the newest release: `plan_vllm` refuses the same
+    input with the same message)."""
+    return resolve_vllm(model, gpu, settings.with_changes(engine="sglang")).settings
 
 
 class VllmEngine:

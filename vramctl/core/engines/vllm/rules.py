@@ -36,6 +36,20 @@ Subtraction = Literal["v0", "profile-sum", "consumed"]
 GraphRegime = Literal["v0", "piecewise", "full-and-piecewise"]
 CaptureSizesRule = Literal["v0", "v1-0.8", "v1-0.10", "v1-0.12"]
 InFlightRule = Literal["batched-tokens", "two-batches", "pp-plus-one"]
+SamplerRule = Literal["pytorch", "flashinfer-if-installed", "flashinfer-opt-in", "flashinfer-and-native"]
+"""Which top-p / top-k sampler V1's profile run warms (`TopKTopPSampler.__init__`,
+vllm/v1/sample/ops/topk_topp_sampler.py; `_dummy_sampler_run`, vllm/v1/worker/gpu_model_runner.py):
+
+- `pytorch` (< 0.10): 0.8.x uses FlashInfer's only with a FlashInfer older than 0.2.3, which it refuses after
+  (`[0.8.5] topk_topp_sampler.py`, `TopKTopPSampler.__init__`);
+- `flashinfer-if-installed` (0.10 – 0.11): FlashInfer's whenever the `flashinfer` extra is installed and
+  `VLLM_USE_FLASHINFER_SAMPLER` is not 0 (`[0.10.1] topk_topp_sampler.py`, `[0.11.0]` the same);
+- `flashinfer-opt-in` (0.12 – 0.20): only with `VLLM_USE_FLASHINFER_SAMPLER=1` ("Users must opt in explicitly",
+  `[0.12.0] topk_topp_sampler.py`);
+- `flashinfer-and-native` (0.21 →): the variable defaults to 1 (`[0.21.0] vllm/envs.py`), and `_dummy_sampler_run`
+  calls the sampler a second time with a generator, the PyTorch path ("Also warm forward_native",
+  `[0.21.0] vllm/v1/worker/gpu_model_runner.py`), so the profile peak is PyTorch's.
+"""
 
 VERSION_TEXT = re.compile(r"[vV]?\d+(\.\d+){1,3}([.+-]?(post|rc|dev|a|b)\d*)?(\+[0-9A-Za-z.]+)?")
 """A release as pip spells it (0.11.0, 0.6.6.post1, 0.10.1rc1, 0.8.5+cpu); `0.x` or `1.x.y` is not one."""
@@ -96,6 +110,39 @@ class VllmRules:
     v0_fallback_window: bool
     """0.8-0.10 fall back to V0 below compute capability 8.0 (`_is_v1_supported_oracle`, vllm/engine/arg_utils.py
     0.8-0.10: "Compute Capability < 8.0 is not supported by V1"); 0.11 removed V0."""
+    v0_fallback_gguf: bool
+    """Inside the fall-back window, GGUF runs V0 up to 0.9 (`V1_UNSUPPORTED_QUANT = ["bitsandbytes", "gguf"]` in
+    `[0.8.0]`–`[0.8.2]`, `["gguf"]` from `[0.8.5]`, `_is_v1_supported_oracle`, vllm/engine/arg_utils.py; gone in
+    `[0.10.0]`)."""
+    v0_fallback_bitsandbytes: bool
+    """bitsandbytes runs V0 in 0.8.0 – 0.8.2 (`[0.8.2] vllm/engine/arg_utils.py` `V1_UNSUPPORTED_QUANT`)."""
+    v0_fallback_float32: bool
+    """`--dtype float32` runs V0 in 0.8.x (`V1_SUPPORTED_DTYPES = [torch.bfloat16, torch.float16]`,
+    `[0.8.5] vllm/engine/arg_utils.py` `_is_v1_supported_oracle`)."""
+    v0_fallback_fp8_kv_without_fa3: bool
+    """An fp8 KV cache runs V0 in 0.8.x unless FlashAttention 3 (Hopper) can read it (`[0.8.5]
+    vllm/engine/arg_utils.py` `_is_v1_supported_oracle`: `fp8_attention = self.kv_cache_dtype.startswith("fp8")`)."""
+    v0_fallback_lora_pp: bool
+    """LoRA and pipeline parallelism run V0 in 0.8.0 – 0.8.2 unless `VLLM_USE_V1=1` (`_warn_or_fallback("LORA")` /
+    `("PP")`, `[0.8.2] vllm/engine/arg_utils.py`); `[0.8.5]` runs both on V1."""
+    sampler: SamplerRule
+    """The profile run's V1 sampler by version (`SamplerRule`); vramctl.core.engines.vllm_runtime.sampler_kind."""
+    graphs_specialize_lora: bool
+    """`cudagraph_specialize_lora` (`[0.12.0] vllm/config/compilation.py`, default True): with LoRA every graph is
+    captured twice, with and without active adapters (0.12 →; V1 only)."""
+    v0_lora_slots_charged: bool
+    """V0 creates the LoRA slots (`create_lora_manager`) inside the weights' `DeviceMemoryProfiler` in `load_model`
+    (`[0.8.0]`, `[0.8.5] vllm/worker/model_runner.py`), so they are charged; `[0.6.6]` and `[0.7.3]` create them
+    after it, charged nowhere (vllm#14450). V1 always charges them ("Model loading took")."""
+    optimization_levels: bool
+    """`-O0` … `-O3` are optimization levels from 0.12 (`OptimizationLevel`, `OPTIMIZATION_LEVEL_00` … `_03`,
+    `[0.12.0] vllm/config/vllm.py`): their `cudagraph_mode` is NONE, PIECEWISE, FULL_AND_PIECEWISE,
+    FULL_AND_PIECEWISE; before, `-O` was the `--compilation-config` alias and `-O3` the compilation level 3
+    (`[0.10.1] vllm/engine/arg_utils.py`), which changes no memory term."""
+    cudagraph_mode_key: bool
+    """`--compilation-config '{"cudagraph_mode": …}'` (`CUDAGraphMode`, `[0.11.2] vllm/config/compilation.py`; the
+    default FULL_AND_PIECEWISE from 0.12, `[0.32.0] vllm/config/compilation.py:618`) is read from 0.11; earlier
+    releases are planned with their own graph regime and the key is noted."""
     v1_only: bool
     """From 0.10 a log without an engine banner is read as V1 (read-log's `v1` semantics, vramctl.diagnose.startup):
     V0 is deprecated there (only the Turing fallback, `v0_fallback_window`, still runs it); 0.8-0.9 could run V0
@@ -220,6 +267,22 @@ def _rules_for_tuple(text: str, v: Version) -> VllmRules:
         charges_nccl=v < (0, 7, 0),
         enforce_eager_disables_compile=v > (0, 11, 99),
         v0_fallback_window=(0, 8, 0) <= v < (0, 11, 0),
+        v0_fallback_gguf=(0, 8, 0) <= v < (0, 10, 0),
+        v0_fallback_bitsandbytes=(0, 8, 0) <= v < (0, 8, 3),
+        v0_fallback_float32=(0, 8, 0) <= v < (0, 9, 0),
+        v0_fallback_fp8_kv_without_fa3=(0, 8, 0) <= v < (0, 9, 0),
+        v0_fallback_lora_pp=(0, 8, 0) <= v < (0, 8, 3),
+        sampler="pytorch"
+        if v < (0, 10, 0)
+        else "flashinfer-if-installed"
+        if v < (0, 12, 0)
+        else "flashinfer-opt-in"
+        if v < (0, 21, 0)
+        else "flashinfer-and-native",
+        graphs_specialize_lora=v >= (0, 12, 0),
+        optimization_levels=v >= (0, 12, 0),
+        cudagraph_mode_key=v >= (0, 11, 0),
+        v0_lora_slots_charged=v >= (0, 8, 0),
         v1_only=v >= (0, 10, 0),
         checks_free_memory=v >= (0, 10, 0),
         counts_other_processes=v < (0, 6, 5) or (0, 8, 0) <= v < (0, 10, 0),
@@ -336,6 +399,35 @@ def has_large_gpu_tier(version: str) -> bool:
 def graph_regime(version: str) -> str:
     """`VllmRules.graph_regime`."""
     return rules_for(version).graph_regime
+
+
+OPTIMIZATION_LEVEL_GRAPHS = {0: "NONE", 1: "PIECEWISE", 2: "FULL_AND_PIECEWISE", 3: "FULL_AND_PIECEWISE"}
+"""`-O0` … `-O3`'s `cudagraph_mode` (`OPTIMIZATION_LEVEL_00` … `_03`, `[0.12.0] vllm/config/vllm.py`)."""
+
+
+def cudagraph_mode(version: str, mode: str | None, optimization_level: int | None) -> str | None:
+    """The CUDA-graph mode a release runs for `--compilation-config`'s `cudagraph_mode` and `-O N` (the explicit key
+    wins, as vLLM's user-set flags win over the level's defaults); None: the release's own regime
+    (`VllmRules.graph_regime`), also where the release does not read them (V0, `cudagraph_mode_key`,
+    `optimization_levels`)."""
+    r = rules_for(version)
+    if r.v0:
+        return None
+    if mode is not None and r.cudagraph_mode_key:
+        return mode
+    if optimization_level is not None and r.optimization_levels:
+        return OPTIMIZATION_LEVEL_GRAPHS.get(optimization_level, "FULL_AND_PIECEWISE")
+    return None
+
+
+def graph_regime_for(version: str, mode: str | None) -> GraphRegime:
+    """The graph-pool regime of a release run in `mode` (`cudagraph_mode`): PIECEWISE is the piecewise regime, the
+    modes with full graphs (FULL_AND_PIECEWISE, FULL, FULL_DECODE_ONLY) the full-and-piecewise one (an upper
+    bound for the last two, which capture fewer graphs); None: the release's default."""
+    regime = rules_for(version).graph_regime
+    if regime == "v0" or mode is None or mode == "NONE":
+        return regime
+    return "piecewise" if mode == "PIECEWISE" else "full-and-piecewise"
 
 
 def default_block_size(version: str) -> int:
