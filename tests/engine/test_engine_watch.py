@@ -7,6 +7,7 @@ here; the load is a fixed number of completions from 4 threads, bounded in time.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import socket
@@ -187,7 +188,7 @@ def test_watch_the_real_engine_under_load(vllm_server: Server, tmp_path: Path) -
 
     samples = read_timeline(timeline).samples
     assert len(samples) == data["samples"]
-    gaps = [b.t - a.t for a, b in zip(samples, samples[1:])]
+    gaps = [b.t - a.t for a, b in itertools.pairwise(samples)]
     # The watch samples for its whole duration and never stalls. Each sample waits for the server's /metrics,
     # which a busy server on a loaded 2-core machine answers in up to a second or more (CI saw 87 samples in
     # 130 s): the cadence is the interval or the scrape, whichever is longer, so the count is not asserted
