@@ -90,6 +90,32 @@ def compare(log: Path, plan: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _summary(
+    split: str,
+    ids: set[str],
+    kv_err: list[tuple[float, str]],
+    w_err: list[tuple[float, str]],
+    unplanned: list[str],
+) -> None:
+    """One split's numbers: KV and weights |error| on the planned points, and what could not be planned."""
+    print(f"-- {split}: {len(ids)} start-ups, {len(ids) - len(unplanned)} planned, {len(unplanned)} not planned")
+    kv = [(e, pid) for e, pid in kv_err if pid in ids]
+    if kv:
+        vals = [e for e, _ in kv]
+        worst = max(kv)
+        print(
+            f"   KV cache |error| on {len(vals)} planned with a logged KV: median {statistics.median(vals):.2f} GiB, "
+            f"worst {worst[0]:.2f} GiB ({worst[1]})"
+        )
+    w = [(e, pid) for e, pid in w_err if pid in ids]
+    if w:
+        vals = [e for e, _ in w]
+        worst = max(w)
+        print(f"   weights |error| on {len(vals)}: median {statistics.median(vals):.1f} %, worst {worst[0]:.1f} % ({worst[1]})")
+    for line in unplanned:
+        print("     " + line)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--logs", type=Path, required=True)
@@ -121,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
             if "weights" in res:
                 logged, planned = res["weights"]
                 w_err.append((abs(planned - logged) / abs(logged) * 100, pid))
-            if "error" in res and "kv_cache" not in res:
+            if "error" in res and "kv_cache" not in res and "weights" not in res:
                 unplanned.append(f"{pid}: could not be planned: {res['error']}")
         result["points"][pid] = entry
         print(f"{pid}: read-log {f}/{t}" + (f" missed {missed}" if missed else ""), end="")
@@ -134,20 +160,11 @@ def main(argv: list[str] | None = None) -> int:
         print()
     print()
     print(f"read-log recovered {found} of {total} logged numbers ({100 * found / max(1, total):.1f} %)")
-    if kv_err:
-        vals = [e for e, _ in kv_err]
-        worst = max(kv_err)
-        print(
-            f"KV cache |error| on {len(vals)} planned: median {statistics.median(vals):.2f} GiB, "
-            f"worst {worst[0]:.2f} GiB ({worst[1]})"
-        )
-    if w_err:
-        vals = [e for e, _ in w_err]
-        worst = max(w_err)
-        print(f"weights |error| on {len(vals)}: median {statistics.median(vals):.1f} %, worst {worst[0]:.1f} % ({worst[1]})")
-    print(f"not planned: {len(unplanned)} of {len(index['datapoints'])}")
-    for line in unplanned:
-        print("  " + line)
+    split_of = {p["id"]: p.get("split", "heldout") for p in index["datapoints"]}
+    for split in ("heldout", "dev"):
+        ids = {pid for pid, sp in split_of.items() if sp == split}
+        if ids:
+            _summary(split, ids, kv_err, w_err, [u for u in unplanned if u.split(":", 1)[0] in ids])
     result.update(
         recovered=[found, total],
         kv_abs_error_gib={pid: e for e, pid in kv_err},
