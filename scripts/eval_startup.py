@@ -42,7 +42,9 @@ def recovery(log: Path, logged: dict[str, Any]) -> tuple[int, int, list[str]]:
     """scripts/readlog_recovery.py's rule for one log: (recovered, logged, what was missed)."""
     lines = list(iter_log_lines(log))
     first = parse_startup_log(lines)
-    reports = [first] + [parse_startup_log(lines, run=i) for i in range(len(getattr(first, "runs", ()) or ()))]
+    reports = [first] + [
+        parse_startup_log(lines, run=i) for i in range(len(getattr(first, "runs", ()) or ()))
+    ]
     found = total = 0
     missed: list[str] = []
     for key, (fact, unit) in FIELDS.items():
@@ -98,7 +100,9 @@ def _summary(
     unplanned: list[str],
 ) -> None:
     """One split's numbers: KV and weights |error| on the planned points, and what could not be planned."""
-    print(f"-- {split}: {len(ids)} start-ups, {len(ids) - len(unplanned)} planned, {len(unplanned)} not planned")
+    print(
+        f"-- {split}: {len(ids)} start-ups, {len(ids) - len(unplanned)} planned, {len(unplanned)} not planned"
+    )
     kv = [(e, pid) for e, pid in kv_err if pid in ids]
     if kv:
         vals = [e for e, _ in kv]
@@ -111,7 +115,9 @@ def _summary(
     if w:
         vals = [e for e, _ in w]
         worst = max(w)
-        print(f"   weights |error| on {len(vals)}: median {statistics.median(vals):.1f} %, worst {worst[0]:.1f} % ({worst[1]})")
+        print(
+            f"   weights |error| on {len(vals)}: median {statistics.median(vals):.1f} %, worst {worst[0]:.1f} % ({worst[1]})"
+        )
     for line in unplanned:
         print("     " + line)
 
