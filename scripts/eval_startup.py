@@ -72,6 +72,8 @@ def compare(log: Path, plan: dict[str, Any]) -> dict[str, Any]:
         cmd += ["--gpu-memory", str(plan["gpu_memory"])]
     elif plan.get("gpu"):
         cmd += ["--gpu", str(plan["gpu"])]
+    if plan.get("version"):  # the version the thread states where the log excerpt does not
+        cmd += ["--engine-version", str(plan["version"])]
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env, timeout=120)
     if proc.returncode != 0:
@@ -87,6 +89,13 @@ def compare(log: Path, plan: dict[str, Any]) -> dict[str, Any]:
         row = rows.get(name)
         if row and row.get("logged") is not None and row.get("planned") is not None:
             out[name] = (row["logged"] / GiB, row["planned"] / GiB)
+    kv_row, tok_row = rows.get("kv_cache") or {}, rows.get("kv_tokens") or {}
+    if "kv_cache" not in out and kv_row.get("planned") and tok_row.get("logged") and tok_row.get("planned"):
+        # The log gives the pool in tokens only (V1 "GPU KV cache size: N tokens"): in bytes at the plan's own
+        # bytes per token, which is exact for the layout the plan and the engine share.
+        per_token = kv_row["planned"] / tok_row["planned"]
+        out["kv_cache"] = (tok_row["logged"] * per_token / GiB, kv_row["planned"] / GiB)
+        out["kv_from_tokens"] = True
     if "kv_cache" not in out and rows.get("kv_cache", {}).get("planned") is None:
         out["error"] = "no planned KV (" + "; ".join(comp.get("notes", [])[:1]) + ")"
     return out
@@ -160,7 +169,10 @@ def main(argv: list[str] | None = None) -> int:
         if "compare" in entry:
             c = entry["compare"]
             parts = [
-                f"{k} logged {v[0]:.2f} planned {v[1]:.2f}" for k, v in c.items() if isinstance(v, tuple)
+                f"{k}{' (from tokens)' if k == 'kv_cache' and c.get('kv_from_tokens') else ''} "
+                f"logged {v[0]:.2f} planned {v[1]:.2f}"
+                for k, v in c.items()
+                if isinstance(v, tuple)
             ]
             print(" | " + "; ".join(parts) + (f" | {c['error']}" if "error" in c else ""), end="")
         print()

@@ -1724,6 +1724,8 @@ def settings_from_report(report: StartupReport, *, engine_version: str | None = 
         return item.value if item is not None and isinstance(item.value, bool) else None
 
     version = engine_version
+    if version is not None and report.engine == "vllm" and report.variant == "V0" and not vllm_rules_for(version).v0:
+        version = V0_RULES_VERSION  # a V1-era release running V0, as `_version_in_range` plans it
     if version is None and report.version_source == "log" and report.engine_version is not None:
         version = ".".join(str(p) for p in parse_version(report.engine_version))
     if version is None and report.version_source == "formats" and report.engine == "vllm":
