@@ -160,6 +160,7 @@ def _weights_per_stage(
         compute_capability=gpu.compute_capability,
         vendor=gpu.vendor,
         lora=s.enable_lora,
+        marlin_on_hopper=V.rules_for(s.version).mxfp4_marlin_on_hopper,
     )
     rope = rope_cache_bytes(model, s.dtype)
     weights = tuple(

@@ -198,6 +198,13 @@ class VllmRules:
     known_range: Literal["known", "newer", "older"]
     """Where the version lies against the versions vramctl models (`OLDEST_VLLM_VERSION` to
     `LATEST_VLLM_VERSION`): outside, the nearest known rules apply and the plan says so."""
+    mxfp4_marlin_on_hopper: bool
+    """An MXFP4 MoE checkpoint runs on the Marlin kernel on Hopper (SM 9.0) as on Ampere and Ada: 0.10.0-0.10.1.
+    `Mxfp4MoEMethod._should_use_marlin` (`[0.10.1] vllm/model_executor/layers/quantization/mxfp4.py:123-135`)
+    picks Marlin on every CUDA GPU but SM 10.0 unless `is_torch_equal_or_newer("2.8.0")`, and the 0.10.1 wheel
+    pins torch==2.7.1 (its METADATA); `create_weights` then pads the experts for Marlin (`:156-167`). From 0.10.2
+    (torch 2.8.0) Hopper takes the Triton path where `triton_kernels` is importable (`[0.10.2] mxfp4.py:88-97`),
+    vendored in the wheel from 0.12.0 (`vllm/third_party/triton_kernels`)."""
     new_wordings: bool
     """The 0.12 → wordings: "Free memory on device cuda:0 …" (`vllm/v1/worker/utils.py:742`), the CPU-backend
     remarks and docs link of the no-cache / one-request errors (`kv_cache_planning.py:56-87`), and sizes in
@@ -263,6 +270,7 @@ def _rules_for_tuple(text: str, v: Version) -> VllmRules:
         if v < parse_version(OLDEST_VLLM_VERSION)
         else "known",
         new_wordings=v > (0, 11, 99),
+        mxfp4_marlin_on_hopper=v < (0, 10, 2),
     )
 
 
