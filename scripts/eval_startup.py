@@ -42,7 +42,9 @@ def recovery(log: Path, logged: dict[str, Any]) -> tuple[int, int, list[str]]:
     """scripts/readlog_recovery.py's rule for one log: (recovered, logged, what was missed)."""
     lines = list(iter_log_lines(log))
     first = parse_startup_log(lines)
-    reports = [first] + [parse_startup_log(lines, run=i) for i in range(len(getattr(first, "runs", ()) or ()))]
+    reports = [first] + [
+        parse_startup_log(lines, run=i) for i in range(len(getattr(first, "runs", ()) or ()))
+    ]
     found = total = 0
     missed: list[str] = []
     for key, (fact, unit) in FIELDS.items():
@@ -70,6 +72,8 @@ def compare(log: Path, plan: dict[str, Any]) -> dict[str, Any]:
         cmd += ["--gpu-memory", str(plan["gpu_memory"])]
     elif plan.get("gpu"):
         cmd += ["--gpu", str(plan["gpu"])]
+    if plan.get("version"):  # the version the thread states where the log excerpt does not
+        cmd += ["--engine-version", str(plan["version"])]
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env, timeout=120)
     if proc.returncode != 0:
@@ -85,9 +89,46 @@ def compare(log: Path, plan: dict[str, Any]) -> dict[str, Any]:
         row = rows.get(name)
         if row and row.get("logged") is not None and row.get("planned") is not None:
             out[name] = (row["logged"] / GiB, row["planned"] / GiB)
+    kv_row, tok_row = rows.get("kv_cache") or {}, rows.get("kv_tokens") or {}
+    if "kv_cache" not in out and kv_row.get("planned") and tok_row.get("logged") and tok_row.get("planned"):
+        # The log gives the pool in tokens only (V1 "GPU KV cache size: N tokens"): in bytes at the plan's own
+        # bytes per token, which is exact for the layout the plan and the engine share.
+        per_token = kv_row["planned"] / tok_row["planned"]
+        out["kv_cache"] = (tok_row["logged"] * per_token / GiB, kv_row["planned"] / GiB)
+        out["kv_from_tokens"] = True
     if "kv_cache" not in out and rows.get("kv_cache", {}).get("planned") is None:
         out["error"] = "no planned KV (" + "; ".join(comp.get("notes", [])[:1]) + ")"
     return out
+
+
+def _summary(
+    split: str,
+    ids: set[str],
+    kv_err: list[tuple[float, str]],
+    w_err: list[tuple[float, str]],
+    unplanned: list[str],
+) -> None:
+    """One split's numbers: KV and weights |error| on the planned points, and what could not be planned."""
+    print(
+        f"-- {split}: {len(ids)} start-ups, {len(ids) - len(unplanned)} planned, {len(unplanned)} not planned"
+    )
+    kv = [(e, pid) for e, pid in kv_err if pid in ids]
+    if kv:
+        vals = [e for e, _ in kv]
+        worst = max(kv)
+        print(
+            f"   KV cache |error| on {len(vals)} planned with a logged KV: median {statistics.median(vals):.2f} GiB, "
+            f"worst {worst[0]:.2f} GiB ({worst[1]})"
+        )
+    w = [(e, pid) for e, pid in w_err if pid in ids]
+    if w:
+        vals = [e for e, _ in w]
+        worst = max(w)
+        print(
+            f"   weights |error| on {len(vals)}: median {statistics.median(vals):.1f} %, worst {worst[0]:.1f} % ({worst[1]})"
+        )
+    for line in unplanned:
+        print("     " + line)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -121,33 +162,27 @@ def main(argv: list[str] | None = None) -> int:
             if "weights" in res:
                 logged, planned = res["weights"]
                 w_err.append((abs(planned - logged) / abs(logged) * 100, pid))
-            if "error" in res and "kv_cache" not in res:
+            if "error" in res and "kv_cache" not in res and "weights" not in res:
                 unplanned.append(f"{pid}: could not be planned: {res['error']}")
         result["points"][pid] = entry
         print(f"{pid}: read-log {f}/{t}" + (f" missed {missed}" if missed else ""), end="")
         if "compare" in entry:
             c = entry["compare"]
             parts = [
-                f"{k} logged {v[0]:.2f} planned {v[1]:.2f}" for k, v in c.items() if isinstance(v, tuple)
+                f"{k}{' (from tokens)' if k == 'kv_cache' and c.get('kv_from_tokens') else ''} "
+                f"logged {v[0]:.2f} planned {v[1]:.2f}"
+                for k, v in c.items()
+                if isinstance(v, tuple)
             ]
             print(" | " + "; ".join(parts) + (f" | {c['error']}" if "error" in c else ""), end="")
         print()
     print()
     print(f"read-log recovered {found} of {total} logged numbers ({100 * found / max(1, total):.1f} %)")
-    if kv_err:
-        vals = [e for e, _ in kv_err]
-        worst = max(kv_err)
-        print(
-            f"KV cache |error| on {len(vals)} planned: median {statistics.median(vals):.2f} GiB, "
-            f"worst {worst[0]:.2f} GiB ({worst[1]})"
-        )
-    if w_err:
-        vals = [e for e, _ in w_err]
-        worst = max(w_err)
-        print(f"weights |error| on {len(vals)}: median {statistics.median(vals):.1f} %, worst {worst[0]:.1f} % ({worst[1]})")
-    print(f"not planned: {len(unplanned)} of {len(index['datapoints'])}")
-    for line in unplanned:
-        print("  " + line)
+    split_of = {p["id"]: p.get("split", "heldout") for p in index["datapoints"]}
+    for split in ("heldout", "dev"):
+        ids = {pid for pid, sp in split_of.items() if sp == split}
+        if ids:
+            _summary(split, ids, kv_err, w_err, [u for u in unplanned if u.split(":", 1)[0] in ids])
     result.update(
         recovered=[found, total],
         kv_abs_error_gib={pid: e for e, pid in kv_err},

@@ -75,3 +75,44 @@ def test_plan_names_the_backend_in_the_weights_term() -> None:
     assert "triton backend" in weights["formula"]
     assert abs(weights["bytes"] / GiB - 13.47) < 0.1
     assert load_gpu("a100-80gb").compute_capability == "8.0"
+
+
+@pytest.mark.parametrize(
+    ("version", "backend"),
+    [("0.10.1", "marlin"), ("0.10.2", "triton"), ("0.11.0", "triton"), ("0.14.1", "triton")],
+)
+def test_hopper_backend_by_version(version: str, backend: str) -> None:
+    """0.10.1 pins torch 2.7.1, so `_should_use_marlin` picks Marlin on Hopper as on Ampere."""
+    from vramctl.core.engines.vllm.rules import rules_for
+
+    marlin = rules_for(version).mxfp4_marlin_on_hopper
+    assert mxfp4_backend("9.0", marlin_on_hopper=marlin) == backend
+    assert mxfp4_backend("8.0", marlin_on_hopper=marlin) == "marlin"  # Ampere: Marlin in every version
+    assert mxfp4_backend("10.0", marlin_on_hopper=marlin) == "flashinfer"  # SM 10.0 never takes Marlin
+
+
+def test_marlin_on_hopper_pads_like_ampere() -> None:
+    """The Marlin padding depends on the shapes, not the architecture: 0.10.1 on an H100 pads gpt-oss-120b's
+    experts exactly as an A100 does (intermediate 2880 → 2944, hidden 2880 → 3072 at TP 1)."""
+    spec = load_model("gpt-oss-120b")
+    hopper = mxfp4_load_change(spec, tp=1, ep=1, compute_capability="9.0", marlin_on_hopper=True)
+    ampere = mxfp4_load_change(spec, tp=1, ep=1, compute_capability="8.0")
+    assert hopper is not None and ampere is not None and hopper.backend == "marlin"
+    assert hopper.per_moe_layer_bytes == ampere.per_moe_layer_bytes
+    moe = spec.moe
+    assert moe is not None
+    experts, inter, hidden = moe.num_experts, moe.moe_intermediate_size, spec.hidden_size
+    nibbles = 3 * (-(-inter // 128) * 128) * (-(-hidden // 256) * 256) - 3 * inter * hidden
+    assert hopper.per_moe_layer_bytes >= experts * nibbles // 2  # at least the padded 4-bit weights
+
+
+def test_plan_at_0_10_1_on_hopper_uses_marlin() -> None:
+    from vramctl.core.plan import plan
+    from vramctl.core.settings import ServeSettings
+
+    spec, gpu = load_model("gpt-oss-120b"), load_gpu("h100-sxm")
+    old = plan(spec, gpu, ServeSettings(engine_version="0.10.1"))
+    new = plan(spec, gpu, ServeSettings(engine_version="0.14.1"))
+    assert (
+        old.ledger.bytes_of("weights") > new.ledger.bytes_of("weights") + GiB
+    )  # Marlin pads more than Triton

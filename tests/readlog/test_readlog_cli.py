@@ -219,3 +219,73 @@ def test_kv_rows_show_what_the_start_up_error_and_the_graph_hint_say(
     collected = Path(__file__).resolve().parents[1] / "fixtures" / "startup_collected"
     code, out, _ = run(capsys, str(collected / "010.log"))
     assert code == 0 and "0.9129" in out and "0.9271" in out and "implies a device total" in out
+
+
+_V1_NO_VERSION = """\
+(EngineCore_0 pid=1) INFO 08-20 18:04:10 [gpu_model_runner.py:2007] Model loading took 65.9651 GiB and 12.8 seconds
+(EngineCore_0 pid=1) INFO 08-20 18:04:22 [gpu_worker.py:276] Available KV cache memory: -2.14 GiB
+"""
+
+
+def _planned_weights(capsys: pytest.CaptureFixture[str], log: Path, *extra: str) -> float:
+    code, out, _ = run(
+        capsys, str(log), "--compare-plan", "--json", "--model", "gpt-oss-120b", "--gpu", "h100-sxm", *extra
+    )
+    assert code == 0
+    rows = {r["name"]: r for r in json.loads(out)["comparison"]["rows"]}
+    return float(rows["weights"]["planned"])
+
+
+def test_engine_version_plans_a_log_that_states_none(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A log without a version line is planned at the version --engine-version names: vLLM 0.10.1 keeps gpt-oss's
+    MXFP4 experts on Marlin on an H100 (torch 2.7.1), whose padding the newer Triton path does not have."""
+    log = tmp_path / "start.log"
+    log.write_text(_V1_NO_VERSION)
+    at_0101 = _planned_weights(capsys, log, "--engine-version", "0.10.1")
+    at_0141 = _planned_weights(capsys, log, "--engine-version", "0.14.1")
+    assert at_0101 > at_0141 + 2**30
+    code, out, _ = run(
+        capsys,
+        str(log),
+        "--compare-plan",
+        "--model",
+        "gpt-oss-120b",
+        "--gpu",
+        "h100-sxm",
+        "--engine-version",
+        "0.10.1",
+    )
+    assert code == 0 and "planned with vLLM 0.10.1 (--engine-version 0.10.1)" in " ".join(out.split())
+
+
+def test_engine_version_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    log = tmp_path / "start.log"
+    log.write_text("INFO 01-01 00:00:00 api_server.py:1] vLLM API server version 0.14.1\n" + _V1_NO_VERSION)
+    code, _, err = run(capsys, str(log), "--engine-version", "0.10.1")
+    assert code == 2 and "only used with --compare-plan" in err and "Traceback" not in err
+    code, _, err = run(
+        capsys,
+        str(log),
+        "--compare-plan",
+        "--model",
+        "gpt-oss-120b",
+        "--gpu",
+        "h100-sxm",
+        "--engine-version",
+        "0.10.1",
+    )
+    assert code == 2 and "the log states vllm 0.14.1" in err
+    code, _, err = run(
+        capsys,
+        str(log),
+        "--compare-plan",
+        "--model",
+        "gpt-oss-120b",
+        "--gpu",
+        "h100-sxm",
+        "--engine-version",
+        "banana",
+    )
+    assert code == 2 and "not a version" in err and len(err.strip().splitlines()) == 1

@@ -105,3 +105,42 @@ def test_settings_carry_lora_dp_ep_and_online_quantisation() -> None:
     # a checkpoint's own method (the registry's already) is not passed as a flag
     awq = args.replace("'quantization': 'fp8'", "'quantization': 'awq_marlin'")
     assert settings_from_report(parse_startup_log([awq, kv])).quantization is None
+
+
+_V0_TP2_LOG = """\
+$ vllm serve meta-llama/Llama-3.1-8B-Instruct --tensor-parallel-size 2 --max-model-len 8192
+INFO 03-01 10:00:00 llm_engine.py:232] Initializing an LLM engine (v0.7.3) with config: max_seq_len=8192
+INFO 03-01 10:00:05 worker.py:267] Memory profiling takes 3.10 seconds
+INFO 03-01 10:00:05 worker.py:267] the current vLLM instance can use total_gpu_memory (79.18GiB) x \
+gpu_memory_utilization (0.90) = 71.26GiB
+INFO 03-01 10:00:05 worker.py:267] model weights take 7.50GiB; non_torch_memory takes 0.30GiB; PyTorch \
+activation peak memory takes 1.20GiB; the rest of the memory reserved for KV Cache is 62.26GiB.
+"""
+
+
+@pytest.mark.parametrize("tp", [1, 2])
+def test_planned_non_torch_is_the_part_charged_to_the_budget(tmp_path: Path, tp: int) -> None:
+    """vLLM logs the non-torch growth since its init snapshot; the plan's ledger also books the CUDA context and
+    NCCL communicators that exist before it. The comparison puts the charged part beside the log's figure, and
+    says how much it left out."""
+    from vramctl.core.engines.vllm_features import charged_non_torch_bytes
+    from vramctl.core.plan import plan
+    from vramctl.registry import load_gpu, load_model
+
+    log = tmp_path / "start.log"
+    log.write_text(_V0_TP2_LOG.replace("--tensor-parallel-size 2", f"--tensor-parallel-size {tp}"))
+    report = parse_startup_log(iter_log_lines(log))
+    settings = settings_from_report(report)
+    result = plan(load_model("meta-llama/Llama-3.1-8B-Instruct"), load_gpu("h100-sxm"), settings)
+    comparison = compare_with_plan(report, result, settings)
+    row = {r.name: r for r in comparison.rows}[NON_TORCH]
+    ledger_non_torch = result.ledger.bytes_of(NON_TORCH)
+    charged = charged_non_torch_bytes(result)
+    assert 0 < charged < ledger_non_torch  # the context is always outside the budget
+    assert row.planned == charged
+    assert row.logged == pytest.approx(0.30 * GiB, abs=0.006 * GiB)
+    assert any("charged to the budget" in n for n in comparison.notes)
+    # KV is unaffected: the charged part is what the plan subtracted from `requested`.
+    kv = result.ledger.bytes_of(KV_CACHE)
+    weights, act = result.ledger.bytes_of(WEIGHTS), result.ledger.bytes_of(ACTIVATION_PEAK)
+    assert kv + weights + act + charged == pytest.approx(result.requested_bytes, abs=0.02 * GiB)

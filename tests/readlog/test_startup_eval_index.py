@@ -23,3 +23,16 @@ def test_fresh_set_is_well_formed_and_disjoint() -> None:
     urls = {p["source_url"] for p in fresh}
     assert len(urls) == len(fresh)
     assert not [u for u in urls if u in collected]
+
+
+def test_every_point_has_a_split_by_thread_parity() -> None:
+    """The 21 first points are held out; points added later take the parity of their thread number (even: held
+    out, odd: dev), so nobody chooses which side a log lands on."""
+    fresh = yaml.safe_load((FIXTURES / "startup_eval" / "index.yaml").read_text())["datapoints"]
+    for point in fresh:
+        assert point.get("split") in {"heldout", "dev"}, point["id"]
+        if point["id"].startswith("f"):
+            assert point["split"] == "heldout", point["id"]
+        else:
+            number = int(point["source_url"].rstrip("/").rsplit("/", 1)[-1])
+            assert point["split"] == ("heldout" if number % 2 == 0 else "dev"), point["id"]

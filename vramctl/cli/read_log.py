@@ -35,7 +35,32 @@ def _lines(source: str, warnings: list[str]) -> Iterator[LogLine]:
         warnings.append(f"{exc} (read-log used the {exc.lines_read:,} lines before it)")
 
 
-def _compare(report: StartupReport, model_name: str | None, gpu_name: str | None) -> Comparison:
+def _engine_version(report: StartupReport, engine_version: str | None) -> str | None:
+    """`--engine-version` for a log that does not state its version; a stated one must agree."""
+    if engine_version is None:
+        return None
+    from vramctl.core.settings import parse_version
+
+    try:
+        wanted = parse_version(engine_version)
+    except (ValueError, TypeError):
+        raise BadInputError(f"--engine-version {engine_version}: not a version (e.g. 0.10.1)") from None
+    if report.version_source == "log" and report.engine_version is not None:
+        try:
+            stated: tuple[int, ...] | None = parse_version(report.engine_version)
+        except (ValueError, TypeError):
+            stated = None
+        if stated is not None and stated[:3] != wanted[:3]:
+            raise BadInputError(
+                f"--engine-version {engine_version}: the log states {report.engine} {report.engine_version}; "
+                "drop the option or pass that version"
+            )
+    return ".".join(str(p) for p in wanted)
+
+
+def _compare(
+    report: StartupReport, model_name: str | None, gpu_name: str | None, engine_version: str | None = None
+) -> Comparison:
     from vramctl.core.plan import plan
     from vramctl.registry import gpu_from_capacity, load_gpu, load_model
 
@@ -72,9 +97,16 @@ def _compare(report: StartupReport, model_name: str | None, gpu_name: str | None
         raise BadInputError(
             "--compare-plan: the log does not print the device total; pass --gpu NAME or --gpu-memory SIZE"
         )
-    settings = settings_from_report(report)
+    version = _engine_version(report, engine_version)
+    settings = settings_from_report(report, engine_version=version)
     result = plan(model, gpu, settings)
     comparison = compare_with_plan(report, result, settings)
+    if version is not None:
+        planned = settings.engine_version or version
+        said = f"planned with vLLM {planned} (--engine-version {engine_version})"
+        if planned != version:
+            said = f"planned with vLLM {planned}'s V0 rules: the log is a V0 engine (--engine-version {engine_version})"
+        note = f"{note}; {said}" if note else said
     if note is not None:
         from dataclasses import replace
 
@@ -141,6 +173,11 @@ def register(app: typer.Typer) -> None:
         model: Optional[str] = typer.Option(
             None, "--model", help="The model for --compare-plan (default: the one the log names)."
         ),
+        engine_version: Optional[str] = typer.Option(
+            None,
+            "--engine-version",
+            help="The engine version for --compare-plan when the log does not state it (e.g. 0.10.1).",
+        ),
         run: Optional[int] = typer.Option(
             None,
             "--run",
@@ -154,6 +191,8 @@ def register(app: typer.Typer) -> None:
             raise BadInputError(f"--gpu {gpu} and --gpu-memory {gpu_memory}: give one capacity, not both")
         if model is not None and not compare_plan:
             raise BadInputError(f"--model {model}: only used with --compare-plan")
+        if engine_version is not None and not compare_plan:
+            raise BadInputError(f"--engine-version {engine_version}: only used with --compare-plan")
         capacity: int | None = None
         capacity_source = "--gpu-memory"
         if gpu_memory is not None:
@@ -188,7 +227,7 @@ def register(app: typer.Typer) -> None:
             # What was read is printed even when no plan can be made (an unknown model or GPU total): the
             # partial ledger first, then the reason, and exit 2.
             try:
-                comparison = _compare(report, model, gpu)
+                comparison = _compare(report, model, gpu, engine_version)
             except BadInputError as exc:
                 cannot_compare = exc
         if json_out:

@@ -238,6 +238,7 @@ def _rule_context(result: Any, other: Any) -> RuleContext:
         ),
         defaults_used=frozenset(both),
         features=features_in_use(result) | features_in_use(other),  # vramctl.core.engines.vllm_features
+        mxfp4_moe=str(getattr(result.model, "quantization", None) or "").lower() == "mxfp4",
     )
 
 

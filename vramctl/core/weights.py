@@ -78,7 +78,11 @@ def _round_up(value: int, multiple: int) -> int:
 
 
 def mxfp4_backend(
-    compute_capability: str | None, *, vendor: str = "nvidia", lora: bool = False
+    compute_capability: str | None,
+    *,
+    vendor: str = "nvidia",
+    lora: bool = False,
+    marlin_on_hopper: bool = False,
 ) -> str | None:
     """The MoE kernel vLLM picks for an MXFP4 checkpoint (`get_mxfp4_backend`,
     vllm/model_executor/layers/quantization/mxfp4.py, 0.11-0.12) with its default environment:
@@ -89,6 +93,9 @@ def mxfp4_backend(
     - SM 10.x (Blackwell) with FlashInfer, as vLLM's wheels ship it: `flashinfer` (the SM100 BF16 path); with
       LoRA, `triton` (get_mxfp4_backend_with_lora);
     - AMD: `rocm` (no load-time change modelled). None when the capability is unknown.
+
+    `marlin_on_hopper`: the version runs Marlin on SM 9.0 too (vLLM 0.10.0-0.10.1, torch 2.7.1:
+    `VllmRules.mxfp4_marlin_on_hopper`).
     """
     if vendor != "nvidia":
         return "rocm"
@@ -99,7 +106,7 @@ def mxfp4_backend(
     except ValueError:
         return None
     if major == 9:
-        return "triton"
+        return "marlin" if marlin_on_hopper else "triton"
     if major == 10:
         return "triton" if lora else "flashinfer"
     return "marlin"
@@ -113,6 +120,7 @@ def mxfp4_load_change(
     compute_capability: str | None,
     vendor: str = "nvidia",
     lora: bool = False,
+    marlin_on_hopper: bool = False,
 ) -> LoadTimeChange | None:
     """What vLLM's `Mxfp4MoEMethod` adds to each MoE layer of an MXFP4 checkpoint on one rank
     (vllm/model_executor/layers/quantization/mxfp4.py `create_weights` / `process_weights_after_loading`,
@@ -130,7 +138,7 @@ def mxfp4_load_change(
     """
     if (model.quantization or "").lower() != "mxfp4" or model.moe is None:
         return None
-    backend = mxfp4_backend(compute_capability, vendor=vendor, lora=lora)
+    backend = mxfp4_backend(compute_capability, vendor=vendor, lora=lora, marlin_on_hopper=marlin_on_hopper)
     if backend is None or backend == "rocm":
         return None
     moe = model.moe
@@ -166,7 +174,11 @@ def mxfp4_load_change(
         per_moe_layer_bytes=max(0, extra),
         backend=backend,
         note=f"MXFP4 on SM {compute_capability} ({backend} backend): {what} "
-        "(vllm/model_executor/layers/quantization/mxfp4.py, 0.11-0.12)",
+        + (
+            "(vllm/model_executor/layers/quantization/mxfp4.py:123-135 at 0.10.1: torch 2.7.1 keeps Hopper on Marlin)"
+            if backend == "marlin" and marlin_on_hopper and (compute_capability or "").startswith("9.")
+            else "(vllm/model_executor/layers/quantization/mxfp4.py, 0.11-0.12)"
+        ),
     )
 
 

@@ -29,6 +29,7 @@ from vramctl.core.engines.flags import EngineFlag, EngineName, log_setting_keys
 from vramctl.core.engines.flags import entries as flag_entries
 from vramctl.core.engines.vllm.rules import V0_RULES_VERSION
 from vramctl.core.engines.vllm.rules import rules_for as vllm_rules_for
+from vramctl.core.engines.vllm_features import charged_non_torch_bytes
 from vramctl.core.errors import BadInputError
 from vramctl.core.ledger import (
     ACTIVATION_PEAK,
@@ -1491,7 +1492,9 @@ def _finish_run(
     ):
         # one KV cache group (every layer full attention): vLLM's token count is blocks × block size
         # (v1/core/kv_cache_utils.py get_kv_cache_capacity, 0.32.0), so the block size the log omits follows
-        block = Setting(kv_tokens // num_blocks, facts["kv_tokens"].line if "kv_tokens" in facts else 0, "derived")
+        block = Setting(
+            kv_tokens // num_blocks, facts["kv_tokens"].line if "kv_tokens" in facts else 0, "derived"
+        )
         settings["block_size"] = block
         notes.append(f"block size derived: {kv_tokens:,} KV tokens ÷ {num_blocks:,} blocks = {block.value}")
     if kv_tokens is None and num_blocks is not None and block is not None and isinstance(block.value, int):
@@ -1686,7 +1689,9 @@ def _version_in_range(text: str | None, variant: str | None) -> str | None:
         top = parse_version(upper.replace(".x", ".0"))
     except ValueError:
         return None
-    if variant == "V0" and not vllm_rules_for(top).v0:  # a V1-era release running V0: the last V0 release's rules
+    if (
+        variant == "V0" and not vllm_rules_for(top).v0
+    ):  # a V1-era release running V0: the last V0 release's rules
         return V0_RULES_VERSION
     return ".".join(str(p) for p in top)
 
@@ -1718,6 +1723,8 @@ def settings_from_report(report: StartupReport, *, engine_version: str | None = 
     """The ServeSettings a plan for the same deployment needs, from what the log states: every flag-registry entry
     read-log reads (`in_logs`) for the log's engine fills its field; an absent or empty value keeps the default."""
     version = engine_version
+    if version is not None and report.engine == "vllm" and report.variant == "V0" and not vllm_rules_for(version).v0:
+        version = V0_RULES_VERSION  # a V1-era release running V0, as `_version_in_range` plans it
     if version is None and report.version_source == "log" and report.engine_version is not None:
         version = ".".join(str(p) for p in parse_version(report.engine_version))
     if version is None and report.version_source == "formats" and report.engine == "vllm":
@@ -1818,6 +1825,11 @@ def _attr(obj: object, *names: str) -> float | None:
     return None
 
 
+def _is_vllm_plan(plan_result: PlanLike) -> bool:
+    """A vLLM PlanResult (its ledger books the pre-snapshot overhead with non-torch), not SGLang's plan."""
+    return getattr(plan_result, "engine", "vllm") == "vllm" and hasattr(plan_result, "outside_budget_bytes")
+
+
 def compare_with_plan(
     report: StartupReport, plan_result: PlanLike, settings: ServeSettings | None = None
 ) -> Comparison:
@@ -1843,17 +1855,28 @@ def compare_with_plan(
             _attr(plan_result, "requested_bytes", "requested_memory_bytes"),
         )
     )
+    notes: list[str] = []
     for name in TERM_ORDER:
         logged = logged_terms.get(name)
         planned = planned_terms.get(name)
         if logged is None and planned is None:
             continue
+        planned_bytes = float(planned.bytes) if planned is not None else None
+        if name == NON_TORCH and planned is not None and _is_vllm_plan(plan_result):
+            charged = float(charged_non_torch_bytes(plan_result))
+            if charged != planned_bytes:
+                notes.append(
+                    f"non_torch planned: the {format_gib(int(charged))} charged to the budget; the plan's other "
+                    f"{format_gib(int(planned.bytes - charged))} (CUDA context, cuBLAS, NCCL communicators) exist "
+                    "before vLLM's init snapshot and are not in the log's figure"
+                )
+            planned_bytes = charged
         rows.append(
             ComparisonRow(
                 name,
                 "bytes",
                 float(logged.bytes) if logged is not None else None,
-                float(planned.bytes) if planned is not None else None,
+                planned_bytes,
                 logged.source.value if logged is not None else None,
             )
         )
@@ -1906,7 +1929,6 @@ def compare_with_plan(
         both = combined("activation_peak + cuda_graph", (ACTIVATION_PEAK, CUDA_GRAPH))
         if both is not None:
             rows.append(both)
-    notes: list[str] = []
     if report.semantics == "v1-consumed" and report.facts.get("cuda_graph_estimate") is None:
         notes.append(
             "the log's activation peak includes the CUDA-graph estimate (≥0.28 wording); compare "

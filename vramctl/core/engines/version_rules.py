@@ -44,6 +44,8 @@ class RuleContext:
     features: frozenset[str] = frozenset()
     """vLLM 0.30 → 0.33 features either plan uses (vramctl.core.engines.vllm_features.features_in_use):
     `ipc_cache`, `ipc_cache_copy`, `sleep`, `kv_offload`, `kv_cache_memory_suggestion`, `yarn`."""
+    mxfp4_moe: bool = False
+    """The checkpoint's experts are MXFP4 (gpt-oss): the MoE kernel vLLM picks moves the weights term."""
 
 
 @dataclass(frozen=True)
@@ -119,6 +121,23 @@ def _graph_regime(version: str, ctx: RuleContext) -> str:
     }[vr.rules_for(version).graph_regime]
 
 
+def _pre_profile_charge(version: str, ctx: RuleContext) -> str:
+    if vr.is_v0(version):
+        return "V0 (its own baseline)"
+    charge = vr.rules_for(version).v1_pre_profile_charge
+    if charge == "process":
+        return "the CUDA context, cuBLAS and the communicators"
+    if charge == "communicators" and ctx.tensor_parallel_size > 1:
+        return "the NCCL / custom all-reduce communicators"
+    return "nothing (only the profile run's growth)"
+
+
+def _mxfp4_hopper(version: str, ctx: RuleContext) -> str:
+    if not ctx.mxfp4_moe or not (ctx.gpu.compute_capability or "").startswith("9."):
+        return "n/a"
+    return "Marlin (padded experts)" if vr.rules_for(version).mxfp4_marlin_on_hopper else "Triton"
+
+
 VLLM_RULES: tuple[VersionRule, ...] = (
     VersionRule(
         "vllm",
@@ -157,6 +176,25 @@ VLLM_RULES: tuple[VersionRule, ...] = (
         (NON_TORCH, KV_CACHE, SLACK),
         "vllm/worker/worker.py at 0.6.6.post1 (baseline before NCCL init); MemorySnapshot from 0.7 (PR #11809)",
         lambda v, _: _yes(vr.charges_nccl_to_budget(v)),
+    ),
+    VersionRule(
+        "vllm",
+        "pre-profile-charge",
+        "memory held before profiling that V1 charges to the budget",
+        (NON_TORCH, KV_CACHE, SLACK),
+        "vllm/v1/worker/gpu_worker.py: used - torch allocated at 0.8.5 (lines 200-210); init snapshot before "
+        "init_worker_distributed_environment at 0.9.1-0.10.2 (0.10.1: lines 174, 192); distributed init first "
+        "from 0.11.0 (lines 169, 182)",
+        _pre_profile_charge,
+    ),
+    VersionRule(
+        "vllm",
+        "mxfp4-hopper",
+        "MXFP4 MoE kernel on Hopper",
+        (WEIGHTS, KV_CACHE, SLACK),
+        "vllm/model_executor/layers/quantization/mxfp4.py: Marlin unless torch >= 2.8 at 0.10.1 (lines 123-135; "
+        "torch 2.7.1 pinned), Triton where triton_kernels is importable from 0.10.2 (lines 88-97)",
+        _mxfp4_hopper,
     ),
     VersionRule(
         "vllm",

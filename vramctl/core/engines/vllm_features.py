@@ -107,6 +107,15 @@ def _engine_outside(result: Any) -> int:
     return max(0, int(result.outside_budget_bytes) - graph_outside)
 
 
+def charged_non_torch_bytes(result: Any) -> int:
+    """The plan's non-torch term less what exists before vLLM's init snapshot (context, cuBLAS, NCCL
+    communicators): the part vLLM charges to the budget. That is the figure its log prints as non-torch memory:
+    `non_torch_increase`, measured from the init snapshot (MemoryProfilingResult's repr,
+    `vllm/utils/__init__.py:2771-2779` at v0.11.0; V0's "non_torch_memory takes", `vllm/worker/worker.py` at
+    0.7.3)."""
+    return max(0, int(result.ledger.bytes_of(NON_TORCH)) - _engine_outside(result))
+
+
 def _graph_charged(result: Any) -> bool:
     s = result.settings
     return bool(s.estimate_cudagraphs and s.cudagraph_capture_sizes and s.kv_cache_memory_bytes is None)

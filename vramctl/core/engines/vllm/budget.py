@@ -88,10 +88,16 @@ def _stage_budget(
         cal=cal,
     )
     charges_nccl = V.charges_nccl_to_budget(s.version)
+    pre_charge = "none" if v0 else V.rules_for(s.version).v1_pre_profile_charge
     non_torch = est.non_torch_charged(
-        version_kind=sem_kind, tp=tp * pp, charges_nccl=charges_nccl, peer_to_peer=s.peer_to_peer, cal=cal
+        version_kind=sem_kind,
+        tp=tp * pp,
+        charges_nccl=charges_nccl,
+        peer_to_peer=s.peer_to_peer,
+        pre_snapshot_charge=pre_charge,
+        cal=cal,
     )
-    outside = est.pre_snapshot_overhead(tp=tp * pp, v0=charges_nccl, cal=cal)
+    outside = est.pre_snapshot_overhead(tp=tp * pp, v0=charges_nccl, pre_snapshot_charge=pre_charge, cal=cal)
     graph = est.graph_pool(
         model,
         capture_sizes=s.cudagraph_capture_sizes,
@@ -161,6 +167,7 @@ def _weights_per_stage(
         compute_capability=gpu.compute_capability,
         vendor=gpu.vendor,
         lora=s.enable_lora,
+        marlin_on_hopper=V.rules_for(s.version).mxfp4_marlin_on_hopper,
     )
     rope = rope_cache_bytes(model, s.dtype)
     weights = tuple(

@@ -19,6 +19,7 @@ for the per-datapoint errors, in-sample and leave-one-out). They are the only tu
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from vramctl.core.specs import ModelSpec
 from vramctl.core.units import GiB, MiB
@@ -215,12 +216,20 @@ def activation_peak(
     return Estimate(total, band, formula, (("forward", fwd), ("sampler", warmup), ("fixed", fixed)))
 
 
+PreSnapshotCharge = Literal["none", "communicators", "process"]
+"""Which of the memory a V1 worker holds before it profiles vLLM charges to the budget
+(`VllmRules.v1_pre_profile_charge`): nothing (the init snapshot follows the distributed init), the
+communicators (NCCL, pynccl, custom all-reduce: the snapshot precedes the distributed init), or everything the
+process holds outside torch (the CUDA context and cuBLAS handles too: V1 before the init snapshot existed)."""
+
+
 def non_torch_charged(
     *,
     version_kind: str,
     tp: int,
     charges_nccl: bool = False,
     peer_to_peer: bool = True,
+    pre_snapshot_charge: PreSnapshotCharge = "none",
     cal: Calibration = CALIBRATION,
 ) -> Estimate:
     """Non-torch memory charged to the budget (grown after the init snapshot), per rank.
@@ -253,6 +262,16 @@ def non_torch_charged(
         formula = f"{base / GiB:.2f} GiB {what} (attention workspaces, runner buffers)" + (
             f" + {nccl / GiB:.2f} GiB NCCL buffers first used in the profile run (TP {tp})" if nccl else ""
         )
+        if pre_snapshot_charge != "none":
+            pre = dict(pre_snapshot_overhead(tp=tp, v0=False, cal=cal).parts)
+            comm = pre["nccl"]
+            ctx = pre["cuda_context"] if pre_snapshot_charge == "process" else 0
+            if comm:
+                formula += f" + {comm / GiB:.2f} GiB NCCL / custom all-reduce communicators (created after the snapshot)"
+            if ctx:
+                formula += f" + {ctx / GiB:.2f} GiB CUDA context and cuBLAS (charged: used − torch allocated)"
+            nccl += comm
+            base += ctx
     total = base + nccl
     formula += "; " + accuracy_note(cal.non_torch_median_error, cal.non_torch_rel_band)
     return Estimate(
@@ -260,13 +279,17 @@ def non_torch_charged(
     )
 
 
-def pre_snapshot_overhead(*, tp: int, v0: bool, cal: Calibration = CALIBRATION) -> Estimate:
+def pre_snapshot_overhead(
+    *, tp: int, v0: bool, pre_snapshot_charge: PreSnapshotCharge = "none", cal: Calibration = CALIBRATION
+) -> Estimate:
     """CUDA context, cuBLAS handles and (V1) NCCL communicators: allocated before vLLM's init snapshot, so
-    outside `gpu_memory_utilization` (`vllm/v1/worker/gpu_worker.py` (vLLM v0.33.0)) — they only have to fit in free memory."""
-    ctx = cal.cuda_context_bytes
-    nccl = 0 if v0 or tp <= 1 else cal.nccl_lazy_bytes // 2
+    outside `gpu_memory_utilization` (`vllm/v1/worker/gpu_worker.py` (vLLM v0.33.0)) — they only have to fit in free memory.
+    `pre_snapshot_charge` names what of it the version charges instead (`non_torch_charged`): that part is left
+    out here."""
+    ctx = 0 if pre_snapshot_charge == "process" else cal.cuda_context_bytes
+    nccl = 0 if v0 or tp <= 1 or pre_snapshot_charge != "none" else cal.nccl_lazy_bytes // 2
     total = ctx + nccl
-    formula = f"CUDA context + cuBLAS {ctx / GiB:.2f} GiB" + (
+    formula = (f"CUDA context + cuBLAS {ctx / GiB:.2f} GiB" if ctx else "nothing (charged to the budget instead)") + (
         f" + NCCL communicators {nccl / GiB:.2f} GiB" if nccl else ""
     )
     return Estimate(total, int(0.3 * total), formula, (("cuda_context", ctx), ("nccl", nccl)))

@@ -69,10 +69,12 @@ def _ledger(core: _Core, kv_band: int = 0) -> Ledger:
             TermSource.ESTIMATED,
             f"{st.non_torch.formula}; outside the budget: {st.outside.formula}",
             st.non_torch.uncertainty_bytes + st.outside.uncertainty_bytes,
-            f"{st.outside.bytes / GiB:.2f} GiB of it exists before vLLM's init snapshot and is not charged to "
-            "gpu_memory_utilization"
-            if not V.charges_nccl_to_budget(s.version)
-            else "V0 before 0.7 read its baseline before NCCL init: NCCL buffers are charged to the budget",
+            "V0 before 0.7 read its baseline before NCCL init: NCCL buffers are charged to the budget"
+            if V.charges_nccl_to_budget(s.version)
+            else "this version charges all of it to gpu_memory_utilization (the CUDA context and communicators too)"
+            if st.outside.bytes == 0
+            else f"{st.outside.bytes / GiB:.2f} GiB of it exists before vLLM's init snapshot and is not charged to "
+            "gpu_memory_utilization",
         )
     )
     if s.cudagraph_capture_sizes:

@@ -245,6 +245,22 @@ class VllmRules:
     known_range: Literal["known", "newer", "older"]
     """Where the version lies against the versions vramctl models (`OLDEST_VLLM_VERSION` to
     `LATEST_VLLM_VERSION`): outside, the nearest known rules apply and the plan says so."""
+    v1_pre_profile_charge: Literal["none", "communicators", "process"]
+    """What a V1 worker holds before it profiles that vLLM charges to the budget as non-torch memory.
+    0.8.0-0.9.0 (`process`): available = total × u − (torch peak + used − torch allocated), `non_torch_allocations`
+    at `[0.8.5] vllm/v1/worker/gpu_worker.py:200-210`: the CUDA context, cuBLAS and the communicators included.
+    0.9.1-0.10.2 (`communicators`): `memory_profiling` from the init snapshot, taken before
+    `init_worker_distributed_environment` (`[0.9.1] gpu_worker.py:135` vs `:153`; `[0.10.1] gpu_worker.py:174` vs
+    `:192`): NCCL, pynccl and custom all-reduce buffers are charged. From 0.11.0 (`none`) the distributed init comes
+    first (`[0.11.0] gpu_worker.py:169` vs `:182`) and only the growth in the profile run is charged. V0: `none`
+    (its own rules, `charges_nccl`)."""
+    mxfp4_marlin_on_hopper: bool
+    """An MXFP4 MoE checkpoint runs on the Marlin kernel on Hopper (SM 9.0) as on Ampere and Ada: 0.10.0-0.10.1.
+    `Mxfp4MoEMethod._should_use_marlin` (`[0.10.1] vllm/model_executor/layers/quantization/mxfp4.py:123-135`)
+    picks Marlin on every CUDA GPU but SM 10.0 unless `is_torch_equal_or_newer("2.8.0")`, and the 0.10.1 wheel
+    pins torch==2.7.1 (its METADATA); `create_weights` then pads the experts for Marlin (`:156-167`). From 0.10.2
+    (torch 2.8.0) Hopper takes the Triton path where `triton_kernels` is importable (`[0.10.2] mxfp4.py:88-97`),
+    vendored in the wheel from 0.12.0 (`vllm/third_party/triton_kernels`)."""
     new_wordings: bool
     """The 0.12 → wordings: "Free memory on device cuda:0 …" (`vllm/v1/worker/utils.py:742`), the CPU-backend
     remarks and docs link of the no-cache / one-request errors (`kv_cache_planning.py:56-87`), and sizes in
@@ -326,6 +342,12 @@ def _rules_for_tuple(text: str, v: Version) -> VllmRules:
         if v < parse_version(OLDEST_VLLM_VERSION)
         else "known",
         new_wordings=v > (0, 11, 99),
+        mxfp4_marlin_on_hopper=v < (0, 10, 2),
+        v1_pre_profile_charge="none"
+        if v < (0, 8, 0) or v >= (0, 11, 0)
+        else "process"
+        if v < (0, 9, 1)
+        else "communicators",
     )
 
 
