@@ -50,6 +50,8 @@ FIELDS = (
     "enable_sleep_mode",
     "enable_nccl_comm_suspend",
     "sleep_mode_offload_cudagraph",
+    # `-O N` and `--compilation-config`'s `cudagraph_mode` (vLLM ≥ 0.12): which CUDA graphs are captured
+    "optimization_level",
 )
 
 
@@ -96,6 +98,10 @@ def parse_one(item: dict[str, Any]) -> dict[str, Any]:
                 # `--compilation-config '{…}'` / `-cc.…` land in the compilation config, the flags on EngineArgs
                 value = getattr(args.compilation_config, name, None)
             out[name] = _plain(value)
+        level = getattr(args, "optimization_level", None)  # `OptimizationLevel.O2` by default, the raw '1' for -O1
+        out["optimization_level"] = None if level is None else int(getattr(level, "value", level))
+        mode = getattr(args.compilation_config, "cudagraph_mode", None)  # None unless the command sets it
+        out["compilation_config.cudagraph_mode"] = None if mode is None else str(getattr(mode, "name", mode))
         # environment variables that change memory, as vLLM reads them
         envs = importlib.import_module("vllm.envs")
         out["env.VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS"] = _plain(

@@ -56,6 +56,9 @@ FIELDS: dict[str, str] = {
     "enable_sleep_mode": "enable_sleep_mode",
     "enable_nccl_comm_suspend": "enable_nccl_comm_suspend",
     "sleep_mode_offload_cudagraph": "sleep_mode_offload_cudagraph",
+    # which CUDA graphs are captured (vramctl.core.engines.flags.CompilationConfig, VllmRules.cudagraph_mode)
+    "optimization_level": "optimization_level",
+    "cudagraph_mode": "compilation_config.cudagraph_mode",
 }
 
 
@@ -148,6 +151,8 @@ def vramctl_parse(command: Command, engine_version: str) -> dict[str, Any]:
         values["load_format"] = "auto"  # EngineArgs' default; vramctl reads only ipc_cache
     if values["kv_offloading_backend"] is None:
         values["kv_offloading_backend"] = "native"
+    if values["optimization_level"] is None:
+        values["optimization_level"] = 2  # EngineArgs' default, `-O2` ([0.12.0] vllm/config/vllm.py)
     if values["cudagraph_capture_sizes"] is not None:
         values["cudagraph_capture_sizes"] = list(values["cudagraph_capture_sizes"])
     return values
