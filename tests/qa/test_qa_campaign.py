@@ -257,3 +257,19 @@ def test_campaign_full(tmp_path: Path, request: pytest.FixtureRequest) -> None:
         )
     assert sum(total.calls.values()) >= 10_000
     _assert_clean(total)
+
+
+def test_a_signal_after_the_run_ends_keeps_its_exit_code(tmp_path: Path) -> None:
+    """A SIGTERM that lands while the interpreter shuts down (here: sent by an atexit hook, after the command
+    returned 0) must not turn the finished run into a killed one (exit -15, seen under load in CI) or into a
+    "terminated" one (143)."""
+    script = (
+        "import atexit, os, signal, sys\n"
+        "atexit.register(lambda: os.kill(os.getpid(), signal.SIGTERM))\n"
+        "sys.argv = ['vramctl', 'gpus', '--json']\n"
+        "from vramctl.__main__ import run\n"
+        "run()\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert proc.returncode == 0, (proc.returncode, proc.stderr[-2000:])
+    assert "terminated" not in proc.stderr

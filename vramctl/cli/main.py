@@ -196,6 +196,12 @@ def entry() -> None:
             with contextlib.suppress(Exception):
                 stream.flush()
         os._exit(code)
+    # The run is over and what it writes is written. The interpreter's finalisation puts the default action back
+    # on every signal with a Python handler, so a SIGTERM / Ctrl-C arriving now would kill a finished run
+    # (exit -15 / -2, seen under load in CI): ignored from here, the exit code stays the run's.
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(ValueError, OSError):
+            signal.signal(signum, signal.SIG_IGN)
     sys.exit(code)
 
 
