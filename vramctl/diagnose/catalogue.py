@@ -14,7 +14,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from dataclasses import field as dataclass_field
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -238,13 +238,19 @@ class Catalogue:
     """Searched everywhere: every failure signature has a key that contains one of these."""
     all_anchors: tuple[bytes, ...]
     """Searched in the head of the log and around failures: every key contains one of these."""
-    key_regex: re.Pattern[bytes]
-    """One alternation of every key: the exact line-level filter after the anchors."""
+    key_words: tuple[bytes, ...]
+    """Every key phrase, as bytes (the line-level filter after the anchors: `key_regex`, or one native pass)."""
     keys_to_signatures: dict[str, tuple[int, ...]]
     frame_regex: re.Pattern[str]
     method_regex: re.Pattern[str]
     decisions: dict[str, tuple[Rule, ...]] = dataclass_field(default_factory=dict)
     """The decision tables (facts -> label), by name, in rule order."""
+
+    @cached_property
+    def key_regex(self) -> re.Pattern[bytes]:
+        """One alternation of every key (a trie): the exact line-level filter after the anchors. Compiled on first use:
+        a run with the native key search (`literals.native_key_finder`) never needs it."""
+        return re.compile(trie_regex(list(self.key_words)))
 
     def key_phrases(self) -> list[str]:
         """Every literal key phrase (for `grep -F` / `grep -E` baselines and docs)."""
@@ -588,7 +594,6 @@ def _load(path: Path, *, lazy: bool = False) -> Catalogue:
     for key in sorted(cat_keys):
         if not any(a in key for a in all_anchors):
             all_anchors.append(key)
-    alternation = trie_regex([k.encode() for k in cat_keys])
     # the key regex finds non-overlapping phrases (the longest at each place): a line whose longer phrase belongs to
     # another signature or a hint (`due to high memory usage`) also holds every shorter key inside it
     # (`high memory usage`), so each signature also answers to the catalogue's keys that contain one of its own
@@ -617,7 +622,7 @@ def _load(path: Path, *, lazy: bool = False) -> Catalogue:
         back_bytes=int(data.get("back_bytes", 512 << 10)),
         failure_anchors=tuple(a.encode() for a in failure_anchors),
         all_anchors=tuple(a.encode() for a in all_anchors),
-        key_regex=re.compile(alternation),
+        key_words=tuple(sorted(k.encode() for k in cat_keys)),
         keys_to_signatures={k: tuple(v) for k, v in keys_to_signatures.items()},
         frame_regex=re.compile(r'File "(?P<file>[^"]+)", line \d+, in (?P<func>[\w<>.]+)'),
         method_regex=re.compile(r"(?:while processing method|Error executing method) '?(?P<func>\w+)"),

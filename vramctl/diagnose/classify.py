@@ -34,6 +34,7 @@ from vramctl.core.errors import BadInputError
 from vramctl.diagnose.catalogue import LABELS, PHASES, Catalogue, Fix, Signature, load_catalogue, trie_regex
 from vramctl.diagnose.facts import FactValue, convert, evaluate, fill, read_setting
 from vramctl.diagnose.fixvalues import VALUE_NOTE, complete_fixes, plain_value
+from vramctl.diagnose.literals import native_finder, native_key_finder
 from vramctl.diagnose.reader import (
     BINARY_SAMPLE_BYTES,
     Block,
@@ -319,6 +320,8 @@ class _Scanner:
             for anchor in {*cat.all_anchors, *cat.failure_anchors}
         }
         self._trie_searchers: dict[tuple[bytes, ...], Callable[..., re.Match[bytes] | None]] = {}
+        # the key phrases of a candidate line in one native pass (Hyperscan) when it can run, else the trie regex
+        self._key_finder = native_key_finder(cat.key_words)
 
     def _candidates(self, data: bytes, lo: int, hi: int, anchors: tuple[bytes, ...]) -> list[tuple[int, int]]:
         """The lines (start, end) holding an anchor that starts at or after `lo` and ends by `hi`, in order."""
@@ -338,6 +341,18 @@ class _Scanner:
                 end = size if end < 0 else end
                 lines.append((data.rfind(b"\n", 0, i) + 1, end))
                 m = search(data, end + 1, hi) if end + 1 < hi else None
+            return lines
+        native = native_finder(anchors)
+        if native is not None:
+            # one native pass for all the failure anchors (Hyperscan), resumed after each line found: the same lines
+            # as the passes below (anchors hold no newline, so the earliest-ending match is on the earliest line)
+            lines = []
+            i = native(data, lo, hi)
+            while i >= 0:
+                end = data.find(b"\n", i)
+                end = size if end < 0 else end
+                lines.append((data.rfind(b"\n", 0, i) + 1, end))
+                i = native(data, end + 1, hi) if end + 1 < hi else -1
             return lines
         found: dict[int, int] = {}
         for anchor in anchors:
@@ -365,7 +380,9 @@ class _Scanner:
         """The catalogue key phrases on one line (empty for most lines); a line with none but with a failure
         anchor and one of the source inventory's phrases is handed to the inventory (`INVENTORY_KEYS`)."""
         raw = data[start : min(end, start + 65536)]
-        keys = frozenset(m.group().decode() for m in self.cat.key_regex.finditer(raw))
+        keys = self._key_finder(raw) if self._key_finder is not None else None
+        if keys is None:
+            keys = frozenset(m.group().decode() for m in self.cat.key_regex.finditer(raw))
         if keys or self._inventory_budget <= 0:
             return keys
         # (the candidate lines are those with a failure anchor, or any anchor in the head, the tail and the windows;

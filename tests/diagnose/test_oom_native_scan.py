@@ -1,0 +1,199 @@
+"""The native scan (Hyperscan) and the pure-Python passes give identical results.
+
+- the failure-anchor candidates of one native pass == one literal search per anchor (fixtures, generated text);
+- the key phrases of a line found natively == the trie alternation's `finditer` (every fixture line, generated lines
+  of overlapping phrases);
+- `diagnose()` of every fixture log, every shared sample log (`oom`, `oom-dev`, `startup`) and a generated log with
+  failures in its body: the same JSON with `VRAMCTL_NATIVE_SCAN=0` (the fallback) as with the native search.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import json
+import random
+import re
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from vramctl.core.errors import BadInputError
+from vramctl.diagnose.catalogue import load_catalogue
+from vramctl.diagnose.classify import _Scanner, diagnose
+from vramctl.diagnose.literals import NATIVE_ENV, native_finder, native_key_finder
+
+pytest.importorskip("hyperscan", reason="the native scan needs the hyperscan wheel (x86-64, macOS arm64)")
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = ROOT / "fixtures"
+SHARED_SAMPLES = ROOT.parent.parent / "shared" / "samples"
+LOG_SUFFIXES = (".log", ".txt", ".gz", ".json", ".jsonl")
+
+
+def _logs(root: Path) -> list[Path]:
+    return sorted(p for p in root.rglob("*") if p.is_file() and p.suffix in LOG_SUFFIXES)
+
+
+def _literal_candidates(data: bytes, lo: int, hi: int, anchors: tuple[bytes, ...]) -> list[tuple[int, int]]:
+    found: dict[int, int] = {}
+    for anchor in anchors:
+        i = data.find(anchor, lo, hi)
+        while i >= 0:
+            start = data.rfind(b"\n", 0, i) + 1
+            end = data.find(b"\n", i)
+            found[start] = len(data) if end < 0 else end
+            i = data.find(anchor, i + 1, hi)
+    return sorted(found.items())
+
+
+def _text(path: Path) -> bytes:
+    data = path.read_bytes()
+    if data[:2] == b"\x1f\x8b":
+        with contextlib.suppress(OSError, EOFError):
+            data = gzip.decompress(data)
+    return data
+
+
+def test_native_path_is_available() -> None:
+    cat = load_catalogue()
+    assert native_finder(cat.failure_anchors) is not None
+    assert native_key_finder(cat.key_words) is not None
+
+
+def test_native_off_by_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    cat = load_catalogue()
+    monkeypatch.setenv(NATIVE_ENV, "0")
+    assert native_finder(cat.failure_anchors) is None
+    assert native_key_finder(cat.key_words) is None
+
+
+@pytest.mark.parametrize("log", _logs(FIXTURES), ids=lambda p: str(p.relative_to(FIXTURES)))
+def test_native_candidates_and_keys_equal_python(log: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cat = load_catalogue()
+    data = _text(log)
+    native = _Scanner(cat)
+    assert native._key_finder is not None
+    for lo, hi in ((0, len(data)), (0, len(data) // 2), (data.find(b"\n") + 1, len(data))):
+        hi = data.rfind(b"\n", 0, hi) + 1 if hi < len(data) else hi
+        assert native._candidates(data, lo, hi, cat.failure_anchors) == _literal_candidates(
+            data, lo, hi, cat.failure_anchors
+        )
+    finder = native._key_finder
+    for line in data.split(b"\n"):
+        line = line[:65536]
+        assert finder(line) == frozenset(m.group().decode() for m in cat.key_regex.finditer(line)), line[:200]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_native_keys_equal_finditer_on_overlapping_phrases(data: st.DataObject) -> None:
+    """Lines made of key phrases, their pieces and glue: overlaps, prefixes and repeats of the phrases."""
+    cat = load_catalogue()
+    finder = native_key_finder(cat.key_words)
+    assert finder is not None
+    words = list(cat.key_words)
+    pieces = st.one_of(
+        st.sampled_from(words),
+        st.sampled_from(words).map(lambda w: w[: max(1, len(w) // 2)]),
+        st.sampled_from(words).map(lambda w: w[len(w) // 3 :]),
+        st.sampled_from([b" ", b"", b"x", b"(", b":", b"e", b"r"]),
+    )
+    line = b"".join(data.draw(st.lists(pieces, max_size=12)))
+    assert finder(line) == frozenset(m.group().decode() for m in cat.key_regex.finditer(line))
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.sampled_from(
+            ["Error", "rror", "rr", "emory", "emor", "Kill", "Kil", "SIG", "SI", "atchdog", "watch", "\n", " ",
+             "plain words", "CUDA out of memory", "\n\n"]
+        ),
+        max_size=60,
+    ),
+    st.integers(0, 50),
+    st.integers(0, 50),
+)
+def test_native_candidates_equal_python_generated(parts: list[str], lo_cut: int, hi_cut: int) -> None:
+    cat = load_catalogue()
+    data = "".join(parts).encode()
+    lo = min(lo_cut, len(data))
+    hi = max(lo, len(data) - hi_cut)
+    assert _Scanner(cat)._candidates(data, lo, hi, cat.failure_anchors) == _literal_candidates(
+        data, lo, hi, cat.failure_anchors
+    )
+
+
+def _diagnosis_json(path: Path) -> str:
+    try:
+        return json.dumps(diagnose(path).to_json(), sort_keys=True, default=str)
+    except BadInputError as exc:
+        return f"bad input: {exc}"
+
+
+def _assert_same_both_ways(paths: list[Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    assert paths
+    monkeypatch.delenv(NATIVE_ENV, raising=False)
+    native = {p: _diagnosis_json(p) for p in paths}
+    monkeypatch.setenv(NATIVE_ENV, "0")
+    python = {p: _diagnosis_json(p) for p in paths}
+    differ = [str(p) for p in paths if native[p] != python[p]]
+    assert not differ
+
+
+def test_diagnose_fixtures_same_native_and_python(monkeypatch: pytest.MonkeyPatch) -> None:
+    _assert_same_both_ways(_logs(FIXTURES), monkeypatch)
+
+
+@pytest.mark.shared("samples/oom")
+@pytest.mark.shared("samples/oom-dev")
+@pytest.mark.shared("samples/startup")
+def test_diagnose_samples_same_native_and_python(monkeypatch: pytest.MonkeyPatch) -> None:
+    paths = [p for sub in ("oom", "oom-dev", "startup") for p in _logs(SHARED_SAMPLES / sub)]
+    _assert_same_both_ways(paths, monkeypatch)
+
+
+def test_diagnose_body_failures_same_native_and_python(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A log larger than the head, with failure lines scattered through its body (each anchor, a lone watchdog,
+    keyless `Error` lines): the same hits and the same diagnosis both ways."""
+    rng = random.Random(7)
+    body_lines = [
+        "INFO 11-30 10:00:00 [logger.py:43] Received request chatcmpl-1: prompt: 'hi', params: SamplingParams(n=1)",
+        "INFO 11-30 10:00:01 [loggers.py:118] Engine 000: Avg prompt throughput: 1.0 tokens/s, GPU KV cache usage: 1%",
+        'INFO:     10.0.0.1:40000 - "POST /v1/chat/completions HTTP/1.1" 200 OK',
+    ]
+    rare = [
+        "ERROR 11-30 10:00:02 [serving_chat.py:1] Error in chat completion stream generator.",
+        "[rank0]:[E ProcessGroupNCCL.cpp:1] [PG 0 Rank 0] Watchdog caught collective operation timeout",
+        "Killed",
+        "Fatal Python error: Bus error (SIGBUS)",
+        "WARNING 11-30 10:00:03 [x.py:1] Memory usage is high: 95%",
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
+        "79.19 GiB of which 1.00 GiB is free.",
+    ]
+    lines = []
+    size = 0
+    while size < 5 << 20:
+        line = rng.choice(rare) if rng.random() < 0.0005 else rng.choice(body_lines)
+        lines.append(line)
+        size += len(line) + 1
+    log = tmp_path / "body.log"
+    log.write_text("\n".join(lines) + "\n")
+    cat = load_catalogue()
+
+    def hits() -> list[tuple[int, frozenset[str]]]:
+        from vramctl.diagnose.reader import ScanStats
+
+        return [(h.line.number, h.keys) for h in _Scanner(cat).scan(log, ScanStats())]
+
+    monkeypatch.delenv(NATIVE_ENV, raising=False)
+    native_hits, native_json = hits(), _diagnosis_json(log)
+    monkeypatch.setenv(NATIVE_ENV, "0")
+    python_hits, python_json = hits(), _diagnosis_json(log)
+    assert native_hits == python_hits
+    assert any(n > 20_000 for n, _ in native_hits)  # failures past the head were found
+    assert native_json == python_json
+    assert re.search(r'"cause"', native_json)

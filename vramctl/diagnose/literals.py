@@ -1,0 +1,155 @@
+"""Where the next line holding any of a few literals is: one native pass (Hyperscan) instead of one pass each.
+
+explain-oom's body scan looks for a handful of failure anchors (`emory`, `rror`, `Kill`, `SIG`, `atchdog`) in every
+block of a large log. Python has no multi-literal search: one `bytes.find` / SRE literal pass per anchor, ~0.2 s
+each on 256 MiB. Hyperscan (`hyperscan` on PyPI: binary wheels, the library bundled) runs all of them in one SIMD
+pass at several GB/s (docs/perf/explain-oom.md).
+
+`native_finder(anchors)` returns a finder, or None when the native path cannot be used (the package is missing, the
+CPU lacks what the library needs, an anchor holds a newline, `VRAMCTL_NATIVE_SCAN=0`): the caller then runs its
+pure-Python passes, which find exactly the same lines (tests/diagnose/test_oom_native_scan.py runs both on every
+sample and fixture log and compares the diagnoses).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["NATIVE_ENV", "KeyFinder", "LiteralFinder", "native_enabled", "native_finder", "native_key_finder"]
+
+NATIVE_ENV = "VRAMCTL_NATIVE_SCAN"
+"""`VRAMCTL_NATIVE_SCAN=0` turns the native search off (the pure-Python passes run instead)."""
+
+LiteralFinder = Callable[[bytes, int, int], int]
+"""`finder(data, lo, hi)`: the offset of the last byte of the first occurrence (by end) of any literal lying wholly
+in `data[lo:hi]`, or -1."""
+
+_CACHE: dict[tuple[bytes, ...], LiteralFinder | None] = {}
+
+
+def native_enabled() -> bool:
+    """Whether the native search may be used (not turned off by `VRAMCTL_NATIVE_SCAN=0`)."""
+    return os.environ.get(NATIVE_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def native_finder(anchors: tuple[bytes, ...]) -> LiteralFinder | None:
+    """A one-pass finder for `anchors`, or None (use the pure-Python passes). Built once per anchor set."""
+    if not native_enabled() or not anchors or any(not a or b"\n" in a for a in anchors):
+        return None
+    if anchors not in _CACHE:
+        _CACHE[anchors] = _build(anchors)
+    return _CACHE[anchors]
+
+
+def _first_end(anchors: tuple[bytes, ...], data: bytes, lo: int, hi: int) -> int:
+    """What the native finder returns, with one `bytes.find` per literal (each literal's first occurrence is also
+    its earliest-ending one)."""
+    best = -1
+    for anchor in anchors:
+        i = data.find(anchor, lo, hi)
+        if i >= 0 and (best < 0 or i + len(anchor) - 1 < best):
+            best = i + len(anchor) - 1
+    return best
+
+
+def _build(anchors: tuple[bytes, ...]) -> LiteralFinder | None:
+    try:
+        import hyperscan
+    except ImportError:
+        return None
+    try:
+        db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
+        db.compile(expressions=list(anchors), ids=list(range(len(anchors))), flags=0, literal=True)
+        terminated = hyperscan.ScanTerminated
+    except Exception:  # an unsupported CPU (ArchitectureError) or a library that cannot load: the fallback runs
+        return None
+    found: list[int] = [-1]
+
+    def on_match(_id: int, _start: int, end: int, _flags: int, _ctx: Any) -> bool:
+        found[0] = end
+        return True  # stop: the first match reported has the smallest end offset
+
+    def finder(data: bytes, lo: int, hi: int) -> int:
+        if hi <= lo:
+            return -1
+        found[0] = -1
+        try:
+            db.scan(memoryview(data)[lo:hi], match_event_handler=on_match)  # type: ignore[type-var]
+        except terminated:
+            pass
+        except Exception:  # e.g. the scratch space in use by another thread: the same answer, one pass per literal
+            return _first_end(anchors, data, lo, hi)
+        return -1 if found[0] < 0 else lo + found[0] - 1
+
+    try:  # a CPU the library cannot run on fails here, not in the middle of a log
+        if finder(b"x" + anchors[0] + b"\n", 0, len(anchors[0]) + 2) != len(anchors[0]):
+            return None
+    except Exception:
+        return None
+    return finder
+
+
+KeyFinder = Callable[[bytes], "frozenset[str] | None"]
+"""`finder(line)`: the phrases `re.finditer` of the phrases' alternation would find on the line (non-overlapping, the
+leftmost first, the longest at each place), or None when the native search failed for this line (run the regex)."""
+
+_KEY_CACHE: dict[tuple[bytes, ...], KeyFinder | None] = {}
+_NO_KEYS: frozenset[str] = frozenset()
+
+
+def native_key_finder(words: tuple[bytes, ...]) -> KeyFinder | None:
+    """A one-pass finder of which of `words` (literal phrases) a line holds, or None (use the regex)."""
+    if not native_enabled() or not words or any(not w for w in words):
+        return None
+    if words not in _KEY_CACHE:
+        _KEY_CACHE[words] = _build_keys(words)
+    return _KEY_CACHE[words]
+
+
+def _build_keys(words: tuple[bytes, ...]) -> KeyFinder | None:
+    try:
+        import hyperscan
+    except ImportError:
+        return None
+    try:
+        db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
+        db.compile(expressions=list(words), ids=list(range(len(words))), flags=0, literal=True)
+    except Exception:
+        return None
+    lens = [len(w) for w in words]
+    texts = [w.decode("utf-8", "replace") for w in words]
+    found: list[tuple[int, int, int]] = []
+
+    def on_match(index: int, _start: int, end: int, _flags: int, _ctx: Any) -> None:
+        size = lens[index]
+        found.append((end - size, -size, index))  # every occurrence of every phrase, overlapping ones included
+
+    def finder(line: bytes) -> frozenset[str] | None:
+        found.clear()
+        try:
+            db.scan(line, match_event_handler=on_match)
+        except Exception:
+            return None
+        if not found:
+            return _NO_KEYS
+        if len(found) == 1:
+            return frozenset((texts[found[0][2]],))
+        # what the alternation's finditer keeps: from the left, the longest phrase at the leftmost place, then on
+        # from its end (a phrase overlapping one already taken is not a match of its own)
+        found.sort()
+        keys: set[str] = set()
+        pos = 0
+        for start, neg_size, index in found:
+            if start >= pos:
+                keys.add(texts[index])
+                pos = start - neg_size
+        return frozenset(keys)
+
+    try:
+        if finder(words[0]) != frozenset((texts[0],)):
+            return None
+    except Exception:
+        return None
+    return finder
