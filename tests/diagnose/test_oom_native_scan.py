@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import gzip
+import io
 import json
 import random
 import re
@@ -197,3 +198,47 @@ def test_diagnose_body_failures_same_native_and_python(tmp_path: Path, monkeypat
     assert any(n > 20_000 for n, _ in native_hits)  # failures past the head were found
     assert native_json == python_json
     assert re.search(r'"cause"', native_json)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(st.sampled_from([0, 1, 10, 80, 700, 3000, 9000, 70_000]), min_size=1, max_size=80),
+    st.booleans(),
+)
+def test_whole_line_chunks_read_the_same_lines(tmp_path_factory: pytest.TempPathFactory, sizes: list[int], end_nl: bool) -> None:
+    """A regular file read in place in chunks cut at a newline (`_iter_whole_lines`) gives exactly the lines of the
+    same bytes read from a stream: lines longer than the probe, than a chunk and than the line cap included."""
+    from vramctl.diagnose import reader
+
+    rng = random.Random(len(sizes))
+    text = b"\n".join(bytes(rng.choice(b"abc xyz") for _ in range(n)) for n in sizes) + (b"\n" if end_nl else b"")
+    path = tmp_path_factory.mktemp("chunks") / "log.txt"
+    path.write_bytes(text)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(reader, "CHUNK_BYTES", 4096)
+        mp.setattr(reader, "PROBE_BYTES", 512)
+        from_file = [(x.number, x.raw, x.truncated) for x in reader.iter_log_lines(path)]
+        from_stream = [(x.number, x.raw, x.truncated) for x in reader.iter_log_lines(io.BytesIO(text))]
+    assert from_file == from_stream
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.data())
+def test_native_engine_words_equal_substring_tests(data: st.DataObject) -> None:
+    """The engine vote of a line (which engines' words it holds) is the same natively as with `in` tests, non-ASCII
+    text included."""
+    from vramctl.diagnose.literals import native_presence
+
+    cat = load_catalogue()
+    words = [(w.encode(), engine) for engine, ws in cat.engines.items() for w in ws]
+    finder = native_presence(tuple(w for w, _ in words))
+    assert finder is not None
+    pieces = st.one_of(
+        st.sampled_from([w.decode() for w, _ in words]),
+        st.sampled_from([w.decode()[:-1] for w, _ in words]),
+        st.text(max_size=5),
+    )
+    raw = "".join(data.draw(st.lists(pieces, max_size=8)))
+    found = finder(raw.encode("utf-8", "surrogatepass"))
+    assert found is not None
+    assert {words[i][1] for i in found} == {e for e, ws in cat.engines.items() if any(w in raw for w in ws)}

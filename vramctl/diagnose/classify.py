@@ -34,7 +34,7 @@ from vramctl.core.errors import BadInputError
 from vramctl.diagnose.catalogue import LABELS, PHASES, Catalogue, Fix, Signature, load_catalogue, trie_regex
 from vramctl.diagnose.facts import FactValue, convert, evaluate, fill, read_setting
 from vramctl.diagnose.fixvalues import VALUE_NOTE, complete_fixes, plain_value
-from vramctl.diagnose.literals import native_finder, native_key_finder
+from vramctl.diagnose.literals import native_finder, native_key_finder, native_presence
 from vramctl.diagnose.reader import (
     BINARY_SAMPLE_BYTES,
     Block,
@@ -795,6 +795,9 @@ class _Analyser:
         self.markers: list[_Context] = []
         self.marker_lines: list[int] = []  # the markers' line numbers (for bisect)
         self.engine_votes: dict[str, int] = {}
+        engine_words = [(word.encode(), engine) for engine, words in cat.engines.items() for word in words]
+        self._engine_word_owner = [engine for _, engine in engine_words]
+        self._engine_finder = native_presence(tuple(word for word, _ in engine_words))
         self.engine_version: tuple[str, str] | None = None
         self.versions: list[tuple[int, str, str]] = []  # (line, engine, version) each time it changes
         self.other: list[tuple[_Incident, Event]] = []
@@ -918,6 +921,15 @@ class _Analyser:
                 self._event(Event(self.inventory_index, number, short, inv_facts))
 
     def _engine(self, raw: str) -> None:
+        if self._engine_finder is not None:
+            # every engine's words in one native pass (a substring of the UTF-8 bytes is a substring of the text)
+            found = self._engine_finder(raw.encode("utf-8", "surrogatepass"))
+            if found is not None:
+                owners = {self._engine_word_owner[i] for i in found}
+                for engine in self.cat.engines:
+                    if engine in owners:
+                        self.engine_votes[engine] = self.engine_votes.get(engine, 0) + 1
+                return
         for engine, words in self.cat.engines.items():
             if any(word in raw for word in words):
                 self.engine_votes[engine] = self.engine_votes.get(engine, 0) + 1

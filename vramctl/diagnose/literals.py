@@ -17,7 +17,16 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["NATIVE_ENV", "KeyFinder", "LiteralFinder", "native_enabled", "native_finder", "native_key_finder"]
+__all__ = [
+    "NATIVE_ENV",
+    "KeyFinder",
+    "LiteralFinder",
+    "PresenceFinder",
+    "native_enabled",
+    "native_finder",
+    "native_key_finder",
+    "native_presence",
+]
 
 NATIVE_ENV = "VRAMCTL_NATIVE_SCAN"
 """`VRAMCTL_NATIVE_SCAN=0` turns the native search off (the pure-Python passes run instead)."""
@@ -149,6 +158,59 @@ def _build_keys(words: tuple[bytes, ...]) -> KeyFinder | None:
 
     try:
         if finder(words[0]) != frozenset((texts[0],)):
+            return None
+    except Exception:
+        return None
+    return finder
+
+
+PresenceFinder = Callable[[bytes], "set[int] | None"]
+"""`finder(text)`: the indices of the phrases that occur in `text` (anywhere, overlaps included), or None when the
+native search failed for this text (test each phrase with `in`)."""
+
+_PRESENCE_CACHE: dict[tuple[bytes, ...], PresenceFinder | None] = {}
+
+
+def native_presence(words: tuple[bytes, ...]) -> PresenceFinder | None:
+    """A one-pass test of which of `words` occur in a text, or None (test each with `in`)."""
+    if not native_enabled() or not words or any(not w for w in words):
+        return None
+    if words not in _PRESENCE_CACHE:
+        _PRESENCE_CACHE[words] = _build_presence(words)
+    return _PRESENCE_CACHE[words]
+
+
+def _build_presence(words: tuple[bytes, ...]) -> PresenceFinder | None:
+    try:
+        import hyperscan
+    except ImportError:
+        return None
+    try:
+        db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
+        # one report per phrase and scan: all that is asked is whether it occurs
+        db.compile(
+            expressions=list(words),
+            ids=list(range(len(words))),
+            flags=hyperscan.HS_FLAG_SINGLEMATCH,
+            literal=True,
+        )
+    except Exception:
+        return None
+    found: set[int] = set()
+
+    def on_match(index: int, _start: int, _end: int, _flags: int, _ctx: Any) -> None:
+        found.add(index)
+
+    def finder(text: bytes) -> set[int] | None:
+        found.clear()
+        try:
+            db.scan(text, match_event_handler=on_match)
+        except Exception:
+            return None
+        return set(found)
+
+    try:
+        if finder(b"." + words[0]) != {0}:
             return None
     except Exception:
         return None

@@ -37,6 +37,7 @@ A directory, a missing or unreadable path raise `BadInputError` before anything 
 from __future__ import annotations
 
 import codecs
+import io
 import os
 import re
 import stat
@@ -365,6 +366,42 @@ def _iter_bytes(stream: BinaryIO, name: str, stats: ScanStats) -> Iterator[bytes
         return
 
 
+PROBE_BYTES = 64 << 10
+"""How far before a chunk's end a regular file is probed for the last newline (see `_iter_whole_lines`)."""
+
+
+def _regular_fd(stream: BinaryIO) -> int | None:
+    """The descriptor of a regular file read from its current position (positioned reads are possible), else None."""
+    try:
+        fd = stream.fileno()
+        return fd if stat.S_ISREG(os.fstat(fd).st_mode) else None
+    except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+        return None
+
+
+def _iter_whole_lines(stream: BinaryIO, fd: int, name: str, stats: ScanStats) -> Iterator[bytes]:
+    """The rest of a regular file in chunks that end at a newline, read in place: the last newline before a chunk's
+    end is found in a small probe read first, so the block of whole lines is the chunk itself (no copy joining a
+    carried partial line to the next chunk: ~0.06 s on 256 MiB). A probe without a newline (a line longer than the
+    probe) reads a plain chunk; the caller carries its partial line as before."""
+    try:
+        pos = stream.tell()
+        while True:
+            size = CHUNK_BYTES
+            probe = os.pread(fd, PROBE_BYTES, pos + CHUNK_BYTES - PROBE_BYTES)
+            cut = probe.rfind(b"\n")
+            if len(probe) == PROBE_BYTES and cut >= 0:
+                size = CHUNK_BYTES - PROBE_BYTES + cut + 1
+            chunk = os.pread(fd, size, pos)
+            if not chunk:
+                return
+            pos += len(chunk)
+            stats.bytes_read += len(chunk)
+            yield chunk
+    except OSError as exc:
+        raise BadInputError(f"{name}: read error: {exc.strerror or exc}") from None
+
+
 def _iter_raw_bytes(stream: BinaryIO, name: str, stats: ScanStats) -> Iterator[bytes]:
     """Chunks of the (decompressed) content. Raises TruncatedInputError at the end of a cut gzip."""
     first = _read(stream, CHUNK_BYTES, name)
@@ -373,6 +410,10 @@ def _iter_raw_bytes(stream: BinaryIO, name: str, stats: ScanStats) -> Iterator[b
     if not first.startswith(_GZIP_MAGIC):
         stats.bytes_read += len(first)
         yield first
+        fd = _regular_fd(stream)
+        if fd is not None:
+            yield from _iter_whole_lines(stream, fd, name, stats)
+            return
         while True:
             chunk = _read(stream, CHUNK_BYTES, name)
             if not chunk:
