@@ -79,9 +79,8 @@ def test_native_candidates_and_keys_equal_python(log: Path, monkeypatch: pytest.
     assert native._key_finder is not None
     for lo, hi in ((0, len(data)), (0, len(data) // 2), (data.find(b"\n") + 1, len(data))):
         hi = data.rfind(b"\n", 0, hi) + 1 if hi < len(data) else hi
-        assert native._candidates(data, lo, hi, cat.failure_anchors) == _literal_candidates(
-            data, lo, hi, cat.failure_anchors
-        )
+        for anchors in (cat.failure_anchors, cat.all_anchors):
+            assert native._candidates(data, lo, hi, anchors) == _literal_candidates(data, lo, hi, anchors)
     finder = native._key_finder
     for line in data.split(b"\n"):
         line = line[:65536]

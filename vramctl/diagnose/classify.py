@@ -326,6 +326,18 @@ class _Scanner:
     def _candidates(self, data: bytes, lo: int, hi: int, anchors: tuple[bytes, ...]) -> list[tuple[int, int]]:
         """The lines (start, end) holding an anchor that starts at or after `lo` and ends by `hi`, in order."""
         size = len(data)
+        lines: list[tuple[int, int]] = []
+        native = native_finder(anchors)
+        if native is not None:
+            # one native pass for all the anchors (Hyperscan), resumed after each line found: the same lines as the
+            # passes below (anchors hold no newline, so the earliest-ending match is on the earliest line)
+            i = native(data, lo, hi)
+            while i >= 0:
+                end = data.find(b"\n", i)
+                end = size if end < 0 else end
+                lines.append((data.rfind(b"\n", 0, i) + 1, end))
+                i = native(data, end + 1, hi) if end + 1 < hi else -1
+            return lines
         if len(anchors) > TRIE_MIN_ANCHORS:
             # many anchors (the head, the tail, the windows): one pass of their trie alternation, resumed after
             # each line found, instead of one literal pass per anchor (146 of them: 5x faster on a 2 MiB head).
@@ -333,7 +345,6 @@ class _Scanner:
             search = self._trie_searchers.get(anchors)
             if search is None:
                 search = self._trie_searchers[anchors] = re.compile(trie_regex(list(anchors))).search
-            lines: list[tuple[int, int]] = []
             m = search(data, lo, hi)
             while m is not None:
                 i = m.start()
@@ -341,18 +352,6 @@ class _Scanner:
                 end = size if end < 0 else end
                 lines.append((data.rfind(b"\n", 0, i) + 1, end))
                 m = search(data, end + 1, hi) if end + 1 < hi else None
-            return lines
-        native = native_finder(anchors)
-        if native is not None:
-            # one native pass for all the failure anchors (Hyperscan), resumed after each line found: the same lines
-            # as the passes below (anchors hold no newline, so the earliest-ending match is on the earliest line)
-            lines = []
-            i = native(data, lo, hi)
-            while i >= 0:
-                end = data.find(b"\n", i)
-                end = size if end < 0 else end
-                lines.append((data.rfind(b"\n", 0, i) + 1, end))
-                i = native(data, end + 1, hi) if end + 1 < hi else -1
             return lines
         found: dict[int, int] = {}
         for anchor in anchors:
