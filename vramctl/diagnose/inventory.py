@@ -31,6 +31,7 @@ import yaml
 
 from vramctl.diagnose.catalogue import LABELS as CATALOGUE_LABELS
 from vramctl.diagnose.catalogue import PHASES as CATALOGUE_PHASES
+from vramctl.diagnose.yamlcache import load_yaml_cached
 
 INVENTORY_PATH = Path(__file__).with_name("inventory.yaml")
 
@@ -445,8 +446,11 @@ def _load_inventory(path: str | None, check: bool) -> tuple[InventoryEntry, ...]
     file = Path(path) if path is not None else INVENTORY_PATH
     try:
         # libyaml's safe loader when present: explain-oom loads the inventory on every run (10x faster start-up)
-        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-        data = yaml.load(file.read_text(encoding="utf-8"), Loader=loader)  # a safe loader (CSafeLoader)
+        if path is None:  # the shipped file: parsed once per content, then read from its marshal cache
+            data = load_yaml_cached(file)
+        else:
+            loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+            data = yaml.load(file.read_text(encoding="utf-8"), Loader=loader)  # a safe loader (CSafeLoader)
     except yaml.YAMLError as exc:
         raise InventoryError(f"{file.name}: not valid YAML ({exc})") from exc
     if not isinstance(data, Mapping) or not isinstance(data.get("entries"), list):
