@@ -241,3 +241,46 @@ def test_native_engine_words_equal_substring_tests(data: st.DataObject) -> None:
     found = finder(raw.encode("utf-8", "surrogatepass"))
     assert found is not None
     assert {words[i][1] for i in found} == {e for e, ws in cat.engines.items() if any(w in raw for w in ws)}
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.sampled_from(["Error", "rror", "emory", "Kill", "SIG", "atchdog", "\n", " ", "abcdefgh", "xyz" * 7]),
+        max_size=80,
+    ),
+    st.integers(0, 30),
+)
+def test_native_windows_find_matches_across_their_edges(parts: list[str], lo_cut: int) -> None:
+    """The native finder scans in doubling windows that overlap by the longest anchor less one byte: with tiny
+    windows every match across a window's edge is still found, and the first one by its end."""
+    from vramctl.diagnose import literals
+
+    cat = load_catalogue()
+    data = "".join(parts).encode()
+    lo = min(lo_cut, len(data))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(literals, "FIRST_WINDOW", 8)
+        mp.setattr(literals, "MAX_WINDOW", 32)
+        for anchors in (cat.failure_anchors, cat.all_anchors):
+            assert _Scanner(cat)._candidates(data, lo, len(data), anchors) == _literal_candidates(
+                data, lo, len(data), anchors
+            )
+
+
+def test_native_windows_every_offset() -> None:
+    """Each anchor (the longest ones decide the overlap) placed at every offset around tiny windows' edges."""
+    from vramctl.diagnose import literals
+
+    cat = load_catalogue()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(literals, "FIRST_WINDOW", 8)
+        mp.setattr(literals, "MAX_WINDOW", 16)
+        for anchors in (cat.failure_anchors, cat.all_anchors):
+            finder = native_finder(anchors)
+            assert finder is not None
+            longest = sorted(anchors, key=len)[-3:]
+            for anchor in {*longest, *cat.failure_anchors}:
+                for pad in range(0, 80):
+                    data = b"_" * pad + anchor + b"_" * 5
+                    assert finder(data, 0, len(data)) == pad + len(anchor) - 1, (anchor, pad)

@@ -37,6 +37,10 @@ in `data[lo:hi]`, or -1."""
 
 _CACHE: dict[tuple[bytes, ...], LiteralFinder | None] = {}
 
+FIRST_WINDOW = 16 << 10
+MAX_WINDOW = 4 << 20
+"""The scan windows of `native_finder`: the first one, and the largest they double to."""
+
 
 def native_enabled() -> bool:
     """Whether the native search may be used (not turned off by `VRAMCTL_NATIVE_SCAN=0`)."""
@@ -80,17 +84,38 @@ def _build(anchors: tuple[bytes, ...]) -> LiteralFinder | None:
         found[0] = end
         return True  # stop: the first match reported has the smallest end offset
 
+    overlap = max(len(a) for a in anchors) - 1
+    view_of: list[tuple[bytes | None, memoryview | None]] = [(None, None)]
+
     def finder(data: bytes, lo: int, hi: int) -> int:
-        if hi <= lo:
-            return -1
-        found[0] = -1
-        try:
-            db.scan(memoryview(data)[lo:hi], match_event_handler=on_match)  # type: ignore[type-var]
-        except terminated:
-            pass
-        except Exception:  # e.g. the scratch space in use by another thread: the same answer, one pass per literal
-            return _first_end(anchors, data, lo, hi)
-        return -1 if found[0] < 0 else lo + found[0] - 1
+        # a scan costs time in proportion to the length it is given, even when the first match stops it (measured:
+        # 365 us for 8 MiB with a match in the first line, 3 us for 4 KiB), so the range is scanned in windows that
+        # double while nothing is found; consecutive windows overlap by the longest literal less one byte, so a match
+        # across a window's end lies whole in the next window, and the first window holding a match holds the
+        # earliest-ending one
+        if view_of[0][0] is not data:
+            view_of[0] = (data, memoryview(data))
+        view = view_of[0][1]
+        assert view is not None
+        start = lo
+        least = 2 * (overlap + 1)  # a window holds the longest literal whole, and moves on by at least its length
+        width = max(FIRST_WINDOW, least)
+        while start < hi:
+            stop = min(hi, start + width)
+            found[0] = -1
+            try:
+                db.scan(view[start:stop], match_event_handler=on_match)  # type: ignore[type-var]
+            except terminated:
+                pass
+            except Exception:  # e.g. the scratch in use by another thread: the same answer, one pass per literal
+                return _first_end(anchors, data, lo, hi)
+            if found[0] >= 0:
+                return start + found[0] - 1
+            if stop >= hi:
+                break
+            start = max(start + 1, stop - overlap)
+            width = max(min(width * 2, MAX_WINDOW), least)
+        return -1
 
     try:  # a CPU the library cannot run on fails here, not in the middle of a log
         if finder(b"x" + anchors[0] + b"\n", 0, len(anchors[0]) + 2) != len(anchors[0]):
