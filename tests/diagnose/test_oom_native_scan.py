@@ -284,3 +284,60 @@ def test_native_windows_every_offset() -> None:
                 for pad in range(0, 80):
                     data = b"_" * pad + anchor + b"_" * 5
                     assert finder(data, 0, len(data)) == pad + len(anchor) - 1, (anchor, pad)
+
+
+def _split_prefixes_reference(line: str) -> tuple[str | None, str]:
+    """split_prefixes as it was before the first-character dispatch: every regex tried in order."""
+    from vramctl.diagnose import reader
+
+    process: str | None = None
+    rest = line
+    for _ in range(8):
+        stripped = rest.lstrip(" ")
+        matched = False
+        for regex in reader._PROCESS_RES:
+            m = regex.match(stripped)
+            if m is not None:
+                if process is None:
+                    process = m.group("tag")
+                rest = stripped[m.end() :]
+                matched = True
+                break
+        if matched:
+            continue
+        m = reader._BRACKET_TAG_RE.match(stripped)
+        if m is not None and (m.group("ts") or m.group("tag")):
+            if m.group("tag") and process is None:
+                process = m.group("tag").strip()
+            rest = stripped[m.end() :]
+            continue
+        for regex in reader._HEADER_RES:
+            m = regex.match(stripped)
+            if m is not None:
+                rest = stripped[m.end() :]
+                matched = True
+                break
+        if not matched:
+            break
+    return process, rest
+
+
+def test_split_prefixes_dispatch_equals_every_regex() -> None:
+    """The first-character dispatch of split_prefixes peels exactly what trying every regex peels: every line of
+    every fixture log, and each line behind stacked prefixes of every kind (Unicode digits included)."""
+    from vramctl.diagnose.reader import clean_line, split_prefixes
+
+    prefixes = [
+        "", "(EngineCore_DP0 pid=123) ", "[rank0]: ", "[TP3] ", "[1,3]<stderr>: ", "vllm-1  | ",
+        "INFO 01-02 03:04:05 [file.py:123] ", "2024-12-19 21:40:35 ERROR 56542 [file.py:64] ",
+        "2023-07-26T09:55:39.447617Z  INFO ", "[file.py:12] ", "LMCache WARNING: ",
+        "2025-01-01T00:00:00.123456789Z stdout F ", "May 01 12:00:00 host vllm[123]: ", "\u0662\u0660\u0662\u0664 ",
+        "INFO 2025-11-19T20:16:36.096674521Z [resource.labels.containerName: vllm] ", "[2025-05-19 18:08:26,176] ",
+        "é ", "-- ", "  ",
+    ]
+    lines = [clean_line(raw[:4096]) for log in _logs(FIXTURES) for raw in _text(log).split(b"\n")[:400]]
+    for a in prefixes:
+        for b in prefixes:
+            lines.append(a + b + "Received request x")
+    for line in lines:
+        assert split_prefixes(line) == _split_prefixes_reference(line), line[:200]

@@ -187,6 +187,35 @@ _JOURNAL_SHORT_RE = re.compile(
 )
 
 _PROCESS_RES = (_PAREN_TAG_RE, _RANK_TAG_RE, _COMPOSE_RE, _MPI_TAG_RE)
+_HEADER_RES = (
+    _CLOUD_LOG_RE,
+    _LEVEL_HEADER_RE,
+    _TRACING_HEADER_RE,
+    _BARE_FILE_RE,
+    _LMCACHE_RE,
+    _COLLECTOR_TS_RE,
+    _JOURNAL_SHORT_RE,
+)
+# The prefixes a line can start with, by its first character (same order as above; a regex whose first character
+# cannot be this one is not tried): `(` a process tag; `[` a rank / MPI / bracket tag or a bare file; an ASCII letter
+# a compose tag or a level / cloud / LMCache / journal header; a digit a time-stamped header. Nothing else starts one.
+_BY_FIRST: dict[str, tuple[tuple[re.Pattern[str], ...], bool, tuple[re.Pattern[str], ...]]] = {
+    "(": ((_PAREN_TAG_RE,), False, ()),
+    "[": ((_RANK_TAG_RE, _MPI_TAG_RE), True, (_BARE_FILE_RE,)),
+    "a": ((_COMPOSE_RE,), False, (_CLOUD_LOG_RE, _LEVEL_HEADER_RE, _LMCACHE_RE, _JOURNAL_SHORT_RE)),
+    "0": ((), False, (_LEVEL_HEADER_RE, _TRACING_HEADER_RE, _COLLECTOR_TS_RE, _JOURNAL_SHORT_RE)),
+}
+_ASCII_LETTERS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+
+
+def _first_kind(first: str) -> str | None:
+    if first in ("(", "["):
+        return first
+    if first in _ASCII_LETTERS:
+        return "a"
+    if first.isdigit():  # `\d` matches any Unicode decimal digit; isdigit() holds for each of them
+        return "0"
+    return None
 
 
 def split_prefixes(line: str) -> tuple[str | None, str]:
@@ -195,8 +224,12 @@ def split_prefixes(line: str) -> tuple[str | None, str]:
     rest = line
     for _ in range(8):  # prefixes stack (tag, then logging header); a bounded number of rounds
         stripped = rest.lstrip(" ")
+        kind = _first_kind(stripped[:1])
+        if kind is None:
+            break
+        process_res, bracket, header_res = _BY_FIRST[kind]
         matched = False
-        for regex in _PROCESS_RES:
+        for regex in process_res:
             m = regex.match(stripped)
             if m is not None:
                 if process is None:
@@ -206,21 +239,13 @@ def split_prefixes(line: str) -> tuple[str | None, str]:
                 break
         if matched:
             continue
-        m = _BRACKET_TAG_RE.match(stripped)
+        m = _BRACKET_TAG_RE.match(stripped) if bracket else None
         if m is not None and (m.group("ts") or m.group("tag")):
             if m.group("tag") and process is None:
                 process = m.group("tag").strip()
             rest = stripped[m.end() :]
             continue
-        for regex in (
-            _CLOUD_LOG_RE,
-            _LEVEL_HEADER_RE,
-            _TRACING_HEADER_RE,
-            _BARE_FILE_RE,
-            _LMCACHE_RE,
-            _COLLECTOR_TS_RE,
-            _JOURNAL_SHORT_RE,
-        ):
+        for regex in header_res:
             m = regex.match(stripped)
             if m is not None:
                 rest = stripped[m.end() :]
