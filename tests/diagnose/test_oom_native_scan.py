@@ -341,3 +341,15 @@ def test_split_prefixes_dispatch_equals_every_regex() -> None:
             lines.append(a + b + "Received request x")
     for line in lines:
         assert split_prefixes(line) == _split_prefixes_reference(line), line[:200]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.characters(max_codepoint=0x3000), max_size=60) | st.text(alphabet="\x00\x08\x09\x1b\x1f\x7f\ufffdab", max_size=30))
+def test_binary_check_counts_what_the_character_test_counted(text: str) -> None:
+    """check_text's one-regex count of non-text characters == the per-character test it replaced."""
+    from vramctl.diagnose import reader
+
+    expected = sum(
+        1 for ch in text if ch == "\ufffd" or (ch < " " and ch not in reader._TEXT_CONTROLS) or ch == "\x7f"
+    )
+    assert len(reader._NOT_TEXT_RE.findall(text)) == expected

@@ -18,8 +18,6 @@ from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from vramctl.diagnose.facts import UNITS, compile_expression, placeholders, settings_regex
 from vramctl.diagnose.yamlcache import load_yaml_cached
 
@@ -414,6 +412,8 @@ def _load(path: Path, *, lazy: bool = False) -> Catalogue:
     if lazy:  # the shipped file: parsed once per content, then read from its marshal cache (yamlcache.py)
         data = load_yaml_cached(path)
     else:
+        import yaml  # imported here: a run with the cached shipped catalogue never needs PyYAML
+
         loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml: 10x faster start-up
         data = yaml.load(path.read_text(encoding="utf-8"), Loader=loader)  # a safe loader (CSafeLoader)
     if not isinstance(data, dict) or data.get("version") != 1:

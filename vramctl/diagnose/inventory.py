@@ -20,14 +20,13 @@ matches (an `...` elision, a cut line) still matches on its `anchor` phrase, wit
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
-
-import yaml
 
 from vramctl.diagnose.catalogue import LABELS as CATALOGUE_LABELS
 from vramctl.diagnose.catalogue import PHASES as CATALOGUE_PHASES
@@ -449,10 +448,16 @@ def _load_inventory(path: str | None, check: bool) -> tuple[InventoryEntry, ...]
         if path is None:  # the shipped file: parsed once per content, then read from its marshal cache
             data = load_yaml_cached(file)
         else:
+            import yaml
+
             loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
             data = yaml.load(file.read_text(encoding="utf-8"), Loader=loader)  # a safe loader (CSafeLoader)
-    except yaml.YAMLError as exc:
-        raise InventoryError(f"{file.name}: not valid YAML ({exc})") from exc
+    except Exception as exc:
+        # PyYAML is imported only when a file is parsed (a cached inventory needs none of it)
+        yaml_module = sys.modules.get("yaml")
+        if yaml_module is not None and isinstance(exc, yaml_module.YAMLError):
+            raise InventoryError(f"{file.name}: not valid YAML ({exc})") from exc
+        raise
     if not isinstance(data, Mapping) or not isinstance(data.get("entries"), list):
         raise InventoryError(f"{file.name}: expected a mapping with an 'entries' list")
     entries = tuple(_entry(raw, i, check) for i, raw in enumerate(data["entries"]))
