@@ -353,3 +353,18 @@ def test_binary_check_counts_what_the_character_test_counted(text: str) -> None:
         1 for ch in text if ch == "\ufffd" or (ch < " " and ch not in reader._TEXT_CONTROLS) or ch == "\x7f"
     )
     assert len(reader._NOT_TEXT_RE.findall(text)) == expected
+
+
+def test_setting_words_prefilter_never_skips_a_match() -> None:
+    """A line is read for a setting only when it holds the setting's key or one of its flags: every line of every
+    fixture on which a setting's regex matches holds one of them (and made-up lines for each word)."""
+    from vramctl.diagnose.reader import clean_line
+
+    cat = load_catalogue()
+    lines = [clean_line(raw[:4096]) for log in _logs(FIXTURES) for raw in _text(log).split(b"\n")]
+    for setting in cat.settings:
+        for word in setting.words:
+            lines += [f"{word}=0.5", f"'{word}': 8192", f"{word} 12", f"x {word.upper()}=1"]
+        for line in lines:
+            if setting.regex.compiled.search(line) is not None:
+                assert any(word in line for word in setting.words), (setting.name, line[:200])

@@ -18,7 +18,7 @@ from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any
 
-from vramctl.diagnose.facts import UNITS, compile_expression, placeholders, settings_regex
+from vramctl.diagnose.facts import UNITS, compile_expression, placeholders, settings_pattern
 from vramctl.diagnose.yamlcache import load_yaml_cached
 
 CATALOGUE_PATH = Path(__file__).with_name("catalogue.yaml")
@@ -198,8 +198,11 @@ class VersionLine:
 @dataclass(frozen=True, slots=True)
 class Setting:
     name: str
-    regex: re.Pattern[str]
+    regex: LazyPattern
+    """Compiled on first use: a line is read for a setting only when it holds one of `words`."""
     unit: str
+    words: tuple[str, ...] = ()
+    """The literal words one of which every match of `regex` holds (the setting's key and its flags)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -439,7 +442,10 @@ def _load(path: Path, *, lazy: bool = False) -> Catalogue:
             raise CatalogueError(f"settings.{name}: unknown unit {unit!r}")
         # `key`: the word the log prints (`dtype=torch.float32`) when the fact's name differs (`dtype_bits`)
         key = str(spec.get("key", name))
-        settings.append(Setting(str(name), settings_regex(key, tuple(spec.get("flags") or ())), unit))
+        flags = tuple(str(f) for f in spec.get("flags") or ())
+        pattern = settings_pattern(key, flags)
+        regex = LazyPattern(pattern) if lazy else LazyPattern(pattern, _compile(pattern, f"settings.{name}"))
+        settings.append(Setting(str(name), regex, unit, (key, *flags)))
         known.add(str(name))
     for raw in data["signatures"]:
         for pattern in raw.get("pattern") if isinstance(raw.get("pattern"), list) else [raw.get("pattern")]:

@@ -313,12 +313,9 @@ class _Scanner:
         self._inventory_budget = INVENTORY_LOOKUPS
         self.multiline_keys = frozenset(key for sig in cat.signatures if sig.multiline for key in sig.keys)
         self.window = max((sig.multiline for sig in cat.signatures), default=0)
-        # one compiled literal per anchor: SRE's literal search runs ~25 % faster than `bytes.find` on megabyte
-        # blocks (measured in docs/perf/explain-oom.md), and the anchors are most of the scan's time
-        self._searchers = {
-            anchor: re.compile(re.escape(anchor)).search
-            for anchor in {*cat.all_anchors, *cat.failure_anchors}
-        }
+        # one compiled literal per anchor in the pure-Python fallback (SRE's literal search runs ~25 % faster than
+        # `bytes.find` on megabyte blocks: docs/perf/explain-oom.md), made on first use: the native pass needs none
+        self._searchers: dict[bytes, Callable[..., re.Match[bytes] | None]] = {}
         self._trie_searchers: dict[tuple[bytes, ...], Callable[..., re.Match[bytes] | None]] = {}
         # the key phrases of a candidate line in one native pass (Hyperscan) when it can run, else the trie regex
         self._key_finder = native_key_finder(cat.key_words)
@@ -364,7 +361,9 @@ class _Scanner:
                     found[data.rfind(b"\n", 0, i) + 1] = end
                     i = data.find(anchor, end + 1, hi) if end + 1 < hi else -1
                 continue
-            search = self._searchers[anchor]
+            search = self._searchers.get(anchor)
+            if search is None:
+                search = self._searchers[anchor] = re.compile(re.escape(anchor)).search
             m = search(data, lo, hi)
             while m is not None:
                 i = m.start()
@@ -844,8 +843,11 @@ class _Analyser:
                         self.versions.append((number, *found))
                     break
         if hit.keys & self.settings_keys:
+            raw = line.raw
             for setting in cat.settings:
-                value = read_setting(line.raw, setting.regex, setting.unit)
+                if not any(word in raw for word in setting.words):  # its regex needs one of them: no match
+                    continue
+                value = read_setting(raw, setting.regex.compiled, setting.unit)
                 if value is not None:
                     self.global_facts[setting.name] = (number, value)
         frame = cat.frame_regex.search(text) if 'File "' in hit.keys else None
