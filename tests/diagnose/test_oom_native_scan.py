@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import gzip
+import importlib.util
 import io
 import json
 import random
@@ -26,7 +27,10 @@ from vramctl.diagnose.catalogue import load_catalogue
 from vramctl.diagnose.classify import _Scanner, diagnose
 from vramctl.diagnose.literals import NATIVE_ENV, native_finder, native_key_finder
 
-pytest.importorskip("hyperscan", reason="the native scan needs the hyperscan wheel (x86-64, macOS arm64)")
+needs_hyperscan = pytest.mark.skipif(
+    importlib.util.find_spec("hyperscan") is None,
+    reason="the native scan needs the hyperscan package (a dependency where a wheel exists: x86-64, macOS arm64)",
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "fixtures"
@@ -58,12 +62,14 @@ def _text(path: Path) -> bytes:
     return data
 
 
+@needs_hyperscan
 def test_native_path_is_available() -> None:
     cat = load_catalogue()
     assert native_finder(cat.failure_anchors) is not None
     assert native_key_finder(cat.key_words) is not None
 
 
+@needs_hyperscan
 def test_native_off_by_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     cat = load_catalogue()
     monkeypatch.setenv(NATIVE_ENV, "0")
@@ -71,6 +77,7 @@ def test_native_off_by_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     assert native_key_finder(cat.key_words) is None
 
 
+@needs_hyperscan
 @pytest.mark.parametrize("log", _logs(FIXTURES), ids=lambda p: str(p.relative_to(FIXTURES)))
 def test_native_candidates_and_keys_equal_python(log: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     cat = load_catalogue()
@@ -87,6 +94,7 @@ def test_native_candidates_and_keys_equal_python(log: Path, monkeypatch: pytest.
         assert finder(line) == frozenset(m.group().decode() for m in cat.key_regex.finditer(line)), line[:200]
 
 
+@needs_hyperscan
 @settings(max_examples=200, deadline=None)
 @given(st.data())
 def test_native_keys_equal_finditer_on_overlapping_phrases(data: st.DataObject) -> None:
@@ -105,6 +113,7 @@ def test_native_keys_equal_finditer_on_overlapping_phrases(data: st.DataObject) 
     assert finder(line) == frozenset(m.group().decode() for m in cat.key_regex.finditer(line))
 
 
+@needs_hyperscan
 @settings(max_examples=150, deadline=None)
 @given(
     st.lists(
@@ -144,10 +153,12 @@ def _assert_same_both_ways(paths: list[Path], monkeypatch: pytest.MonkeyPatch) -
     assert not differ
 
 
+@needs_hyperscan
 def test_diagnose_fixtures_same_native_and_python(monkeypatch: pytest.MonkeyPatch) -> None:
     _assert_same_both_ways(_logs(FIXTURES), monkeypatch)
 
 
+@needs_hyperscan
 @pytest.mark.shared("samples/oom")
 @pytest.mark.shared("samples/oom-dev")
 @pytest.mark.shared("samples/startup")
@@ -156,6 +167,7 @@ def test_diagnose_samples_same_native_and_python(monkeypatch: pytest.MonkeyPatch
     _assert_same_both_ways(paths, monkeypatch)
 
 
+@needs_hyperscan
 def test_diagnose_body_failures_same_native_and_python(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A log larger than the head, with failure lines scattered through its body (each anchor, a lone watchdog,
     keyless `Error` lines): the same hits and the same diagnosis both ways."""
@@ -221,6 +233,7 @@ def test_whole_line_chunks_read_the_same_lines(tmp_path_factory: pytest.TempPath
     assert from_file == from_stream
 
 
+@needs_hyperscan
 @settings(max_examples=150, deadline=None)
 @given(st.data())
 def test_native_engine_words_equal_substring_tests(data: st.DataObject) -> None:
@@ -243,6 +256,7 @@ def test_native_engine_words_equal_substring_tests(data: st.DataObject) -> None:
     assert {words[i][1] for i in found} == {e for e, ws in cat.engines.items() if any(w in raw for w in ws)}
 
 
+@needs_hyperscan
 @settings(max_examples=150, deadline=None)
 @given(
     st.lists(
@@ -268,6 +282,7 @@ def test_native_windows_find_matches_across_their_edges(parts: list[str], lo_cut
             )
 
 
+@needs_hyperscan
 def test_native_windows_every_offset() -> None:
     """Each anchor (the longest ones decide the overlap) placed at every offset around tiny windows' edges."""
     from vramctl.diagnose import literals
