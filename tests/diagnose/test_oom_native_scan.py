@@ -383,3 +383,39 @@ def test_setting_words_prefilter_never_skips_a_match() -> None:
         for line in lines:
             if setting.regex.compiled.search(line) is not None:
                 assert any(word in line for word in setting.words), (setting.name, line[:200])
+
+
+@needs_hyperscan
+@pytest.mark.parametrize("cached", [False, True], ids=["compiled", "from-cache"])
+def test_native_databases_answer_natively(cached: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The finders answer from Hyperscan itself, whether their database was compiled or loaded from the package's cache
+    (a loaded database needs its own scratch space; a finder that silently fell back to Python would pass every
+    equality test above): the pure-Python fallback is made to fail and the answers must still come."""
+    from vramctl.diagnose import literals
+
+    cat = load_catalogue()
+    monkeypatch.delenv("VRAMCTL_CACHE", raising=False)
+    for memo in (literals._CACHE, literals._KEY_CACHE, literals._PRESENCE_CACHE):
+        monkeypatch.setattr(literals, memo_name(literals, memo), {})
+    if cached:  # build once (writes the cache), forget, build again (reads it)
+        native_finder(cat.failure_anchors)
+        native_key_finder(cat.key_words)
+        monkeypatch.setattr(literals, "_CACHE", {})
+        monkeypatch.setattr(literals, "_KEY_CACHE", {})
+
+    def fail(*_args: object) -> int:
+        raise AssertionError("the pure-Python fallback ran")
+
+    monkeypatch.setattr(literals, "_first_end", fail)
+    finder = native_finder(cat.failure_anchors)
+    keys = native_key_finder(cat.key_words)
+    assert finder is not None and keys is not None
+    data = b"INFO ok\nERROR Killed process 12\n"
+    assert finder(data, 0, len(data)) == data.index(b"Kill") + 3
+    assert keys(b"torch.OutOfMemoryError: CUDA out of memory.") == frozenset(
+        m.group().decode() for m in cat.key_regex.finditer(b"torch.OutOfMemoryError: CUDA out of memory.")
+    )
+
+
+def memo_name(module: object, memo: object) -> str:
+    return next(name for name, value in vars(module).items() if value is memo)

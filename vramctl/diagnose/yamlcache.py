@@ -7,7 +7,8 @@ in `__pycache__/` as `marshal` data together with the file's bytes and the Pytho
 bytes, and read back in ~1 ms by the next run, which uses it only when the bytes and the version are the same (never a
 stale read; PyYAML is then not imported at all). As with `.pyc` files: nothing is written where the directory is
 read-only, the cache of an older content is removed, and an unreadable cache is parsed again. It is data, not
-bytecode, so `PYTHONDONTWRITEBYTECODE` does not turn it off; `VRAMCTL_YAML_CACHE=0` does (neither read nor written).
+bytecode, so `PYTHONDONTWRITEBYTECODE` does not turn it off; `VRAMCTL_CACHE=0` does (neither read nor written).
+`literals.py` keeps its compiled Hyperscan databases the same way (`read_cache` / `write_cache`).
 """
 
 from __future__ import annotations
@@ -20,9 +21,24 @@ import zlib
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CACHE_ENV", "load_yaml_cached"]
+__all__ = ["CACHE_ENV", "cache_enabled", "load_yaml_cached", "read_cache", "write_cache"]
 
-CACHE_ENV = "VRAMCTL_YAML_CACHE"
+CACHE_ENV = "VRAMCTL_CACHE"
+"""`VRAMCTL_CACHE=0`: neither read nor write the caches in the package's `__pycache__` (YAML data, Hyperscan
+databases)."""
+PACKAGE_CACHE = Path(__file__).resolve().parent / "__pycache__"
+
+
+def cache_enabled() -> bool:
+    return os.environ.get(CACHE_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def read_cache(cache: Path) -> Any:
+    """The data of a cache file, or None when it is missing or unreadable."""
+    try:
+        return marshal.loads(cache.read_bytes())
+    except (OSError, ValueError, EOFError, TypeError):
+        return None
 
 
 def _parse(raw: bytes) -> Any:
@@ -35,23 +51,26 @@ def _parse(raw: bytes) -> Any:
 def load_yaml_cached(path: Path) -> Any:
     """`yaml.safe_load` of the file, from the marshal cache beside it when one is there for these bytes."""
     raw = path.read_bytes()
-    if os.environ.get(CACHE_ENV, "1").strip().lower() in ("0", "false", "no", "off"):
+    if not cache_enabled():
         return _parse(raw)
-    digest = f"{zlib.crc32(raw):08x}{zlib.adler32(raw):08x}{len(raw):x}"
-    cache = path.parent / "__pycache__" / f"{path.name}.{digest}.marshal"
-    try:
-        # the cache holds the file's bytes and the Python version with the data: used only when both are the same
-        version, source, data = marshal.loads(cache.read_bytes())
-        if version == sys.version and source == raw:
-            return data
-    except (OSError, ValueError, EOFError, TypeError):
-        pass
+    cache = path.parent / "__pycache__" / f"{path.name}.{checksum(raw)}.marshal"
+    # the cache holds the file's bytes and the Python version with the data: used only when both are the same
+    held = read_cache(cache)
+    if isinstance(held, tuple) and len(held) == 3 and held[0] == sys.version and held[1] == raw:
+        return held[2]
     data = _parse(raw)
-    _write(cache, (sys.version, raw, data))
+    write_cache(cache, (sys.version, raw, data))
     return data
 
 
-def _write(cache: Path, data: Any) -> None:
+def checksum(raw: bytes) -> str:
+    """A short name for some bytes (a cache file's name; the content itself is compared before use)."""
+    return f"{zlib.crc32(raw):08x}{zlib.adler32(raw):08x}{len(raw):x}"
+
+
+def write_cache(cache: Path, data: Any) -> None:
+    """Write `data` (marshal-able) atomically to `cache` (`STEM.DIGEST.marshal`), and remove the caches of the same
+    stem for other contents. Nothing happens where the directory cannot be written."""
     try:
         blob = marshal.dumps(data)  # ValueError for a type marshal does not know (a YAML timestamp): not cached
         cache.parent.mkdir(exist_ok=True)
