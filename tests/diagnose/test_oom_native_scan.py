@@ -419,3 +419,17 @@ def test_native_databases_answer_natively(cached: bool, monkeypatch: pytest.Monk
 
 def memo_name(module: object, memo: object) -> str:
     return next(name for name, value in vars(module).items() if value is memo)
+
+
+@needs_hyperscan
+def test_native_finders_from_several_threads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The finders keep no state between calls (each scan's matches go through its own context): diagnoses made in
+    four threads at once equal the ones made one by one."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    monkeypatch.delenv(NATIVE_ENV, raising=False)
+    logs = [p for p in _logs(FIXTURES / "oom") if p.suffix == ".log"][:24]
+    alone = [_diagnosis_json(p) for p in logs]
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        together = list(pool.map(_diagnosis_json, logs * 3))
+    assert together == alone * 3

@@ -121,10 +121,9 @@ def _build(anchors: tuple[bytes, ...]) -> LiteralFinder | None:
         terminated = hyperscan.ScanTerminated
     except Exception:  # an unsupported CPU (ArchitectureError) or a library that cannot load: the fallback runs
         return None
-    found: list[int] = [-1]
-
-    def on_match(_id: int, _start: int, end: int, _flags: int, _ctx: Any) -> bool:
-        found[0] = end
+    # per-call state goes through the scan's context (no shared list: a finder may be called from several threads)
+    def on_match(_id: int, _start: int, end: int, _flags: int, found: list[int]) -> bool:
+        found.append(end)
         return True  # stop: the first match reported has the smallest end offset
 
     overlap = max(len(a) for a in anchors) - 1
@@ -136,23 +135,24 @@ def _build(anchors: tuple[bytes, ...]) -> LiteralFinder | None:
         # double while nothing is found; consecutive windows overlap by the longest literal less one byte, so a match
         # across a window's end lies whole in the next window, and the first window holding a match holds the
         # earliest-ending one
-        if view_of[0][0] is not data:
-            view_of[0] = (data, memoryview(data))
-        view = view_of[0][1]
+        held = view_of[0]  # read once: another thread may replace it
+        if held[0] is not data:
+            held = view_of[0] = (data, memoryview(data))
+        view = held[1]
         assert view is not None
         start = lo
         least = 2 * (overlap + 1)  # a window holds the longest literal whole, and moves on by at least its length
         width = max(FIRST_WINDOW, least)
         while start < hi:
             stop = min(hi, start + width)
-            found[0] = -1
+            found: list[int] = []
             try:
-                db.scan(view[start:stop], match_event_handler=on_match)  # type: ignore[type-var]
+                db.scan(view[start:stop], match_event_handler=on_match, context=found)  # type: ignore[type-var]
             except terminated:
                 pass
             except Exception:  # e.g. the scratch in use by another thread: the same answer, one pass per literal
                 return _first_end(anchors, data, lo, hi)
-            if found[0] >= 0:
+            if found:
                 return start + found[0] - 1
             if stop >= hi:
                 break
@@ -196,16 +196,14 @@ def _build_keys(words: tuple[bytes, ...]) -> KeyFinder | None:
         return None
     lens = [len(w) for w in words]
     texts = [w.decode("utf-8", "replace") for w in words]
-    found: list[tuple[int, int, int]] = []
-
-    def on_match(index: int, _start: int, end: int, _flags: int, _ctx: Any) -> None:
+    def on_match(index: int, _start: int, end: int, _flags: int, found: list[tuple[int, int, int]]) -> None:
         size = lens[index]
         found.append((end - size, -size, index))  # every occurrence of every phrase, overlapping ones included
 
     def finder(line: bytes) -> frozenset[str] | None:
-        found.clear()
+        found: list[tuple[int, int, int]] = []  # per call (the scan's context): safe from several threads
         try:
-            db.scan(line, match_event_handler=on_match)
+            db.scan(line, match_event_handler=on_match, context=found)
         except Exception:
             return None
         if not found:
@@ -257,18 +255,16 @@ def _build_presence(words: tuple[bytes, ...]) -> PresenceFinder | None:
         db = _database(hyperscan, "presence", words, hyperscan.HS_FLAG_SINGLEMATCH)
     except Exception:
         return None
-    found: set[int] = set()
-
-    def on_match(index: int, _start: int, _end: int, _flags: int, _ctx: Any) -> None:
+    def on_match(index: int, _start: int, _end: int, _flags: int, found: set[int]) -> None:
         found.add(index)
 
     def finder(text: bytes) -> set[int] | None:
-        found.clear()
+        found: set[int] = set()  # per call (the scan's context): safe from several threads
         try:
-            db.scan(text, match_event_handler=on_match)
+            db.scan(text, match_event_handler=on_match, context=found)
         except Exception:
             return None
-        return set(found)
+        return found
 
     try:
         if finder(b"." + words[0]) != {0}:
