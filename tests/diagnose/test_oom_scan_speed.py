@@ -37,8 +37,10 @@ def _literal_candidates(data: bytes, lo: int, hi: int, anchors: tuple[bytes, ...
     return sorted(found.items())
 
 
+@pytest.mark.parametrize("native", ["1", "0"], ids=["native", "trie"])
 @pytest.mark.parametrize("log", sorted(FIXTURES.glob("*.log"))[:40], ids=lambda p: p.name)
-def test_trie_candidates_equal_literal_search(log: Path) -> None:
+def test_trie_candidates_equal_literal_search(log: Path, native: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("VRAMCTL_NATIVE_SCAN", native)  # the native pass (where hyperscan is installed) and the trie
     cat = load_catalogue()
     assert len(cat.all_anchors) > TRIE_MIN_ANCHORS  # the trie path is the one under test
     scanner = _Scanner(cat)
@@ -64,9 +66,12 @@ def test_trie_candidates_equal_literal_search_on_made_up_text(pieces: list[str])
     cat = load_catalogue()
     data = "".join(pieces).encode()
     scanner = _Scanner(cat)
-    assert scanner._candidates(data, 0, len(data), cat.all_anchors) == _literal_candidates(
-        data, 0, len(data), cat.all_anchors
-    )
+    for native in ("1", "0"):  # the native pass (where hyperscan is installed) and the trie alternation
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("VRAMCTL_NATIVE_SCAN", native)
+            assert scanner._candidates(data, 0, len(data), cat.all_anchors) == _literal_candidates(
+                data, 0, len(data), cat.all_anchors
+            )
 
 
 @settings(max_examples=60, deadline=None)
@@ -82,9 +87,12 @@ def test_failure_anchor_candidates_equal_literal_search(pieces: list[str], cut: 
     data = "".join(pieces).encode()
     lo = data.find(b"\n", 0, cut) + 1 if cut else 0
     scanner = _Scanner(cat)
-    assert scanner._candidates(data, lo, len(data), cat.failure_anchors) == _literal_candidates(
-        data, lo, len(data), cat.failure_anchors
-    )
+    for native in ("1", "0"):  # the native pass (where hyperscan is installed) and one literal pass per anchor
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("VRAMCTL_NATIVE_SCAN", native)
+            assert scanner._candidates(data, lo, len(data), cat.failure_anchors) == _literal_candidates(
+                data, lo, len(data), cat.failure_anchors
+            )
 
 
 def test_lazy_catalogue_patterns_equal_compiled_ones() -> None:

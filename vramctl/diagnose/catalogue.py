@@ -14,13 +14,12 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from dataclasses import field as dataclass_field
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from vramctl.diagnose.facts import UNITS, compile_expression, placeholders, settings_regex
+from vramctl.diagnose.facts import UNITS, compile_expression, placeholders, settings_pattern
+from vramctl.diagnose.yamlcache import load_yaml_cached
 
 CATALOGUE_PATH = Path(__file__).with_name("catalogue.yaml")
 
@@ -207,8 +206,11 @@ class VersionLine:
 @dataclass(frozen=True, slots=True)
 class Setting:
     name: str
-    regex: re.Pattern[str]
+    regex: LazyPattern
+    """Compiled on first use: a line is read for a setting only when it holds one of `words`."""
     unit: str
+    words: tuple[str, ...] = ()
+    """The literal words one of which every match of `regex` holds (the setting's key and its flags)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,13 +248,19 @@ class Catalogue:
     """Searched everywhere: every failure signature has a key that contains one of these."""
     all_anchors: tuple[bytes, ...]
     """Searched in the head of the log and around failures: every key contains one of these."""
-    key_regex: re.Pattern[bytes]
-    """One alternation of every key: the exact line-level filter after the anchors."""
+    key_words: tuple[bytes, ...]
+    """Every key phrase, as bytes (the line-level filter after the anchors: `key_regex`, or one native pass)."""
     keys_to_signatures: dict[str, tuple[int, ...]]
     frame_regex: re.Pattern[str]
     method_regex: re.Pattern[str]
     decisions: dict[str, tuple[Rule, ...]] = dataclass_field(default_factory=dict)
     """The decision tables (facts -> label), by name, in rule order."""
+
+    @cached_property
+    def key_regex(self) -> re.Pattern[bytes]:
+        """One alternation of every key (a trie): the exact line-level filter after the anchors. Compiled on first use:
+        a run with the native key search (`literals.native_key_finder`) never needs it."""
+        return re.compile(trie_regex(list(self.key_words)))
 
     def key_phrases(self) -> list[str]:
         """Every literal key phrase (for `grep -F` / `grep -E` baselines and docs)."""
@@ -274,9 +282,19 @@ class Catalogue:
         return keys
 
 
-def _with_containing_keys(sig: Signature, cat_keys: set[str]) -> Signature:
+def _with_containing_keys(sig: Signature, cat_keys: set[str], containing: dict[str, set[str]] | None = None) -> Signature:
+    """The signature with every catalogue key that contains one of its keys added. `containing` memoises, per key,
+    the catalogue keys holding it (signatures share keys: ~60 % fewer substring tests at start-up)."""
     own = set(sig.keys)
-    longer = sorted(k for k in cat_keys if k not in own and any(key in k for key in own))
+    if containing is None:
+        containing = {}
+    holders: set[str] = set()
+    for key in own:
+        found = containing.get(key)
+        if found is None:
+            found = containing[key] = {k for k in cat_keys if key in k}
+        holders |= found
+    longer = sorted(holders - own)
     return replace(sig, keys=(*sig.keys, *longer)) if longer else sig
 
 
@@ -402,8 +420,13 @@ def _rule(r: Any, where: str) -> Rule:
 
 
 def _load(path: Path, *, lazy: bool = False) -> Catalogue:
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml: 10x faster start-up
-    data = yaml.load(path.read_text(encoding="utf-8"), Loader=loader)  # a safe loader (CSafeLoader)
+    if lazy:  # the shipped file: parsed once per content, then read from its marshal cache (yamlcache.py)
+        data = load_yaml_cached(path)
+    else:
+        import yaml  # imported here: a run with the cached shipped catalogue never needs PyYAML
+
+        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml: 10x faster start-up
+        data = yaml.load(path.read_text(encoding="utf-8"), Loader=loader)  # a safe loader (CSafeLoader)
     if not isinstance(data, dict) or data.get("version") != 1:
         raise CatalogueError(f"{path}: not a version-1 catalogue")
 
@@ -427,7 +450,10 @@ def _load(path: Path, *, lazy: bool = False) -> Catalogue:
             raise CatalogueError(f"settings.{name}: unknown unit {unit!r}")
         # `key`: the word the log prints (`dtype=torch.float32`) when the fact's name differs (`dtype_bits`)
         key = str(spec.get("key", name))
-        settings.append(Setting(str(name), settings_regex(key, tuple(spec.get("flags") or ())), unit))
+        flags = tuple(str(f) for f in spec.get("flags") or ())
+        pattern = settings_pattern(key, flags)
+        regex = LazyPattern(pattern) if lazy else LazyPattern(pattern, _compile(pattern, f"settings.{name}"))
+        settings.append(Setting(str(name), regex, unit, (key, *flags)))
         known.add(str(name))
     for raw in data["signatures"]:
         for pattern in raw.get("pattern") if isinstance(raw.get("pattern"), list) else [raw.get("pattern")]:
@@ -597,11 +623,11 @@ def _load(path: Path, *, lazy: bool = False) -> Catalogue:
     for key in sorted(cat_keys):
         if not any(a in key for a in all_anchors):
             all_anchors.append(key)
-    alternation = trie_regex([k.encode() for k in cat_keys])
     # the key regex finds non-overlapping phrases (the longest at each place): a line whose longer phrase belongs to
     # another signature or a hint (`due to high memory usage`) also holds every shorter key inside it
     # (`high memory usage`), so each signature also answers to the catalogue's keys that contain one of its own
-    signatures = [_with_containing_keys(sig, cat_keys) for sig in signatures]
+    containing: dict[str, set[str]] = {}
+    signatures = [_with_containing_keys(sig, cat_keys, containing) for sig in signatures]
     keys_to_signatures: dict[str, list[int]] = {}
     for index, sig in enumerate(signatures):
         for key in sig.keys:
@@ -626,7 +652,7 @@ def _load(path: Path, *, lazy: bool = False) -> Catalogue:
         back_bytes=int(data.get("back_bytes", 512 << 10)),
         failure_anchors=tuple(a.encode() for a in failure_anchors),
         all_anchors=tuple(a.encode() for a in all_anchors),
-        key_regex=re.compile(alternation),
+        key_words=tuple(sorted(k.encode() for k in cat_keys)),
         keys_to_signatures={k: tuple(v) for k, v in keys_to_signatures.items()},
         frame_regex=re.compile(r'File "(?P<file>[^"]+)", line \d+, in (?P<func>[\w<>.]+)'),
         method_regex=re.compile(r"(?:while processing method|Error executing method) '?(?P<func>\w+)"),

@@ -34,6 +34,7 @@ from vramctl.core.errors import BadInputError
 from vramctl.diagnose.catalogue import LABELS, PHASES, Catalogue, Fix, Signature, load_catalogue, trie_regex
 from vramctl.diagnose.facts import FactValue, convert, evaluate, fill, read_setting
 from vramctl.diagnose.fixvalues import VALUE_NOTE, complete_fixes, plain_value
+from vramctl.diagnose.literals import native_finder, native_key_finder, native_presence
 from vramctl.diagnose.reader import (
     BINARY_SAMPLE_BYTES,
     Block,
@@ -312,17 +313,28 @@ class _Scanner:
         self._inventory_budget = INVENTORY_LOOKUPS
         self.multiline_keys = frozenset(key for sig in cat.signatures if sig.multiline for key in sig.keys)
         self.window = max((sig.multiline for sig in cat.signatures), default=0)
-        # one compiled literal per anchor: SRE's literal search runs ~25 % faster than `bytes.find` on megabyte
-        # blocks (measured in docs/perf/explain-oom.md), and the anchors are most of the scan's time
-        self._searchers = {
-            anchor: re.compile(re.escape(anchor)).search
-            for anchor in {*cat.all_anchors, *cat.failure_anchors}
-        }
+        # one compiled literal per anchor in the pure-Python fallback (SRE's literal search runs ~25 % faster than
+        # `bytes.find` on megabyte blocks: docs/perf/explain-oom.md), made on first use: the native pass needs none
+        self._searchers: dict[bytes, Callable[..., re.Match[bytes] | None]] = {}
         self._trie_searchers: dict[tuple[bytes, ...], Callable[..., re.Match[bytes] | None]] = {}
+        # the key phrases of a candidate line in one native pass (Hyperscan) when it can run, else the trie regex
+        self._key_finder = native_key_finder(cat.key_words)
 
     def _candidates(self, data: bytes, lo: int, hi: int, anchors: tuple[bytes, ...]) -> list[tuple[int, int]]:
         """The lines (start, end) holding an anchor that starts at or after `lo` and ends by `hi`, in order."""
         size = len(data)
+        lines: list[tuple[int, int]] = []
+        native = native_finder(anchors)
+        if native is not None:
+            # one native pass for all the anchors (Hyperscan), resumed after each line found: the same lines as the
+            # passes below (anchors hold no newline, so the earliest-ending match is on the earliest line)
+            i = native(data, lo, hi)
+            while i >= 0:
+                end = data.find(b"\n", i)
+                end = size if end < 0 else end
+                lines.append((data.rfind(b"\n", 0, i) + 1, end))
+                i = native(data, end + 1, hi) if end + 1 < hi else -1
+            return lines
         if len(anchors) > TRIE_MIN_ANCHORS:
             # many anchors (the head, the tail, the windows): one pass of their trie alternation, resumed after
             # each line found, instead of one literal pass per anchor (146 of them: 5x faster on a 2 MiB head).
@@ -330,7 +342,6 @@ class _Scanner:
             search = self._trie_searchers.get(anchors)
             if search is None:
                 search = self._trie_searchers[anchors] = re.compile(trie_regex(list(anchors))).search
-            lines: list[tuple[int, int]] = []
             m = search(data, lo, hi)
             while m is not None:
                 i = m.start()
@@ -350,7 +361,9 @@ class _Scanner:
                     found[data.rfind(b"\n", 0, i) + 1] = end
                     i = data.find(anchor, end + 1, hi) if end + 1 < hi else -1
                 continue
-            search = self._searchers[anchor]
+            search = self._searchers.get(anchor)
+            if search is None:
+                search = self._searchers[anchor] = re.compile(re.escape(anchor)).search
             m = search(data, lo, hi)
             while m is not None:
                 i = m.start()
@@ -365,7 +378,9 @@ class _Scanner:
         """The catalogue key phrases on one line (empty for most lines); a line with none but with a failure
         anchor and one of the source inventory's phrases is handed to the inventory (`INVENTORY_KEYS`)."""
         raw = data[start : min(end, start + 65536)]
-        keys = frozenset(m.group().decode() for m in self.cat.key_regex.finditer(raw))
+        keys = self._key_finder(raw) if self._key_finder is not None else None
+        if keys is None:
+            keys = frozenset(m.group().decode() for m in self.cat.key_regex.finditer(raw))
         if keys or self._inventory_budget <= 0:
             return keys
         # (the candidate lines are those with a failure anchor, or any anchor in the head, the tail and the windows;
@@ -778,6 +793,9 @@ class _Analyser:
         self.markers: list[_Context] = []
         self.marker_lines: list[int] = []  # the markers' line numbers (for bisect)
         self.engine_votes: dict[str, int] = {}
+        engine_words = [(word.encode(), engine) for engine, words in cat.engines.items() for word in words]
+        self._engine_word_owner = [engine for _, engine in engine_words]
+        self._engine_finder = native_presence(tuple(word for word, _ in engine_words))
         self.engine_version: tuple[str, str] | None = None
         self.versions: list[tuple[int, str, str]] = []  # (line, engine, version) each time it changes
         self.other: list[tuple[_Incident, Event]] = []
@@ -825,8 +843,11 @@ class _Analyser:
                         self.versions.append((number, *found))
                     break
         if hit.keys & self.settings_keys:
+            raw = line.raw
             for setting in cat.settings:
-                value = read_setting(line.raw, setting.regex, setting.unit)
+                if not any(word in raw for word in setting.words):  # its regex needs one of them: no match
+                    continue
+                value = read_setting(raw, setting.regex.compiled, setting.unit)
                 if value is not None:
                     self.global_facts[setting.name] = (number, value)
         frame = cat.frame_regex.search(text) if 'File "' in hit.keys else None
@@ -901,6 +922,15 @@ class _Analyser:
                 self._event(Event(self.inventory_index, number, short, inv_facts))
 
     def _engine(self, raw: str) -> None:
+        if self._engine_finder is not None:
+            # every engine's words in one native pass (a substring of the UTF-8 bytes is a substring of the text)
+            found = self._engine_finder(raw.encode("utf-8", "surrogatepass"))
+            if found is not None:
+                owners = {self._engine_word_owner[i] for i in found}
+                for engine in self.cat.engines:
+                    if engine in owners:
+                        self.engine_votes[engine] = self.engine_votes.get(engine, 0) + 1
+                return
         for engine, words in self.cat.engines.items():
             if any(word in raw for word in words):
                 self.engine_votes[engine] = self.engine_votes.get(engine, 0) + 1

@@ -282,14 +282,20 @@ def placeholders(template: str) -> list[str]:
 # and command lines (`vllm serve M --gpu-memory-utilization 0.95`).
 
 
-def settings_regex(name: str, flags: tuple[str, ...]) -> re.Pattern[str]:
-    """`name=0.9`, `name: 0.9`, `'name': 0.9`, `"name": 0.9`, `--flag 0.9`, `--flag=0.9`."""
+def settings_pattern(name: str, flags: tuple[str, ...]) -> str:
+    """`name=0.9`, `name: 0.9`, `'name': 0.9`, `"name": 0.9`, `--flag 0.9`, `--flag=0.9`. A match holds `name` or one of
+    `flags` literally (a line with none of them cannot match: `settings_regex`'s callers test that first)."""
     value = r"(Some\([^)]*\)|'[^']*'|\"[^\"]*\"|[\w.+\-/]+)"
     parts = [rf"(?<![\w-])['\"]?{re.escape(name)}['\"]?\s*[:=]\s*{value}"]
     if flags:
         flag_alt = "|".join(re.escape(f) for f in flags)
         parts.append(rf"(?<![\w-])(?:{flag_alt})(?:\s+|=){value}")
-    return re.compile("|".join(f"(?:{p})" for p in parts))
+    return "|".join(f"(?:{p})" for p in parts)
+
+
+def settings_regex(name: str, flags: tuple[str, ...]) -> re.Pattern[str]:
+    """`settings_pattern`, compiled."""
+    return re.compile(settings_pattern(name, flags))
 
 
 def read_setting(text: str, regex: re.Pattern[str], unit: str) -> FactValue | None:

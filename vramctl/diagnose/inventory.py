@@ -20,6 +20,7 @@ matches (an `...` elision, a cut line) still matches on its `anchor` phrase, wit
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
@@ -27,10 +28,9 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-import yaml
-
 from vramctl.diagnose.catalogue import LABELS as CATALOGUE_LABELS
 from vramctl.diagnose.catalogue import PHASES as CATALOGUE_PHASES
+from vramctl.diagnose.yamlcache import load_yaml_cached
 
 INVENTORY_PATH = Path(__file__).with_name("inventory.yaml")
 
@@ -445,10 +445,19 @@ def _load_inventory(path: str | None, check: bool) -> tuple[InventoryEntry, ...]
     file = Path(path) if path is not None else INVENTORY_PATH
     try:
         # libyaml's safe loader when present: explain-oom loads the inventory on every run (10x faster start-up)
-        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-        data = yaml.load(file.read_text(encoding="utf-8"), Loader=loader)  # a safe loader (CSafeLoader)
-    except yaml.YAMLError as exc:
-        raise InventoryError(f"{file.name}: not valid YAML ({exc})") from exc
+        if path is None:  # the shipped file: parsed once per content, then read from its marshal cache
+            data = load_yaml_cached(file)
+        else:
+            import yaml
+
+            loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+            data = yaml.load(file.read_text(encoding="utf-8"), Loader=loader)  # a safe loader (CSafeLoader)
+    except Exception as exc:
+        # PyYAML is imported only when a file is parsed (a cached inventory needs none of it)
+        yaml_module = sys.modules.get("yaml")
+        if yaml_module is not None and isinstance(exc, yaml_module.YAMLError):
+            raise InventoryError(f"{file.name}: not valid YAML ({exc})") from exc
+        raise
     if not isinstance(data, Mapping) or not isinstance(data.get("entries"), list):
         raise InventoryError(f"{file.name}: expected a mapping with an 'entries' list")
     entries = tuple(_entry(raw, i, check) for i, raw in enumerate(data["entries"]))

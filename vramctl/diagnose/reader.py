@@ -37,6 +37,7 @@ A directory, a missing or unreadable path raise `BadInputError` before anything 
 from __future__ import annotations
 
 import codecs
+import io
 import os
 import re
 import stat
@@ -186,6 +187,35 @@ _JOURNAL_SHORT_RE = re.compile(
 )
 
 _PROCESS_RES = (_PAREN_TAG_RE, _RANK_TAG_RE, _COMPOSE_RE, _MPI_TAG_RE)
+_HEADER_RES = (
+    _CLOUD_LOG_RE,
+    _LEVEL_HEADER_RE,
+    _TRACING_HEADER_RE,
+    _BARE_FILE_RE,
+    _LMCACHE_RE,
+    _COLLECTOR_TS_RE,
+    _JOURNAL_SHORT_RE,
+)
+# The prefixes a line can start with, by its first character (same order as above; a regex whose first character
+# cannot be this one is not tried): `(` a process tag; `[` a rank / MPI / bracket tag or a bare file; an ASCII letter
+# a compose tag or a level / cloud / LMCache / journal header; a digit a time-stamped header. Nothing else starts one.
+_BY_FIRST: dict[str, tuple[tuple[re.Pattern[str], ...], bool, tuple[re.Pattern[str], ...]]] = {
+    "(": ((_PAREN_TAG_RE,), False, ()),
+    "[": ((_RANK_TAG_RE, _MPI_TAG_RE), True, (_BARE_FILE_RE,)),
+    "a": ((_COMPOSE_RE,), False, (_CLOUD_LOG_RE, _LEVEL_HEADER_RE, _LMCACHE_RE, _JOURNAL_SHORT_RE)),
+    "0": ((), False, (_LEVEL_HEADER_RE, _TRACING_HEADER_RE, _COLLECTOR_TS_RE, _JOURNAL_SHORT_RE)),
+}
+_ASCII_LETTERS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+
+
+def _first_kind(first: str) -> str | None:
+    if first in ("(", "["):
+        return first
+    if first in _ASCII_LETTERS:
+        return "a"
+    if first.isdigit():  # `\d` matches any Unicode decimal digit; isdigit() holds for each of them
+        return "0"
+    return None
 
 
 def split_prefixes(line: str) -> tuple[str | None, str]:
@@ -194,8 +224,12 @@ def split_prefixes(line: str) -> tuple[str | None, str]:
     rest = line
     for _ in range(8):  # prefixes stack (tag, then logging header); a bounded number of rounds
         stripped = rest.lstrip(" ")
+        kind = _first_kind(stripped[:1])
+        if kind is None:
+            break
+        process_res, bracket, header_res = _BY_FIRST[kind]
         matched = False
-        for regex in _PROCESS_RES:
+        for regex in process_res:
             m = regex.match(stripped)
             if m is not None:
                 if process is None:
@@ -205,21 +239,13 @@ def split_prefixes(line: str) -> tuple[str | None, str]:
                 break
         if matched:
             continue
-        m = _BRACKET_TAG_RE.match(stripped)
+        m = _BRACKET_TAG_RE.match(stripped) if bracket else None
         if m is not None and (m.group("ts") or m.group("tag")):
             if m.group("tag") and process is None:
                 process = m.group("tag").strip()
             rest = stripped[m.end() :]
             continue
-        for regex in (
-            _CLOUD_LOG_RE,
-            _LEVEL_HEADER_RE,
-            _TRACING_HEADER_RE,
-            _BARE_FILE_RE,
-            _LMCACHE_RE,
-            _COLLECTOR_TS_RE,
-            _JOURNAL_SHORT_RE,
-        ):
+        for regex in header_res:
             m = regex.match(stripped)
             if m is not None:
                 rest = stripped[m.end() :]
@@ -326,6 +352,9 @@ BINARY_SAMPLE_BYTES = 64 * 1024
 _BINARY_MIN_TEXT = 512
 _BINARY_MAX_FRACTION = 0.10
 _TEXT_CONTROLS = frozenset("\t\n\r\x0b\x0c\x08\x1b")
+# what is not text: U+FFFD (invalid UTF-8), DEL and the control characters other than _TEXT_CONTROLS (one regex pass:
+# ~5 ms less per 64 KiB sample than a test per character)
+_NOT_TEXT_RE = re.compile("[" + "".join(f"\\x{c:02x}" for c in range(32) if chr(c) not in _TEXT_CONTROLS) + "\\x7f\ufffd]")
 
 
 def check_text(sample: bytes, name: str) -> None:
@@ -335,7 +364,7 @@ def check_text(sample: bytes, name: str) -> None:
     text = sample[:BINARY_SAMPLE_BYTES].replace(b"\x00", b"").decode("utf-8", "replace")
     if len(text) < _BINARY_MIN_TEXT:
         return
-    bad = sum(1 for ch in text if ch == "\ufffd" or (ch < " " and ch not in _TEXT_CONTROLS) or ch == "\x7f")
+    bad = len(_NOT_TEXT_RE.findall(text))
     if bad > _BINARY_MAX_FRACTION * len(text):
         raise BadInputError(
             f"{name}: binary data, not a text log ({100 * bad / len(text):.0f} % of the first "
@@ -365,6 +394,42 @@ def _iter_bytes(stream: BinaryIO, name: str, stats: ScanStats) -> Iterator[bytes
         return
 
 
+PROBE_BYTES = 64 << 10
+"""How far before a chunk's end a regular file is probed for the last newline (see `_iter_whole_lines`)."""
+
+
+def _regular_fd(stream: BinaryIO) -> int | None:
+    """The descriptor of a regular file read from its current position (positioned reads are possible), else None."""
+    try:
+        fd = stream.fileno()
+        return fd if stat.S_ISREG(os.fstat(fd).st_mode) else None
+    except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+        return None
+
+
+def _iter_whole_lines(stream: BinaryIO, fd: int, name: str, stats: ScanStats) -> Iterator[bytes]:
+    """The rest of a regular file in chunks that end at a newline, read in place: the last newline before a chunk's
+    end is found in a small probe read first, so the block of whole lines is the chunk itself (no copy joining a
+    carried partial line to the next chunk: ~0.06 s on 256 MiB). A probe without a newline (a line longer than the
+    probe) reads a plain chunk; the caller carries its partial line as before."""
+    try:
+        pos = stream.tell()
+        while True:
+            size = CHUNK_BYTES
+            probe = os.pread(fd, PROBE_BYTES, pos + CHUNK_BYTES - PROBE_BYTES)
+            cut = probe.rfind(b"\n")
+            if len(probe) == PROBE_BYTES and cut >= 0:
+                size = CHUNK_BYTES - PROBE_BYTES + cut + 1
+            chunk = os.pread(fd, size, pos)
+            if not chunk:
+                return
+            pos += len(chunk)
+            stats.bytes_read += len(chunk)
+            yield chunk
+    except OSError as exc:
+        raise BadInputError(f"{name}: read error: {exc.strerror or exc}") from None
+
+
 def _iter_raw_bytes(stream: BinaryIO, name: str, stats: ScanStats) -> Iterator[bytes]:
     """Chunks of the (decompressed) content. Raises TruncatedInputError at the end of a cut gzip."""
     first = _read(stream, CHUNK_BYTES, name)
@@ -373,6 +438,10 @@ def _iter_raw_bytes(stream: BinaryIO, name: str, stats: ScanStats) -> Iterator[b
     if not first.startswith(_GZIP_MAGIC):
         stats.bytes_read += len(first)
         yield first
+        fd = _regular_fd(stream)
+        if fd is not None:
+            yield from _iter_whole_lines(stream, fd, name, stats)
+            return
         while True:
             chunk = _read(stream, CHUNK_BYTES, name)
             if not chunk:

@@ -1,0 +1,274 @@
+"""Where the next line holding any of a few literals is: one native pass (Hyperscan) instead of one pass each.
+
+explain-oom's body scan looks for a handful of failure anchors (`emory`, `rror`, `Kill`, `SIG`, `atchdog`) in every
+block of a large log. Python has no multi-literal search: one `bytes.find` / SRE literal pass per anchor, ~0.2 s
+each on 256 MiB. Hyperscan (`hyperscan` on PyPI: binary wheels, the library bundled) runs all of them in one SIMD
+pass at several GB/s (docs/perf/explain-oom.md).
+
+`native_finder(anchors)` returns a finder, or None when the native path cannot be used (the package is missing, the
+CPU lacks what the library needs, an anchor holds a newline, `VRAMCTL_NATIVE_SCAN=0`): the caller then runs its
+pure-Python passes, which find exactly the same lines (tests/diagnose/test_oom_native_scan.py runs both on every
+sample and fixture log and compares the diagnoses).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable
+from typing import Any
+
+__all__ = [
+    "NATIVE_ENV",
+    "KeyFinder",
+    "LiteralFinder",
+    "PresenceFinder",
+    "native_enabled",
+    "native_finder",
+    "native_key_finder",
+    "native_presence",
+]
+
+NATIVE_ENV = "VRAMCTL_NATIVE_SCAN"
+"""`VRAMCTL_NATIVE_SCAN=0` turns the native search off (the pure-Python passes run instead)."""
+
+LiteralFinder = Callable[[bytes, int, int], int]
+"""`finder(data, lo, hi)`: the offset of the last byte of the first occurrence (by end) of any literal lying wholly
+in `data[lo:hi]`, or -1."""
+
+_CACHE: dict[tuple[bytes, ...], LiteralFinder | None] = {}
+
+FIRST_WINDOW = 16 << 10
+MAX_WINDOW = 4 << 20
+"""The scan windows of `native_finder`: the first one, and the largest they double to."""
+
+
+def native_enabled() -> bool:
+    """Whether the native search may be used (not turned off by `VRAMCTL_NATIVE_SCAN=0`)."""
+    return os.environ.get(NATIVE_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def native_finder(anchors: tuple[bytes, ...]) -> LiteralFinder | None:
+    """A one-pass finder for `anchors`, or None (use the pure-Python passes). Built once per anchor set."""
+    if not native_enabled() or not anchors or any(not a or b"\n" in a for a in anchors):
+        return None
+    if anchors not in _CACHE:
+        _CACHE[anchors] = _build(anchors)
+    return _CACHE[anchors]
+
+
+def _database(hyperscan: Any, kind: str, words: tuple[bytes, ...], flags: int) -> Any:
+    """A block-mode database of `words` as literals: from the package's cache when one holds exactly these words, these
+    flags and this library version (compiling 515 literals takes ~15 ms, loading its 130 KB ~0.1 ms), else compiled
+    and cached (`yamlcache.write_cache`; `VRAMCTL_CACHE=0` neither reads nor writes)."""
+    from vramctl.diagnose.yamlcache import PACKAGE_CACHE, cache_enabled, checksum, read_cache, write_cache
+
+    version = str(getattr(hyperscan, "__version__", ""))
+    key = (version, flags, words)
+    cache = PACKAGE_CACHE / f"hyperscan-{kind}-{len(words)}.{checksum(repr(key).encode())}.marshal"
+    if cache_enabled():
+        held = read_cache(cache)
+        if isinstance(held, tuple) and len(held) == 2 and held[0] == key and isinstance(held[1], bytes):
+            try:  # the library checks that the database was built for this platform and version
+                loaded = hyperscan.loadb(held[1], hyperscan.HS_MODE_BLOCK)
+                loaded.scratch = hyperscan.Scratch(loaded)  # a loaded database comes without scratch space
+                if _finds_first_word(hyperscan, loaded, words):
+                    return loaded
+            except Exception:
+                pass
+    db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
+    db.compile(expressions=list(words), ids=list(range(len(words))), flags=flags, literal=True)
+    if not _finds_first_word(hyperscan, db, words):  # a library or CPU that cannot run it: the caller falls back
+        raise RuntimeError("hyperscan database check failed")
+    if cache_enabled():
+        with contextlib.suppress(Exception):  # a database the library cannot serialise is simply not cached
+            write_cache(cache, (key, bytes(hyperscan.dumpb(db))))
+    return db
+
+
+def _finds_first_word(hyperscan: Any, db: Any, words: tuple[bytes, ...]) -> bool:
+    """Whether the database, scanned directly (no fallback in between), reports its first word in a text holding it."""
+    seen: list[int] = []
+
+    def on_match(index: int, _start: int, _end: int, _flags: int, _ctx: Any) -> None:
+        seen.append(index)
+
+    try:
+        db.scan(b"\n" + words[0] + b"\n", match_event_handler=on_match)
+    except Exception:
+        return False
+    return 0 in seen
+
+
+def _first_end(anchors: tuple[bytes, ...], data: bytes, lo: int, hi: int) -> int:
+    """What the native finder returns, with one `bytes.find` per literal (each literal's first occurrence is also
+    its earliest-ending one)."""
+    best = -1
+    for anchor in anchors:
+        i = data.find(anchor, lo, hi)
+        if i >= 0 and (best < 0 or i + len(anchor) - 1 < best):
+            best = i + len(anchor) - 1
+    return best
+
+
+def _build(anchors: tuple[bytes, ...]) -> LiteralFinder | None:
+    try:
+        import hyperscan
+    except ImportError:
+        return None
+    try:
+        db = _database(hyperscan, "lines", anchors, 0)
+        terminated = hyperscan.ScanTerminated
+    except Exception:  # an unsupported CPU (ArchitectureError) or a library that cannot load: the fallback runs
+        return None
+    # per-call state goes through the scan's context (no shared list: a finder may be called from several threads)
+    def on_match(_id: int, _start: int, end: int, _flags: int, found: list[int]) -> bool:
+        found.append(end)
+        return True  # stop: the first match reported has the smallest end offset
+
+    overlap = max(len(a) for a in anchors) - 1
+    view_of: list[tuple[bytes | None, memoryview | None]] = [(None, None)]
+
+    def finder(data: bytes, lo: int, hi: int) -> int:
+        # a scan costs time in proportion to the length it is given, even when the first match stops it (measured:
+        # 365 us for 8 MiB with a match in the first line, 3 us for 4 KiB), so the range is scanned in windows that
+        # double while nothing is found; consecutive windows overlap by the longest literal less one byte, so a match
+        # across a window's end lies whole in the next window, and the first window holding a match holds the
+        # earliest-ending one
+        held = view_of[0]  # read once: another thread may replace it
+        if held[0] is not data:
+            held = view_of[0] = (data, memoryview(data))
+        view = held[1]
+        assert view is not None
+        start = lo
+        least = 2 * (overlap + 1)  # a window holds the longest literal whole, and moves on by at least its length
+        width = max(FIRST_WINDOW, least)
+        while start < hi:
+            stop = min(hi, start + width)
+            found: list[int] = []
+            try:
+                db.scan(view[start:stop], match_event_handler=on_match, context=found)  # type: ignore[type-var]
+            except terminated:
+                pass
+            except Exception:  # e.g. the scratch in use by another thread: the same answer, one pass per literal
+                return _first_end(anchors, data, lo, hi)
+            if found:
+                return start + found[0] - 1
+            if stop >= hi:
+                break
+            start = max(start + 1, stop - overlap)
+            width = max(min(width * 2, MAX_WINDOW), least)
+        return -1
+
+    try:  # a CPU the library cannot run on fails here, not in the middle of a log
+        if finder(b"x" + anchors[0] + b"\n", 0, len(anchors[0]) + 2) != len(anchors[0]):
+            return None
+    except Exception:
+        return None
+    return finder
+
+
+KeyFinder = Callable[[bytes], "frozenset[str] | None"]
+"""`finder(line)`: the phrases `re.finditer` of the phrases' alternation would find on the line (non-overlapping, the
+leftmost first, the longest at each place), or None when the native search failed for this line (run the regex)."""
+
+_KEY_CACHE: dict[tuple[bytes, ...], KeyFinder | None] = {}
+_NO_KEYS: frozenset[str] = frozenset()
+
+
+def native_key_finder(words: tuple[bytes, ...]) -> KeyFinder | None:
+    """A one-pass finder of which of `words` (literal phrases) a line holds, or None (use the regex)."""
+    if not native_enabled() or not words or any(not w for w in words):
+        return None
+    if words not in _KEY_CACHE:
+        _KEY_CACHE[words] = _build_keys(words)
+    return _KEY_CACHE[words]
+
+
+def _build_keys(words: tuple[bytes, ...]) -> KeyFinder | None:
+    try:
+        import hyperscan
+    except ImportError:
+        return None
+    try:
+        db = _database(hyperscan, "keys", words, 0)
+    except Exception:
+        return None
+    lens = [len(w) for w in words]
+    texts = [w.decode("utf-8", "replace") for w in words]
+    def on_match(index: int, _start: int, end: int, _flags: int, found: list[tuple[int, int, int]]) -> None:
+        size = lens[index]
+        found.append((end - size, -size, index))  # every occurrence of every phrase, overlapping ones included
+
+    def finder(line: bytes) -> frozenset[str] | None:
+        found: list[tuple[int, int, int]] = []  # per call (the scan's context): safe from several threads
+        try:
+            db.scan(line, match_event_handler=on_match, context=found)
+        except Exception:
+            return None
+        if not found:
+            return _NO_KEYS
+        if len(found) == 1:
+            return frozenset((texts[found[0][2]],))
+        # what the alternation's finditer keeps: from the left, the longest phrase at the leftmost place, then on
+        # from its end (a phrase overlapping one already taken is not a match of its own)
+        found.sort()
+        keys: set[str] = set()
+        pos = 0
+        for start, neg_size, index in found:
+            if start >= pos:
+                keys.add(texts[index])
+                pos = start - neg_size
+        return frozenset(keys)
+
+    try:
+        if finder(words[0]) != frozenset((texts[0],)):
+            return None
+    except Exception:
+        return None
+    return finder
+
+
+PresenceFinder = Callable[[bytes], "set[int] | None"]
+"""`finder(text)`: the indices of the phrases that occur in `text` (anywhere, overlaps included), or None when the
+native search failed for this text (test each phrase with `in`)."""
+
+_PRESENCE_CACHE: dict[tuple[bytes, ...], PresenceFinder | None] = {}
+
+
+def native_presence(words: tuple[bytes, ...]) -> PresenceFinder | None:
+    """A one-pass test of which of `words` occur in a text, or None (test each with `in`)."""
+    if not native_enabled() or not words or any(not w for w in words):
+        return None
+    if words not in _PRESENCE_CACHE:
+        _PRESENCE_CACHE[words] = _build_presence(words)
+    return _PRESENCE_CACHE[words]
+
+
+def _build_presence(words: tuple[bytes, ...]) -> PresenceFinder | None:
+    try:
+        import hyperscan
+    except ImportError:
+        return None
+    try:
+        # one report per phrase and scan: all that is asked is whether it occurs
+        db = _database(hyperscan, "presence", words, hyperscan.HS_FLAG_SINGLEMATCH)
+    except Exception:
+        return None
+    def on_match(index: int, _start: int, _end: int, _flags: int, found: set[int]) -> None:
+        found.add(index)
+
+    def finder(text: bytes) -> set[int] | None:
+        found: set[int] = set()  # per call (the scan's context): safe from several threads
+        try:
+            db.scan(text, match_event_handler=on_match, context=found)
+        except Exception:
+            return None
+        return found
+
+    try:
+        if finder(b"." + words[0]) != {0}:
+            return None
+    except Exception:
+        return None
+    return finder
