@@ -1,9 +1,15 @@
 #!/usr/bin/env python3
 """Score `read-log` and `read-log --compare-plan` on a held-out set of real start-up logs.
 
-    python scripts/eval_startup.py --logs DIR [--index tests/fixtures/startup_eval/index.yaml] [--json OUT]
+    python scripts/eval_startup.py --logs DIR [--configs CDIR] [--index tests/fixtures/startup_eval/index.yaml]
+        [--json OUT]
 
 DIR holds the logs the index names (`log_file`); they are third-party text and stay outside the repository.
+CDIR (optional) holds checkpoint configs, one folder per checkpoint (`CDIR/<plan.model_dir>/config.json`, with the
+checkpoint's quantisation files where its format needs them), also kept outside the repository: a point whose
+`plan:` names a `model_dir:` instead of a bundled `model:` is planned from that folder, as
+`vramctl plan --model PATH` plans a local checkpoint. Without `--configs` (or without the folder) such a point
+counts as not planned, with the index's `why:`.
 For every datapoint:
 
 - read-log recovery: how many of the numbers under `logged:` read-log recovers (scripts/readlog_recovery.py's
@@ -64,10 +70,34 @@ def recovery(log: Path, logged: dict[str, Any]) -> tuple[int, int, list[str]]:
     return found, total, missed
 
 
-def compare(log: Path, plan: dict[str, Any]) -> dict[str, Any]:
-    cmd = [sys.executable, "-m", "vramctl", "read-log", str(log), "--compare-plan", "--json"]
+REGISTRY = "registry"
+CONFIG_FOLDER = "config.json folder"
+
+
+def plan_source(point: dict[str, Any], configs: Path | None) -> tuple[str | None, str]:
+    """Where a point's model comes from: (source, model argument) or (None, why it cannot be planned).
+
+    `plan.model` is a bundled (registry) name; `plan.model_dir` a folder under `--configs` holding the checkpoint's
+    config.json. A point with neither, or whose folder is absent, is not planned and says why.
+    """
+    plan = point.get("plan") or {}
+    why = str(point.get("why", "no plan mapping"))
     if plan.get("model"):
-        cmd += ["--model", str(plan["model"])]
+        return REGISTRY, str(plan["model"])
+    if plan.get("model_dir"):
+        if configs is None:
+            return None, why
+        folder = configs / str(plan["model_dir"])
+        if not (folder / "config.json").is_file():
+            return None, f"{why}; no config.json in --configs folder {plan['model_dir']!r}"
+        return CONFIG_FOLDER, str(folder)
+    return None, why
+
+
+def compare(log: Path, plan: dict[str, Any], model: str | None = None) -> dict[str, Any]:
+    cmd = [sys.executable, "-m", "vramctl", "read-log", str(log), "--compare-plan", "--json"]
+    if model or plan.get("model"):
+        cmd += ["--model", str(model or plan["model"])]
     if plan.get("gpu_memory") is not None:
         cmd += ["--gpu-memory", str(plan["gpu_memory"])]
     elif plan.get("gpu"):
@@ -107,10 +137,15 @@ def _summary(
     kv_err: list[tuple[float, str]],
     w_err: list[tuple[float, str]],
     unplanned: list[str],
+    sources: dict[str, str],
 ) -> None:
     """One split's numbers: KV and weights |error| on the planned points, and what could not be planned."""
+    planned = [pid for pid in ids if pid in sources and not any(u.split(":", 1)[0] == pid for u in unplanned)]
+    by_source = {src: sum(1 for pid in planned if sources[pid] == src) for src in (REGISTRY, CONFIG_FOLDER)}
     print(
-        f"-- {split}: {len(ids)} start-ups, {len(ids) - len(unplanned)} planned, {len(unplanned)} not planned"
+        f"-- {split}: {len(ids)} start-ups, {len(ids) - len(unplanned)} planned "
+        f"({by_source[REGISTRY]} from the registry, {by_source[CONFIG_FOLDER]} from a config.json folder), "
+        f"{len(unplanned)} not planned"
     )
     kv = [(e, pid) for e, pid in kv_err if pid in ids]
     if kv:
@@ -136,12 +171,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--logs", type=Path, required=True)
     parser.add_argument("--index", type=Path, default=ROOT / "tests/fixtures/startup_eval/index.yaml")
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument(
+        "--configs",
+        type=Path,
+        default=None,
+        help="folder of checkpoint configs: plans points whose plan names a model_dir from CONFIGS/<model_dir>",
+    )
     args = parser.parse_args(argv)
     index = yaml.safe_load(args.index.read_text())
     found = total = 0
     kv_err: list[tuple[float, str]] = []
     w_err: list[tuple[float, str]] = []
     unplanned: list[str] = []
+    sources: dict[str, str] = {}
     result: dict[str, Any] = {"points": {}}
     for point in index["datapoints"]:
         pid = point["id"]
@@ -150,11 +192,14 @@ def main(argv: list[str] | None = None) -> int:
         found += f
         total += t
         entry: dict[str, Any] = {"recovered": [f, t], "missed": missed}
-        plan = point.get("plan")
-        if not plan:
-            unplanned.append(f"{pid}: {point.get('why', 'no plan mapping')}")
+        plan = point.get("plan") or {}
+        source, model = plan_source(point, args.configs)
+        if source is None:
+            unplanned.append(f"{pid}: {model}")
         else:
-            res = compare(log, plan)
+            sources[pid] = source
+            entry["source"] = source
+            res = compare(log, plan, model)
             entry["compare"] = {k: v for k, v in res.items()}
             if "kv_cache" in res:
                 logged, planned = res["kv_cache"]
@@ -182,9 +227,10 @@ def main(argv: list[str] | None = None) -> int:
     for split in ("heldout", "dev"):
         ids = {pid for pid, sp in split_of.items() if sp == split}
         if ids:
-            _summary(split, ids, kv_err, w_err, [u for u in unplanned if u.split(":", 1)[0] in ids])
+            _summary(split, ids, kv_err, w_err, [u for u in unplanned if u.split(":", 1)[0] in ids], sources)
     result.update(
         recovered=[found, total],
+        sources=sources,
         kv_abs_error_gib={pid: e for e, pid in kv_err},
         weights_abs_error_pct={pid: e for e, pid in w_err},
         unplanned=unplanned,

@@ -3,10 +3,13 @@ each with its source and logged numbers, none from a thread the collected set al
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
+from typing import Any
 
 import yaml
 
+ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
 
@@ -18,7 +21,11 @@ def test_fresh_set_is_well_formed_and_disjoint() -> None:
     for point in fresh:
         assert point["source_url"].startswith("https://github.com/"), point["id"]
         assert point["logged"], point["id"]
-        assert ("plan" in point) != ("why" in point), f"{point['id']}: a plan mapping or the reason there is none"
+        plan = point.get("plan") or {}
+        bundled = bool(plan.get("model"))
+        assert bundled != ("why" in point), f"{point['id']}: a bundled model to plan or the reason there is none"
+        if plan.get("model_dir"):
+            assert point.get("plannable") is False, f"{point['id']}: a config-folder point is not plannable alone"
     collected = (FIXTURES / "startup_collected" / "index.yaml").read_text()
     urls = {p["source_url"] for p in fresh}
     assert len(urls) == len(fresh)
@@ -36,3 +43,45 @@ def test_every_point_has_a_split_by_thread_parity() -> None:
         else:
             number = int(point["source_url"].rstrip("/").rsplit("/", 1)[-1])
             assert point["split"] == ("heldout" if number % 2 == 0 else "dev"), point["id"]
+
+
+def test_config_folder_points_name_a_folder_and_a_card() -> None:
+    """`plan.model_dir` (a checkpoint planned from its config.json under `eval_startup.py --configs DIR`) is a plain
+    folder name, never a path or a bundled model, and comes with the card to plan on."""
+    fresh = yaml.safe_load((FIXTURES / "startup_eval" / "index.yaml").read_text())["datapoints"]
+    with_dir = [p for p in fresh if (p.get("plan") or {}).get("model_dir")]
+    assert len(with_dir) >= 11
+    for point in with_dir:
+        plan = point["plan"]
+        folder = plan["model_dir"]
+        assert isinstance(folder, str) and folder == folder.strip(), point["id"]
+        assert "/" not in folder and not folder.startswith("."), point["id"]
+        assert "model" not in plan, point["id"]
+        assert plan.get("gpu") or plan.get("gpu_memory") is not None, point["id"]
+        if "checkpoint" in plan:
+            org, _, name = str(plan["checkpoint"]).partition("/")
+            assert org and name and "/" not in name, point["id"]
+
+
+def _eval_script() -> Any:
+    spec = importlib.util.spec_from_file_location("eval_startup", ROOT / "scripts" / "eval_startup.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_plan_source_prefers_the_registry_then_the_config_folder(tmp_path: Path) -> None:
+    """scripts/eval_startup.py plans a bundled model by name, a `model_dir` point from `--configs DIR/<model_dir>`
+    when its config.json is there, and otherwise reports the point unplanned with the index's reason."""
+    script = _eval_script()
+    bundled = {"id": "x1", "plan": {"model": "Qwen/Qwen3-0.6B", "gpu": "h100-sxm"}}
+    folder = {"id": "x2", "plan": {"model_dir": "ckpt-a", "gpu": "rtx-3090"}, "plannable": False, "why": "not bundled"}
+    assert script.plan_source(bundled, None) == (script.REGISTRY, "Qwen/Qwen3-0.6B")
+    assert script.plan_source(folder, None) == (None, "not bundled")
+    source, why = script.plan_source(folder, tmp_path)
+    assert source is None and why.startswith("not bundled") and "ckpt-a" in why
+    (tmp_path / "ckpt-a").mkdir()
+    (tmp_path / "ckpt-a" / "config.json").write_text("{}")
+    assert script.plan_source(folder, tmp_path) == (script.CONFIG_FOLDER, str(tmp_path / "ckpt-a"))
+    assert script.plan_source({"id": "x3", "why": "no model"}, tmp_path) == (None, "no model")
