@@ -104,3 +104,41 @@ def test_versions_that_do_not_read_them() -> None:
     # 0.10: neither; V0 (0.7.3): neither
     for version in ("0.10.1", "0.7.3"):
         assert _graph(version, cudagraph_mode="NONE", optimization_level=0) == _graph(version)
+
+
+@pytest.mark.parametrize(
+    ("args", "graphs"),
+    [
+        ([], True),
+        (["-O0"], False),
+        (["-O", "1"], True),
+        (["--compilation-config", '{"cudagraph_mode": "NONE"}'], False),
+        (["-cc", '{"cudagraph_mode": "PIECEWISE"}'], True),
+    ],
+)
+def test_plan_takes_them_as_options(args: list[str], graphs: bool) -> None:
+    """`vramctl plan MODEL -O0` / `--compilation-config '{…}'`: the same reading as in a pasted serve command."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from vramctl.cli.main import app
+
+    out = CliRunner().invoke(app, ["plan", "meta-llama/Llama-3.1-8B-Instruct", "--json", *args])
+    assert out.exit_code == 0, out.output
+    pasted = CliRunner().invoke(
+        app, ["plan", "--json", "--", "vllm", "serve", "meta-llama/Llama-3.1-8B-Instruct", *args]
+    )
+    assert pasted.exit_code == 0, pasted.output
+    mine, theirs = json.loads(out.output), json.loads(pasted.output)
+    assert ("cuda_graph" in mine["terms"]) is graphs
+    assert mine["terms"] == theirs["terms"] and mine["kv_tokens"] == theirs["kv_tokens"]
+
+
+def test_plan_refuses_a_bad_compilation_config_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    from vramctl.cli.main import main
+    from vramctl.core.exit_codes import ExitCode
+
+    assert main(["plan", "meta-llama/Llama-3.1-8B-Instruct", "-cc", "{bad"]) == ExitCode.BAD_INPUT
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "not a JSON object" in err and "Traceback" not in err

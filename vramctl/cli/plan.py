@@ -342,6 +342,12 @@ def register(app: typer.Typer) -> None:
             "--cuda-graph-sizes",
             help=flag_help("--cudagraph-capture-sizes", "Quote a list: '1 2 4 8'."),
         ),
+        compilation_config: str = typer.Option(
+            None, "--compilation-config", "-cc", help=flag_help("--compilation-config", "Quote the JSON.")
+        ),
+        optimization_level: str = typer.Option(
+            None, "--optimization-level", "-O", help=flag_help("--optimization-level")
+        ),
         kv_cache_memory_bytes: str = typer.Option(
             None, "--kv-cache-memory-bytes", "--kv-cache-memory", help=flag_help("--kv-cache-memory-bytes")
         ),

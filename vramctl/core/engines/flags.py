@@ -404,11 +404,11 @@ REGISTRY: tuple[EngineFlag, ...] = (
     _f("--compilation-config", "compilation-config", V, "compilation_config",
        "vLLM's JSON compilation config: cudagraph_capture_sizes, max_cudagraph_capture_size and cudagraph_mode "
        "(NONE, PIECEWISE, FULL_AND_PIECEWISE, …) change the graph pool; other keys no memory term.",
-       aliases={"-cc": V}, cli=False),
+       aliases={"-cc": V}),
     _f("--optimization-level", "count", V, "optimization_level",
        "vLLM 0.12 →: -O0 no CUDA graphs, -O1 piecewise graphs, -O2 / -O3 full and piecewise (the default); "
        "before 0.12 -O is the compilation config (a level changes no memory term).",
-       aliases={"-O": V}, cli=False),
+       aliases={"-O": V}),
     # vLLM 0.30 → 0.33 features (vramctl.core.engines.vllm_features)
     _f("--load-format", "str", BOTH, "load_format",
        "vLLM: ipc_cache = weights held by a `vllm preload` daemon (0.30 →); other formats change nothing."),
