@@ -1069,8 +1069,11 @@ def _names(
     """Everything rules and fixes may name: facts, derived values, constants, hints, the phase."""
     cat = an.cat
     names: dict[str, Any] = {}
+    setting_names = {setting.name for setting in cat.settings}
     for name, (line, value) in an.global_facts.items():
-        if line <= root.line:
+        # a launch setting printed after the failure (an issue excerpt that quotes the command below the error)
+        # still describes the deployment that failed; other facts count only up to the root
+        if line <= root.line or name in setting_names:
             names[name] = value
     for event in incident.events:
         esig = cat.signatures[event.sig_index]
