@@ -171,3 +171,31 @@ def test_the_dev4_label_file_is_a_valid_development_set() -> None:
     for name in ("index.yaml", "fresh2.yaml", "fresh3.yaml", "dev3.yaml"):
         held_out |= {c["source"]["url"] for c in yaml.safe_load((folder / name).read_text())["cases"]}
     assert not held_out & set(urls)
+
+
+def test_a_cublas_failure_beside_a_full_card_torch_oom_is_not_decisive() -> None:
+    # aten/src/ATen/cuda/CublasHandlePool.cpp raises CUBLAS_STATUS_ALLOC_FAILED when cublasCreate cannot allocate; with a
+    # torch OOM beside it showing PyTorch at 90 % of the card, the card was full: the library's wording is not decisive
+    alone = diagnose_text(
+        "RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`\n"
+    )
+    assert alone.cause == "non-torch-allocation-oom"
+    full = diagnose_text(
+        "RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`\n"
+        "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 100.00 MiB (GPU 0; 8.00 GiB total capacity;"
+        " 7.20 GiB already allocated; 0 bytes free; 7.40 GiB reserved in total by PyTorch)\n"
+    )
+    assert full.cause == "non-torch-allocation-oom"
+    assert full.confidence != "high"
+
+
+def test_the_setting_in_force_at_the_failure_wins_over_a_later_restart() -> None:
+    # a server log: started with 0.97, failed, restarted with 0.80. The failure happened under 0.97
+    oom = _torch_oom(200, 40.0, 150, 39.2, 39.4)
+    log = (
+        "vllm serve m --gpu-memory-utilization 0.97\n"
+        + oom
+        + "\nvllm serve m --gpu-memory-utilization 0.80\n"
+    )
+    d = diagnose_text(log)
+    assert d.cause != "weights-do-not-fit"  # PyTorch at 98 % is inside a 0.97 budget
