@@ -790,6 +790,8 @@ class _Analyser:
         self.current: _Incident | None = None
         self.recent: deque[_Context] = deque(maxlen=4000)
         self.global_facts: dict[str, tuple[int, FactValue]] = {}
+        # every value a launch setting took (line, value): the one in force at the failure is chosen per root
+        self.setting_history: dict[str, list[tuple[int, FactValue]]] = {}
         self.markers: list[_Context] = []
         self.marker_lines: list[int] = []  # the markers' line numbers (for bisect)
         self.engine_votes: dict[str, int] = {}
@@ -850,6 +852,9 @@ class _Analyser:
                 value = read_setting(raw, setting.regex.compiled, setting.unit)
                 if value is not None:
                     self.global_facts[setting.name] = (number, value)
+                    history = self.setting_history.setdefault(setting.name, [])
+                    if len(history) < 64:
+                        history.append((number, value))
         frame = cat.frame_regex.search(text) if 'File "' in hit.keys else None
         if frame is None and hit.keys & self.method_keys:
             frame = cat.method_regex.search(text)
@@ -1102,6 +1107,11 @@ def _names(
     for name, (line, value) in an.global_facts.items():
         if line <= root.line:
             names[name] = value
+    # a launch setting: the last value printed up to the failure, else the first printed after it (an issue excerpt
+    # that quotes the command below the error still describes the deployment that failed)
+    for name, history in an.setting_history.items():
+        before = [value for line, value in history if line <= root.line]
+        names[name] = before[-1] if before else history[0][1]
     for event in incident.events:
         esig = cat.signatures[event.sig_index]
         if event is root or esig.id == cat.signatures[root.sig_index].id:
