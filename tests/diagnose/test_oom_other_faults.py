@@ -1,0 +1,73 @@
+"""Failures that are not the allocator's words: SIGKILL told as a signal number or an exit code, ROCm's GPU page
+fault and the NVIDIA driver's Xid events. Each is an incident, so a log holding one is never "no failure" (exit 3).
+
+Every log here is synthesised from the cited wordings (own numbers); none is copied from a thread.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from vramctl.diagnose import diagnose_text
+
+VLLM_V1_WAIT = (  # vllm/v1/engine/utils.py `wait_for_engine_startup`: the engine cores' exit codes
+    "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {{'EngineCore_DP0': {code}}}"
+)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        VLLM_V1_WAIT.format(code=-9),
+        "(RayWorkerWrapper pid=812) worker died with signal 9",
+        "supervisor: vllm-server terminated by signal 9 (SIGKILL)",
+        "ERROR  process exited on signal 9",
+    ],
+)
+def test_a_process_killed_with_signal_9_reads_as_the_oom_killer_with_low_confidence(line: str) -> None:
+    # SIGKILL is the kernel OOM killer's signal, but not only its: low confidence, and the fix is on the host
+    d = diagnose_text(f"INFO 01-02 10:00:00 [core.py:70] Initializing a V1 LLM engine\n{line}\n")
+    assert (d.cause, d.confidence) == ("host-oom-killer", "low")
+    assert any("dmesg" in f.action for f in d.fixes)
+
+
+def test_an_engine_core_that_exited_with_1_is_not_the_oom_killer() -> None:
+    d = diagnose_text(VLLM_V1_WAIT.format(code=1) + "\n")
+    assert d.cause == "not-oom"
+
+
+def test_rocm_page_fault_is_a_failure_but_not_memory_running_out() -> None:
+    # ROCR-Runtime's VM-fault message: a bad address (ROCm's illegal memory access)
+    d = diagnose_text(
+        "Memory access fault by GPU node-2 (Agent handle: 0x55d0c8a4e2f0) on address 0x7f31c2000000. "
+        "Reason: Page not present or supervisor privilege.\n"
+    )
+    assert (d.cause, d.confidence) == ("not-oom", "medium")
+    assert any(f.flag == "AMD_SERIALIZE_KERNEL" for f in d.fixes)
+
+
+@pytest.mark.parametrize(
+    ("line", "xid"),
+    [
+        ("NVRM: Xid (PCI:0000:3b:00): 79, pid=2211, GPU has fallen off the bus.", "79"),
+        ("[Tue Mar  4 10:11:12 2025] NVRM: Xid (PCI:0000:ca:00): 48, pid='<unknown>', name=<unknown>, DBE", "48"),
+        ("Xid 31 (PID 1234): MMU Fault", "31"),
+    ],
+)
+def test_an_xid_event_is_a_driver_fault(line: str, xid: str) -> None:
+    d = diagnose_text(line + "\n")
+    assert d.cause == "not-oom"
+    assert any(xid in f.reason for f in d.fixes)
+
+
+def test_a_torch_oom_outranks_the_xid_that_follows_it() -> None:
+    log = (
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
+        "79.19 GiB of which 1.02 GiB is free.\n"
+        "NVRM: Xid (PCI:0000:3b:00): 31, pid=2211, Ch 00000010, intr 00000000. MMU Fault\n"
+    )
+    assert diagnose_text(log).cause not in ("not-oom", "no-failure")
+
+
+def test_words_about_signal_9_are_not_a_failure() -> None:
+    assert diagnose_text("the signal 9 handler was installed for the launcher\n").cause == "no-failure"
