@@ -71,3 +71,49 @@ def test_a_torch_oom_outranks_the_xid_that_follows_it() -> None:
 
 def test_words_about_signal_9_are_not_a_failure() -> None:
     assert diagnose_text("the signal 9 handler was installed for the launcher\n").cause == "no-failure"
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "Aborted (core dumped)",
+        "terminate called without an active exception",
+        "ERROR 01-02 10:00:00 [core_client.py:300] Engine core proc EngineCore_0 died unexpectedly, shutting down client.",
+        "ERROR 01-02 10:00:00 [async_llm_engine.py:60] Engine loop has died",
+        "vllm-server.service: Main process exited with code 1",
+        "ERROR:    Application startup failed. Exiting.",
+        "FATAL: the launcher gave up",
+    ],
+)
+def test_a_process_that_ended_in_failure_is_an_incident_but_not_memory(line: str) -> None:
+    # exit 3 ("no failure") is for a log without an incident: these end a run, and say nothing of memory
+    d = diagnose_text(f"INFO 01-02 09:59:00 [api_server.py:1000] vLLM API server version 0.9.1\n{line}\n")
+    assert (d.cause, d.confidence) == ("not-oom", "low")
+
+
+@pytest.mark.parametrize("line", ["Exited with code 0", "exit status 0"])
+def test_a_clean_exit_is_no_failure(line: str) -> None:
+    assert diagnose_text(line + "\n").cause == "no-failure"
+
+
+def test_a_memory_failure_outranks_the_abort_that_follows_it() -> None:
+    log = "RuntimeError: CUDA error: out of memory\nterminate called after throwing an instance of 'c10::Error'\nAborted (core dumped)\n"
+    assert diagnose_text(log).cause not in ("not-oom", "no-failure")
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "the GPU ran out of VRAM while loading",
+        "[ERROR] failed to allocate 4294967296 bytes on device 0",
+        "hipMalloc failed for the weight buffer",
+        "cudaMallocAsync failed: an allocation could not be served",
+    ],
+)
+def test_gpu_memory_in_other_words_is_a_memory_failure(line: str) -> None:
+    d = diagnose_text(line + "\n")
+    assert d.cause not in ("not-oom", "no-failure") and d.confidence == "low"
+
+
+def test_memory_pressure_capitalised_is_the_host() -> None:
+    assert diagnose_text("Memory pressure detected on the node: evicting pods\n").cause == "host-oom-killer"
