@@ -139,29 +139,7 @@ class PlanResult:
 
     def with_engine_plan(self, ep: EnginePlan) -> PlanResult:
         """This result with `ep` at the top level: its engine, ledger, KV pool, verdict, notes and warnings."""
-        pool = ep.kv_pool
-        return replace(
-            self,
-            engine=ep.engine,
-            engine_version=ep.version,
-            ledger=ep.ledger,
-            capacity_bytes=ep.capacity_bytes,
-            requested_bytes=ep.requested_bytes,
-            kv_cache_bytes=pool.kv_cache_bytes,
-            kv_bytes_per_token=pool.bytes_per_token,
-            bytes_per_block=pool.bytes_per_token * pool.block_size,
-            block_size=pool.block_size,
-            num_blocks=pool.num_blocks,
-            blocks_per_request=pool.blocks_per_request,
-            kv_tokens=pool.tokens,
-            max_concurrency=pool.max_concurrency,
-            max_model_len=pool.max_model_len,
-            max_model_len_fit=pool.max_model_len_fit,
-            verdict=ep.verdict,
-            verdict_message=ep.verdict_message,
-            explanations=ep.notes,
-            warnings=ep.warnings,
-        )
+        return replace(self, **engine_plan_fields(ep), explanations=ep.notes, warnings=ep.warnings)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -224,3 +202,26 @@ def _to_json_or_none(obj: Any) -> Any:
     to_json = getattr(obj, "to_json", None)
     return to_json() if callable(to_json) else obj
 
+
+def engine_plan_fields(ep: EnginePlan) -> dict[str, Any]:
+    """The top-level PlanResult fields an engine's plan decides: its engine and version, ledger, KV pool, verdict."""
+    pool = ep.kv_pool
+    return {
+        "engine": ep.engine,
+        "engine_version": ep.version,
+        "ledger": ep.ledger,
+        "capacity_bytes": ep.capacity_bytes,
+        "requested_bytes": ep.requested_bytes,
+        "kv_cache_bytes": pool.kv_cache_bytes,
+        "kv_bytes_per_token": pool.bytes_per_token,
+        "bytes_per_block": pool.bytes_per_token * pool.block_size,
+        "block_size": pool.block_size,
+        "num_blocks": pool.num_blocks,
+        "blocks_per_request": pool.blocks_per_request,
+        "kv_tokens": pool.tokens,
+        "max_concurrency": pool.max_concurrency,
+        "max_model_len": pool.max_model_len,
+        "max_model_len_fit": pool.max_model_len_fit,
+        "verdict": ep.verdict,
+        "verdict_message": ep.verdict_message,
+    }

@@ -10,7 +10,7 @@ from vramctl.core.engines.sglang.budget import SglangPlan, plan_sglang
 from vramctl.core.engines.sglang.options import SglangOptions
 from vramctl.core.engines.vllm.defaults import VllmSettings
 from vramctl.core.ledger import ACTIVATION_PEAK, CUDA_GRAPH
-from vramctl.core.plan_result import PlanResult
+from vramctl.core.plan_result import PlanResult, engine_plan_fields
 from vramctl.core.settings import ServeSettings
 from vramctl.core.specs import GpuSpec, ModelSpec
 from vramctl.core.units import cdiv
@@ -145,28 +145,11 @@ def sglang_only_result(
     the activation reserve and the graphs; the CUDA context is charged to the static part, since
     `profile_max_num_token` subtracts `total × (1 − mfs)` from the memory free after loading)."""
     ep = sglang_engine_plan(sgp, model, fallback_len=record.max_model_len)
-    pool = ep.kv_pool
     base = PlanResult(
-        engine="sglang",
-        engine_version=ep.version,
         model=model,
         gpu=gpu,
         settings=record,
-        ledger=ep.ledger,
-        capacity_bytes=ep.capacity_bytes,
-        requested_bytes=ep.requested_bytes,
-        kv_cache_bytes=pool.kv_cache_bytes,
-        kv_bytes_per_token=pool.bytes_per_token,
-        bytes_per_block=pool.bytes_per_token * pool.block_size,
-        block_size=pool.block_size,
-        num_blocks=pool.num_blocks,
-        blocks_per_request=pool.blocks_per_request,
-        kv_tokens=pool.tokens,
-        max_concurrency=pool.max_concurrency,
-        max_model_len=pool.max_model_len,
-        max_model_len_fit=pool.max_model_len_fit,
-        verdict=ep.verdict,
-        verdict_message=ep.verdict_message,
+        **engine_plan_fields(ep),
         outside_budget_bytes=ep.ledger.bytes_of(ACTIVATION_PEAK) + ep.ledger.bytes_of(CUDA_GRAPH),
         binding_stage=0,
         sglang=sgp,
