@@ -117,3 +117,38 @@ def test_gpu_memory_in_other_words_is_a_memory_failure(line: str) -> None:
 
 def test_memory_pressure_capitalised_is_the_host() -> None:
     assert diagnose_text("Memory pressure detected on the node: evicting pods\n").cause == "host-oom-killer"
+
+
+K8S_DESCRIBE = """\
+Containers:
+  vllm:
+    Args:
+      --model
+      meta-llama/Llama-3.1-8B-Instruct
+    Last State:     Terminated
+      Reason:       OOMKilled
+      Exit Code:    137
+    Limits:
+      memory:          {limit}
+      nvidia.com/gpu:  1
+    Requests:
+      memory:          8Gi
+"""
+
+
+@pytest.mark.parametrize(("limit", "value"), [("16Gi", "24Gi"), ("20480Mi", "30Gi"), ("7.5Gi", "12Gi")])
+def test_a_container_killed_at_its_limit_gets_a_larger_limit(limit: str, value: str) -> None:
+    # the cgroup limit is what the OOM kill enforced: the fix is that limit, raised (the request below it is not it)
+    d = diagnose_text(K8S_DESCRIBE.format(limit=limit))
+    assert d.cause == "host-oom-killer"
+    assert ("resources.limits.memory", value) in [(f.flag, f.value) for f in d.fixes]
+
+
+def test_a_manifest_limit_is_read_too() -> None:
+    log = 'sglang-0   0/1   OOMKilled   3   10m\n    resources:\n      limits:\n        memory: "12288Mi"\n'
+    assert ("resources.limits.memory", "18Gi") in [(f.flag, f.value) for f in diagnose_text(log).fixes]
+
+
+def test_a_memory_setting_inside_a_sentence_is_not_a_limit() -> None:
+    log = "Reason: OOMKilled\nthe GPU memory: 80Gi is plenty\n"
+    assert all(f.flag != "resources.limits.memory" for f in diagnose_text(log).fixes)

@@ -55,7 +55,7 @@ class NumericFix:
     phases: tuple[str, ...] = ()
     """Only in these phases (empty: any)."""
     kind: str = "float"
-    """`float` (2 decimals), `int`, or `bytes` (an integer number of bytes)."""
+    """`float` (2 decimals), `int`, `bytes` (an integer number of bytes) or `Gi` (a Kubernetes quantity, whole GiB)."""
 
 
 def _row(
@@ -855,6 +855,16 @@ NUMERIC_FIXES: tuple[NumericFix, ...] = (
         "halve the pinned CPU swap space (GiB per GPU)",
         f"{_FROM_LOG} {{swap_space}} halved",
     ),
+    # a container killed at its cgroup limit (Kubernetes `OOMKilled`): raise the limit the log printed by half
+    _row(
+        "host-oom-killer",
+        "resources.limits.memory",
+        "vllm sglang lmdeploy tgi llamacpp ray",
+        "ceil(1.5 * container_memory_limit_bytes / GiB)",
+        "raise the container's memory limit (the pod spec's resources.limits.memory) by half",
+        "the log's container memory limit {container_memory_limit_bytes:gib} plus half",
+        kind="Gi",
+    ),
     _row(
         "host-oom-killer",
         "RAY_memory_usage_threshold",
@@ -924,6 +934,8 @@ def is_numeric_value(value: object) -> bool:
 def _format(value: float, kind: str) -> str:
     if kind in ("int", "bytes"):
         return str(int(value))
+    if kind == "Gi":  # a Kubernetes quantity
+        return f"{int(value)}Gi"
     if float(value).is_integer():
         return str(int(value))
     return f"{value:.2f}".rstrip("0").rstrip(".")
