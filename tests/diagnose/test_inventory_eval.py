@@ -162,16 +162,19 @@ def test_frozen_set_labels_are_valid_and_new() -> None:
     assert not seen & set(urls)
 
 
-HELD_OUT = ("index.yaml", "fresh2.yaml", "fresh3.yaml")
+HELD_OUT = ("index.yaml", "fresh2.yaml", "fresh3.yaml", "fresh4.yaml")
 
 
-@pytest.mark.parametrize("name", ["fresh3.yaml"])
-def test_held_out_label_file_is_valid(name: str) -> None:
+@pytest.mark.parametrize(
+    ("name", "min_cases", "min_failures", "even_only"),
+    [("fresh3.yaml", 40, 30, False), ("fresh4.yaml", 35, 27, True)],
+)
+def test_held_out_label_file_is_valid(name: str, min_cases: int, min_failures: int, even_only: bool) -> None:
     """A held-out label file: known cause labels and phases, labels and sources only, one thread per case."""
     from vramctl.diagnose.inventory import LABELS, PHASES
 
     cases = yaml.safe_load((ROOT / "tests" / "fixtures" / "oom_eval" / name).read_text())["cases"]
-    assert len(cases) >= 40
+    assert len(cases) >= min_cases
     ids = [str(case["id"]) for case in cases]
     assert len(set(ids)) == len(ids)
     urls = [case["source"]["url"] for case in cases]
@@ -184,8 +187,10 @@ def test_held_out_label_file_is_valid(name: str) -> None:
         source = case["source"]
         kind = {"issue": "issues", "pull": "pull"}[source["kind"]]
         assert source["url"] == f"https://github.com/{source['repo']}/{kind}/{source['number']}", case["id"]
+        if even_only:
+            assert source["number"] % 2 == 0, "odd thread numbers belong to development sets"
     failures = [c for c in cases if c["root_cause"] not in ("not-oom", "no-failure")]
-    assert len(failures) >= 30 and len(cases) - len(failures) >= 8
+    assert len(failures) >= min_failures and len(cases) - len(failures) >= 8
 
 
 def test_held_out_sets_are_disjoint() -> None:
