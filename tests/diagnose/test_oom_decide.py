@@ -107,7 +107,12 @@ def test_cached_free_blocks_that_would_hold_the_request_are_fragmentation(
         },
         engine="vllm",
     )
-    assert decide(record).cause == "allocator-fragmentation"
+    if reserved_unallocated < min(GiB, 0.1 * total) and free + reserved_unallocated < 0.1 * total:
+        # only a residue of partly used segments (PyTorch returns wholly free ones before it raises): even
+        # contiguous it could not carry the work, so the budget rules decide (round 5 of issue 9)
+        assert decide(record).cause != "allocator-fragmentation"
+    else:
+        assert decide(record).cause == "allocator-fragmentation"
 
 
 @settings(max_examples=300, deadline=None)
