@@ -206,6 +206,15 @@ def test_layer_split_and_state_shape_from_the_wrapper() -> None:
     assert spec.architecture == "Qwen3_5ForConditionalGeneration"
 
 
+def test_attn_output_gate_off_halves_q_proj() -> None:
+    # vLLM Qwen3NextAttention: qkv_proj of total_num_heads × (1 + attn_output_gate) query heads
+    cfg = dense_wrapper()
+    cfg["text_config"]["attn_output_gate"] = False
+    gated = spec_from_config(dense_wrapper(), where="config.json", name="q").param_count
+    plain = spec_from_config(cfg, where="config.json", name="q").param_count
+    assert gated - plain == 16 * 5120 * 24 * 256
+
+
 def test_moe_fields() -> None:
     spec = spec_from_config(moe_wrapper(), where="config.json", name="q")
     moe = spec.moe
@@ -339,3 +348,13 @@ def test_refusals_are_one_line(
     err = capsys.readouterr().err
     assert code == 2
     assert err.count("\n") == 1 and needle in err, err
+
+
+def test_bundled_qwen3_6_profile(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["plan", "qwen3.6-35b-a3b", "--gpu", "H100", "-tp", "2", "--json"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    d = json.loads(captured.out)
+    # the profile's config has the MoE fixture's text shapes: the same count, by the independent walk
+    assert d["model"]["param_count"] == sum(tensors(moe_wrapper()).values())
+    assert d["hybrid"]["ssm_state_dtype_bytes"] == 4 and d["hybrid"]["state_layers"] == 30

@@ -935,13 +935,15 @@ def _hybrid_param_count(spec: ModelSpec, config: Mapping[str, Any], where: str) 
     h = spec.hidden_size
     q_width = spec.num_attention_heads * spec.head_dim
     kv_width = spec.num_key_value_heads * spec.head_dim
-    # q_proj also yields the output gate (Qwen3NextAttention, which vLLM qwen3_5.py reuses for Qwen3.5)
-    gated_q = 2 if spec.architecture.startswith(("Qwen3Next", "Qwen3_5")) else 1
+    # q_proj also yields the output gate: Qwen3NextAttention (vLLM qwen3_next.py, reused by qwen3_5.py) sizes it
+    # total_num_heads × (1 + attn_output_gate), `getattr(config, "attn_output_gate", True)`
+    gated = spec.architecture.startswith(("Qwen3Next", "Qwen3_5"))
+    gated_q = 2 if gated and get_bool(config, "attn_output_gate", where, default=True) else 1
     attention = (
         h * q_width * gated_q
         + 2 * h * kv_width
         + q_width * h
-        + (2 * spec.head_dim if spec.qk_norm or gated_q == 2 else 0)
+        + (2 * spec.head_dim if spec.qk_norm or gated else 0)
     )
     if st.kind == "gated_delta_net":
         key_dim = st.n_groups * st.state_size

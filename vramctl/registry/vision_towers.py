@@ -14,8 +14,8 @@ Qwen2.5-VL, Qwen3-VL, Llama-4 and Pixtral towers mirror them), so these counts a
   `num_position_embeddings`, LayerNorm blocks with fc1 / fc2 of `intermediate_size`, the merger and one
   DeepStack merger (LayerNorm on 4 × hidden) per `deepstack_visual_indexes` entry.
 - Qwen3.5 (`qwen3_5`, `qwen3_5_moe`): the Qwen3-VL tower (vLLM qwen3_5.py builds `Qwen3_VisionTransformer` from
-  `vision_config`); transformers' Qwen3_5VisionConfig has no `deepstack_visual_indexes`, so no DeepStack mergers
-  unless the config lists some.
+  `vision_config`); transformers' Qwen3_5VisionConfig has no `deepstack_visual_indexes` and vLLM's qwen3_vl.py
+  takes `[]` when the field is absent, so no DeepStack mergers unless the config lists some.
 - Llama-4 (`llama4`): unfolded patch Linear without bias, class embedding, (image/patch)² + 1 positions,
   pre / post LayerNorm, LayerNorm blocks with biased q, k, v, o and fc1 / fc2; pixel-shuffle MLP
   (intermediate → projector_input_dim → projector_output_dim, no biases) and the projector to the text width.
