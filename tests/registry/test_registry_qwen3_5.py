@@ -215,6 +215,24 @@ def test_attn_output_gate_off_halves_q_proj() -> None:
     assert gated - plain == 16 * 5120 * 24 * 256
 
 
+@pytest.mark.parametrize(("method", "bits"), [("fp8", 8), ("nvfp4", 4)])
+def test_pre_quantised_weights_scale_the_state_layers_too(method: str, bits: int) -> None:
+    cfg = dense_wrapper()
+    cfg["quantization_config"] = (
+        {"quant_method": "fp8", "activation_scheme": "dynamic", "weight_block_size": [128, 128]}
+        if method == "fp8"
+        else {"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 16}
+    )
+    spec = spec_from_config(cfg, where="config.json", name="q")
+    parts = tensors(dense_wrapper())
+    linear = sum(v for k, v in parts.items() if "proj" in k or k.startswith("mlp."))
+    # decoder Linear weights at `bits` (+ NVFP4's one FP8 scale per 16 weights), everything else (embeddings,
+    # lm_head, norms, conv, vision) in bf16; FP8's float32 scale per 128 x 128 block is negligible
+    scale = linear // 16 if method == "nvfp4" else 0
+    floor = linear * bits // 8 + scale + (sum(parts.values()) - linear) * 2
+    assert floor < spec.weight_bytes < floor * 1.05
+
+
 def test_moe_fields() -> None:
     spec = spec_from_config(moe_wrapper(), where="config.json", name="q")
     moe = spec.moe

@@ -1141,6 +1141,12 @@ def spec_from_config(
         size = weight_bytes
     elif spec.state_space is not None and spec.quantization is None:
         size = int(count * min(2.0, spec.dtype_bytes))  # every tensor in the 16-bit serving dtype
+    elif spec.state_space is not None:
+        # A pre-quantised hybrid (Qwen3.5 FP8 / NVFP4 / int4): the dense layout formula does not see the state
+        # layers, so its quantised / 16-bit ratio scales the exact 16-bit total (as apply_quantization_flag does)
+        plain = _replace(spec, quantization=None, quant_bits=None, quant_group_size=None)
+        ratio = weight_bytes_keeping(spec, _kept_parts(cfg, spec)) / weight_bytes_keeping(plain, {})
+        size = round(int(count * min(2.0, spec.dtype_bytes)) * ratio)
     else:
         size = weight_bytes_keeping(spec, _kept_parts(cfg, spec))
         if _double_quant(cfg):
