@@ -19,6 +19,7 @@ import pytest
 from vramctl.cli.main import main
 from vramctl.core.errors import BadInputError
 from vramctl.core.kv import state_shapes
+from vramctl.registry import load_model
 from vramctl.registry.models import spec_from_config
 
 VISION: dict[str, Any] = {
@@ -376,3 +377,23 @@ def test_bundled_qwen3_6_profile(capsys: pytest.CaptureFixture[str]) -> None:
     # the profile's config has the MoE fixture's text shapes: the same count, by the independent walk
     assert d["model"]["param_count"] == sum(tensors(moe_wrapper()).values())
     assert d["hybrid"]["ssm_state_dtype_bytes"] == 4 and d["hybrid"]["state_layers"] == 30
+
+
+def test_safetensors_leave_out_the_mtp_head(tmp_path: Path) -> None:
+    # vLLM qwen3_5.py loads with skip_prefixes=["mtp."]: those tensors are not weights a serve holds. A small
+    # text-only config (hidden 64, 4 layers) keeps the zero-filled file small.
+    from tests.registry.test_registry_local import write_safetensors
+
+    small = {**text_only(DENSE_TEXT, "Qwen3_5ForCausalLM"), "num_hidden_layers": 4, "hidden_size": 64}
+    small.update(vocab_size=1000, intermediate_size=128, layer_types=small["layer_types"][:4])
+    (tmp_path / "config.json").write_text(json.dumps(small))
+    served = {
+        "model.embed_tokens.weight": ("BF16", [1000, 64]),
+        "model.layers.3.mlp.up_proj.weight": ("BF16", [128, 64]),
+        "lm_head.weight": ("BF16", [1000, 64]),
+    }
+    mtp = {"mtp.fc.weight": ("BF16", [64, 128]), "mtp.layers.0.mlp.up_proj.weight": ("BF16", [128, 64])}
+    write_safetensors(tmp_path / "model.safetensors", {**served, **mtp})
+    spec = load_model(str(tmp_path))
+    assert spec.weight_bytes == 2 * (2 * 1000 * 64 + 128 * 64)
+    assert spec.param_count == 2 * 1000 * 64 + 128 * 64
