@@ -234,6 +234,13 @@ def test_pre_quantised_weights_scale_the_state_layers_too(method: str, bits: int
     assert floor < spec.weight_bytes < floor * 1.05
 
 
+def test_layer_scale_adds_two_vectors_per_layer() -> None:
+    cfg = dense_wrapper()
+    cfg["text_config"]["layer_scale"] = True
+    base = spec_from_config(dense_wrapper(), where="config.json", name="q").param_count
+    assert spec_from_config(cfg, where="config.json", name="q").param_count - base == 64 * 2 * 5120
+
+
 def test_moe_fields() -> None:
     spec = spec_from_config(moe_wrapper(), where="config.json", name="q")
     moe = spec.moe

@@ -975,12 +975,16 @@ def _hybrid_param_count(spec: ModelSpec, config: Mapping[str, Any], where: str) 
         ffn = 3 * h * spec.intermediate_size
     total = 0
     nemotron = spec.architecture.startswith("NemotronH")
+    # Qwen3.5 `layer_scale`: attn_layer_scale + ffn_layer_scale of hidden_size per layer (vLLM qwen3_5.py)
+    scales = (
+        2 * h if spec.architecture.startswith("Qwen3_5") and get_bool(config, "layer_scale", where) else 0
+    )
     for kind in spec.layer_types:
         mixer = attention if kind == FULL_ATTENTION else state if kind in (MAMBA, LINEAR_ATTENTION) else 0
         if nemotron:  # one block per layer: a norm + one of mixer / MLP
             total += h + (mixer if kind != MLP_ONLY else ffn)
         else:
-            total += 2 * h + mixer + ffn
+            total += 2 * h + mixer + ffn + scales
     embed = spec.vocab_size * h
     # + a VL wrapper's vision tower (Qwen3.5: vLLM's Qwen3_VisionTransformer, counted by vision_towers.py)
     return total + embed + h + (0 if spec.tie_word_embeddings else embed) + spec.vision_params
