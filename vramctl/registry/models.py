@@ -832,8 +832,9 @@ def _hybrid_pattern(
 
     qwen3_next, qwen3_5 (dense and MoE, text_config unwrapped): `layer_types` or, absent, every
     `full_attention_interval`-th layer is full attention (transformers Qwen3NextConfig, Qwen3_5TextConfig,
-    Qwen3_5MoeTextConfig `__post_init__`); the rest are Gated DeltaNet. nemotron_h: `hybrid_override_pattern`, one character per layer
-    (M Mamba2, * attention, - MLP; vLLM nemotron_h.py). granitemoehybrid: `layer_types` of `mamba` / `attention`.
+    Qwen3_5MoeTextConfig `__post_init__`); the rest are Gated DeltaNet. nemotron_h: `hybrid_override_pattern`,
+    one character per layer (M Mamba2, * attention, - MLP; vLLM nemotron_h.py). granitemoehybrid: `layer_types`
+    of `mamba` / `attention`.
     Other hybrids are refused with one line naming what is missing.
     """
     if model_type in _HYBRID_REFUSED:
