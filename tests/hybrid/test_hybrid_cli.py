@@ -226,10 +226,7 @@ BASE = {
         ({"model_type": "jamba", "attn_layer_period": 8, "attn_layer_offset": 4}, "model_type 'jamba'"),
         ({"model_type": "falcon_h1", "mamba_d_ssm": 1024}, "model_type 'falcon_h1'"),
         ({"model_type": "nemotron_h", "hybrid_override_pattern": "ME*E"}, "'E' layers"),
-        (
-            {"model_type": "qwen3_5_text", "layer_types": ["linear_attention"] * 4},
-            "model_type 'qwen3_5_text'",
-        ),
+        ({"model_type": "kimi_linear", "layer_types": ["linear_attention"] * 4}, "model_type 'kimi_linear'"),
         ({"model_type": "mystery", "ssm_state_size": 16}, "field 'ssm_state_size'"),
         ({"model_type": "mystery", "layer_types": ["linear_attention"] * 4}, "layer shapes are unknown"),
         ({"model_type": "nemotron_h", "hybrid_override_pattern": "M*"}, "'hybrid_override_pattern' must be"),

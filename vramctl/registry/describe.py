@@ -81,14 +81,16 @@ TP_SIZES = (1, 2, 4, 8)
 def param_parts(spec: ModelSpec) -> dict[str, int]:
     """Parameters by part (embedding, lm_head, attention, dense_mlp, experts, router, shared_experts, norms,
     vision); they sum to the formula's param_count. A hybrid's state layers are outside the dense formula: its
-    decoder layers are one part (`decoder_layers`), the registry's exact total less the embeddings."""
+    decoder layers are one part (`decoder_layers`), the registry's exact total less the embeddings (and the vision
+    tower of a VL wrapper such as Qwen3.5, its own part)."""
     parts = param_breakdown(spec)
     if spec.state_space is not None:
-        return {
+        hybrid = {
             "embedding": parts.embedding,
             "lm_head": parts.lm_head,
-            "decoder_layers": spec.param_count - parts.embedding - parts.lm_head,
+            "decoder_layers": spec.param_count - parts.embedding - parts.lm_head - parts.vision,
         }
+        return {**hybrid, "vision": parts.vision} if parts.vision else hybrid
     return {
         "embedding": parts.embedding,
         "lm_head": parts.lm_head,

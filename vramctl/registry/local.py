@@ -216,8 +216,12 @@ def spec_from_summary(
     """ModelSpec whose weight bytes are the checkpoint's own (its safetensors headers, local or from the Hub).
 
     `probe` is the config-only spec: it names the decoder layers a serve loads (DeepSeek-V3's MTP layer 61
-    is dropped) and whether a stored lm_head copy is tied (the engines' loaders skip it)."""
+    and Qwen3-Next / Qwen3.5's `mtp.*` tensors are dropped) and whether a stored lm_head copy is tied (the
+    engines' loaders skip it)."""
     summary = summary.without_layers_from(probe.num_hidden_layers)
+    if probe.architecture.startswith(("Qwen3Next", "Qwen3_5")):
+        # the multi-token-prediction head: vLLM qwen3_next.py / qwen3_5.py load with skip_prefixes=["mtp."]
+        summary = summary.without_prefix("mtp.")
     if probe.tie_word_embeddings:
         summary = summary.without_names({"lm_head.weight"})
     unquantised = probe.quantization is None and summary.all_float

@@ -129,6 +129,18 @@ _QWEN2_VL_TEXT = {
 }
 _QWEN2_VL_TEXT.update(num_attention_heads=64, num_key_value_heads=8, max_position_embeddings=32768)
 _QWEN2_VL_TEXT.update(sliding_window=4096, use_sliding_window=False, tie_word_embeddings=False)
+_QWEN3_5_TEXT: dict[str, Any] = {
+    "vocab_size": 248320,
+    "num_attention_heads": 16,
+    "head_dim": 256,
+    "max_position_embeddings": 32768,
+    "tie_word_embeddings": False,
+    "linear_conv_kernel_dim": 4,
+    "linear_key_head_dim": 128,
+    "linear_value_head_dim": 128,
+    "linear_num_key_heads": 16,
+    "linear_num_value_heads": 32,
+}
 _TEXT_DEFAULTS: dict[str, dict[str, Any]] = {
     # transformers config-class defaults of the fields vramctl reads. A wrapper's saved text_config omits the
     # fields equal to them (PretrainedConfig.to_diff_dict → recursive_diff_dict), and loading fills them back
@@ -163,6 +175,25 @@ _TEXT_DEFAULTS: dict[str, dict[str, Any]] = {
         "head_dim": 128,
         "max_position_embeddings": 128000,
         "tie_word_embeddings": False,
+    },
+    # transformers Qwen3_5TextConfig / Qwen3_5MoeTextConfig (configuration_qwen3_5.py, configuration_qwen3_5_moe.py);
+    # layer_types absent: every full_attention_interval-th (4) layer is full attention (see _hybrid_pattern)
+    "qwen3_5_text": {
+        **_QWEN3_5_TEXT,
+        "hidden_size": 4096,
+        "intermediate_size": 12288,
+        "num_hidden_layers": 32,
+        "num_key_value_heads": 4,
+    },
+    "qwen3_5_moe_text": {
+        **_QWEN3_5_TEXT,
+        "hidden_size": 2048,
+        "num_hidden_layers": 40,
+        "num_key_value_heads": 2,
+        "moe_intermediate_size": 512,
+        "shared_expert_intermediate_size": 512,
+        "num_experts_per_tok": 8,
+        "num_experts": 256,
     },
     "gemma3_text": {
         "vocab_size": 262208,
@@ -202,6 +233,8 @@ _WRAPPER_TEXT_TYPE = {
     "qwen2_vl": "qwen2_vl_text",
     "qwen2_5_vl": "qwen2_5_vl_text",
     "qwen3_vl": "qwen3_vl_text",
+    "qwen3_5": "qwen3_5_text",
+    "qwen3_5_moe": "qwen3_5_moe_text",
     "llama4": "llama4_text",
 }
 
@@ -327,6 +360,16 @@ def _rope_cache_elements(config: Mapping[str, Any], model_type: str, rotary_dim:
     if "gemma3" in model_type and config.get("rope_local_base_freq") is not None:
         total += positions * rotary_dim
     return min(total, MAX_CONTEXT * 1024)
+
+
+def _partial_rotary(config: Mapping[str, Any], model_type: str) -> Any:
+    """`partial_rotary_factor`; Qwen3.5 keeps it in `rope_parameters`, and transformers' Qwen3_5TextConfig
+    `__post_init__` defaults it to 0.25 when the config names none."""
+    raw = config.get("partial_rotary_factor")
+    if raw is None and model_type in _GATED_DELTA_NET and model_type != "qwen3_next":
+        rope = config.get("rope_parameters")
+        raw = (rope.get("partial_rotary_factor") if isinstance(rope, dict) else None) or 0.25
+    return raw or 1.0
 
 
 def _dtype(config: Mapping[str, Any], where: str) -> str:
@@ -607,9 +650,13 @@ def _moe(config: Mapping[str, Any], model_type: str, where: str) -> MoESpec | No
 
 
 def _dense_ffn_key(config: Mapping[str, Any], is_opt: bool) -> str:
-    """The dense MLP's width: OPT `ffn_dim`; Llama-4 `intermediate_size_mlp` (intermediate_size is the experts')."""
+    """The dense MLP's width: OPT `ffn_dim`; Llama-4 `intermediate_size_mlp` (intermediate_size is the experts');
+    Qwen3.5-MoE has no dense MLP and no `intermediate_size` (Qwen3_5MoeTextConfig): its experts' width."""
     if is_opt:
         return "ffn_dim"
+    kind = str(config.get("_text_model_type") or config.get("model_type"))
+    if config.get("intermediate_size") is None and kind in ("qwen3_5_moe", "qwen3_5_moe_text"):
+        return "moe_intermediate_size"
     return "intermediate_size_mlp" if config.get("intermediate_size_mlp") is not None else "intermediate_size"
 
 
@@ -749,12 +796,13 @@ _HYBRID_REFUSED = {
     "lfm2": "its short-convolution state layers are not modelled",
     "kimi_linear": "its Kimi Delta Attention (KDA) state is not modelled",
     "plamo2": "its Mamba state layers are not modelled",
-    "qwen3_5": "the Qwen3.5 wrapper's Gated DeltaNet state (and its mamba_ssm_dtype hook) is not modelled yet",
-    "qwen3_5_text": "the Qwen3.5 Gated DeltaNet state (and its mamba_ssm_dtype hook) is not modelled yet",
-    "qwen3_5_moe": "the Qwen3.5 Gated DeltaNet state (and its mamba_ssm_dtype hook) is not modelled yet",
-    "qwen3_5_moe_text": "the Qwen3.5 Gated DeltaNet state (and its mamba_ssm_dtype hook) is not modelled yet",
 }
-"""model_type → why vramctl refuses it (one line each; planned ones are qwen3_next, nemotron_h, granitemoehybrid)."""
+"""model_type → why vramctl refuses it (one line each; planned ones are qwen3_next, qwen3_5, nemotron_h,
+granitemoehybrid)."""
+_GATED_DELTA_NET = {"qwen3_next", "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text"}
+"""Gated DeltaNet + gated full attention, one layout (vLLM qwen3_5.py: Qwen3_5DecoderLayer builds on
+Qwen3NextDecoderLayer with GatedDeltaNetAttention / Qwen3NextAttention; get_mamba_state_shape_from_config passes
+the same linear_* fields to MambaStateShapeCalculator.gated_delta_net_state_shape)."""
 _STATE_MARKERS = (
     "mamba_d_state",
     "ssm_state_size",
@@ -768,7 +816,7 @@ _NEMOTRON_H_CHARS = {"M": MAMBA, "*": FULL_ATTENTION, "-": MLP_ONLY}
 def _refuse_hybrid(model_type: str, where: str, why: str) -> BadInputError:
     return BadInputError(
         f"{where}: model_type {model_type!r} is a Mamba / linear-attention hybrid that vramctl cannot plan: {why} "
-        "(planned: qwen3_next, nemotron_h, granitemoehybrid; see docs/hybrid.md)"
+        "(planned: qwen3_next, qwen3_5, qwen3_5_moe, nemotron_h, granitemoehybrid; see docs/hybrid.md)"
     )
 
 
@@ -782,15 +830,17 @@ def _hybrid_pattern(
 ) -> tuple[tuple[str, ...], StateSpaceSpec] | None:
     """(layer kinds, state shape) of a supported hybrid, None for a model without recurrent-state layers.
 
-    qwen3_next: `layer_types` or, absent, every `full_attention_interval`-th layer is full attention (transformers
-    Qwen3NextConfig); the rest are Gated DeltaNet. nemotron_h: `hybrid_override_pattern`, one character per layer
-    (M Mamba2, * attention, - MLP; vLLM nemotron_h.py). granitemoehybrid: `layer_types` of `mamba` / `attention`.
+    qwen3_next, qwen3_5 (dense and MoE, text_config unwrapped): `layer_types` or, absent, every
+    `full_attention_interval`-th layer is full attention (transformers Qwen3NextConfig, Qwen3_5TextConfig,
+    Qwen3_5MoeTextConfig `__post_init__`); the rest are Gated DeltaNet. nemotron_h: `hybrid_override_pattern`,
+    one character per layer (M Mamba2, * attention, - MLP; vLLM nemotron_h.py). granitemoehybrid: `layer_types`
+    of `mamba` / `attention`.
     Other hybrids are refused with one line naming what is missing.
     """
     if model_type in _HYBRID_REFUSED:
         raise _refuse_hybrid(model_type, where, _HYBRID_REFUSED[model_type])
     declared = config.get("layer_types")
-    if model_type == "qwen3_next":
+    if model_type in _GATED_DELTA_NET:
         if declared is not None:
             kinds = get_str_list(config, "layer_types", where)
         else:
@@ -886,12 +936,15 @@ def _hybrid_param_count(spec: ModelSpec, config: Mapping[str, Any], where: str) 
     h = spec.hidden_size
     q_width = spec.num_attention_heads * spec.head_dim
     kv_width = spec.num_key_value_heads * spec.head_dim
-    gated_q = 2 if spec.architecture.startswith("Qwen3Next") else 1  # q_proj also yields the output gate
+    # q_proj also yields the output gate: Qwen3NextAttention (vLLM qwen3_next.py, reused by qwen3_5.py) sizes it
+    # total_num_heads × (1 + attn_output_gate), `getattr(config, "attn_output_gate", True)`
+    gated = spec.architecture.startswith(("Qwen3Next", "Qwen3_5"))
+    gated_q = 2 if gated and get_bool(config, "attn_output_gate", where, default=True) else 1
     attention = (
         h * q_width * gated_q
         + 2 * h * kv_width
         + q_width * h
-        + (2 * spec.head_dim if spec.qk_norm or gated_q == 2 else 0)
+        + (2 * spec.head_dim if spec.qk_norm or gated else 0)
     )
     if st.kind == "gated_delta_net":
         key_dim = st.n_groups * st.state_size
@@ -923,14 +976,19 @@ def _hybrid_param_count(spec: ModelSpec, config: Mapping[str, Any], where: str) 
         ffn = 3 * h * spec.intermediate_size
     total = 0
     nemotron = spec.architecture.startswith("NemotronH")
+    # Qwen3.5 `layer_scale`: attn_layer_scale + ffn_layer_scale of hidden_size per layer (vLLM qwen3_5.py)
+    scales = (
+        2 * h if spec.architecture.startswith("Qwen3_5") and get_bool(config, "layer_scale", where) else 0
+    )
     for kind in spec.layer_types:
         mixer = attention if kind == FULL_ATTENTION else state if kind in (MAMBA, LINEAR_ATTENTION) else 0
         if nemotron:  # one block per layer: a norm + one of mixer / MLP
             total += h + (mixer if kind != MLP_ONLY else ffn)
         else:
-            total += 2 * h + mixer + ffn
+            total += 2 * h + mixer + ffn + scales
     embed = spec.vocab_size * h
-    return total + embed + h + (0 if spec.tie_word_embeddings else embed)
+    # + a VL wrapper's vision tower (Qwen3.5: vLLM's Qwen3_VisionTransformer, counted by vision_towers.py)
+    return total + embed + h + (0 if spec.tie_word_embeddings else embed) + spec.vision_params
 
 
 def spec_from_config(
@@ -1013,8 +1071,8 @@ def spec_from_config(
             model_type,
             mla.qk_rope_head_dim
             if mla is not None
-            else int(head_dim * float(cfg.get("partial_rotary_factor") or 1.0))
-            if isinstance(cfg.get("partial_rotary_factor") or 1.0, int | float)
+            else int(head_dim * float(_partial_rotary(cfg, model_type)))
+            if isinstance(_partial_rotary(cfg, model_type), int | float)
             else head_dim,
         ),
         torch_dtype=_dtype(cfg, where),
@@ -1088,6 +1146,12 @@ def spec_from_config(
         size = weight_bytes
     elif spec.state_space is not None and spec.quantization is None:
         size = int(count * min(2.0, spec.dtype_bytes))  # every tensor in the 16-bit serving dtype
+    elif spec.state_space is not None:
+        # A pre-quantised hybrid (Qwen3.5 FP8 / NVFP4 / int4): the dense layout formula does not see the state
+        # layers, so its quantised / 16-bit ratio scales the exact 16-bit total (as apply_quantization_flag does)
+        plain = _replace(spec, quantization=None, quant_bits=None, quant_group_size=None)
+        ratio = weight_bytes_keeping(spec, _kept_parts(cfg, spec)) / weight_bytes_keeping(plain, {})
+        size = round(int(count * min(2.0, spec.dtype_bytes)) * ratio)
     else:
         size = weight_bytes_keeping(spec, _kept_parts(cfg, spec))
         if _double_quant(cfg):

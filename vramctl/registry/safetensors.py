@@ -86,6 +86,10 @@ class CheckpointSummary:
         kept = tuple(t for t in self.tensors if t.layer is None or t.layer < first_extra_layer)
         return summarize(self.files, kept)
 
+    def without_prefix(self, prefix: str) -> CheckpointSummary:
+        """Drop tensors whose name starts with `prefix` (Qwen3-Next / Qwen3.5's `mtp.` head)."""
+        return summarize(self.files, (t for t in self.tensors if not t.name.startswith(prefix)))
+
     def without_names(self, names: set[str]) -> CheckpointSummary:
         return summarize(self.files, (t for t in self.tensors if t.name not in names))
 

@@ -13,6 +13,9 @@ Qwen2.5-VL, Qwen3-VL, Llama-4 and Pixtral towers mirror them), so these counts a
 - Qwen3-VL (`qwen3_vl`, `qwen3_vl_moe`): Conv3d patch embedding with bias, a learned position table of
   `num_position_embeddings`, LayerNorm blocks with fc1 / fc2 of `intermediate_size`, the merger and one
   DeepStack merger (LayerNorm on 4 × hidden) per `deepstack_visual_indexes` entry.
+- Qwen3.5 (`qwen3_5`, `qwen3_5_moe`): the Qwen3-VL tower (vLLM qwen3_5.py builds `Qwen3_VisionTransformer` from
+  `vision_config`); transformers' Qwen3_5VisionConfig has no `deepstack_visual_indexes` and vLLM's qwen3_vl.py
+  takes `[]` when the field is absent, so no DeepStack mergers unless the config lists some.
 - Llama-4 (`llama4`): unfolded patch Linear without bias, class embedding, (image/patch)² + 1 positions,
   pre / post LayerNorm, LayerNorm blocks with biased q, k, v, o and fc1 / fc2; pixel-shuffle MLP
   (intermediate → projector_input_dim → projector_output_dim, no biases) and the projector to the text width.
@@ -69,7 +72,7 @@ def _qwen2_5_vl(v: Mapping[str, Any], text_hidden: int, where: str) -> int:
     return channels * temporal * patch * patch * dim + depth * block + merger
 
 
-def _qwen3_vl(v: Mapping[str, Any], text_hidden: int, where: str) -> int:
+def _qwen3_vl(v: Mapping[str, Any], text_hidden: int, where: str, *, deepstack_default: int = 3) -> int:
     dim = get_int(v, "hidden_size", where, default=1152)
     depth = get_int(v, "depth", where, default=27)
     inter = get_int(v, "intermediate_size", where, default=4304)
@@ -80,7 +83,7 @@ def _qwen3_vl(v: Mapping[str, Any], text_hidden: int, where: str) -> int:
     out = get_int(v, "out_hidden_size", where, default=text_hidden)
     positions = get_int(v, "num_position_embeddings", where, default=2304)
     deepstack = v.get("deepstack_visual_indexes")
-    n_deepstack = len(deepstack) if isinstance(deepstack, list) else 3
+    n_deepstack = len(deepstack) if isinstance(deepstack, list) else deepstack_default
     block = 2 * 2 * dim + _dense(3 * dim, dim, bias=True) + _dense(dim, dim, bias=True)
     block += _dense(inter, dim, bias=True) + _dense(dim, inter, bias=True)
     wide = dim * merge * merge
@@ -139,6 +142,8 @@ def vision_tower_params(config: Mapping[str, Any], text_hidden: int, where: str)
         return _qwen2_5_vl(vision, text_hidden, vwhere)
     if wrapper in ("qwen3_vl", "qwen3_vl_moe"):
         return _qwen3_vl(vision, text_hidden, vwhere)
+    if wrapper in ("qwen3_5", "qwen3_5_moe"):  # Qwen3.5's vision config has no deepstack_visual_indexes
+        return _qwen3_vl(vision, text_hidden, vwhere, deepstack_default=0)
     if wrapper == "llama4":
         return _llama4(vision, text_hidden, vwhere)
     if wrapper == "mistral3" and kind in ("pixtral", ""):

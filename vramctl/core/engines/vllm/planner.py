@@ -55,7 +55,7 @@ def resolve_vllm(model: ModelSpec, gpu: GpuSpec, settings: ServeSettings) -> Vll
     model = vf.model_for_version(model, version, settings.engine)  # vLLM 0.30's yarn rule
     validate(model, gpu, settings)
     if model.state_space is not None:
-        V.check_hybrid_supported(model.name, version)
+        V.check_hybrid_supported(model.name, version, model.architecture)
     fallback = RT.v1_fallback_reason(
         version,
         compute_capability=gpu.compute_capability,

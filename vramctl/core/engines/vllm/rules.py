@@ -63,6 +63,19 @@ OLDEST_VLLM_VERSION = "0.6.0"
 HYBRID_MIN_VLLM: tuple[int, int, int] = (0, 10, 2)
 """The first vLLM whose hybrid (attention + Mamba / linear attention) models vramctl plans (see `hybrid_supported`)."""
 
+QWEN3_5_MIN_VLLM: tuple[int, int, int] = (0, 17, 0)
+"""The first vLLM that serves Qwen3.5 (`Qwen3_5ForConditionalGeneration`, `Qwen3_5MoeForConditionalGeneration`,
+vllm/model_executor/models/qwen3_5.py, registered in vllm/model_executor/models/registry.py). Not pinned by a
+tagged source file: the v0.17.0 release notes announce Qwen3.5 support, and 0.15.0 / 0.16.0 stop with "Model
+architectures ['Qwen3_5MoeForConditionalGeneration'] are not supported for now" (reported in
+runpod-workers/worker-vllm#279 and verl-project/verl#5381); older versions are refused, not guessed."""
+
+QWEN3_5_SSM_DTYPE_ARCHITECTURES = ("Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration")
+"""MODELS_CONFIG_MAP entries of `Qwen3_5ForConditionalGenerationConfig` (vllm/model_executor/models/config.py):
+`verify_and_update_config` turns `--mamba-ssm-cache-dtype auto` into the HF text config's `mamba_ssm_dtype`. A
+text-only `Qwen3_5ForCausalLM` checkpoint is not in the map and keeps `auto`. Assumed present from
+QWEN3_5_MIN_VLLM (the first release that has it is not pinned)."""
+
 
 def resolve_version(version: str | None) -> str:
     """The version string to plan for (None = the latest vLLM vramctl knows)."""
@@ -467,8 +480,16 @@ def semantics(version: str | None) -> VllmRules:
     return rules_for(resolve_version(version))
 
 
-def check_hybrid_supported(model_name: str, version: str) -> None:
-    """Refuse a hybrid model on a version before `HYBRID_MIN_VLLM` (`VllmRules.hybrid_supported`)."""
+def check_hybrid_supported(model_name: str, version: str, architecture: str = "") -> None:
+    """Refuse a hybrid model on a version before `HYBRID_MIN_VLLM` (`VllmRules.hybrid_supported`), a Qwen3.5
+    one before `QWEN3_5_MIN_VLLM`."""
+    if architecture.startswith("Qwen3_5") and parse_version(version) < QWEN3_5_MIN_VLLM:
+        first = ".".join(map(str, QWEN3_5_MIN_VLLM))
+        raise BadInputError(
+            f"--engine-version {version}: {model_name} ({architecture}) is a Qwen3.5 model, which vLLM serves "
+            f"from {first} (earlier versions stop with: Model architectures ['{architecture}'] are not supported); "
+            f"use --engine-version {first} or later"
+        )
     if not rules_for(version).hybrid_supported:
         raise BadInputError(
             f"--engine-version {version}: {model_name} is a Mamba / linear-attention hybrid; vramctl plans hybrids "
@@ -484,8 +505,11 @@ def default_mamba_ssm_cache_dtype(architecture: str, config_ssm_dtype: str | Non
     Nemotron-H: `NemotronHForCausalLMConfig.update_mamba_ssm_cache_dtype` (vllm/model_executor/models/config.py,
     registered for NemotronHForCausalLM) replaces `auto` with the HF config's `mamba_ssm_cache_dtype`, else
     DEFAULT_MAMBA_SSM_CACHE_DTYPE = "float32" ("Only `float32` is known to have no accuracy issues by default");
-    from 0.12 (`VllmRules.nemotron_ssm_float32`).
+    from 0.12 (`VllmRules.nemotron_ssm_float32`). Qwen3.5 VL checkpoints: the text config's `mamba_ssm_dtype`
+    (`QWEN3_5_SSM_DTYPE_ARCHITECTURES`), else `auto`.
     """
     if architecture.startswith("NemotronH") and rules_for(version).nemotron_ssm_float32:
         return config_ssm_dtype or "float32"
+    if architecture in QWEN3_5_SSM_DTYPE_ARCHITECTURES and parse_version(version) >= QWEN3_5_MIN_VLLM:
+        return config_ssm_dtype or "auto"  # Qwen3_5ForConditionalGenerationConfig.verify_and_update_config
     return "auto"
