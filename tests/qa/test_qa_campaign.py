@@ -273,3 +273,24 @@ def test_a_signal_after_the_run_ends_keeps_its_exit_code(tmp_path: Path) -> None
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path, timeout=120)
     assert proc.returncode == 0, (proc.returncode, proc.stderr[-2000:])
     assert "terminated" not in proc.stderr
+
+
+@pytest.mark.parametrize("committed", [True, False])
+def test_an_interrupt_after_the_save_does_not_claim_nothing_was_saved(committed: bool, tmp_path: Path) -> None:
+    """`profile --save`: once the file is in place (`interrupts.commit()`), a SIGTERM while the result prints is
+    ignored (exit 0, the file stays); before it, the same signal stops the run (Terminated, exit 143)."""
+    script = (
+        "import os, signal, time\n"
+        "from vramctl.core import interrupts\n"
+        "with interrupts.handling_signals():\n"
+        f"    {'interrupts.commit()' if committed else 'pass'}\n"
+        "    try:\n"
+        "        os.kill(os.getpid(), signal.SIGTERM)\n"
+        "        time.sleep(0.2)\n"
+        "        print('finished')\n"
+        "    except interrupts.Terminated:\n"
+        "        print('terminated')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == ("finished" if committed else "terminated")

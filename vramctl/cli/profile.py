@@ -450,13 +450,14 @@ def register(app: typer.Typer) -> None:
                 comparisons.append(
                     compare_results(result, other, name, value, noise_bytes=noise_threshold(result.device))
                 )
-            from vramctl.core.interrupts import raise_if_pending
+            from vramctl.core.interrupts import commit, raise_if_pending
 
             raise_if_pending()  # a Ctrl-C a library swallowed (inside `import torch`) must not let the save happen
             if save is not None:
                 from vramctl.core.profile_file import save_profile
 
                 save_profile(_document(result, request.spec, model), save)
+                commit()  # saved: an interrupt from here on (while the result prints) cannot undo it
         except KeyboardInterrupt as exc:
             raise _interrupted(exc) from None
         if as_json:

@@ -57,6 +57,17 @@ was swallowed by a library."""
 _raised_at: list[float] = []
 
 
+_committed: list[bool] = []
+"""Set by `commit()`: the run's result is written; an interrupt from then on is ignored."""
+
+
+def commit() -> None:
+    """The run's result is written (its `--save` file is in place): an interrupt from here on can no longer leave
+    "nothing saved", so it is ignored and the run ends with its own exit code instead of claiming it was stopped
+    before saving. Cleared when the next run starts (`handling_signals`)."""
+    _committed.append(True)
+
+
 def answered() -> None:
     """The interrupt was handled (the command printed its line and chose its exit code): forget it."""
     _pending.clear()
@@ -64,6 +75,8 @@ def answered() -> None:
 
 def _handler(signum: int, frame: FrameType | None) -> None:
     del frame
+    if _committed:
+        return
     now = time.monotonic()
     _pending.append(signum)
     if _raised_at and now - _raised_at[-1] < _REPEAT_S:
@@ -78,6 +91,7 @@ def handling_signals() -> Iterator[None]:
     the previous handlers come back afterwards. Outside the main thread (a test harness) nothing is changed."""
     _pending.clear()
     _raised_at.clear()
+    _committed.clear()
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -123,6 +137,8 @@ def install_early() -> None:
 
 def _early_handler(signum: int, frame: FrameType | None) -> None:
     del frame
+    if _committed:  # after the run's result was written, while the CLI returns: nothing to stop any more
+        return
     word = b"terminated" if signum == signal.SIGTERM else b"interrupted"
     with contextlib.suppress(Exception):
         sys.stdout.flush()
