@@ -25,7 +25,13 @@ from hypothesis import strategies as st
 from vramctl.core.errors import BadInputError
 from vramctl.diagnose.catalogue import load_catalogue
 from vramctl.diagnose.classify import _Scanner, diagnose
-from vramctl.diagnose.literals import NATIVE_ENV, native_finder, native_key_finder
+from vramctl.diagnose.literals import (
+    NATIVE_ENV,
+    native_finder,
+    native_key_finder,
+    native_line_finder,
+    native_line_keys,
+)
 
 needs_hyperscan = pytest.mark.skipif(
     importlib.util.find_spec("hyperscan") is None,
@@ -134,6 +140,50 @@ def test_native_candidates_equal_python_generated(parts: list[str], lo_cut: int,
     assert _Scanner(cat)._candidates(data, lo, hi, cat.failure_anchors) == _literal_candidates(
         data, lo, hi, cat.failure_anchors
     )
+
+
+@needs_hyperscan
+@pytest.mark.parametrize("log", _logs(FIXTURES)[::3], ids=lambda p: str(p.relative_to(FIXTURES)))
+def test_native_line_keys_equal_line_by_line(log: Path) -> None:
+    """The key phrases of a range's candidate lines from one scan: what the per-line finder gives each line, with the
+    64 KiB cut and with a short cut that falls inside phrases."""
+    cat = load_catalogue()
+    data = _text(log)
+    per_line = native_key_finder(cat.key_words)
+    by_range = native_line_keys(cat.key_words)
+    assert per_line is not None and by_range is not None
+    lines = _literal_candidates(data, 0, len(data), cat.all_anchors)
+    for cap in (65536, 37):
+        got = by_range(data, lines, cap)
+        assert got == [per_line(data[s : min(e, s + cap)]) for s, e in lines]
+        assert by_range(data, lines[1::2], cap) == [per_line(data[s : min(e, s + cap)]) for s, e in lines[1::2]]
+
+
+@needs_hyperscan
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_native_line_finder_and_keys_on_generated_text(data: st.DataObject) -> None:
+    """Lines of key phrases, their pieces, anchors and newlines: the range finder gives the lines the per-anchor passes
+    give, and the range key scan what the per-line key finder gives each of them."""
+    cat = load_catalogue()
+    words = list(cat.key_words)
+    pieces = st.one_of(
+        st.sampled_from(words),
+        st.sampled_from(words).map(lambda w: w[: max(1, len(w) // 2)]),
+        st.sampled_from(list(cat.all_anchors)),
+        st.sampled_from([b"\n", b"\n\n", b" ", b"x", b"KV", b"rror", b"emory"]),
+    )
+    text = b"".join(data.draw(st.lists(pieces, max_size=40)))
+    lo = data.draw(st.integers(0, len(text)))
+    hi = data.draw(st.integers(lo, len(text)))
+    finder = native_line_finder(cat.all_anchors)
+    by_range = native_line_keys(cat.key_words)
+    per_line = native_key_finder(cat.key_words)
+    assert finder is not None and by_range is not None and per_line is not None
+    lines = finder(text, lo, hi)
+    assert lines == _literal_candidates(text, lo, hi, cat.all_anchors)
+    cap = data.draw(st.sampled_from([65536, 1, 9, 30]))
+    assert by_range(text, lines, cap) == [per_line(text[s : min(e, s + cap)]) for s, e in lines]
 
 
 def _diagnosis_json(path: Path) -> str:
