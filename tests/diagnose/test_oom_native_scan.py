@@ -308,6 +308,36 @@ def test_native_engine_words_equal_substring_tests(data: st.DataObject) -> None:
 
 @needs_hyperscan
 @settings(max_examples=150, deadline=None)
+@given(st.data())
+def test_native_engine_words_of_many_lines_equal_line_by_line(data: st.DataObject) -> None:
+    """The engine words of a batch of lines from one scan: what the per-line scan gives each line (empty lines,
+    non-ASCII text, words cut at a line's end included); a line holding a newline sends the batch line by line."""
+    from vramctl.diagnose.literals import native_presence, native_presence_lines
+
+    cat = load_catalogue()
+    words = tuple(w.encode() for ws in cat.engines.values() for w in ws)
+    per_line = native_presence(words)
+    batch = native_presence_lines(words)
+    assert per_line is not None and batch is not None
+    pieces = st.one_of(
+        st.sampled_from([w.decode() for w in words]),
+        st.sampled_from([w.decode()[:-1] for w in words]),
+        st.sampled_from([w.decode()[1:] for w in words]),
+        st.text(max_size=4),
+    )
+    lines = [
+        "".join(data.draw(st.lists(pieces, max_size=6))).replace("\n", " ")
+        for _ in range(data.draw(st.integers(0, 12)))
+    ]
+    got = batch(lines)
+    assert got == [per_line(x.encode("utf-8", "surrogatepass")) for x in lines]
+    if lines:
+        assert batch([*lines, "a\nb"]) is None
+
+
+
+@needs_hyperscan
+@settings(max_examples=150, deadline=None)
 @given(
     st.lists(
         st.sampled_from(["Error", "rror", "emory", "Kill", "SIG", "atchdog", "\n", " ", "abcdefgh", "xyz" * 7]),

@@ -40,6 +40,7 @@ from vramctl.diagnose.literals import (
     native_line_finder,
     native_line_keys,
     native_presence,
+    native_presence_lines,
 )
 from vramctl.diagnose.reader import (
     BINARY_SAMPLE_BYTES,
@@ -68,6 +69,8 @@ MAX_OTHER_FAILURES = 20
 MAX_KEPT_TEXT = 2000
 """Characters of a line kept for evidence (patterns see the whole line, up to 64 KiB)."""
 MAX_EVIDENCE = 10
+ENGINE_BATCH_LINES = 4096
+"""Hit lines whose engine words are looked up in one native scan (`_Analyser._engine`)."""
 
 
 # --------------------------------------------------------------------------------------------------
@@ -820,6 +823,12 @@ class _Analyser:
         engine_words = [(word.encode(), engine) for engine, words in cat.engines.items() for word in words]
         self._engine_word_owner = [engine for _, engine in engine_words]
         self._engine_finder = native_presence(tuple(word for word, _ in engine_words))
+        # the lines' engine words are looked up in batches (one native scan for many lines); the votes are only read
+        # by `engine()`, which takes in what is pending first
+        self._engine_batch = (
+            native_presence_lines(tuple(word for word, _ in engine_words)) if self._engine_finder is not None else None
+        )
+        self._engine_pending: list[str] = []
         self.engine_version: tuple[str, str] | None = None
         self.versions: list[tuple[int, str, str]] = []  # (line, engine, version) each time it changes
         self.other: list[tuple[_Incident, Event]] = []
@@ -949,14 +958,35 @@ class _Analyser:
                 self._event(Event(self.inventory_index, number, short, inv_facts))
 
     def _engine(self, raw: str) -> None:
+        if self._engine_batch is not None:
+            self._engine_pending.append(raw)
+            if len(self._engine_pending) >= ENGINE_BATCH_LINES:
+                self._flush_engine()
+            return
+        self._engine_line(raw)
+
+    def _flush_engine(self) -> None:
+        pending, self._engine_pending = self._engine_pending, []
+        found = self._engine_batch(pending) if self._engine_batch is not None and pending else None
+        if found is None:  # the native search failed, or a line held a newline: line by line
+            for raw in pending:
+                self._engine_line(raw)
+            return
+        for indices in found:
+            self._engine_vote(indices)
+
+    def _engine_vote(self, indices: set[int]) -> None:
+        owners = {self._engine_word_owner[i] for i in indices}
+        for engine in self.cat.engines:
+            if engine in owners:
+                self.engine_votes[engine] = self.engine_votes.get(engine, 0) + 1
+
+    def _engine_line(self, raw: str) -> None:
         if self._engine_finder is not None:
             # every engine's words in one native pass (a substring of the UTF-8 bytes is a substring of the text)
             found = self._engine_finder(raw.encode("utf-8", "surrogatepass"))
             if found is not None:
-                owners = {self._engine_word_owner[i] for i in found}
-                for engine in self.cat.engines:
-                    if engine in owners:
-                        self.engine_votes[engine] = self.engine_votes.get(engine, 0) + 1
+                self._engine_vote(found)
                 return
         for engine, words in self.cat.engines.items():
             if any(word in raw for word in words):
@@ -1019,6 +1049,8 @@ class _Analyser:
         return 1 if all(e.line in self.warned for e in failures) else 2
 
     def engine(self) -> str | None:
+        if self._engine_pending:
+            self._flush_engine()
         if not self.engine_votes:
             return None
         return max(

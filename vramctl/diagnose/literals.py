@@ -23,6 +23,7 @@ __all__ = [
     "KeyFinder",
     "LineFinder",
     "LineKeysFinder",
+    "LinesPresenceFinder",
     "LiteralFinder",
     "PresenceFinder",
     "native_enabled",
@@ -31,6 +32,7 @@ __all__ = [
     "native_line_finder",
     "native_line_keys",
     "native_presence",
+    "native_presence_lines",
 ]
 
 NATIVE_ENV = "VRAMCTL_NATIVE_SCAN"
@@ -408,4 +410,65 @@ def _build_presence(words: tuple[bytes, ...]) -> PresenceFinder | None:
             return None
     except Exception:
         return None
+    return finder
+
+
+LinesPresenceFinder = Callable[["list[str]"], "list[set[int]] | None"]
+"""`finder(texts)`: for each text, the indices of the phrases that occur in it (what `PresenceFinder` gives for its
+UTF-8 bytes), from one scan of the texts joined; None when the native search failed or a text holds a newline (ask
+text by text)."""
+
+_LINES_PRESENCE_CACHE: dict[tuple[bytes, ...], LinesPresenceFinder | None] = {}
+
+
+def native_presence_lines(words: tuple[bytes, ...]) -> LinesPresenceFinder | None:
+    """Which of `words` occur in each of many texts, in one native pass; or None (test text by text).
+
+    explain-oom counts, per hit line, which engines' words it holds: one scan per line costs ~3 us of call overhead,
+    thousands of times on the head of a busy server log; the lines joined by newlines are scanned at once (no phrase
+    holds a newline, so every match lies inside one line)."""
+    if not native_enabled() or not words or any(not w or b"\n" in w for w in words):
+        return None
+    if words not in _LINES_PRESENCE_CACHE:
+        _LINES_PRESENCE_CACHE[words] = _build_presence_lines(words)
+    return _LINES_PRESENCE_CACHE[words]
+
+
+def _build_presence_lines(words: tuple[bytes, ...]) -> LinesPresenceFinder | None:
+    if native_presence(words) is None:  # the same checks (package, CPU, a scan that finds its first word)
+        return None
+    try:
+        import hyperscan
+
+        db = _database(hyperscan, "presence-all", words, 0)
+    except Exception:
+        return None
+
+    def on_match(index: int, start: int, end: int, _flags: int, found: list[tuple[int, int]]) -> None:
+        found.append((end, index))
+
+    def finder(texts: list[str]) -> list[set[int]] | None:
+        if not texts:
+            return []
+        blob = "\n".join(texts).encode("utf-8", "surrogatepass")  # UTF-8 of the join: the join of each one's
+        if blob.count(b"\n") != len(texts) - 1:  # a text holding a newline: the lines would not be the texts
+            return None
+        found: list[tuple[int, int]] = []
+        try:
+            db.scan(blob, match_event_handler=on_match, context=found)
+        except Exception:
+            return None
+        out: list[set[int]] = [set() for _ in texts]
+        if not found:
+            return out
+        found.sort()
+        line = 0
+        line_end = blob.find(b"\n")
+        for end, index in found:
+            while line_end >= 0 and end > line_end:  # the match's last byte lies past this line's newline
+                line += 1
+                line_end = blob.find(b"\n", line_end + 1)
+            out[line].add(index)
+        return out
+
     return finder
