@@ -170,10 +170,10 @@ def measure(path: Path, patterns: Path, repeat: int, oom_line: int) -> dict[str,
         result = diagnose(path)
         lib_times.append(time.perf_counter() - t)
     assert result is not None
-    cli_cmd = [
+    cli_cmd = [  # what the `vramctl` script runs (`vramctl.__main__:run`)
         sys.executable,
-        "-c",
-        "from vramctl.cli.main import entry; entry()",
+        "-m",
+        "vramctl",
         "explain-oom",
         "--json",
         str(path),
