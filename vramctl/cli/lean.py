@@ -83,8 +83,35 @@ def lean_command(argv: list[str]) -> int | None:
     if sys.stdout is None:
         print("vramctl: error: standard output is closed: nowhere to write the answer", file=sys.stderr)
         return int(ExitCode.BAD_INPUT)
+    _reuse_freed_blocks()
     with handling_signals():
         return _explain_oom_json(log)
+
+
+M_TRIM_THRESHOLD = -1
+M_MMAP_THRESHOLD = -3
+"""glibc's `mallopt` parameters (malloc.h)."""
+BLOCK_HEAP_BYTES = 64 << 20
+"""Allocations up to this size come from the heap, and freed heap memory up to it is kept for reuse (`_reuse_freed_blocks`)."""
+
+
+def _reuse_freed_blocks() -> None:
+    """Let glibc reuse the memory of a freed 8 MiB block for the next one (this process only: the CLI's run).
+
+    Each block of a large log is a fresh 8 MiB `bytes` (`os.pread`); glibc serves it from new pages (mmap, or heap
+    memory it gave back on the previous free), and the kernel zeroes every page on first touch: ~46,000 page faults
+    for a 256 MiB log. Keeping freed heap memory halves them (~0.02 s of system time, docs/perf/explain-oom.md). Peak
+    memory is unchanged (the blocks alive at once are the same). A no-op where the C library is not glibc."""
+    try:
+        if not os.confstr("CS_GNU_LIBC_VERSION"):
+            return
+        import ctypes
+
+        libc = ctypes.CDLL(None)
+        libc.mallopt(M_MMAP_THRESHOLD, BLOCK_HEAP_BYTES)
+        libc.mallopt(M_TRIM_THRESHOLD, BLOCK_HEAP_BYTES)
+    except Exception:  # no confstr name, no mallopt: the default allocator settings stand
+        return
 
 
 def _explain_oom_json(log: str) -> int:
