@@ -10,6 +10,13 @@ from vramctl.core.interrupts import install_early
 
 def run() -> None:
     install_early()
+    import sys
+
+    from vramctl.cli.lean import end_run, lean_command
+
+    code = lean_command(sys.argv[1:])  # `explain-oom --json LOG` without typer's start-up; None: any other line
+    if code is not None:
+        end_run(code)
     from vramctl.cli.main import entry
 
     entry()

@@ -25,7 +25,13 @@ from hypothesis import strategies as st
 from vramctl.core.errors import BadInputError
 from vramctl.diagnose.catalogue import load_catalogue
 from vramctl.diagnose.classify import _Scanner, diagnose
-from vramctl.diagnose.literals import NATIVE_ENV, native_finder, native_key_finder
+from vramctl.diagnose.literals import (
+    NATIVE_ENV,
+    native_finder,
+    native_key_finder,
+    native_line_finder,
+    native_line_keys,
+)
 
 needs_hyperscan = pytest.mark.skipif(
     importlib.util.find_spec("hyperscan") is None,
@@ -134,6 +140,50 @@ def test_native_candidates_equal_python_generated(parts: list[str], lo_cut: int,
     assert _Scanner(cat)._candidates(data, lo, hi, cat.failure_anchors) == _literal_candidates(
         data, lo, hi, cat.failure_anchors
     )
+
+
+@needs_hyperscan
+@pytest.mark.parametrize("log", _logs(FIXTURES)[::3], ids=lambda p: str(p.relative_to(FIXTURES)))
+def test_native_line_keys_equal_line_by_line(log: Path) -> None:
+    """The key phrases of a range's candidate lines from one scan: what the per-line finder gives each line, with the
+    64 KiB cut and with a short cut that falls inside phrases."""
+    cat = load_catalogue()
+    data = _text(log)
+    per_line = native_key_finder(cat.key_words)
+    by_range = native_line_keys(cat.key_words)
+    assert per_line is not None and by_range is not None
+    lines = _literal_candidates(data, 0, len(data), cat.all_anchors)
+    for cap in (65536, 37):
+        got = by_range(data, lines, cap)
+        assert got == [per_line(data[s : min(e, s + cap)]) for s, e in lines]
+        assert by_range(data, lines[1::2], cap) == [per_line(data[s : min(e, s + cap)]) for s, e in lines[1::2]]
+
+
+@needs_hyperscan
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_native_line_finder_and_keys_on_generated_text(data: st.DataObject) -> None:
+    """Lines of key phrases, their pieces, anchors and newlines: the range finder gives the lines the per-anchor passes
+    give, and the range key scan what the per-line key finder gives each of them."""
+    cat = load_catalogue()
+    words = list(cat.key_words)
+    pieces = st.one_of(
+        st.sampled_from(words),
+        st.sampled_from(words).map(lambda w: w[: max(1, len(w) // 2)]),
+        st.sampled_from(list(cat.all_anchors)),
+        st.sampled_from([b"\n", b"\n\n", b" ", b"x", b"KV", b"rror", b"emory"]),
+    )
+    text = b"".join(data.draw(st.lists(pieces, max_size=40)))
+    lo = data.draw(st.integers(0, len(text)))
+    hi = data.draw(st.integers(lo, len(text)))
+    finder = native_line_finder(cat.all_anchors)
+    by_range = native_line_keys(cat.key_words)
+    per_line = native_key_finder(cat.key_words)
+    assert finder is not None and by_range is not None and per_line is not None
+    lines = finder(text, lo, hi)
+    assert lines == _literal_candidates(text, lo, hi, cat.all_anchors)
+    cap = data.draw(st.sampled_from([65536, 1, 9, 30]))
+    assert by_range(text, lines, cap) == [per_line(text[s : min(e, s + cap)]) for s, e in lines]
 
 
 def _diagnosis_json(path: Path) -> str:
@@ -254,6 +304,36 @@ def test_native_engine_words_equal_substring_tests(data: st.DataObject) -> None:
     found = finder(raw.encode("utf-8", "surrogatepass"))
     assert found is not None
     assert {words[i][1] for i in found} == {e for e, ws in cat.engines.items() if any(w in raw for w in ws)}
+
+
+@needs_hyperscan
+@settings(max_examples=150, deadline=None)
+@given(st.data())
+def test_native_engine_words_of_many_lines_equal_line_by_line(data: st.DataObject) -> None:
+    """The engine words of a batch of lines from one scan: what the per-line scan gives each line (empty lines,
+    non-ASCII text, words cut at a line's end included); a line holding a newline sends the batch line by line."""
+    from vramctl.diagnose.literals import native_presence, native_presence_lines
+
+    cat = load_catalogue()
+    words = tuple(w.encode() for ws in cat.engines.values() for w in ws)
+    per_line = native_presence(words)
+    batch = native_presence_lines(words)
+    assert per_line is not None and batch is not None
+    pieces = st.one_of(
+        st.sampled_from([w.decode() for w in words]),
+        st.sampled_from([w.decode()[:-1] for w in words]),
+        st.sampled_from([w.decode()[1:] for w in words]),
+        st.text(max_size=4),
+    )
+    lines = [
+        "".join(data.draw(st.lists(pieces, max_size=6))).replace("\n", " ")
+        for _ in range(data.draw(st.integers(0, 12)))
+    ]
+    got = batch(lines)
+    assert got == [per_line(x.encode("utf-8", "surrogatepass")) for x in lines]
+    if lines:
+        assert batch([*lines, "a\nb"]) is None
+
 
 
 @needs_hyperscan

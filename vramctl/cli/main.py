@@ -11,7 +11,6 @@ import errno
 import functools
 import importlib
 import os
-import signal
 import sys
 from typing import Any
 
@@ -20,6 +19,9 @@ import typer.main
 from typer.core import TyperGroup
 
 from vramctl import __version__
+from vramctl.cli.lean import MAX_ERROR_CHARS as MAX_ERROR_CHARS  # re-exported: the limit of an error line
+from vramctl.cli.lean import end_run
+from vramctl.cli.lean import one_line as _one_line
 from vramctl.core.errors import VramctlError
 from vramctl.core.exit_codes import ExitCode
 from vramctl.core.interrupts import Terminated, exit_code_for, handling_signals, raise_if_pending
@@ -98,33 +100,8 @@ def _usage_error_line(exc: typer.TyperException) -> str:
     return f"{message} (see `{command} --help`)"
 
 
-MAX_ERROR_CHARS = 2000
-"""An error line repeats the user's value; a 100,000-character argument must not make a 100 KB line."""
-
-
 def _broken_pipe(exc: BaseException | None) -> bool:
     return isinstance(exc, BrokenPipeError) or (isinstance(exc, OSError) and exc.errno == errno.EPIPE)
-
-
-def _one_line(message: str) -> str:
-    """The message as one line: a newline or carriage return from the user's token is escaped (`\\n`), a very
-    long message is cut in the middle."""
-    if any(ch in message for ch in "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"):
-        message = "".join(_escape_break(ch) for ch in message)
-    if len(message) <= MAX_ERROR_CHARS:
-        return message
-    keep = MAX_ERROR_CHARS // 2
-    return f"{message[:keep]} … ({len(message) - 2 * keep:,} characters cut) … {message[-keep:]}"
-
-
-def _escape_break(ch: str) -> str:
-    if ch == "\n":
-        return "\\n"
-    if ch == "\r":
-        return "\\r"
-    if ch in "\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029":  # str.splitlines() breaks a line at each of these
-        return ascii(ch)[1:-1]
-    return ch
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -187,22 +164,7 @@ def _run(argv: list[str] | None) -> int:
 
 
 def entry() -> None:
-    code = main()
-    if code in (128 + signal.SIGINT, 128 + signal.SIGTERM):
-        # Interrupted: what vramctl held is released and its line printed. Skip the interpreter's finalisation: an
-        # interrupt inside `import torch` leaves half-initialised extension modules whose teardown can die of the
-        # signal (exit -2) after the clean exit code was chosen.
-        for stream in (sys.stdout, sys.stderr):
-            with contextlib.suppress(Exception):
-                stream.flush()
-        os._exit(code)
-    # The run is over and what it writes is written. The interpreter's finalisation puts the default action back
-    # on every signal with a Python handler, so a SIGTERM / Ctrl-C arriving now would kill a finished run
-    # (exit -15 / -2, seen under load in CI): ignored from here, the exit code stays the run's.
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(ValueError, OSError):
-            signal.signal(signum, signal.SIG_IGN)
-    sys.exit(code)
+    end_run(main())
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ nothing defines). `classify.py` applies it; nothing here knows a particular mess
 from __future__ import annotations
 
 import ast
+import bisect
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -296,6 +297,33 @@ def _with_containing_keys(sig: Signature, cat_keys: set[str], containing: dict[s
         holders |= found
     longer = sorted(holders - own)
     return replace(sig, keys=(*sig.keys, *longer)) if longer else sig
+
+
+def _holders(cat_keys: set[str], keys: set[str]) -> dict[str, set[str]]:
+    """For each of `keys`, the catalogue keys that contain it (`{k for k in cat_keys if key in k}`), found with
+    `str.find` over the catalogue keys joined by newlines (no key holds one, so an occurrence lies inside one key):
+    ~350 finds instead of ~200,000 substring tests at start-up. Keys holding a newline (none ship) are tested one
+    by one."""
+    ordered = sorted(cat_keys)
+    blob = "\n".join(ordered)
+    starts: list[int] = []
+    pos = 0
+    for k in ordered:
+        starts.append(pos)
+        pos += len(k) + 1
+    plain = not any("\n" in k for k in ordered)
+    out: dict[str, set[str]] = {}
+    for key in keys:
+        if not plain or not key or "\n" in key:
+            out[key] = {k for k in cat_keys if key in k}
+            continue
+        found: set[str] = set()
+        i = blob.find(key)
+        while i >= 0:
+            found.add(ordered[bisect.bisect_right(starts, i) - 1])
+            i = blob.find(key, i + 1)
+        out[key] = found
+    return out
 
 
 def _expr(text: Any, where: str) -> ast.Expression:
@@ -626,7 +654,7 @@ def _load(path: Path, *, lazy: bool = False) -> Catalogue:
     # the key regex finds non-overlapping phrases (the longest at each place): a line whose longer phrase belongs to
     # another signature or a hint (`due to high memory usage`) also holds every shorter key inside it
     # (`high memory usage`), so each signature also answers to the catalogue's keys that contain one of its own
-    containing: dict[str, set[str]] = {}
+    containing = _holders(cat_keys, {key for sig in signatures for key in sig.keys})
     signatures = [_with_containing_keys(sig, cat_keys, containing) for sig in signatures]
     keys_to_signatures: dict[str, list[int]] = {}
     for index, sig in enumerate(signatures):

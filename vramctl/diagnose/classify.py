@@ -34,7 +34,14 @@ from vramctl.core.errors import BadInputError
 from vramctl.diagnose.catalogue import LABELS, PHASES, Catalogue, Fix, Signature, load_catalogue, trie_regex
 from vramctl.diagnose.facts import FactValue, convert, evaluate, fill, read_setting
 from vramctl.diagnose.fixvalues import VALUE_NOTE, complete_fixes, plain_value
-from vramctl.diagnose.literals import native_finder, native_key_finder, native_presence
+from vramctl.diagnose.literals import (
+    native_finder,
+    native_key_finder,
+    native_line_finder,
+    native_line_keys,
+    native_presence,
+    native_presence_lines,
+)
 from vramctl.diagnose.reader import (
     BINARY_SAMPLE_BYTES,
     Block,
@@ -62,6 +69,8 @@ MAX_OTHER_FAILURES = 20
 MAX_KEPT_TEXT = 2000
 """Characters of a line kept for evidence (patterns see the whole line, up to 64 KiB)."""
 MAX_EVIDENCE = 10
+ENGINE_BATCH_LINES = 4096
+"""Hit lines whose engine words are looked up in one native scan (`_Analyser._engine`)."""
 
 
 # --------------------------------------------------------------------------------------------------
@@ -319,10 +328,19 @@ class _Scanner:
         self._trie_searchers: dict[tuple[bytes, ...], Callable[..., re.Match[bytes] | None]] = {}
         # the key phrases of a candidate line in one native pass (Hyperscan) when it can run, else the trie regex
         self._key_finder = native_key_finder(cat.key_words)
+        # and of all the candidate lines of a range at once (the head, the tail, the windows: `_run`)
+        self._line_keys = native_line_keys(cat.key_words) if self._key_finder is not None else None
 
     def _candidates(self, data: bytes, lo: int, hi: int, anchors: tuple[bytes, ...]) -> list[tuple[int, int]]:
         """The lines (start, end) holding an anchor that starts at or after `lo` and ends by `hi`, in order."""
         size = len(data)
+        if len(anchors) > TRIE_MIN_ANCHORS:
+            # many anchors (the head, the tail, the windows), whose lines are dense there: every match of the range
+            # in one native pass (the same lines as the finder below, resumed after each line found)
+            line_finder = native_line_finder(anchors)
+            found_lines = line_finder(data, lo, hi) if line_finder is not None else None
+            if found_lines is not None:
+                return found_lines
         lines: list[tuple[int, int]] = []
         native = native_finder(anchors)
         if native is not None:
@@ -374,15 +392,21 @@ class _Scanner:
                 m = search(data, end + 1, hi) if end + 1 < hi else None
         return sorted(found.items())
 
-    def _keys(self, data: bytes, start: int, end: int) -> frozenset[str]:
+    def _keys(self, data: bytes, start: int, end: int, found: frozenset[str] | None = None) -> frozenset[str]:
         """The catalogue key phrases on one line (empty for most lines); a line with none but with a failure
-        anchor and one of the source inventory's phrases is handed to the inventory (`INVENTORY_KEYS`)."""
-        raw = data[start : min(end, start + 65536)]
-        keys = self._key_finder(raw) if self._key_finder is not None else None
+        anchor and one of the source inventory's phrases is handed to the inventory (`INVENTORY_KEYS`).
+        `found`: the phrases already found on the line (by `_run`'s one scan of its range)."""
+        keys = found
+        raw = None
         if keys is None:
-            keys = frozenset(m.group().decode() for m in self.cat.key_regex.finditer(raw))
+            raw = data[start : min(end, start + 65536)]
+            keys = self._key_finder(raw) if self._key_finder is not None else None
+            if keys is None:
+                keys = frozenset(m.group().decode() for m in self.cat.key_regex.finditer(raw))
         if keys or self._inventory_budget <= 0:
             return keys
+        if raw is None:
+            raw = data[start : min(end, start + 65536)]
         # (the candidate lines are those with a failure anchor, or any anchor in the head, the tail and the windows;
         # a log with a million keyless `Error` lines stops asking after INVENTORY_LOOKUPS of them)
         self._inventory_budget -= 1
@@ -403,10 +427,11 @@ class _Scanner:
         self, data: bytes, counter: _LineCounter, lo: int, hi: int, anchors: tuple[bytes, ...]
     ) -> Iterator[tuple[Hit, int]]:
         """Hits among the lines that start in [lo, hi) and contain one of `anchors`, with their end."""
-        for start, end in self._candidates(data, lo, hi, anchors):
-            if start < lo:
-                continue
-            keys = self._keys(data, start, end)
+        lines = [(start, end) for start, end in self._candidates(data, lo, hi, anchors) if start >= lo]
+        # the key phrases of all these lines from one native scan (None: line by line, as `_keys` does)
+        found = self._line_keys(data, lines, 65536) if self._line_keys is not None else None
+        for i, (start, end) in enumerate(lines):
+            keys = self._keys(data, start, end, found[i] if found is not None else None)
             if keys:
                 yield self._make(data, start, end, counter.number_at(start), keys), end
 
@@ -798,6 +823,12 @@ class _Analyser:
         engine_words = [(word.encode(), engine) for engine, words in cat.engines.items() for word in words]
         self._engine_word_owner = [engine for _, engine in engine_words]
         self._engine_finder = native_presence(tuple(word for word, _ in engine_words))
+        # the lines' engine words are looked up in batches (one native scan for many lines); the votes are only read
+        # by `engine()`, which takes in what is pending first
+        self._engine_batch = (
+            native_presence_lines(tuple(word for word, _ in engine_words)) if self._engine_finder is not None else None
+        )
+        self._engine_pending: list[str] = []
         self.engine_version: tuple[str, str] | None = None
         self.versions: list[tuple[int, str, str]] = []  # (line, engine, version) each time it changes
         self.other: list[tuple[_Incident, Event]] = []
@@ -927,14 +958,35 @@ class _Analyser:
                 self._event(Event(self.inventory_index, number, short, inv_facts))
 
     def _engine(self, raw: str) -> None:
+        if self._engine_batch is not None:
+            self._engine_pending.append(raw)
+            if len(self._engine_pending) >= ENGINE_BATCH_LINES:
+                self._flush_engine()
+            return
+        self._engine_line(raw)
+
+    def _flush_engine(self) -> None:
+        pending, self._engine_pending = self._engine_pending, []
+        found = self._engine_batch(pending) if self._engine_batch is not None and pending else None
+        if found is None:  # the native search failed, or a line held a newline: line by line
+            for raw in pending:
+                self._engine_line(raw)
+            return
+        for indices in found:
+            self._engine_vote(indices)
+
+    def _engine_vote(self, indices: set[int]) -> None:
+        owners = {self._engine_word_owner[i] for i in indices}
+        for engine in self.cat.engines:
+            if engine in owners:
+                self.engine_votes[engine] = self.engine_votes.get(engine, 0) + 1
+
+    def _engine_line(self, raw: str) -> None:
         if self._engine_finder is not None:
             # every engine's words in one native pass (a substring of the UTF-8 bytes is a substring of the text)
             found = self._engine_finder(raw.encode("utf-8", "surrogatepass"))
             if found is not None:
-                owners = {self._engine_word_owner[i] for i in found}
-                for engine in self.cat.engines:
-                    if engine in owners:
-                        self.engine_votes[engine] = self.engine_votes.get(engine, 0) + 1
+                self._engine_vote(found)
                 return
         for engine, words in self.cat.engines.items():
             if any(word in raw for word in words):
@@ -997,6 +1049,8 @@ class _Analyser:
         return 1 if all(e.line in self.warned for e in failures) else 2
 
     def engine(self) -> str | None:
+        if self._engine_pending:
+            self._flush_engine()
         if not self.engine_votes:
             return None
         return max(
