@@ -218,3 +218,17 @@ def test_gpu_reported_totals() -> None:
 )
 def test_gpus_by_torch_and_nvml_names(driver_name: str, gpu_id: str) -> None:
     assert load_gpu(driver_name).name == gpu_id
+
+
+def test_the_docs_count_the_bundled_profiles() -> None:
+    """docs/models-and-gpus.md opens with how many models and GPUs are bundled: the numbers of profiles/."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    text = (root / "docs" / "models-and-gpus.md").read_text()
+    found = re.search(r"It knows (\d+) models and (\d+) GPUs", text)
+    assert found is not None
+    models = len(list((root / "profiles" / "models").glob("*.yaml")))
+    gpus = len(list((root / "profiles" / "gpus").glob("*.yaml")))
+    assert (int(found[1]), int(found[2])) == (models, gpus)
