@@ -45,6 +45,22 @@ def _escape_break(ch: str) -> str:
     return ch
 
 
+def last_resort(exc: Exception) -> int:
+    """An exception no command answered: one line and its exit code, never a traceback. A RecursionError is bad input
+    (a JSON / YAML input nested thousands deep, from any reader); anything else is an internal error
+    (`VRAMCTL_DEBUG=1` raises it again, with its traceback)."""
+    if isinstance(exc, RecursionError):
+        print("vramctl: error: input is nested too deeply to read", file=sys.stderr)
+        return int(ExitCode.BAD_INPUT)
+    if os.environ.get("VRAMCTL_DEBUG"):
+        raise exc
+    print(
+        f"vramctl: internal error: {type(exc).__name__}: {one_line(str(exc))} (set VRAMCTL_DEBUG=1 for the traceback)",
+        file=sys.stderr,
+    )
+    return int(ExitCode.INTERNAL_ERROR)
+
+
 def end_run(code: int) -> None:
     """Exit with the run's code (the end of `vramctl.cli.main.entry`)."""
     if code in (128 + signal.SIGINT, 128 + signal.SIGTERM):
@@ -135,15 +151,6 @@ def _explain_oom_json(log: str) -> int:
         return exit_code_for(Terminated() if terminated else KeyboardInterrupt())
     except BrokenPipeError:  # the docs promise `| head` exits 0
         return 0
-    except RecursionError:
-        print("vramctl: error: input is nested too deeply to read", file=sys.stderr)
-        return int(ExitCode.BAD_INPUT)
-    except Exception as exc:  # the last line of defence: one line, never a traceback
-        if os.environ.get("VRAMCTL_DEBUG"):
-            raise
-        print(
-            f"vramctl: internal error: {type(exc).__name__}: {one_line(str(exc))} (set VRAMCTL_DEBUG=1 for the traceback)",
-            file=sys.stderr,
-        )
-        return int(ExitCode.INTERNAL_ERROR)
+    except Exception as exc:  # the last line of defence
+        return last_resort(exc)
     return int(ExitCode.OK if result.found_failure else ExitCode.NOTHING_FOUND)

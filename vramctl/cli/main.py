@@ -10,7 +10,6 @@ import contextlib
 import errno
 import functools
 import importlib
-import os
 import sys
 from typing import Any
 
@@ -20,7 +19,7 @@ from typer.core import TyperGroup
 
 from vramctl import __version__
 from vramctl.cli.lean import MAX_ERROR_CHARS as MAX_ERROR_CHARS  # re-exported: the limit of an error line
-from vramctl.cli.lean import end_run
+from vramctl.cli.lean import end_run, last_resort
 from vramctl.cli.lean import one_line as _one_line
 from vramctl.core.errors import VramctlError
 from vramctl.core.exit_codes import ExitCode
@@ -148,18 +147,8 @@ def _run(argv: list[str] | None) -> int:
             return 0
         print(f"vramctl: error: {_one_line(_usage_error_line(exc))}", file=sys.stderr)
         return int(getattr(exc, "exit_code", ExitCode.BAD_INPUT))
-    except RecursionError:
-        # A JSON / YAML input nested thousands deep reaches here from any reader: it is bad input.
-        print("vramctl: error: input is nested too deeply to read", file=sys.stderr)
-        return int(ExitCode.BAD_INPUT)
     except Exception as exc:  # the last line of defence: one line, never a traceback
-        if os.environ.get("VRAMCTL_DEBUG"):
-            raise
-        print(
-            f"vramctl: internal error: {type(exc).__name__}: {_one_line(str(exc))} (set VRAMCTL_DEBUG=1 for the traceback)",
-            file=sys.stderr,
-        )
-        return int(ExitCode.INTERNAL_ERROR)
+        return last_resort(exc)
     return result if isinstance(result, int) and not isinstance(result, bool) else 0
 
 
