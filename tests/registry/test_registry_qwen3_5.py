@@ -318,22 +318,44 @@ def test_plan_dense_wrapper_honours_mamba_ssm_dtype(
     assert d["model"]["param_count"] == sum(tensors(dense_wrapper()).values())
 
 
-def test_flag_and_text_only_checkpoints_keep_the_model_dtype(
+def test_flag_and_text_only_checkpoints_before_0_32_keep_the_model_dtype(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     folder = _write(tmp_path, dense_wrapper())
     d = _plan(capsys, folder, "--mamba-ssm-cache-dtype", "bfloat16")
     assert d["hybrid"]["state_page_bytes"] == _state_page(48, 2)
-    # Qwen3_5ForCausalLM is not in vLLM's MODELS_CONFIG_MAP: its mamba_ssm_dtype is not applied
+    # before 0.32 vramctl keeps `auto` (the model dtype) for a text-only checkpoint's mamba_ssm_dtype
     other = tmp_path / "text"
     other.mkdir()
-    d = _plan(capsys, _write(other, text_only(DENSE_TEXT, "Qwen3_5ForCausalLM")))
+    folder_text = _write(other, text_only(DENSE_TEXT, "Qwen3_5ForCausalLM"))
+    d = _plan(capsys, folder_text, "--engine-version", "0.31.0")
     assert d["hybrid"]["ssm_state_dtype_bytes"] == 2
     no_field = tmp_path / "nofield"
     no_field.mkdir()
     cfg = dense_wrapper()
     del cfg["text_config"]["mamba_ssm_dtype"]
     d = _plan(capsys, _write(no_field, cfg))
+    assert d["hybrid"]["ssm_state_dtype_bytes"] == 2
+
+
+@pytest.mark.parametrize("architecture", ["Qwen3_5ForCausalLM", "Qwen3_5MoeForCausalLM"])
+def test_text_only_checkpoints_take_mamba_ssm_dtype_from_0_32(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], architecture: str
+) -> None:
+    # vLLM 0.32.0 maps both text-only classes to Qwen3_5ForCausalLMConfig, whose hook applies the config's
+    # mamba_ssm_dtype to `--mamba-ssm-cache-dtype auto` (vllm/model_executor/models/config.py:880-887,1104-1106)
+    text = MOE_TEXT if "Moe" in architecture else DENSE_TEXT
+    folder = _write(tmp_path, text_only(text, architecture))
+    assert text["mamba_ssm_dtype"] == "float32"
+    layers = text["num_hidden_layers"]
+    for version, ssm_bytes in (("0.31.0", 2), ("0.32.0", 4), ("0.33.0", 4)):
+        d = _plan(capsys, folder, "--engine-version", version)
+        h = d["hybrid"]
+        assert h["ssm_state_dtype_bytes"] == ssm_bytes, version
+        assert h["conv_state_dtype_bytes"] == 2, version
+        assert h["state_layers"] == layers - layers // 4
+    # an explicit flag still wins
+    d = _plan(capsys, folder, "--engine-version", "0.32.0", "--mamba-ssm-cache-dtype", "bfloat16")
     assert d["hybrid"]["ssm_state_dtype_bytes"] == 2
 
 

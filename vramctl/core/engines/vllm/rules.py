@@ -72,9 +72,19 @@ runpod-workers/worker-vllm#279 and verl-project/verl#5381); older versions are r
 
 QWEN3_5_SSM_DTYPE_ARCHITECTURES = ("Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration")
 """MODELS_CONFIG_MAP entries of `Qwen3_5ForConditionalGenerationConfig` (vllm/model_executor/models/config.py):
-`verify_and_update_config` turns `--mamba-ssm-cache-dtype auto` into the HF text config's `mamba_ssm_dtype`. A
-text-only `Qwen3_5ForCausalLM` checkpoint is not in the map and keeps `auto`. Assumed present from
-QWEN3_5_MIN_VLLM (the first release that has it is not pinned)."""
+`verify_and_update_config` turns `--mamba-ssm-cache-dtype auto` into the HF text config's `mamba_ssm_dtype`.
+Assumed present from QWEN3_5_MIN_VLLM (the first release that has it is not pinned)."""
+
+QWEN3_5_TEXT_SSM_DTYPE_ARCHITECTURES = ("Qwen3_5ForCausalLM", "Qwen3_5MoeForCausalLM")
+"""The text-only classes, mapped to `Qwen3_5ForCausalLMConfig` (a subclass that runs the same `mamba_ssm_dtype`
+hook, then drops the M-RoPE fields) in vllm/model_executor/models/config.py:880-887,1104-1106@0.32.0; the engine
+tier's `qwen3-5-ssm-dtype-from-config` case (docs/engine-check.md) shows the running 0.32.0 applying it. They
+arrived with their registration (vllm-project/vllm#50210, merged 2026-07-29); the first release carrying it is
+not pinned, so the hook is applied from QWEN3_5_TEXT_SSM_DTYPE_MIN_VLLM, the version read, and older versions
+keep `auto`."""
+
+QWEN3_5_TEXT_SSM_DTYPE_MIN_VLLM: tuple[int, int, int] = (0, 32, 0)
+"""See QWEN3_5_TEXT_SSM_DTYPE_ARCHITECTURES."""
 
 
 def resolve_version(version: str | None) -> str:
@@ -506,10 +516,14 @@ def default_mamba_ssm_cache_dtype(architecture: str, config_ssm_dtype: str | Non
     registered for NemotronHForCausalLM) replaces `auto` with the HF config's `mamba_ssm_cache_dtype`, else
     DEFAULT_MAMBA_SSM_CACHE_DTYPE = "float32" ("Only `float32` is known to have no accuracy issues by default");
     from 0.12 (`VllmRules.nemotron_ssm_float32`). Qwen3.5 VL checkpoints: the text config's `mamba_ssm_dtype`
-    (`QWEN3_5_SSM_DTYPE_ARCHITECTURES`), else `auto`.
+    (`QWEN3_5_SSM_DTYPE_ARCHITECTURES`), else `auto`; text-only ones the same from 0.32
+    (`QWEN3_5_TEXT_SSM_DTYPE_ARCHITECTURES`).
     """
     if architecture.startswith("NemotronH") and rules_for(version).nemotron_ssm_float32:
         return config_ssm_dtype or "float32"
-    if architecture in QWEN3_5_SSM_DTYPE_ARCHITECTURES and parse_version(version) >= QWEN3_5_MIN_VLLM:
+    v = parse_version(version)
+    if (architecture in QWEN3_5_SSM_DTYPE_ARCHITECTURES and v >= QWEN3_5_MIN_VLLM) or (
+        architecture in QWEN3_5_TEXT_SSM_DTYPE_ARCHITECTURES and v >= QWEN3_5_TEXT_SSM_DTYPE_MIN_VLLM
+    ):
         return config_ssm_dtype or "auto"  # Qwen3_5ForConditionalGenerationConfig.verify_and_update_config
     return "auto"
