@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 __all__ = [
     "NATIVE_ENV",
@@ -44,6 +44,9 @@ in `data[lo:hi]`, or -1."""
 
 _CACHE: dict[tuple[bytes, ...], LiteralFinder | None] = {}
 
+F = TypeVar("F")
+"""A finder's type (`_memoised`)."""
+
 FIRST_WINDOW = 16 << 10
 MAX_WINDOW = 4 << 20
 """The scan windows of `native_finder`: the first one, and the largest they double to."""
@@ -54,13 +57,39 @@ def native_enabled() -> bool:
     return os.environ.get(NATIVE_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
 
 
+def _memoised(
+    cache: dict[tuple[bytes, ...], F | None],
+    words: tuple[bytes, ...],
+    build: Callable[[tuple[bytes, ...]], F | None],
+    *,
+    per_line: bool,
+) -> F | None:
+    """`build(words)`, made once per word set; None where the native search may not run: turned off, no words, an
+    empty word, or (`per_line`: a finder whose matches are turned into lines) a word holding a newline."""
+    if not native_enabled() or not words or any(not w or (per_line and b"\n" in w) for w in words):
+        return None
+    if words not in cache:
+        cache[words] = build(words)
+    return cache[words]
+
+
+def _native_database(
+    kind: str, words: tuple[bytes, ...], *, single_match: bool = False
+) -> tuple[Any, Any] | None:
+    """(the hyperscan module, a database of `words`), or None: the package is missing, the CPU unsupported
+    (ArchitectureError) or the library cannot load; the caller's pure-Python fallback runs then."""
+    try:
+        import hyperscan
+
+        flags = hyperscan.HS_FLAG_SINGLEMATCH if single_match else 0
+        return hyperscan, _database(hyperscan, kind, words, flags)
+    except Exception:
+        return None
+
+
 def native_finder(anchors: tuple[bytes, ...]) -> LiteralFinder | None:
     """A one-pass finder for `anchors`, or None (use the pure-Python passes). Built once per anchor set."""
-    if not native_enabled() or not anchors or any(not a or b"\n" in a for a in anchors):
-        return None
-    if anchors not in _CACHE:
-        _CACHE[anchors] = _build(anchors)
-    return _CACHE[anchors]
+    return _memoised(_CACHE, anchors, _build, per_line=True)
 
 
 def _database(hyperscan: Any, kind: str, words: tuple[bytes, ...], flags: int) -> Any:
@@ -118,15 +147,11 @@ def _first_end(anchors: tuple[bytes, ...], data: bytes, lo: int, hi: int) -> int
 
 
 def _build(anchors: tuple[bytes, ...]) -> LiteralFinder | None:
-    try:
-        import hyperscan
-    except ImportError:
+    native = _native_database("lines", anchors)
+    if native is None:
         return None
-    try:
-        db = _database(hyperscan, "lines", anchors, 0)
-        terminated = hyperscan.ScanTerminated
-    except Exception:  # an unsupported CPU (ArchitectureError) or a library that cannot load: the fallback runs
-        return None
+    hyperscan, db = native
+    terminated = hyperscan.ScanTerminated
     # per-call state goes through the scan's context (no shared list: a finder may be called from several threads)
     def on_match(_id: int, _start: int, end: int, _flags: int, found: list[int]) -> bool:
         found.append(end)
@@ -189,22 +214,16 @@ def native_line_finder(anchors: tuple[bytes, ...]) -> LineFinder | None:
     of its lines hold one of the 190 anchors). This one takes every match of the range in one scan (20,800 matches
     of the head in ~5 ms) and turns them into lines: the same lines, since a line is found exactly when it holds a
     match lying wholly in the range."""
-    if not native_enabled() or not anchors or any(not a or b"\n" in a for a in anchors):
-        return None
-    if anchors not in _LINE_CACHE:
-        _LINE_CACHE[anchors] = _build_lines(anchors)
-    return _LINE_CACHE[anchors]
+    return _memoised(_LINE_CACHE, anchors, _build_lines, per_line=True)
 
 
 def _build_lines(anchors: tuple[bytes, ...]) -> LineFinder | None:
     if native_finder(anchors) is None:  # the same checks (package, CPU, a scan that finds its first word)
         return None
-    try:
-        import hyperscan
-
-        db = _database(hyperscan, "lines", anchors, 0)
-    except Exception:
+    native = _native_database("lines", anchors)
+    if native is None:
         return None
+    _, db = native
 
     def on_match(_id: int, _start: int, end: int, _flags: int, found: list[int]) -> None:
         found.append(end)
@@ -243,22 +262,14 @@ _NO_KEYS: frozenset[str] = frozenset()
 
 def native_key_finder(words: tuple[bytes, ...]) -> KeyFinder | None:
     """A one-pass finder of which of `words` (literal phrases) a line holds, or None (use the regex)."""
-    if not native_enabled() or not words or any(not w for w in words):
-        return None
-    if words not in _KEY_CACHE:
-        _KEY_CACHE[words] = _build_keys(words)
-    return _KEY_CACHE[words]
+    return _memoised(_KEY_CACHE, words, _build_keys, per_line=False)
 
 
 def _build_keys(words: tuple[bytes, ...]) -> KeyFinder | None:
-    try:
-        import hyperscan
-    except ImportError:
+    native = _native_database("keys", words)
+    if native is None:
         return None
-    try:
-        db = _database(hyperscan, "keys", words, 0)
-    except Exception:
-        return None
+    _, db = native
     lens = [len(w) for w in words]
     texts = [w.decode("utf-8", "replace") for w in words]
     def on_match(index: int, _start: int, end: int, _flags: int, found: list[tuple[int, int, int]]) -> None:
@@ -308,22 +319,16 @@ def native_line_keys(words: tuple[bytes, ...]) -> LineKeysFinder | None:
     One scan per candidate line costs ~3 us of call overhead whatever the line's length: on the head of a busy server
     log (thousands of candidate lines, most with no key phrase at all) the scans of the whole range at once find the
     same phrases for a fraction of it. None where a phrase holds a newline (a match could then span two lines)."""
-    if not native_enabled() or not words or any(not w or b"\n" in w for w in words):
-        return None
-    if words not in _LINE_KEYS_CACHE:
-        _LINE_KEYS_CACHE[words] = _build_line_keys(words)
-    return _LINE_KEYS_CACHE[words]
+    return _memoised(_LINE_KEYS_CACHE, words, _build_line_keys, per_line=True)
 
 
 def _build_line_keys(words: tuple[bytes, ...]) -> LineKeysFinder | None:
     if native_key_finder(words) is None:  # the same checks (package, CPU, a scan that finds its first word)
         return None
-    try:
-        import hyperscan
-
-        db = _database(hyperscan, "keys", words, 0)
-    except Exception:
+    native = _native_database("keys", words)
+    if native is None:
         return None
+    _, db = native
     lens = [len(w) for w in words]
     texts = [w.decode("utf-8", "replace") for w in words]
 
@@ -377,23 +382,16 @@ _PRESENCE_CACHE: dict[tuple[bytes, ...], PresenceFinder | None] = {}
 
 def native_presence(words: tuple[bytes, ...]) -> PresenceFinder | None:
     """A one-pass test of which of `words` occur in a text, or None (test each with `in`)."""
-    if not native_enabled() or not words or any(not w for w in words):
-        return None
-    if words not in _PRESENCE_CACHE:
-        _PRESENCE_CACHE[words] = _build_presence(words)
-    return _PRESENCE_CACHE[words]
+    return _memoised(_PRESENCE_CACHE, words, _build_presence, per_line=False)
 
 
 def _build_presence(words: tuple[bytes, ...]) -> PresenceFinder | None:
-    try:
-        import hyperscan
-    except ImportError:
+    # one report per phrase and scan: all that is asked is whether it occurs
+    native = _native_database("presence", words, single_match=True)
+    if native is None:
         return None
-    try:
-        # one report per phrase and scan: all that is asked is whether it occurs
-        db = _database(hyperscan, "presence", words, hyperscan.HS_FLAG_SINGLEMATCH)
-    except Exception:
-        return None
+    _, db = native
+
     def on_match(index: int, _start: int, _end: int, _flags: int, found: set[int]) -> None:
         found.add(index)
 
@@ -427,22 +425,16 @@ def native_presence_lines(words: tuple[bytes, ...]) -> LinesPresenceFinder | Non
     explain-oom counts, per hit line, which engines' words it holds: one scan per line costs ~3 us of call overhead,
     thousands of times on the head of a busy server log; the lines joined by newlines are scanned at once (no phrase
     holds a newline, so every match lies inside one line)."""
-    if not native_enabled() or not words or any(not w or b"\n" in w for w in words):
-        return None
-    if words not in _LINES_PRESENCE_CACHE:
-        _LINES_PRESENCE_CACHE[words] = _build_presence_lines(words)
-    return _LINES_PRESENCE_CACHE[words]
+    return _memoised(_LINES_PRESENCE_CACHE, words, _build_presence_lines, per_line=True)
 
 
 def _build_presence_lines(words: tuple[bytes, ...]) -> LinesPresenceFinder | None:
     if native_presence(words) is None:  # the same checks (package, CPU, a scan that finds its first word)
         return None
-    try:
-        import hyperscan
-
-        db = _database(hyperscan, "presence-all", words, 0)
-    except Exception:
+    native = _native_database("presence-all", words)
+    if native is None:
         return None
+    _, db = native
 
     def on_match(index: int, start: int, end: int, _flags: int, found: list[tuple[int, int]]) -> None:
         found.append((end, index))
