@@ -145,30 +145,21 @@ def sglang_only_result(
     the activation reserve and the graphs; the CUDA context is charged to the static part, since
     `profile_max_num_token` subtracts `total × (1 − mfs)` from the memory free after loading)."""
     ep = sglang_engine_plan(sgp, model, fallback_len=record.max_model_len)
-    base = PlanResult(
+    # the headline numbers in SGLang's semantics; no utilisation table, uncertainty band, edges or vLLM hybrid
+    # section (PlanResult's defaults): SGLang sizes its pool from free memory it measures, and its state pool is
+    # under `sglang.mamba` and its ledger's mamba_state term
+    result = PlanResult(
         model=model,
         gpu=gpu,
         settings=record,
         **engine_plan_fields(ep),
+        explanations=ep.notes,
+        warnings=ep.warnings,
         outside_budget_bytes=ep.ledger.bytes_of(ACTIVATION_PEAK) + ep.ledger.bytes_of(CUDA_GRAPH),
         binding_stage=0,
         sglang=sgp,
     )
-    return _sglang_top_level(base, sgp)
-
-
-def _sglang_top_level(result: PlanResult, sgp: SglangPlan) -> PlanResult:
-    """`--engine sglang`: the headline numbers in SGLang's semantics (its ledger, pool, verdict)."""
-    top = result.with_engine_plan(sglang_engine_plan(sgp, result.model, fallback_len=result.max_model_len))
-    return replace(
-        top,
-        utilization_table=(),
-        kv_cache_uncertainty_bytes=0,  # SGLang sizes its pool from free memory it measures: no band to carry
-        pessimistic=None,
-        optimistic=None,
-        hybrid=None,  # SGLang's state pool is under `sglang.mamba` and its ledger's mamba_state term
-        settings_json=sglang_settings_json(sgp, result),
-    )
+    return replace(result, settings_json=sglang_settings_json(sgp, result))
 
 
 def sglang_settings_json(sgp: SglangPlan, result: PlanResult) -> dict[str, Any]:
