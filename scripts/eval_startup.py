@@ -131,6 +131,16 @@ def compare(log: Path, plan: dict[str, Any], model: str | None = None) -> dict[s
     return out
 
 
+def _print_errors(errors: list[tuple[float, str]], ids: set[str], what: str, unit: str) -> None:
+    """One line: the median and the worst (with its point) of the errors of the points in `ids`."""
+    mine = [(e, pid) for e, pid in errors if pid in ids]
+    if not mine:
+        return
+    worst = max(mine)
+    median = statistics.median([e for e, _ in mine])
+    print(f"   {what.format(n=len(mine))}: median {unit.format(median)}, worst {unit.format(worst[0])} ({worst[1]})")
+
+
 def _summary(
     split: str,
     ids: set[str],
@@ -147,21 +157,8 @@ def _summary(
         f"({by_source[REGISTRY]} from the registry, {by_source[CONFIG_FOLDER]} from a config.json folder), "
         f"{len(unplanned)} not planned"
     )
-    kv = [(e, pid) for e, pid in kv_err if pid in ids]
-    if kv:
-        vals = [e for e, _ in kv]
-        worst = max(kv)
-        print(
-            f"   KV cache |error| on {len(vals)} planned with a logged KV: median {statistics.median(vals):.2f} GiB, "
-            f"worst {worst[0]:.2f} GiB ({worst[1]})"
-        )
-    w = [(e, pid) for e, pid in w_err if pid in ids]
-    if w:
-        vals = [e for e, _ in w]
-        worst = max(w)
-        print(
-            f"   weights |error| on {len(vals)}: median {statistics.median(vals):.1f} %, worst {worst[0]:.1f} % ({worst[1]})"
-        )
+    _print_errors(kv_err, ids, "KV cache |error| on {n} planned with a logged KV", "{:.2f} GiB")
+    _print_errors(w_err, ids, "weights |error| on {n}", "{:.1f} %")
     for line in unplanned:
         print("     " + line)
 
