@@ -202,3 +202,24 @@ def test_held_out_sets_are_disjoint() -> None:
             assert url not in seen, f"{url} is in {seen.get(url)} and {name}"
             seen[url] = name
 
+
+def test_the_dev6_label_file_is_a_valid_development_set() -> None:
+    """dev6: known labels and phases, labels and sources only, odd thread numbers, no thread of any other label file."""
+    from vramctl.diagnose.inventory import LABELS, PHASES
+
+    folder = ROOT / "tests" / "fixtures" / "oom_eval"
+    cases = yaml.safe_load((folder / "dev6.yaml").read_text())["cases"]
+    assert len(cases) >= 30
+    urls = [case["source"]["url"] for case in cases]
+    assert len(set(urls)) == len(urls), "one log per thread"
+    for case in cases:
+        assert set(case) <= {"id", "source", "engine", "phase", "root_cause", "confidence"}, case["id"]
+        assert case["root_cause"] in (*LABELS, "no-failure"), case["id"]
+        assert case["phase"] in PHASES, case["id"]
+        assert case["confidence"] in ("high", "medium", "low"), case["id"]
+        assert case["source"]["number"] % 2 == 1, "even thread numbers belong to held-out sets"
+    others: set[str] = set()
+    for path in folder.glob("*.yaml"):
+        if path.name != "dev6.yaml":
+            others |= {c["source"]["url"] for c in yaml.safe_load(path.read_text())["cases"]}
+    assert not others & set(urls)
