@@ -90,3 +90,25 @@ def test_compare_plan_from_free_memory_only(tmp_path: Path, capsys: pytest.Captu
     assert code == 0, out
     notes = json.loads(out)["comparison"]["notes"]
     assert "only free memory (78.60 GiB" in notes[0] and "--gpu" in notes[0]
+
+
+def test_compare_plan_from_free_memory_after_loading(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # A log without the `Load weight begin` line (cut, or a wrapper that starts later): SGLang's `mem usage` is
+    # before − after (model_runner.py load_model), so after + usage is the free memory before the weights.
+    log = tmp_path / "sglang.log"
+    log.write_text(
+        "[2026-01-05 10:00:00] server_args=ServerArgs(model_path='meta-llama/Meta-Llama-3-8B-Instruct', "
+        "mem_fraction_static=0.88, tp_size=1)\n"
+        "[2026-01-05 10:00:15 TP0] Load weight end. type=LlamaForCausalLM, dtype=torch.bfloat16, "
+        "avail mem=63.55 GB, mem usage=15.05 GB.\n"
+        "[2026-01-05 10:00:16 TP0] KV Cache is allocated. #tokens: 430000, K size: 26.24 GB, V size: 26.24 GB\n"
+    )
+    code = main(["read-log", str(log), "--compare-plan", "--json"])
+    out, _err = capsys.readouterr()
+    assert code == 0, out
+    notes = json.loads(out)["comparison"]["notes"]
+    assert "only free memory (78.60 GiB before loading: SGLang's avail mem after loading + its mem usage)" in notes[0]
+    log.write_text(log.read_text().replace(", mem usage=15.05 GB", ""))  # no usage: no total to plan on
+    code = main(["read-log", str(log), "--compare-plan", "--json"])
+    _out, err = capsys.readouterr()
+    assert code == 2 and "does not print the device total" in err

@@ -91,8 +91,8 @@ def _compare(
         gpu = load_gpu(gpu_name)
     elif report.capacity_bytes is not None:
         gpu = gpu_from_capacity(report.capacity_bytes)
-    elif (free := report.facts.get("load_begin_avail")) is not None:
-        gpu, note = _card_holding(int(free.value))
+    elif (free := _free_before_loading(report)) is not None:
+        gpu, note = _card_holding(*free)
     else:
         raise BadInputError(
             "--compare-plan: the log does not print the device total; pass --gpu NAME or --gpu-memory SIZE"
@@ -118,23 +118,33 @@ FREE_ONLY_SLACK_BYTES = 6 << 30
 """A card whose total exceeds the logged free memory by at most this (CUDA context, other processes)."""
 
 
-def _card_holding(free_bytes: int) -> tuple[Any, str]:
-    """The device for a log that prints only free memory (SGLang's `Load weight begin. avail mem=X GB`): the
-    bundled card with the smallest total at or above it (within 6 GiB), else a card of that free size."""
+def _free_before_loading(report: StartupReport) -> tuple[int, str] | None:
+    """SGLang's free memory before the weights load, and how it was read: `Load weight begin. avail mem=X GB`,
+    else `Load weight end. ... avail mem=A GB, mem usage=U GB` as A + U (sglang model_runner.py load_model:
+    `weight_load_mem_usage = before_avail_memory - after_avail_memory`, so the sum is the free memory before)."""
+    if (begin := report.facts.get("load_begin_avail")) is not None:
+        return int(begin.value), "before loading, SGLang's avail mem"
+    end, usage = report.facts.get("load_end_avail"), report.facts.get("load_mem_usage")
+    if end is None or usage is None:
+        return None
+    return int(end.value) + int(usage.value), "before loading: SGLang's avail mem after loading + its mem usage"
+
+
+def _card_holding(free_bytes: int, how: str) -> tuple[Any, str]:
+    """The device for a log that prints only free memory (`_free_before_loading`): the bundled card with the
+    smallest total at or above it (within 6 GiB), else a card of that free size."""
     from vramctl.registry import gpu_from_capacity, list_gpus
 
     fits = [g for g in list_gpus() if free_bytes <= g.cuda_total_bytes <= free_bytes + FREE_ONLY_SLACK_BYTES]
-    free_gib = free_bytes / 2**30
+    said = f"the log shows only free memory ({free_bytes / 2**30:.2f} GiB {how})"
     if fits:
         card = min(fits, key=lambda g: (g.cuda_total_bytes, g.name))
         return card, (
-            f"the log shows only free memory ({free_gib:.2f} GiB before loading, SGLang's avail mem); planned on "
-            f"{card.name} ({card.cuda_total_bytes / 2**30:.2f} GiB), the smallest bundled card that holds it; "
-            "pass --gpu or --gpu-memory to choose"
+            f"{said}; planned on {card.name} ({card.cuda_total_bytes / 2**30:.2f} GiB), the smallest bundled card "
+            "that holds it; pass --gpu or --gpu-memory to choose"
         )
     return gpu_from_capacity(free_bytes), (
-        f"the log shows only free memory ({free_gib:.2f} GiB before loading, SGLang's avail mem); planned with it "
-        "as the device total; pass --gpu or --gpu-memory to choose"
+        f"{said}; planned with it as the device total; pass --gpu or --gpu-memory to choose"
     )
 
 
