@@ -1216,6 +1216,8 @@ def _names(
     if marker is not None and marker.phase is not None:
         names["marker_" + marker.phase.replace("-", "_")] = True
     names["engine_known"] = engine is not None
+    if engine is not None:
+        names["engine_" + engine] = True  # the engine decides whose memory model applies (LMDeploy's TurboMind)
     return names
 
 
@@ -1653,7 +1655,8 @@ def _no_failure(an: _Analyser, stats: ScanStats, warnings: list[str], source: st
     # says nothing of how the run went
     if not stats.lines or last is None:
         confidence = "low"
-    elif reached in ("serving", "graph-capture") or any(m.phase == "serving" for m in an.markers[-20:]):
+    # (a capture that FINISHED counts; one that only started may end in its OOM, the last start-up allocation)
+    elif last.done == "graph-capture" or reached == "serving" or any(m.phase == "serving" for m in an.markers[-20:]):
         confidence = "high"
     else:
         confidence = "medium"
