@@ -151,3 +151,34 @@ def test_a_log_that_stops_inside_graph_capture_is_not_a_sure_no_failure() -> Non
         ]
     )
     assert diagnose_text(served).confidence == "high"
+
+
+# ---------------------------------------------------------------- a fix's flag as the engine spells it
+
+
+def test_vllm_spelled_flags_are_not_offered_to_engines_that_do_not_take_them() -> None:
+    # TGI's launcher has --max-total-tokens / --max-batch-prefill-tokens, not vLLM's --max-model-len
+    # (launcher/src/main.rs); a fix written for any engine must not hand it vLLM's flag
+    tgi = "\n".join(
+        [
+            '2024-01-02T03:04:05.000000Z  INFO text_generation_launcher: Args { model_id: "demo/demo-13b", '
+            "max_input_length: 4000, max_total_tokens: 4096, max_batch_prefill_tokens: 4096 }",
+            "2024-01-02T03:09:05.000000Z ERROR text_generation_launcher: Request failed during generation: "
+            "Server error: CUDA out of memory. Tried to allocate 2.00 GiB",
+        ]
+    )
+    d = diagnose_text(tgi)
+    assert d.cause not in ("not-oom", "no-failure")
+    flags = [f.flag for f in d.fixes]
+    assert "--max-model-len" not in flags and "--tensor-parallel-size" not in flags
+    assert any(f.flag and f.value is not None for f in d.fixes)  # its own flag, with a number, stays
+
+
+def test_vllm_keeps_its_own_spelling() -> None:
+    from vramctl.diagnose.fixvalues import foreign_flag
+
+    assert not foreign_flag("--max-model-len", "vllm")
+    assert not foreign_flag("--max-model-len", None)  # no engine named: vLLM's spelling is the default
+    assert foreign_flag("--max-model-len", "sglang")  # SGLang: --context-length
+    assert not foreign_flag("--quantization", "sglang")  # SGLang has --quantization too
+    assert foreign_flag("--tensor-parallel-size", "lmdeploy")  # LMDeploy: --tp

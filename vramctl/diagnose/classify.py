@@ -33,7 +33,7 @@ from typing import Any, BinaryIO, cast
 from vramctl.core.errors import BadInputError
 from vramctl.diagnose.catalogue import LABELS, PHASES, Catalogue, Fix, Signature, load_catalogue, trie_regex
 from vramctl.diagnose.facts import FactValue, convert, evaluate, fill, read_setting
-from vramctl.diagnose.fixvalues import VALUE_NOTE, complete_fixes, plain_value
+from vramctl.diagnose.fixvalues import VALUE_NOTE, complete_fixes, foreign_flag, plain_value
 from vramctl.diagnose.literals import (
     native_finder,
     native_key_finder,
@@ -1260,6 +1260,10 @@ def _apply_fix(fix: Fix, names: Mapping[str, Any], engine: str | None) -> FixAdv
             return None
     if value_text is not None:
         value_text = plain_value(value_text)
+    if fix.engine is None and foreign_flag(flag, engine):
+        # a fix written for any engine, in vLLM's spelling, on a log from an engine whose CLI spells it otherwise:
+        # the advice stands without a flag it would not take (its own fix rows offer its own flag and number)
+        flag, value_text = None, None
     return FixAdvice(action=action, flag=flag, value=value_text, reason=reason)
 
 
