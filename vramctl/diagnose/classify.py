@@ -33,7 +33,7 @@ from typing import Any, BinaryIO, cast
 from vramctl.core.errors import BadInputError
 from vramctl.diagnose.catalogue import LABELS, PHASES, Catalogue, Fix, Signature, load_catalogue, trie_regex
 from vramctl.diagnose.facts import FactValue, convert, evaluate, fill, read_setting
-from vramctl.diagnose.fixvalues import VALUE_NOTE, complete_fixes, plain_value
+from vramctl.diagnose.fixvalues import VALUE_NOTE, complete_fixes, foreign_flag, plain_value
 from vramctl.diagnose.literals import (
     native_finder,
     native_key_finder,
@@ -1216,6 +1216,8 @@ def _names(
     if marker is not None and marker.phase is not None:
         names["marker_" + marker.phase.replace("-", "_")] = True
     names["engine_known"] = engine is not None
+    if engine is not None:
+        names["engine_" + engine] = True  # the engine decides whose memory model applies (LMDeploy's TurboMind)
     return names
 
 
@@ -1258,6 +1260,10 @@ def _apply_fix(fix: Fix, names: Mapping[str, Any], engine: str | None) -> FixAdv
             return None
     if value_text is not None:
         value_text = plain_value(value_text)
+    if fix.engine is None and foreign_flag(flag, engine):
+        # a fix written for any engine, in vLLM's spelling, on a log from an engine whose CLI spells it otherwise:
+        # the advice stands without a flag it would not take (its own fix rows offer its own flag and number)
+        flag, value_text = None, None
     return FixAdvice(action=action, flag=flag, value=value_text, reason=reason)
 
 
@@ -1653,7 +1659,8 @@ def _no_failure(an: _Analyser, stats: ScanStats, warnings: list[str], source: st
     # says nothing of how the run went
     if not stats.lines or last is None:
         confidence = "low"
-    elif reached in ("serving", "graph-capture") or any(m.phase == "serving" for m in an.markers[-20:]):
+    # (a capture that FINISHED counts; one that only started may end in its OOM, the last start-up allocation)
+    elif last.done == "graph-capture" or reached == "serving" or any(m.phase == "serving" for m in an.markers[-20:]):
         confidence = "high"
     else:
         confidence = "medium"

@@ -66,6 +66,8 @@ class FactRecord:
         else:
             out["phase_" + self.phase.replace("-", "_")] = True
         out["engine_known"] = self.engine is not None
+        if self.engine is not None:
+            out["engine_" + self.engine] = True
         total = out.get("total_bytes")
         if isinstance(total, int) and total > 0:
             for fact, pct in (

@@ -193,7 +193,7 @@ def _eval(node: ast.expr, names: Mapping[str, Any]) -> Any:
             raise _Unknown(node.id)
         if node.id in _CONSTANTS:
             return _CONSTANTS[node.id]
-        if node.id.startswith(("hint_", "phase_", "cause_")) or node.id == "engine_known":
+        if node.id.startswith(("hint_", "phase_", "cause_", "engine_")):
             return False
         raise _Unknown(node.id)
     if isinstance(node, ast.BinOp):

@@ -37,7 +37,57 @@ from typing import Any
 
 from vramctl.diagnose.facts import compile_expression, evaluate, fill
 
-__all__ = ["NUMERIC_FIXES", "NumericFix", "complete_fixes", "is_numeric_value", "plain_value"]
+__all__ = ["NUMERIC_FIXES", "NumericFix", "complete_fixes", "foreign_flag", "is_numeric_value", "plain_value"]
+
+
+# vLLM's spellings of its flags. A fix written without an engine uses them (vLLM's, and vLLM's under a framework that
+# embeds it); an engine with its own command line does not take them, and its own rows below offer its own flag.
+_VLLM_FLAGS = frozenset(
+    {
+        "--max-model-len",
+        "--gpu-memory-utilization",
+        "--max-num-seqs",
+        "--max-num-batched-tokens",
+        "--enforce-eager",
+        "--tensor-parallel-size",
+        "--pipeline-parallel-size",
+        "--quantization",
+        "--swap-space",
+        "--kv-cache-memory-bytes",
+        "--limit-mm-per-prompt",
+        "--cpu-offload-gb",
+    }
+)
+# Per engine, the vLLM spellings its CLI does not accept: SGLang python/sglang/srt/server_args.py (v0.5.x) spells them
+# --context-length, --mem-fraction-static, --max-running-requests, --chunked-prefill-size, --disable-cuda-graph (it
+# has --quantization, --tp-size and --cpu-offload-gb); LMDeploy lmdeploy/cli/utils.py ArgumentHelper (--session-len,
+# --tp, --cache-max-entry-count, --max-batch-size, --model-format), TGI launcher/src/main.rs (--max-total-tokens,
+# --num-shard, --quantize, --cuda-memory-fraction), llama.cpp common/arg.cpp (-c, -ngl, --tensor-split), ExLlamaV2 and
+# TensorRT-LLM's trtllm-build (--tp_size, --max_seq_len) take none of them.
+_FOREIGN_FLAGS: dict[str, frozenset[str]] = {
+    "sglang": frozenset(
+        {
+            "--max-model-len",
+            "--gpu-memory-utilization",
+            "--max-num-seqs",
+            "--max-num-batched-tokens",
+            "--enforce-eager",
+            "--swap-space",
+            "--kv-cache-memory-bytes",
+            "--limit-mm-per-prompt",
+        }
+    ),
+    "lmdeploy": _VLLM_FLAGS,
+    "tgi": _VLLM_FLAGS,
+    "llamacpp": _VLLM_FLAGS,
+    "exllamav2": _VLLM_FLAGS,
+    "trtllm": _VLLM_FLAGS,
+}
+
+
+def foreign_flag(flag: str | None, engine: str | None) -> bool:
+    """True when `flag` is vLLM's spelling and the log's engine has its own command line without it."""
+    return flag is not None and engine is not None and flag in _FOREIGN_FLAGS.get(engine, frozenset())
 
 
 @dataclass(frozen=True, slots=True)
