@@ -39,10 +39,11 @@ from vramctl.registry._fields import (
     get_opt_int,
     get_str_list,
 )
+from vramctl.registry._legacy_layouts import LEGACY_TYPES, legacy_layout
 from vramctl.registry.vision_towers import vision_tower_params
 
 # model_type → defaults of its transformers config class where config.json may omit the field.
-_TIED_BY_DEFAULT = {"gemma", "gemma2", "gemma3", "gemma3_text", "opt", "gpt2", "bloom"}
+_TIED_BY_DEFAULT = {"gemma", "gemma2", "gemma3", "gemma3_text", "opt", "gpt2", "bloom", "falcon"}
 MAX_PARAMS = 10**15
 """1,000 T parameters: 1,000 × the largest checkpoint (Kimi-K2: 1.03 T); more means a corrupt field, and byte
 counts past it no longer convert to float."""
@@ -70,7 +71,7 @@ _QK_NORM_FLAG = {"glm4_moe": False, "cohere": True}
 (heads, head_dim) / (kv_heads, head_dim) for Cohere (commandr.py LayerNorm(param_shape=...)); value = whole."""
 _FOUR_NORMS = {"gemma2", "gemma3", "gemma3_text", "glm4"}
 """Pre + post norms around attention and MLP (GLM-4-0414: post_self_attn_layernorm, post_mlp_layernorm)."""
-_ONE_NORM = {"cohere", "cohere2", "gptj"}
+_ONE_NORM = {"cohere", "cohere2"}
 """One input_layernorm feeding attention and MLP in parallel (vLLM commandr.py CohereDecoderLayer)."""
 _NO_OUT_BIAS = {"glm4", "glm4_moe"}
 """`attention_bias` adds q/k/v biases only; o_proj has none (vLLM glm4.py, glm4_moe.py RowParallelLinear bias=False)."""
@@ -119,34 +120,6 @@ _CHATGLM_NAMES = {
     "kv_channels": "head_dim",
     "padded_vocab_size": "vocab_size",
 }
-
-
-_GPT_NAMES = {
-    # GPT2Config / GPTJConfig / BloomConfig `attribute_map` (transformers 5.19): the names their config.json keeps
-    "n_embd": "hidden_size",
-    "n_layer": "num_hidden_layers",
-    "n_head": "num_attention_heads",
-    "n_positions": "max_position_embeddings",
-    "n_inner": "intermediate_size",
-}
-_GPT_LAYOUT = {"gpt2", "gptj", "bloom"}
-"""GPT-2-style blocks, served by vLLM 0.32 gpt2.py, gpt_j.py, bloom.py: LayerNorms with a bias, an MLP of
-fc_in / fc_out (c_fc / c_proj, dense_h_to_4h / dense_4h_to_h) with biases and no gate, 4 × hidden wide when
-`n_inner` is null; q/k/v and output biases except GPT-J; GPT-2's learned position table of n_positions rows; GPT-J's
-one LayerNorm per block (attention and MLP in parallel). Bloom's embedding LayerNorm (2 × hidden) and GPT-J's
-lm_head bias (vocab) are left out (< 0.01 %)."""
-
-
-def _gpt_names(config: dict[str, Any]) -> dict[str, Any]:
-    if str(config.get("model_type")) not in _GPT_LAYOUT:
-        return config
-    out = dict(config)
-    for theirs, ours in _GPT_NAMES.items():
-        if out.get(theirs) is not None and out.get(ours) is None:
-            out[ours] = out[theirs]
-    if out.get("intermediate_size") is None and isinstance(out.get("hidden_size"), int):
-        out["intermediate_size"] = 4 * out["hidden_size"]
-    return out
 
 
 def _chatglm_names(config: dict[str, Any]) -> dict[str, Any]:
@@ -1080,7 +1053,7 @@ def spec_from_config(
 
     param_count / weight_bytes default to the formula of vramctl/core/params.py.
     """
-    cfg = _gpt_names(_chatglm_names(_text_config(config, where)))
+    cfg = legacy_layout(_chatglm_names(_text_config(config, where)))
     model_type = str(cfg.get("_text_model_type") or cfg.get("model_type") or "")
     if model_type in _LAYOUT_REFUSED:
         raise BadInputError(
@@ -1126,13 +1099,8 @@ def spec_from_config(
     vision_params, vision_note = _vision_params(config, hidden, where)
     vision_layers, vision_hidden = _vision_shape(config, where)
     is_opt = model_type == "opt"
-    gpt = model_type in _GPT_LAYOUT
-    attention_bias = get_bool(
-        cfg,
-        "enable_bias" if is_opt else "attention_bias",
-        where,
-        default=is_opt or model_type in ("gpt2", "bloom"),
-    )
+    legacy = model_type in LEGACY_TYPES  # GPT-2 / GPT-J / Bloom / Falcon blocks (registry/_legacy_layouts.py)
+    attention_bias = get_bool(cfg, "enable_bias" if is_opt else "attention_bias", where, default=is_opt)
     quant = _quantization(cfg, where)
     qk_norm_whole = model_type in _QK_NORM_WHOLE
     qk_norm = model_type in _QK_NORM or qk_norm_whole
@@ -1182,15 +1150,21 @@ def spec_from_config(
         attention_sinks=model_type == "gpt_oss",
         mlp_bias=get_bool(cfg, "enable_bias", where, default=True)
         if is_opt
-        else gpt or get_bool(cfg, "mlp_bias", where),
-        mlp_gated=not (is_opt or gpt) and model_type not in _UNGATED_MLP,
-        norm_bias=is_opt or gpt,
+        else get_bool(cfg, "mlp_bias", where),
+        mlp_gated=not (is_opt or legacy) and model_type not in _UNGATED_MLP,
+        norm_bias=is_opt or legacy,
         learned_position_embeddings=max_pos + _OPT_POSITION_OFFSET
         if is_opt
         else max_pos
         if model_type == "gpt2"
         else 0,
-        norms_per_layer=4 if model_type in _FOUR_NORMS else 1 if model_type in _ONE_NORM else 2,
+        norms_per_layer=int(cfg["_norms_per_layer"])
+        if legacy
+        else 4
+        if model_type in _FOUR_NORMS
+        else 1
+        if model_type in _ONE_NORM
+        else 2,
         num_mtp_layers=get_int(  # DeepSeek / GLM-4.5 `num_nextn_predict_layers`, MiniMax-M2 `num_mtp_modules`
             cfg,
             "num_nextn_predict_layers",
