@@ -69,8 +69,9 @@ _QK_NORM_WHOLE = {"olmo2", "minimax_m2"}
 _QK_NORM_FLAG = {"glm4_moe": False, "cohere": True}
 """`use_qk_norm` gates the q/k norms: per head for Glm4Moe (vLLM glm4_moe.py RMSNorm(head_dim)), over
 (heads, head_dim) / (kv_heads, head_dim) for Cohere (commandr.py LayerNorm(param_shape=...)); value = whole."""
-_FOUR_NORMS = {"gemma2", "gemma3", "gemma3_text", "glm4"}
-"""Pre + post norms around attention and MLP (GLM-4-0414: post_self_attn_layernorm, post_mlp_layernorm)."""
+_FOUR_NORMS = {"gemma2", "gemma3", "gemma3_text", "glm4", "afmoe", "muse_glimmer_text"}
+"""Pre + post norms around attention and MLP (GLM-4-0414: post_self_attn_layernorm, post_mlp_layernorm; vLLM 0.32
+afmoe.py:327-332 pre_mlp_layernorm / post_mlp_layernorm, muse_glimmer.py:1266-1275 pre/post_feedforward_layernorm)."""
 _ONE_NORM = {"cohere", "cohere2"}
 """One input_layernorm feeding attention and MLP in parallel (vLLM commandr.py CohereDecoderLayer)."""
 _NO_OUT_BIAS = {"glm4", "glm4_moe"}
@@ -674,6 +675,21 @@ def _moe(config: Mapping[str, Any], model_type: str, where: str) -> MoESpec | No
     )
 
 
+def _attention_gate(config: Mapping[str, Any], model_type: str, q_width: int, heads: int) -> int:
+    """Rows of the attention output gate (ModelSpec.attention_out_gate), from vLLM 0.32: AFMoE always has a
+    hidden → heads × head_dim gate_proj (afmoe.py:216); MuseGlimmer an output_gate_proj of that size unless
+    `use_attn_output_gate` is false (muse_glimmer.py:488-493, 1173-1181); Laguna a g_proj when `gating` is set, one
+    row per head for `true` / "per-head", heads × head_dim for "per-element" (laguna.py:327-340)."""
+    if model_type == "afmoe":
+        return q_width
+    if model_type in ("muse_glimmer", "muse_glimmer_text"):
+        return q_width if config.get("use_attn_output_gate") is not False else 0
+    gating = config.get("gating") if model_type == "laguna" else None
+    if gating is True or gating == "per-head":
+        return heads
+    return q_width if isinstance(gating, str) and gating else 0
+
+
 def _mlp_layer_types(config: Mapping[str, Any], where: str) -> tuple[int, int]:
     """(first_k_dense_replace, moe_layer_freq) from transformers 5's `mlp_layer_types` ("dense" / "sparse" per layer),
     which the v5 configs write instead of first_k_dense_replace (Glm4MoeLiteConfig, LagunaConfig, ExaoneMoeConfig
@@ -1148,6 +1164,7 @@ def spec_from_config(
         qk_norm=qk_norm,
         qk_norm_whole=qk_norm_whole,
         attention_sinks=model_type == "gpt_oss",
+        attention_out_gate=_attention_gate(cfg, model_type, heads * head_dim, heads),
         mlp_bias=get_bool(cfg, "enable_bias", where, default=True)
         if is_opt
         else get_bool(cfg, "mlp_bias", where),
