@@ -16,8 +16,9 @@ Run it with a Python that has vLLM, transformers and torch installed (vLLM is on
     python scripts/arch_audit.py            # rewrite every fixture
     python scripts/arch_audit.py --check    # compare with the stored fixtures, write nothing
 
-The defaults are kept as they are (layer count included: layer patterns depend on it); the only change is
-`architectures`, which a default config leaves empty.
+The defaults are kept as they are (layer count included: layer patterns depend on it); the only changes are
+`architectures`, which a default config leaves empty, and the FIXUPS below for the two default configs transformers
+itself cannot build a model from.
 """
 
 from __future__ import annotations
@@ -34,6 +35,16 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "tests" / "fixtures" / "arch_audit"
 _TEXT_PREFIXES = ("model.language_model.", "language_model.", "lm_head.")
+
+
+FIXUPS: dict[str, dict[str, Any]] = {
+    # model_type → constructor arguments for a default config that transformers 5.19 cannot build a model from
+    "nemotron": {
+        "num_key_value_heads": 48
+    },  # NemotronConfig leaves it null ("defaults to num_attention_heads",
+    # 48) and NemotronAttention divides by it
+    "dbrx": {"attn_config": {"rope_theta": 10000.0}},  # DbrxAttentionConfig has no rope_theta default
+}
 
 
 def vllm_registry() -> tuple[str, dict[str, dict[str, tuple[str, str]]]]:
@@ -138,7 +149,8 @@ def audit_one(arch: str, model_type: str, kind: str, versions: dict[str, str]) -
         raise LookupError(f"transformers has no model class for {arch} ({model_type})")
     # the class's own config (Qwen3_5ForCausalLM → Qwen3_5TextConfig), else the model_type's
     own = getattr(cls, "config_class", None)
-    cfg = own() if own is not None else AutoConfig.for_model(model_type)
+    fixups = FIXUPS.get(model_type, {})
+    cfg = own(**fixups) if own is not None else AutoConfig.for_model(model_type, **fixups)
     text_cfg = getattr(cfg, "text_config", None)
     if kind == "multimodal" and text_cfg is None:
         raise LookupError("no text_config: vramctl plans a multimodal model through its text_config only")

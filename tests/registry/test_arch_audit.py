@@ -27,7 +27,7 @@ from vramctl.registry.models import spec_from_config
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "arch_audit"
 TOLERANCE = 0.01
 COVERAGE_FLOOR = 0.79
-"""Planned / fixtures: 91 of 115 with vLLM 0.32.0 and transformers 5.19.0 (79 before the audit's fixes), so one
+"""Planned / fixtures: 93 of 117 with vLLM 0.32.0 and transformers 5.19.0 (80 before the audit's fixes), so one
 more refusal fails (docs/models-and-gpus.md, "Architecture coverage")."""
 
 DEVIATIONS: dict[str, str] = {

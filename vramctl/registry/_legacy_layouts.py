@@ -1,4 +1,4 @@
-"""GPT-2, GPT-J, Bloom and Falcon configs → the field names and block layout the rest of the registry reads.
+"""GPT-2, GPT-J, Bloom, Falcon and DBRX configs → the field names and block layout the rest of the registry reads.
 
 Their config.json files keep their own names (`n_embd`, `n_layer`, `n_head`, `n_positions`, `n_inner`: the
 `attribute_map` of transformers 5.19's GPT2Config / GPTJConfig / BloomConfig) and blocks unlike Llama's: LayerNorms
@@ -19,6 +19,31 @@ _NAMES = {
     "n_inner": "intermediate_size",
 }
 LEGACY_TYPES = {"gpt2", "gptj", "bloom", "falcon"}
+
+
+def dbrx_names(config: dict[str, Any]) -> dict[str, Any]:
+    """DBRX (DbrxConfig, vLLM 0.32 dbrx.py:63-87, 158-169, 197-221): `d_model`, `n_heads`, `n_layers`, and the nested
+    `attn_config.kv_n_heads`, `ffn_config.ffn_hidden_size` (each expert's width), `moe_num_experts`, `moe_top_k`. Its
+    blocks are Llama's with gated experts on every layer and two bias-free LayerNorms (transformers DbrxBlock)."""
+    if str(config.get("model_type")) != "dbrx":
+        return config
+    out = dict(config)
+    raw_attn, raw_ffn = out.get("attn_config"), out.get("ffn_config")
+    attn: dict[str, Any] = raw_attn if isinstance(raw_attn, dict) else {}
+    ffn: dict[str, Any] = raw_ffn if isinstance(raw_ffn, dict) else {}
+    names = {
+        "hidden_size": out.get("d_model"),
+        "num_attention_heads": out.get("n_heads"),
+        "num_hidden_layers": out.get("n_layers"),
+        "num_key_value_heads": attn.get("kv_n_heads"),
+        "intermediate_size": ffn.get("ffn_hidden_size"),
+        "num_local_experts": ffn.get("moe_num_experts"),
+        "num_experts_per_tok": ffn.get("moe_top_k"),
+    }
+    for ours, value in names.items():
+        if value is not None and out.get(ours) is None:
+            out[ours] = value
+    return out
 
 
 def legacy_layout(config: dict[str, Any]) -> dict[str, Any]:

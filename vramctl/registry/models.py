@@ -39,7 +39,7 @@ from vramctl.registry._fields import (
     get_opt_int,
     get_str_list,
 )
-from vramctl.registry._legacy_layouts import LEGACY_TYPES, legacy_layout
+from vramctl.registry._legacy_layouts import LEGACY_TYPES, dbrx_names, legacy_layout
 from vramctl.registry.vision_towers import vision_tower_params
 
 # model_type → defaults of its transformers config class where config.json may omit the field.
@@ -56,9 +56,11 @@ _QK_NORM = {"qwen3", "qwen3_moe", "gemma3", "gemma3_text", "qwen3_vl_text", "qwe
 _QK_NORM |= {"apertus", "exaone_moe", "laguna", "afmoe"}
 """Per-head q/k RMSNorm of head_dim, always present (vLLM exaone4.py Exaone4Attention q_norm / k_norm; at vLLM 0.32
 apertus.py:204, exaone_moe.py:221, afmoe.py:225, laguna.py q_norm / k_norm)."""
-_UNGATED_MLP = {"apertus", "cosmos3_edge_text"}
+_UNGATED_MLP = {"apertus", "cosmos3_edge_text", "nemotron"}
 """An MLP of up + down projections without a gate (vLLM 0.32 apertus.py:89 ApertusMLP, xIELU activation;
-cosmos3_edge.py:369 Cosmos3EdgeTextModel builds NemotronH's relu² MLP layers, transformers' fc1 / fc2)."""
+cosmos3_edge.py:369 Cosmos3EdgeTextModel builds NemotronH's relu² MLP layers, transformers' fc1 / fc2; nemotron.py:149-156
+NemotronMLP up_proj / down_proj, whose LayerNorm1P norms also carry a bias, nemotron.py:82-91)."""
+_LAYERNORM_BIAS = {"nemotron"}
 _LAYOUT_REFUSED = {
     "hrm_text": "its two recurrent stacks (num_layers_per_stack layers run H_cycles × (L_cycles + 1) times, one KV "
     "cache per step; vLLM hrm_text.py) are not modelled",
@@ -1069,7 +1071,7 @@ def spec_from_config(
 
     param_count / weight_bytes default to the formula of vramctl/core/params.py.
     """
-    cfg = legacy_layout(_chatglm_names(_text_config(config, where)))
+    cfg = dbrx_names(legacy_layout(_chatglm_names(_text_config(config, where))))
     model_type = str(cfg.get("_text_model_type") or cfg.get("model_type") or "")
     if model_type in _LAYOUT_REFUSED:
         raise BadInputError(
@@ -1169,7 +1171,7 @@ def spec_from_config(
         if is_opt
         else get_bool(cfg, "mlp_bias", where),
         mlp_gated=not (is_opt or legacy) and model_type not in _UNGATED_MLP,
-        norm_bias=is_opt or legacy,
+        norm_bias=is_opt or legacy or model_type in _LAYERNORM_BIAS,
         learned_position_embeddings=max_pos + _OPT_POSITION_OFFSET
         if is_opt
         else max_pos
