@@ -148,6 +148,29 @@ def test_param_count_matches_transformers(arch: str) -> None:
 
 
 @pytest.mark.parametrize("arch", fixture_names())
+def test_mla_latent_matches_transformers(arch: str) -> None:
+    got = outcome(arch)
+    mla = got.fixture["kv"].get("mla")
+    if got.spec is None or mla is None:
+        pytest.skip("refused" if got.spec is None else "not MLA")
+    assert got.spec.mla is not None
+    assert got.spec.mla.kv_lora_rank == mla["kv_lora_rank"]
+    assert got.spec.mla.qk_rope_head_dim == mla["qk_rope_head_dim"]
+
+
+@pytest.mark.parametrize("arch", fixture_names())
+def test_sliding_layers_are_seen(arch: str) -> None:
+    """A config whose transformers layer kinds include sliding attention is planned with sliding layers, unless its
+    window covers the whole context (then vLLM treats it as full attention too)."""
+    got = outcome(arch)
+    kinds = got.fixture["kv"].get("layer_types") or []
+    if got.spec is None or "sliding_attention" not in kinds:
+        pytest.skip("refused" if got.spec is None else "no sliding layers")
+    window = got.fixture["kv"]["sliding_window"]
+    assert got.spec.sliding_window == window or window >= got.spec.max_position_embeddings
+
+
+@pytest.mark.parametrize("arch", fixture_names())
 def test_kv_shape_matches_transformers(arch: str) -> None:
     got = outcome(arch)
     if got.spec is None or got.spec.mla is not None:
