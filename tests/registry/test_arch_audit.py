@@ -34,9 +34,6 @@ DEVIATIONS: dict[str, str] = {
     # architecture → why vramctl's count differs from transformers' by more than 1 %
     "HYV4ForCausalLM": "its attention output gate (gate_proj, heads × head_dim), the DSA indexer (wq_b, wk, "
     "weights_proj) and hyper-connection mixers (attn_hc / ffn_hc) of vLLM 0.32 hy_v4 are not read: -1.4 %",
-    "MiniCPMV4_6ForConditionalGeneration": "a qwen3_5_text (Gated DeltaNet hybrid) decoder, counted by the hybrid "
-    "formula of docs/hybrid.md (registry/models.py _hybrid_param_count); 134 M (-1.5 %) short, not yet traced",
-    "MiniCPMV4_7ForConditionalGeneration": "as MiniCPMV4_6ForConditionalGeneration: -1.5 %",
 }
 """architecture → why vramctl's count differs from transformers' by more than 1 % (each cited)."""
 KV_HEADS = {
