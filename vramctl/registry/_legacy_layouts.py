@@ -79,7 +79,8 @@ def legacy_layout(config: dict[str, Any]) -> dict[str, Any]:
         bias = out.get("bias") is True
         out.setdefault("attention_bias", bias)
         out.setdefault("mlp_bias", bias)
-        lns = out.get("num_ln_in_parallel_attn") or (2 if new_arch else 1)
+        raw_lns = out.get("num_ln_in_parallel_attn")
+        lns = raw_lns if raw_lns in (1, 2) and not isinstance(raw_lns, bool) else (2 if new_arch else 1)
         out["_norms_per_layer"] = lns if out.get("parallel_attn", True) is not False else 2
     else:
         if out.get("intermediate_size") is None and isinstance(hidden, int):

@@ -1006,8 +1006,8 @@ def _hybrid_param_count(spec: ModelSpec, config: Mapping[str, Any], where: str) 
     # total_num_heads × (1 + attn_output_gate), `getattr(config, "attn_output_gate", True)`
     # by the text model's type, not the architecture: MiniCPM-V 4.6 wraps a qwen3_5_text decoder (the audit found its
     # gated q and q/k norms left out, 134 M = 1.5 %)
-    kind = str(config.get("_text_model_type") or config.get("model_type") or "")
-    gated = spec.architecture.startswith(("Qwen3Next", "Qwen3_5")) or kind in _GATED_DELTA_NET
+    text_kind = str(config.get("_text_model_type") or config.get("model_type") or "")
+    gated = spec.architecture.startswith(("Qwen3Next", "Qwen3_5")) or text_kind in _GATED_DELTA_NET
     gated_q = 2 if gated and get_bool(config, "attn_output_gate", where, default=True) else 1
     attention = (
         h * q_width * gated_q
@@ -1048,7 +1048,7 @@ def _hybrid_param_count(spec: ModelSpec, config: Mapping[str, Any], where: str) 
     # Qwen3.5 `layer_scale`: attn_layer_scale + ffn_layer_scale of hidden_size per layer (vLLM qwen3_5.py)
     scales = (
         2 * h
-        if (spec.architecture.startswith("Qwen3_5") or kind.startswith("qwen3_5"))
+        if (spec.architecture.startswith("Qwen3_5") or text_kind.startswith("qwen3_5"))
         and get_bool(config, "layer_scale", where)
         else 0
     )
