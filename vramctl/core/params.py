@@ -160,6 +160,8 @@ def _attention_tensors(spec: ModelSpec) -> list[_Linear | _Vector]:
         out += [_Vector(spec.head_dim, "rep"), _Vector(spec.head_dim, "rep")]
     if spec.attention_sinks:
         out.append(_Vector(heads, "col"))
+    if spec.attention_out_gate:
+        out.append(_Linear(spec.attention_out_gate, hidden, "col"))
     return out
 
 

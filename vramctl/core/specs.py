@@ -170,6 +170,9 @@ class ModelSpec:
     (OLMo-2, MiniMax-M2, Command-R+ `use_qk_norm`) instead of 2 × head_dim."""
     attention_sinks: bool = False
     """A learned sink logit per attention head and layer (gpt-oss)."""
+    attention_out_gate: int = 0
+    """Rows of an attention output-gate projection from hidden_size in every layer, 0 for none: heads × head_dim
+    (AFMoE gate_proj, MuseGlimmer output_gate_proj) or one per head (Laguna g_proj)."""
     mlp_bias: bool = False
     norms_per_layer: int = 2
     """RMSNorm weight vectors of hidden_size per layer: 2 (Llama), 4 (Gemma-2/3, GLM-4-0414 pre+post norms), 1 (Cohere's

@@ -39,10 +39,11 @@ from vramctl.registry._fields import (
     get_opt_int,
     get_str_list,
 )
+from vramctl.registry._legacy_layouts import LEGACY_TYPES, dbrx_names, legacy_layout
 from vramctl.registry.vision_towers import vision_tower_params
 
 # model_type → defaults of its transformers config class where config.json may omit the field.
-_TIED_BY_DEFAULT = {"gemma", "gemma2", "gemma3", "gemma3_text", "opt"}
+_TIED_BY_DEFAULT = {"gemma", "gemma2", "gemma3", "gemma3_text", "opt", "gpt2", "bloom", "falcon"}
 MAX_PARAMS = 10**15
 """1,000 T parameters: 1,000 × the largest checkpoint (Kimi-K2: 1.03 T); more means a corrupt field, and byte
 counts past it no longer convert to float."""
@@ -52,19 +53,36 @@ _OPT_POSITION_OFFSET = 2
 """transformers OPTLearnedPositionalEmbedding keeps max_position_embeddings + 2 rows."""
 _QKV_BIAS_ALWAYS = {"qwen2", "qwen2_moe", "qwen2_vl", "qwen2_5_vl", "chatglm"}
 _QK_NORM = {"qwen3", "qwen3_moe", "gemma3", "gemma3_text", "qwen3_vl_text", "qwen3_vl_moe_text", "exaone4"}
-"""Per-head q/k RMSNorm of head_dim, always present (vLLM exaone4.py Exaone4Attention q_norm / k_norm)."""
+_QK_NORM |= {"apertus", "exaone_moe", "laguna", "afmoe"}
+"""Per-head q/k RMSNorm of head_dim, always present (vLLM exaone4.py Exaone4Attention q_norm / k_norm; at vLLM 0.32
+apertus.py:204, exaone_moe.py:221, afmoe.py:225, laguna.py q_norm / k_norm)."""
+_UNGATED_MLP = {"apertus", "cosmos3_edge_text", "nemotron"}
+"""An MLP of up + down projections without a gate (vLLM 0.32 apertus.py:89 ApertusMLP, xIELU activation;
+cosmos3_edge.py:369 Cosmos3EdgeTextModel builds NemotronH's relu² MLP layers, transformers' fc1 / fc2; nemotron.py:149-156
+NemotronMLP up_proj / down_proj, whose LayerNorm1P norms also carry a bias, nemotron.py:82-91)."""
+_LAYERNORM_BIAS = {"nemotron"}
+_LAYOUT_REFUSED = {
+    "hrm_text": "its two recurrent stacks (num_layers_per_stack layers run H_cycles × (L_cycles + 1) times, one KV "
+    "cache per step; vLLM hrm_text.py) are not modelled",
+}
+"""Plain-attention model types whose layout one ModelSpec cannot describe (one line each)."""
 _QK_NORM_WHOLE = {"olmo2", "minimax_m2"}
 """q/k RMSNorm over the whole projection, heads × head_dim and kv_heads × head_dim (vLLM olmo2.py, minimax_m2.py)."""
 _QK_NORM_FLAG = {"glm4_moe": False, "cohere": True}
 """`use_qk_norm` gates the q/k norms: per head for Glm4Moe (vLLM glm4_moe.py RMSNorm(head_dim)), over
 (heads, head_dim) / (kv_heads, head_dim) for Cohere (commandr.py LayerNorm(param_shape=...)); value = whole."""
-_FOUR_NORMS = {"gemma2", "gemma3", "gemma3_text", "glm4"}
-"""Pre + post norms around attention and MLP (GLM-4-0414: post_self_attn_layernorm, post_mlp_layernorm)."""
+_FOUR_NORMS = {"gemma2", "gemma3", "gemma3_text", "glm4", "afmoe", "muse_glimmer_text"}
+"""Pre + post norms around attention and MLP (GLM-4-0414: post_self_attn_layernorm, post_mlp_layernorm; vLLM 0.32
+afmoe.py:327-332 pre_mlp_layernorm / post_mlp_layernorm, muse_glimmer.py:1266-1275 pre/post_feedforward_layernorm)."""
 _ONE_NORM = {"cohere", "cohere2"}
 """One input_layernorm feeding attention and MLP in parallel (vLLM commandr.py CohereDecoderLayer)."""
 _NO_OUT_BIAS = {"glm4", "glm4_moe"}
 """`attention_bias` adds q/k/v biases only; o_proj has none (vLLM glm4.py, glm4_moe.py RowParallelLinear bias=False)."""
 _LAYER_TYPES = {FULL_ATTENTION, SLIDING_ATTENTION}
+_AS_FULL_ATTENTION = {"chunked_attention", "indexed_attention"}
+"""`layer_types` kinds transformers 5 writes that the plan books as full attention: Llama-4's chunked local attention
+(Llama4TextConfig; vLLM without its hybrid KV cache manager keeps every token, see docs/models-and-gpus.md) and
+DeepSeek-V3.2 / GLM-MoE-DSA's `indexed_attention` (DeepseekV32Config: MLA whose indexer keys `index_topk` adds)."""
 _GLOBAL_EVERY = {"gemma3": 6, "gemma3_text": 6, "cohere2": 4}
 """Default `sliding_window_pattern` of the transformers config class (Cohere2Config: 4; vLLM cohere2.py
 `(layer_idx + 1) % sliding_window_pattern != 0` slides)."""
@@ -79,7 +97,9 @@ def _text_config(config: Mapping[str, Any], where: str) -> dict[str, Any]:
     """Multimodal wrappers (Gemma-3, Llama-4, Qwen2-VL, ...) keep the language model under text_config."""
     text = get_mapping(config, "text_config", where)
     merged = dict(config)
-    if text is not None and "hidden_size" not in config:
+    # PaliGemma / Voxtral keep a `hidden_size` (the projection width) beside their text_config: the decoder's
+    # shape is the text_config's whenever the top level lacks one of its fields (transformers PaliGemmaConfig)
+    if text is not None and ("hidden_size" not in config or "num_hidden_layers" not in config):
         kind = str(text.get("model_type") or _WRAPPER_TEXT_TYPE.get(str(config.get("model_type")), ""))
         defaults = {k: v for k, v in _TEXT_DEFAULTS.get(kind, {}).items() if k not in text}
         if "tie_word_embeddings" in config:  # the wrapper's own value wins over the text class default
@@ -591,7 +611,8 @@ def _moe(config: Mapping[str, Any], model_type: str, where: str) -> MoESpec | No
     if not experts:
         return None
     per_tok_key = next(
-        (k for k in ("num_experts_per_tok", "experts_per_token", "moe_k") if k in config),
+        # Aria's text model: `moe_topk` (transformers AriaTextConfig, vLLM aria.py AriaTextMoELayer)
+        (k for k in ("num_experts_per_tok", "experts_per_token", "moe_k", "moe_topk") if k in config),
         "num_experts_per_tok",
     )
     per_tok = get_int(config, per_tok_key, where)
@@ -603,7 +624,10 @@ def _moe(config: Mapping[str, Any], model_type: str, where: str) -> MoESpec | No
         expert_size = get_int(config, "moe_intermediate_size", where)
     else:  # Mixtral, gpt-oss: every layer is MoE and intermediate_size is the expert's
         expert_size = get_int(config, "intermediate_size", where)
-    shared_key = "moe_num_shared_experts" if "moe_num_shared_experts" in config else "n_shared_experts"
+    # EXAONE-MoE: `num_shared_experts` (transformers ExaoneMoeConfig, vLLM exaone_moe.py shared_experts)
+    shared_key = next(
+        (k for k in ("moe_num_shared_experts", "num_shared_experts") if k in config), "n_shared_experts"
+    )
     shared = get_int(config, shared_key, where, default=0, minimum=0)
     if model_type == "llama4_text":  # vLLM llama4.py Llama4MoE: one shared LlamaMLP of intermediate_size
         shared = 1
@@ -619,7 +643,9 @@ def _moe(config: Mapping[str, Any], model_type: str, where: str) -> MoESpec | No
     freq = get_int(
         config, "moe_layer_freq", where, default=get_int(config, "decoder_sparse_step", where, default=1)
     )
-    first_dense = get_int(config, "first_k_dense_replace", where, default=0, minimum=0)
+    # AFMoE: `num_dense_layers` (vLLM 0.32 afmoe.py:310 `moe_enabled = layer_idx >= config.num_dense_layers`)
+    dense_key = "num_dense_layers" if "num_dense_layers" in config else "first_k_dense_replace"
+    first_dense = get_int(config, dense_key, where, default=0, minimum=0)
     if "interleave_moe_layer_step" in config:  # Llama-4: every step-th layer is MoE (Maverick: 2)
         freq = get_int(config, "interleave_moe_layer_step", where)
     if "moe_layer_interval" in config or "moe_layer_start_index" in config:  # ERNIE-4.5 (vLLM ernie45_moe.py)
@@ -631,6 +657,8 @@ def _moe(config: Mapping[str, Any], model_type: str, where: str) -> MoESpec | No
                 raise BadInputError(f"{start_where} is an empty list")
             raw_start = raw_start[0]
         first_dense = get_int({"moe_layer_start_index": raw_start}, "moe_layer_start_index", where, minimum=0)
+    if config.get("mlp_layer_types") is not None:
+        first_dense, freq = _mlp_layer_types(config, where)
     is_gpt_oss = model_type == "gpt_oss"
     return MoESpec(
         num_experts=experts,
@@ -647,6 +675,43 @@ def _moe(config: Mapping[str, Any], model_type: str, where: str) -> MoESpec | No
         or config.get("moe_use_aux_free") is True,
         shared_expert_gate=shared_gate,
     )
+
+
+def _attention_gate(config: Mapping[str, Any], model_type: str, q_width: int, heads: int) -> int:
+    """Rows of the attention output gate (ModelSpec.attention_out_gate), from vLLM 0.32: AFMoE always has a
+    hidden → heads × head_dim gate_proj (afmoe.py:216); MuseGlimmer an output_gate_proj of that size unless
+    `use_attn_output_gate` is false (muse_glimmer.py:488-493, 1173-1181); Laguna a g_proj when `gating` is set, one
+    row per head for `true` / "per-head", heads × head_dim for "per-element" (laguna.py:327-340)."""
+    if model_type == "afmoe":
+        return q_width
+    if model_type in ("muse_glimmer", "muse_glimmer_text"):
+        return q_width if config.get("use_attn_output_gate") is not False else 0
+    gating = config.get("gating") if model_type == "laguna" else None
+    if gating is True or gating == "per-head":
+        return heads
+    return q_width if isinstance(gating, str) and gating else 0
+
+
+def _mlp_layer_types(config: Mapping[str, Any], where: str) -> tuple[int, int]:
+    """(first_k_dense_replace, moe_layer_freq) from transformers 5's `mlp_layer_types` ("dense" / "sparse" per layer),
+    which the v5 configs write instead of first_k_dense_replace (Glm4MoeLiteConfig, LagunaConfig, ExaoneMoeConfig
+    `__post_init__` at transformers 5.19: ["dense"] + ["sparse"] * (layers - 1)); a pattern the
+    first-dense + every-freq-th rule cannot describe is refused."""
+    kinds = get_str_list(config, "mlp_layer_types", where)
+    layers = len(kinds)
+    sparse = [i for i, kind in enumerate(kinds) if kind == "sparse"]
+    if set(kinds) - {"dense", "sparse"} or not sparse:
+        raise BadInputError(
+            f"{where}: field 'mlp_layer_types' must list 'dense' / 'sparse' layers with at least one 'sparse'"
+        )
+    first = sparse[0]
+    freq = sparse[1] - sparse[0] if len(sparse) > 1 else 1
+    if sparse != [i for i in range(first, layers) if i % freq == 0]:
+        raise BadInputError(
+            f"{where}: field 'mlp_layer_types' has MoE layers {sparse[:6]}…, a pattern other than the first "
+            "dense layers followed by every n-th layer, which vramctl cannot count"
+        )
+    return first, freq
 
 
 def _dense_ffn_key(config: Mapping[str, Any], is_opt: bool) -> str:
@@ -740,15 +805,16 @@ def _attention_pattern(
     config: Mapping[str, Any], model_type: str, layers: int, max_pos: int, where: str
 ) -> tuple[tuple[str, ...], int | None]:
     """(layer_types, sliding_window) as the engines see them."""
-    window = get_opt_int(config, "sliding_window", where)
-    if config.get("use_sliding_window") is False:  # Qwen2/Qwen3: the field is present but off
-        window = None
+    # Qwen2/Qwen3: the field is present but off (transformers 5 Qwen2MoeConfig writes sliding_window 0 then)
+    off = config.get("use_sliding_window") is False
+    window = None if off else get_opt_int(config, "sliding_window", where)
     declared = get_str_list(config, "layer_types", where)
     if declared:
         if len(declared) != layers:
             raise BadInputError(
                 f"{where}: field 'layer_types' has {len(declared)} entries for {layers} num_hidden_layers"
             )
+        declared = tuple(FULL_ATTENTION if k in _AS_FULL_ATTENTION else k for k in declared)
         unknown = sorted(set(declared) - _LAYER_TYPES)
         if unknown:
             raise BadInputError(f"{where}: field 'layer_types' has unsupported kind {unknown[0]!r}")
@@ -938,7 +1004,10 @@ def _hybrid_param_count(spec: ModelSpec, config: Mapping[str, Any], where: str) 
     kv_width = spec.num_key_value_heads * spec.head_dim
     # q_proj also yields the output gate: Qwen3NextAttention (vLLM qwen3_next.py, reused by qwen3_5.py) sizes it
     # total_num_heads × (1 + attn_output_gate), `getattr(config, "attn_output_gate", True)`
-    gated = spec.architecture.startswith(("Qwen3Next", "Qwen3_5"))
+    # by the text model's type, not the architecture: MiniCPM-V 4.6 wraps a qwen3_5_text decoder (the audit found its
+    # gated q and q/k norms left out, 134 M = 1.5 %)
+    text_kind = str(config.get("_text_model_type") or config.get("model_type") or "")
+    gated = spec.architecture.startswith(("Qwen3Next", "Qwen3_5")) or text_kind in _GATED_DELTA_NET
     gated_q = 2 if gated and get_bool(config, "attn_output_gate", where, default=True) else 1
     attention = (
         h * q_width * gated_q
@@ -978,7 +1047,10 @@ def _hybrid_param_count(spec: ModelSpec, config: Mapping[str, Any], where: str) 
     nemotron = spec.architecture.startswith("NemotronH")
     # Qwen3.5 `layer_scale`: attn_layer_scale + ffn_layer_scale of hidden_size per layer (vLLM qwen3_5.py)
     scales = (
-        2 * h if spec.architecture.startswith("Qwen3_5") and get_bool(config, "layer_scale", where) else 0
+        2 * h
+        if (spec.architecture.startswith("Qwen3_5") or text_kind.startswith("qwen3_5"))
+        and get_bool(config, "layer_scale", where)
+        else 0
     )
     for kind in spec.layer_types:
         mixer = attention if kind == FULL_ATTENTION else state if kind in (MAMBA, LINEAR_ATTENTION) else 0
@@ -1005,8 +1077,12 @@ def spec_from_config(
 
     param_count / weight_bytes default to the formula of vramctl/core/params.py.
     """
-    cfg = _chatglm_names(_text_config(config, where))
+    cfg = dbrx_names(legacy_layout(_chatglm_names(_text_config(config, where))))
     model_type = str(cfg.get("_text_model_type") or cfg.get("model_type") or "")
+    if model_type in _LAYOUT_REFUSED:
+        raise BadInputError(
+            f"{where}: model_type {model_type!r} cannot be planned: {_LAYOUT_REFUSED[model_type]}"
+        )
     if cfg.get("block_configs") is not None:  # Nemotron-NAS (DeciLM): per-layer heads and MLP widths
         raise BadInputError(
             f"{where}: per-layer 'block_configs' ({model_type or 'DeciLM'}, e.g. Llama-3.3-Nemotron-Super) are not "
@@ -1047,6 +1123,7 @@ def spec_from_config(
     vision_params, vision_note = _vision_params(config, hidden, where)
     vision_layers, vision_hidden = _vision_shape(config, where)
     is_opt = model_type == "opt"
+    legacy = model_type in LEGACY_TYPES  # GPT-2 / GPT-J / Bloom / Falcon blocks (registry/_legacy_layouts.py)
     attention_bias = get_bool(cfg, "enable_bias" if is_opt else "attention_bias", where, default=is_opt)
     quant = _quantization(cfg, where)
     qk_norm_whole = model_type in _QK_NORM_WHOLE
@@ -1095,13 +1172,24 @@ def spec_from_config(
         qk_norm=qk_norm,
         qk_norm_whole=qk_norm_whole,
         attention_sinks=model_type == "gpt_oss",
+        attention_out_gate=_attention_gate(cfg, model_type, heads * head_dim, heads),
         mlp_bias=get_bool(cfg, "enable_bias", where, default=True)
         if is_opt
         else get_bool(cfg, "mlp_bias", where),
-        mlp_gated=not is_opt,
-        norm_bias=is_opt,
-        learned_position_embeddings=max_pos + _OPT_POSITION_OFFSET if is_opt else 0,
-        norms_per_layer=4 if model_type in _FOUR_NORMS else 1 if model_type in _ONE_NORM else 2,
+        mlp_gated=not (is_opt or legacy) and model_type not in _UNGATED_MLP,
+        norm_bias=is_opt or legacy or model_type in _LAYERNORM_BIAS,
+        learned_position_embeddings=max_pos + _OPT_POSITION_OFFSET
+        if is_opt
+        else max_pos
+        if model_type == "gpt2"
+        else 0,
+        norms_per_layer=int(cfg["_norms_per_layer"])
+        if legacy
+        else 4
+        if model_type in _FOUR_NORMS
+        else 1
+        if model_type in _ONE_NORM
+        else 2,
         num_mtp_layers=get_int(  # DeepSeek / GLM-4.5 `num_nextn_predict_layers`, MiniMax-M2 `num_mtp_modules`
             cfg,
             "num_nextn_predict_layers",
