@@ -224,7 +224,7 @@ BASE = {
     ("extra", "needle"),
     [
         ({"model_type": "jamba", "attn_layer_period": 8, "attn_layer_offset": 4}, "model_type 'jamba'"),
-        ({"model_type": "falcon_h1", "mamba_d_ssm": 1024}, "model_type 'falcon_h1'"),
+        ({"model_type": "zamba2", "mamba_d_state": 64}, "model_type 'zamba2'"),
         ({"model_type": "nemotron_h", "hybrid_override_pattern": "ME*E"}, "'E' layers"),
         ({"model_type": "kimi_linear", "layer_types": ["linear_attention"] * 4}, "model_type 'kimi_linear'"),
         ({"model_type": "mystery", "ssm_state_size": 16}, "field 'ssm_state_size'"),

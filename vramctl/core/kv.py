@@ -190,11 +190,15 @@ def pp_partition(num_layers: int, pp: int) -> tuple[int, ...]:
 def stage_layer_kinds(model: ModelSpec, pp: int = 1) -> tuple[tuple[str, ...], ...]:
     """The attention kind of each layer, per pipeline stage."""
     kinds = model.attention_kinds()
+    # a layer that runs attention and a state mixer side by side (Falcon-H1) lists both: vLLM's stages split
+    # decoder layers, so each keeps its pair
+    layers = model.num_hidden_layers
+    per = len(kinds) // layers if layers and len(kinds) > layers and len(kinds) % layers == 0 else 1
     out: list[tuple[str, ...]] = []
     start = 0
-    for count in pp_partition(len(kinds), pp):
-        out.append(tuple(kinds[start : start + count]))
-        start += count
+    for count in pp_partition(len(kinds) // per, pp):
+        out.append(tuple(kinds[start : start + count * per]))
+        start += count * per
     return tuple(out)
 
 
@@ -416,6 +420,8 @@ def per_request_kv_bytes(
 # HYBRID_MIN_VLLM (the first vLLM whose hybrids vramctl plans) lives with the other switches in
 # vramctl.core.engines.vllm.rules; imported above for the old path.
 
+MLA_HYBRID_ALIGNMENT = 128
+"""The block alignment of an MLA + state hybrid (see `hybrid_block_alignment`)."""
 _MAMBA_DTYPES: dict[str, float] = {"auto": 0, "float32": 4, "bfloat16": 2, "float16": 2, "fp32": 4, "bf16": 2}
 
 
@@ -450,6 +456,21 @@ def _state_dtype_bytes(name: str, flag: str, fallback: float) -> float:
     return fallback if size == 0 else size
 
 
+def _kda_recurrent_bytes(flag: str) -> float:
+    """`MambaStateDtypeCalculator.kda_state_dtype` (vllm/model_executor/layers/mamba/mamba_utils.py, v0.32.0): the
+    KDA recurrent state is float32 under `auto` (every release since Kimi-Linear's first kept it float32),
+    float32 or bfloat16 when asked for; anything else is vLLM's ValueError."""
+    key = flag.strip().lower().removeprefix("torch.")
+    if key in ("auto", "float32", "fp32"):
+        return 4
+    if key in ("bfloat16", "bf16"):
+        return 2
+    raise BadInputError(
+        f"--mamba-ssm-cache-dtype {flag}: KDA recurrent state supports only auto, float32, and bfloat16 "
+        "(vLLM's kda_state_dtype)"
+    )
+
+
 def state_shapes(
     model: ModelSpec,
     *,
@@ -468,6 +489,8 @@ def state_shapes(
         raise BadInputError(f"{model.name}: not a hybrid model with Mamba / linear-attention state")
     conv_bytes = _state_dtype_bytes(mamba_cache_dtype, "--mamba-cache-dtype", element_bytes)
     ssm_bytes = _state_dtype_bytes(mamba_ssm_cache_dtype, "--mamba-ssm-cache-dtype", conv_bytes)
+    if st.kind == "kda":
+        ssm_bytes = _kda_recurrent_bytes(mamba_ssm_cache_dtype)
     groups = st.n_groups
     if st.kind == "mamba2" and groups % tp:
         groups += tp - groups  # extra_groups_for_head_shards: replicate groups to follow the head shards
@@ -507,6 +530,11 @@ def hybrid_block_alignment(
         align = 32
     if rules.hybrid_align_user_block and user_block_size is not None:
         align = max(align, user_block_size)
+    if model.is_mla:
+        # "TRTLLM/FlashInfer MLA decode kernels require the physical number of kernel blocks to be aligned to
+        # 128 / kernel_block_size": an MLA hybrid (Kimi-Linear) aligns to at least 128 (`_align_hybrid_block_size`,
+        # vllm/platforms/interface.py:1077-1081 at v0.32.0; applied to every version vramctl plans hybrids for)
+        align = max(align, MLA_HYBRID_ALIGNMENT)
     return align
 
 

@@ -14,6 +14,7 @@ from typing import Any
 from vramctl.core.engines import vllm_yarn
 from vramctl.core.errors import BadInputError
 from vramctl.core.params import (
+    attention_params_per_layer,
     bnb_double_quant_saving,
     num_moe_layers,
     param_count_from_spec,
@@ -70,9 +71,9 @@ _GLOBAL_EVERY = {"gemma3": 6, "gemma3_text": 6, "cohere2": 4}
 `(layer_idx + 1) % sliding_window_pattern != 0` slides)."""
 _DTYPE_ALIASES = {"float": "float32", "torch.float32": "float32", "half": "float16"}
 _FP8_METHODS = {"fp8", "fbgemm_fp8"}
-_SCORE_BIAS = {"glm4_moe", "minimax_m2"}
+_SCORE_BIAS = {"glm4_moe", "minimax_m2", "kimi_linear"}
 """Routers with an `e_score_correction_bias` whatever topk_method says (transformers Glm4MoeTopkRouter,
-MiniMax-M2 `use_routing_bias`)."""
+MiniMax-M2 `use_routing_bias`, KimiLinearTopkRouter / vLLM KimiMoE: `topk_method` defaults to noaux_tc)."""
 
 
 def _text_config(config: Mapping[str, Any], where: str) -> dict[str, Any]:
@@ -591,7 +592,7 @@ def _moe(config: Mapping[str, Any], model_type: str, where: str) -> MoESpec | No
     if not experts:
         return None
     per_tok_key = next(
-        (k for k in ("num_experts_per_tok", "experts_per_token", "moe_k") if k in config),
+        (k for k in ("num_experts_per_tok", "experts_per_token", "moe_k", "num_experts_per_token") if k in config),
         "num_experts_per_tok",
     )
     per_tok = get_int(config, per_tok_key, where)
@@ -603,7 +604,10 @@ def _moe(config: Mapping[str, Any], model_type: str, where: str) -> MoESpec | No
         expert_size = get_int(config, "moe_intermediate_size", where)
     else:  # Mixtral, gpt-oss: every layer is MoE and intermediate_size is the expert's
         expert_size = get_int(config, "intermediate_size", where)
+    # Kimi-Linear: `num_shared_experts` (KimiLinearConfig; its shared MLP is moe_intermediate_size × that count)
     shared_key = "moe_num_shared_experts" if "moe_num_shared_experts" in config else "n_shared_experts"
+    if model_type == "kimi_linear":
+        shared_key = "num_shared_experts"
     shared = get_int(config, shared_key, where, default=0, minimum=0)
     if model_type == "llama4_text":  # vLLM llama4.py Llama4MoE: one shared LlamaMLP of intermediate_size
         shared = 1
@@ -786,19 +790,16 @@ def _attention_pattern(
 # --- hybrid attention + Mamba2 / Gated DeltaNet models (docs/hybrid.md) ----------------------------------------
 _HYBRID_REFUSED = {
     "jamba": "Mamba1 layers (attn_layer_period / attn_layer_offset) and their state shapes are not modelled",
-    "falcon_h1": "parallel attention + Mamba2 in every layer (mamba_d_ssm, mamba_n_groups) is not modelled",
-    "bamba": "its Mamba2 layer pattern (attn_layer_indices) is not modelled",
     "zamba2": "its shared-attention blocks and Mamba2 state are not modelled",
     "mamba": "a pure Mamba1 model has no attention layers to plan a KV cache for",
     "mamba2": "a pure Mamba2 model has no attention layers to plan a KV cache for",
     "falcon_mamba": "a pure Mamba model has no attention layers to plan a KV cache for",
     "minimax_text_01": "its lightning (linear) attention state is not modelled",
     "lfm2": "its short-convolution state layers are not modelled",
-    "kimi_linear": "its Kimi Delta Attention (KDA) state is not modelled",
     "plamo2": "its Mamba state layers are not modelled",
 }
 """model_type → why vramctl refuses it (one line each; planned ones are qwen3_next, qwen3_5, nemotron_h,
-granitemoehybrid)."""
+granitemoehybrid, kimi_linear)."""
 _GATED_DELTA_NET = {"qwen3_next", "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text"}
 """Gated DeltaNet + gated full attention, one layout (vLLM qwen3_5.py: Qwen3_5DecoderLayer builds on
 Qwen3NextDecoderLayer with GatedDeltaNetAttention / Qwen3NextAttention; get_mamba_state_shape_from_config passes
@@ -811,18 +812,126 @@ _STATE_MARKERS = (
     "attn_layer_period",
 )
 _NEMOTRON_H_CHARS = {"M": MAMBA, "*": FULL_ATTENTION, "-": MLP_ONLY}
+_PLANNED_HYBRIDS = (
+    "qwen3_next, qwen3_5, qwen3_5_moe, nemotron_h, granitemoehybrid, kimi_linear, falcon_h1, bamba (vLLM ≤ 0.23)"
+)
+
+
+def _kimi_linear_pattern(
+    config: Mapping[str, Any], layers: int, where: str
+) -> tuple[tuple[str, ...], StateSpaceSpec]:
+    """Kimi-Linear: `linear_attn_config` lists the 1-based `kda_layers` (Kimi Delta Attention) and `full_attn_layers`
+    (MLA); vLLM's `KimiLinearConfig.is_kda_layer` (vllm/transformers_utils/configs/kimi_linear.py, v0.32.0) tests
+    `layer_idx + 1 in kda_layers`, every other layer is MLA. The KDA state is
+    `MambaStateShapeCalculator.kda_state_shape(tp, num_heads, head_dim, conv_kernel_size=short_conv_kernel_size)`
+    (vllm/model_executor/layers/mamba/mamba_utils.py, v0.32.0; `KimiLinearForCausalLM.get_mamba_state_shape_from_config`,
+    vllm/models/kimi_k3/nvidia/model.py): conv over num_heads × head_dim + 2 × num_heads × head_dim channels (q, k, v),
+    recurrent (num_heads / tp, head_dim, head_dim)."""
+    lin = get_mapping(config, "linear_attn_config", where)
+    lwhere = f"{where}: linear_attn_config"
+    if lin is None:
+        raise _refuse_hybrid("kimi_linear", where, "field 'linear_attn_config' (kda_layers, num_heads, head_dim) is missing")
+    raw = lin.get("kda_layers")
+    if not isinstance(raw, list) or any(
+        not isinstance(i, int) or isinstance(i, bool) or not 1 <= i <= layers for i in raw
+    ):
+        raise BadInputError(f"{lwhere}: field 'kda_layers' must list 1-based layer numbers from 1 to {layers}")
+    kda = set(raw)
+    kinds = tuple(LINEAR_ATTENTION if i + 1 in kda else FULL_ATTENTION for i in range(layers))
+    heads = get_int(lin, "num_heads", lwhere)
+    head_dim = get_int(lin, "head_dim", lwhere)
+    state = StateSpaceSpec(
+        kind="kda",
+        num_heads=heads,
+        head_dim=head_dim,
+        state_size=head_dim,
+        n_groups=heads,
+        conv_kernel=get_int(lin, "short_conv_kernel_size", lwhere, default=4),
+        intermediate_size=heads * head_dim,
+    )
+    return kinds, state
 
 
 def _refuse_hybrid(model_type: str, where: str, why: str) -> BadInputError:
     return BadInputError(
         f"{where}: model_type {model_type!r} is a Mamba / linear-attention hybrid that vramctl cannot plan: {why} "
-        "(planned: qwen3_next, qwen3_5, qwen3_5_moe, nemotron_h, granitemoehybrid; see docs/hybrid.md)"
+        f"(planned: {_PLANNED_HYBRIDS}; see docs/hybrid.md)"
     )
 
 
 def _ssm_dtype(config: Mapping[str, Any]) -> str | None:
     raw = config.get("mamba_ssm_dtype", config.get("mamba_ssm_cache_dtype"))
     return raw.lower().removeprefix("torch.") if isinstance(raw, str) and raw.lower() != "auto" else None
+
+
+def _bamba_pattern(
+    config: Mapping[str, Any], layers: int, hidden: int, where: str
+) -> tuple[tuple[str, ...], StateSpaceSpec]:
+    """Bamba: layer i is attention when it is in `attn_layer_indices`, else Mamba2 (transformers
+    BambaConfig.layers_block_type; vLLM bamba.py builds its decoder layers from it). State:
+    `BambaForCausalLM.get_mamba_state_shape_from_config` (vllm/model_executor/models/bamba.py, 0.10.2 – 0.23.0) →
+    `mamba2_state_shape` with intermediate = mamba_expand × hidden_size, mamba_n_heads heads of mamba_d_head
+    (`auto`: intermediate // heads, BambaConfig), mamba_n_groups, mamba_d_state, mamba_d_conv."""
+    raw = config.get("attn_layer_indices") or []
+    if not isinstance(raw, list) or any(
+        not isinstance(i, int) or isinstance(i, bool) or not 0 <= i < layers for i in raw
+    ):
+        raise BadInputError(f"{where}: field 'attn_layer_indices' must list layer indices from 0 to {layers - 1}")
+    inner = get_int(config, "mamba_expand", where, default=2) * hidden
+    heads = get_int(config, "mamba_n_heads", where, default=128)
+    raw_head = config.get("mamba_d_head", "auto")
+    head_dim = inner // heads if raw_head in ("auto", None) else get_int(config, "mamba_d_head", where)
+    if head_dim * heads != inner:
+        raise BadInputError(
+            f"{where}: mamba_d_head ({head_dim}) × mamba_n_heads ({heads}) must equal mamba_expand × hidden_size "
+            f"({inner})"
+        )
+    attention = set(raw)
+    state = StateSpaceSpec(
+        kind="mamba2",
+        num_heads=heads,
+        head_dim=head_dim,
+        state_size=get_int(config, "mamba_d_state", where, default=256),
+        n_groups=get_int(config, "mamba_n_groups", where, default=1),
+        conv_kernel=get_int(config, "mamba_d_conv", where, default=4),
+        intermediate_size=inner,
+        ssm_dtype=_ssm_dtype(config),
+        chunk_size=get_opt_int(config, "mamba_chunk_size", where),
+    )
+    return tuple(FULL_ATTENTION if i in attention else MAMBA for i in range(layers)), state
+
+
+def _falcon_h1_pattern(
+    config: Mapping[str, Any], layers: int, hidden: int, where: str
+) -> tuple[tuple[str, ...], StateSpaceSpec]:
+    """Falcon-H1: every decoder layer runs attention and a Mamba2 mixer side by side (vLLM falcon_h1.py
+    `FalconH1ParallelHybrid`, v0.32.0: the SSM branch registers as layer num_hidden_layers + i, so V1 sees
+    num_hidden_layers attention layers and as many Mamba layers). Each layer is listed twice in `layer_types`
+    (attention, then Mamba). State: `FalconH1ForCausalLM.get_mamba_state_shape_from_config` →
+    `mamba2_state_shape` with intermediate = `mamba_d_ssm`, else `mamba_expand × hidden_size`; `mamba_d_head`
+    `auto` (FalconH1Config) is intermediate // mamba_n_heads."""
+    inner = get_opt_int(config, "mamba_d_ssm", where)
+    if inner is None:
+        inner = get_int(config, "mamba_expand", where, default=2) * hidden
+    heads = get_int(config, "mamba_n_heads", where, default=128)
+    raw_head = config.get("mamba_d_head", "auto")
+    head_dim = inner // heads if raw_head in ("auto", None) else get_int(config, "mamba_d_head", where)
+    if head_dim * heads != inner:
+        raise BadInputError(
+            f"{where}: mamba_d_head ({head_dim}) × mamba_n_heads ({heads}) must equal the Mamba width ({inner})"
+        )
+    state = StateSpaceSpec(
+        kind="mamba2",
+        num_heads=heads,
+        head_dim=head_dim,
+        state_size=get_int(config, "mamba_d_state", where, default=256),
+        n_groups=get_int(config, "mamba_n_groups", where, default=1),
+        conv_kernel=get_int(config, "mamba_d_conv", where, default=4),
+        intermediate_size=inner,
+        ssm_dtype=_ssm_dtype(config),
+        chunk_size=get_opt_int(config, "mamba_chunk_size", where),
+    )
+    return (FULL_ATTENTION, MAMBA) * layers, state
 
 
 def _hybrid_pattern(
@@ -840,6 +949,12 @@ def _hybrid_pattern(
     if model_type in _HYBRID_REFUSED:
         raise _refuse_hybrid(model_type, where, _HYBRID_REFUSED[model_type])
     declared = config.get("layer_types")
+    if model_type == "kimi_linear":
+        return _kimi_linear_pattern(config, layers, where)
+    if model_type == "falcon_h1":
+        return _falcon_h1_pattern(config, layers, hidden, where)
+    if model_type == "bamba":
+        return _bamba_pattern(config, layers, hidden, where)
     if model_type in _GATED_DELTA_NET:
         if declared is not None:
             kinds = get_str_list(config, "layer_types", where)
@@ -933,6 +1048,8 @@ def _hybrid_param_count(spec: ModelSpec, config: Mapping[str, Any], where: str) 
     """
     st = spec.state_space
     assert st is not None
+    if st.kind == "kda":
+        return _kda_param_count(spec)
     h = spec.hidden_size
     q_width = spec.num_attention_heads * spec.head_dim
     kv_width = spec.num_key_value_heads * spec.head_dim
@@ -945,6 +1062,8 @@ def _hybrid_param_count(spec: ModelSpec, config: Mapping[str, Any], where: str) 
         + 2 * h * kv_width
         + q_width * h
         + (2 * spec.head_dim if spec.qk_norm or gated else 0)
+        + ((q_width + 2 * kv_width) if spec.attention_qkv_bias else 0)
+        + (h if spec.attention_out_bias else 0)
     )
     if st.kind == "gated_delta_net":
         key_dim = st.n_groups * st.state_size
@@ -956,12 +1075,19 @@ def _hybrid_param_count(spec: ModelSpec, config: Mapping[str, Any], where: str) 
         inner = st.intermediate_size
         conv_dim = inner + 2 * st.n_groups * st.state_size
         conv_bias = conv_dim if config.get("use_conv_bias", config.get("mamba_conv_bias", True)) else 0
-        state = (
-            h * (2 * inner + 2 * st.n_groups * st.state_size + st.num_heads)
-            + conv_dim * st.conv_kernel
-            + conv_bias
-        )
-        state += 3 * st.num_heads + inner + inner * h
+        in_width = 2 * inner + 2 * st.n_groups * st.state_size + st.num_heads
+        state = h * in_width + conv_dim * st.conv_kernel + conv_bias
+        # Falcon-H1 (FalconH1Mixer): the gated norm only with `mamba_rms_norm`, in_proj's bias with
+        # `mamba_proj_bias`, out_proj's with `projectors_bias`
+        falcon = spec.architecture.startswith("FalconH1")
+        norm = inner if not falcon or get_bool(config, "mamba_rms_norm", where) else 0
+        if falcon:
+            state += (in_width if get_bool(config, "mamba_proj_bias", where) else 0) + (
+                h if get_bool(config, "projectors_bias", where) else 0
+            )
+        elif spec.architecture.startswith("Bamba") and get_bool(config, "mamba_proj_bias", where):
+            state += in_width + h  # BambaMixer: in_proj and out_proj biases
+        state += 3 * st.num_heads + norm + inner * h
     granite_shared = get_int(config, "shared_intermediate_size", where, default=0, minimum=0)
     if spec.moe is not None:
         m = spec.moe
@@ -973,7 +1099,12 @@ def _hybrid_param_count(spec: ModelSpec, config: Mapping[str, Any], where: str) 
     elif spec.architecture.startswith("NemotronH"):
         ffn = 2 * h * spec.intermediate_size  # relu² up + down, no gate
     else:
-        ffn = 3 * h * spec.intermediate_size
+        ffn = 3 * h * spec.intermediate_size + (2 * spec.intermediate_size + h if spec.mlp_bias else 0)
+    if len(spec.layer_types) == 2 * spec.num_hidden_layers:
+        # Falcon-H1: attention and Mamba side by side in each layer, one MLP, input + pre-MLP norms
+        total = spec.num_hidden_layers * (2 * h + attention + state + ffn)
+        embed = spec.vocab_size * h
+        return total + embed + h + (0 if spec.tie_word_embeddings else embed)
     total = 0
     nemotron = spec.architecture.startswith("NemotronH")
     # Qwen3.5 `layer_scale`: attn_layer_scale + ffn_layer_scale of hidden_size per layer (vLLM qwen3_5.py)
@@ -989,6 +1120,26 @@ def _hybrid_param_count(spec: ModelSpec, config: Mapping[str, Any], where: str) 
     embed = spec.vocab_size * h
     # + a VL wrapper's vision tower (Qwen3.5: vLLM's Qwen3_VisionTransformer, counted by vision_towers.py)
     return total + embed + h + (0 if spec.tie_word_embeddings else embed) + spec.vision_params
+
+
+def _kda_param_count(spec: ModelSpec) -> int:
+    """Kimi-Linear: the dense / MLA / MoE formula of params.py for every layer, with each KDA layer's MLA tensors
+    replaced by its Kimi Delta Attention ones (transformers KimiLinearDeltaAttention; vLLM
+    KimiLinearGatedDeltaNetAttention loads the same tensors): q / k / v projections (hidden → heads × head_dim),
+    their depthwise short convolutions (3 × heads × head_dim × kernel, no bias), the forget gate f_a (hidden →
+    head_dim) and f_b (head_dim → heads × head_dim) with dt_bias (heads × head_dim) and A_log (heads), the beta
+    projection b (hidden → heads), the output gate g_a / g_b (as f_a / f_b), the gated RMSNorm (head_dim) and
+    o_proj."""
+    st = spec.state_space
+    assert st is not None
+    h = spec.hidden_size
+    qkv = st.num_heads * st.head_dim
+    kda = 3 * h * qkv + 3 * qkv * st.conv_kernel
+    kda += 2 * (h * st.head_dim + st.head_dim * qkv) + qkv + st.num_heads + h * st.num_heads
+    kda += st.head_dim + qkv * h
+    plain = _replace(spec, state_space=None, layer_types=())
+    n_state = spec.num_state_layers
+    return param_count_from_spec(plain) + n_state * (kda - attention_params_per_layer(plain))
 
 
 def spec_from_config(
