@@ -223,7 +223,7 @@ BASE = {
 @pytest.mark.parametrize(
     ("extra", "needle"),
     [
-        ({"model_type": "jamba", "attn_layer_period": 8, "attn_layer_offset": 4}, "model_type 'jamba'"),
+        ({"model_type": "plamo2", "mamba_d_state": 64}, "model_type 'plamo2'"),
         ({"model_type": "zamba2", "mamba_d_state": 64}, "model_type 'zamba2'"),
         ({"model_type": "nemotron_h", "hybrid_override_pattern": "ME*E"}, "'E' layers"),
         ({"model_type": "kimi_linear", "layer_types": ["linear_attention"] * 4}, "model_type 'kimi_linear'"),

@@ -22,6 +22,7 @@ Pure functions of a ModelSpec and a few flags; sizes are int bytes.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from vramctl.core.engines.vllm.rules import HYBRID_MIN_VLLM as HYBRID_MIN_VLLM
@@ -430,7 +431,8 @@ class StateShapes:
     """One state layer's tensors on one TP rank (elements) and their element sizes."""
 
     conv: tuple[int, int]
-    ssm: tuple[int, int, int]
+    ssm: tuple[int, ...]
+    """(heads, head_dim, state); Mamba1 (Jamba): (width, state)."""
     conv_dtype_bytes: float
     ssm_dtype_bytes: float
 
@@ -440,7 +442,7 @@ class StateShapes:
 
     @property
     def ssm_bytes(self) -> int:
-        return int(self.ssm[0] * self.ssm[1] * self.ssm[2] * self.ssm_dtype_bytes)
+        return int(math.prod(self.ssm) * self.ssm_dtype_bytes)
 
     @property
     def page_bytes(self) -> int:
@@ -501,9 +503,12 @@ def state_shapes(
                 f"--tensor-parallel-size {tp}: the model's {total} {what} of its state layers do not split evenly "
                 f"over {tp} ranks (vLLM's divide() asserts it)"
             )
+    ssm: tuple[int, ...] = (st.num_heads // tp, st.head_dim, st.state_size)
+    if st.kind == "mamba1":  # `mamba1_state_shape`: (intermediate / tp, state_size)
+        ssm = (st.intermediate_size // tp, st.state_size)
     return StateShapes(
         conv=(conv_dim // tp, st.conv_kernel - 1),
-        ssm=(st.num_heads // tp, st.head_dim, st.state_size),
+        ssm=ssm,
         conv_dtype_bytes=conv_bytes,
         ssm_dtype_bytes=ssm_bytes,
     )

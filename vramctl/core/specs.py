@@ -63,6 +63,8 @@ class MoESpec:
     first_k_dense_replace: int = 0
     """The first k layers use a dense MLP of `intermediate_size` (DeepSeek, Kimi)."""
     moe_layer_freq: int = 1
+    moe_layer_offset: int = 0
+    """MoE layers are those with `layer % moe_layer_freq == moe_layer_offset` (Jamba `expert_layer_offset`: 1)."""
     router_bias: bool = False
     """The router (gate) linear has a bias (gpt-oss)."""
     expert_bias: bool = False
@@ -112,7 +114,10 @@ class StateSpaceSpec:
     """
 
     kind: str
-    """`mamba2` or `gated_delta_net`."""
+    """`mamba2`, `gated_delta_net`, `kda` (Kimi Delta Attention: n_groups = num_heads = linear heads, head_dim =
+    state_size = the linear head_dim; conv over 3 × heads × head_dim channels, recurrent (heads, head_dim, head_dim))
+    or `mamba1` (Jamba: num_heads = intermediate_size = the Mamba width, head_dim 1, n_groups 0; conv over the
+    width, SSM (width, state_size))."""
     num_heads: int
     head_dim: int
     state_size: int

@@ -589,7 +589,7 @@ def _moe(config: Mapping[str, Any], model_type: str, where: str) -> MoESpec | No
         if config.get(key) is not None:
             experts = get_int(config, key, where, minimum=0)
             break
-    if not experts:
+    if not experts or (model_type == "jamba" and experts == 1):  # Jamba: one expert is a plain MLP
         return None
     per_tok_key = next(
         (k for k in ("num_experts_per_tok", "experts_per_token", "moe_k", "num_experts_per_token") if k in config),
@@ -624,6 +624,10 @@ def _moe(config: Mapping[str, Any], model_type: str, where: str) -> MoESpec | No
         config, "moe_layer_freq", where, default=get_int(config, "decoder_sparse_step", where, default=1)
     )
     first_dense = get_int(config, "first_k_dense_replace", where, default=0, minimum=0)
+    offset = 0
+    if model_type == "jamba":  # JambaConfig.layers_num_experts: i % expert_layer_period == expert_layer_offset
+        freq = get_int(config, "expert_layer_period", where, default=2)
+        offset = get_int(config, "expert_layer_offset", where, default=1, minimum=0) % freq
     if "interleave_moe_layer_step" in config:  # Llama-4: every step-th layer is MoE (Maverick: 2)
         freq = get_int(config, "interleave_moe_layer_step", where)
     if "moe_layer_interval" in config or "moe_layer_start_index" in config:  # ERNIE-4.5 (vLLM ernie45_moe.py)
@@ -644,6 +648,7 @@ def _moe(config: Mapping[str, Any], model_type: str, where: str) -> MoESpec | No
         shared_expert_intermediate_size=shared_size,
         first_k_dense_replace=first_dense,
         moe_layer_freq=freq,
+        moe_layer_offset=offset,
         router_bias=is_gpt_oss,
         expert_bias=is_gpt_oss,
         score_correction_bias=config.get("topk_method") == "noaux_tc"
@@ -789,7 +794,6 @@ def _attention_pattern(
 
 # --- hybrid attention + Mamba2 / Gated DeltaNet models (docs/hybrid.md) ----------------------------------------
 _HYBRID_REFUSED = {
-    "jamba": "Mamba1 layers (attn_layer_period / attn_layer_offset) and their state shapes are not modelled",
     "zamba2": "its shared-attention blocks and Mamba2 state are not modelled",
     "mamba": "a pure Mamba1 model has no attention layers to plan a KV cache for",
     "mamba2": "a pure Mamba2 model has no attention layers to plan a KV cache for",
@@ -813,7 +817,8 @@ _STATE_MARKERS = (
 )
 _NEMOTRON_H_CHARS = {"M": MAMBA, "*": FULL_ATTENTION, "-": MLP_ONLY}
 _PLANNED_HYBRIDS = (
-    "qwen3_next, qwen3_5, qwen3_5_moe, nemotron_h, granitemoehybrid, kimi_linear, falcon_h1, bamba (vLLM ≤ 0.23)"
+    "qwen3_next, qwen3_5, qwen3_5_moe, nemotron_h, granitemoehybrid, kimi_linear, falcon_h1, jamba, "
+    "bamba (vLLM ≤ 0.23)"
 )
 
 
@@ -862,6 +867,53 @@ def _refuse_hybrid(model_type: str, where: str, why: str) -> BadInputError:
 def _ssm_dtype(config: Mapping[str, Any]) -> str | None:
     raw = config.get("mamba_ssm_dtype", config.get("mamba_ssm_cache_dtype"))
     return raw.lower().removeprefix("torch.") if isinstance(raw, str) and raw.lower() != "auto" else None
+
+
+def _jamba_pattern(
+    config: Mapping[str, Any], layers: int, hidden: int, where: str
+) -> tuple[tuple[str, ...], StateSpaceSpec]:
+    """Jamba: layer i is attention when i % attn_layer_period == attn_layer_offset, else Mamba1 (transformers
+    JambaConfig.layers_block_type, defaults 8 / 4; vLLM jamba.py builds its layers from it). State:
+    `JambaForCausalLM.get_mamba_state_shape_from_config` (vllm/model_executor/models/jamba.py, v0.32.0) →
+    `MambaStateShapeCalculator.mamba1_state_shape(tp, mamba_expand × hidden_size, mamba_d_state, mamba_d_conv)`:
+    conv (width / tp, kernel − 1), SSM (width / tp, mamba_d_state)."""
+    period = get_int(config, "attn_layer_period", where, default=8)
+    offset = get_int(config, "attn_layer_offset", where, default=4, minimum=0)
+    if offset >= period:
+        raise BadInputError(
+            f"{where}: field 'attn_layer_offset' ({offset}) must be smaller than attn_layer_period ({period})"
+        )
+    width = get_int(config, "mamba_expand", where, default=2) * hidden
+    state = StateSpaceSpec(
+        kind="mamba1",
+        num_heads=width,
+        head_dim=1,
+        state_size=get_int(config, "mamba_d_state", where, default=16),
+        n_groups=0,
+        conv_kernel=get_int(config, "mamba_d_conv", where, default=4),
+        intermediate_size=width,
+        ssm_dtype=_ssm_dtype(config),
+    )
+    return tuple(FULL_ATTENTION if i % period == offset else MAMBA for i in range(layers)), state
+
+
+def _jamba_mamba_params(spec: ModelSpec, config: Mapping[str, Any], where: str) -> int:
+    """One Jamba Mamba1 mixer (transformers JambaMambaMixer; vLLM MambaMixer with use_rms_norm): in_proj (hidden →
+    2 × width, bias with mamba_proj_bias), depthwise conv1d (width × kernel, bias with mamba_conv_bias), x_proj (width
+    → dt_rank + 2 × state), dt_proj (dt_rank → width, with bias), A_log (width × state), D (width), out_proj (width →
+    hidden, bias with mamba_proj_bias), the dt / B / C RMSNorms (dt_rank, state, state); dt_rank `auto` =
+    ceil(hidden / 16)."""
+    st = spec.state_space
+    assert st is not None
+    h, width, n = spec.hidden_size, st.intermediate_size, st.state_size
+    raw = config.get("mamba_dt_rank", "auto")
+    dt_rank = -(-h // 16) if raw in ("auto", None) else get_int(config, "mamba_dt_rank", where)
+    proj_bias = get_bool(config, "mamba_proj_bias", where)
+    total = h * 2 * width + (2 * width if proj_bias else 0)
+    total += width * st.conv_kernel + (width if get_bool(config, "mamba_conv_bias", where, default=True) else 0)
+    total += width * (dt_rank + 2 * n) + dt_rank * width + width + width * n + width
+    total += width * h + (h if proj_bias else 0) + dt_rank + 2 * n
+    return total
 
 
 def _bamba_pattern(
@@ -955,6 +1007,8 @@ def _hybrid_pattern(
         return _falcon_h1_pattern(config, layers, hidden, where)
     if model_type == "bamba":
         return _bamba_pattern(config, layers, hidden, where)
+    if model_type == "jamba":
+        return _jamba_pattern(config, layers, hidden, where)
     if model_type in _GATED_DELTA_NET:
         if declared is not None:
             kinds = get_str_list(config, "layer_types", where)
@@ -1048,8 +1102,10 @@ def _hybrid_param_count(spec: ModelSpec, config: Mapping[str, Any], where: str) 
     """
     st = spec.state_space
     assert st is not None
-    if st.kind == "kda":
-        return _kda_param_count(spec)
+    if st.kind in ("kda", "mamba1"):  # every layer from params.py, the state layers' mixers swapped in
+        mixer = _kda_mixer_params(spec) if st.kind == "kda" else _jamba_mamba_params(spec, config, where)
+        plain = _replace(spec, state_space=None, layer_types=())
+        return param_count_from_spec(plain) + spec.num_state_layers * (mixer - attention_params_per_layer(plain))
     h = spec.hidden_size
     q_width = spec.num_attention_heads * spec.head_dim
     kv_width = spec.num_key_value_heads * spec.head_dim
@@ -1122,9 +1178,9 @@ def _hybrid_param_count(spec: ModelSpec, config: Mapping[str, Any], where: str) 
     return total + embed + h + (0 if spec.tie_word_embeddings else embed) + spec.vision_params
 
 
-def _kda_param_count(spec: ModelSpec) -> int:
-    """Kimi-Linear: the dense / MLA / MoE formula of params.py for every layer, with each KDA layer's MLA tensors
-    replaced by its Kimi Delta Attention ones (transformers KimiLinearDeltaAttention; vLLM
+def _kda_mixer_params(spec: ModelSpec) -> int:
+    """Kimi-Linear: one KDA layer's token mixer, in place of the MLA tensors of params.py's formula (transformers
+    KimiLinearDeltaAttention; vLLM
     KimiLinearGatedDeltaNetAttention loads the same tensors): q / k / v projections (hidden → heads × head_dim),
     their depthwise short convolutions (3 × heads × head_dim × kernel, no bias), the forget gate f_a (hidden →
     head_dim) and f_b (head_dim → heads × head_dim) with dt_bias (heads × head_dim) and A_log (heads), the beta
@@ -1136,10 +1192,7 @@ def _kda_param_count(spec: ModelSpec) -> int:
     qkv = st.num_heads * st.head_dim
     kda = 3 * h * qkv + 3 * qkv * st.conv_kernel
     kda += 2 * (h * st.head_dim + st.head_dim * qkv) + qkv + st.num_heads + h * st.num_heads
-    kda += st.head_dim + qkv * h
-    plain = _replace(spec, state_space=None, layer_types=())
-    n_state = spec.num_state_layers
-    return param_count_from_spec(plain) + n_state * (kda - attention_params_per_layer(plain))
+    return kda + st.head_dim + qkv * h
 
 
 def spec_from_config(

@@ -74,6 +74,7 @@ STATE_KIND_NAMES = {
     "gated_delta_net": "Gated DeltaNet",
     "mamba2": "Mamba2",
     "kda": "Kimi Delta Attention",
+    "mamba1": "Mamba1",
 }
 """`StateSpaceSpec.kind` → the name the plan's notes use."""
 
