@@ -224,6 +224,8 @@ BASE = {
     ("extra", "needle"),
     [
         ({"model_type": "plamo2", "mamba_d_state": 64}, "model_type 'plamo2'"),
+        ({"model_type": "lfm2_moe", "layer_types": ["conv"] * 4}, "model_type 'lfm2_moe'"),
+        ({"model_type": "mystery", "layer_types": ["conv", "full_attention"] * 2}, "layer shapes are unknown"),
         ({"model_type": "zamba2", "mamba_d_state": 64}, "model_type 'zamba2'"),
         ({"model_type": "nemotron_h", "hybrid_override_pattern": "ME*E"}, "'E' layers"),
         ({"model_type": "kimi_linear", "layer_types": ["linear_attention"] * 4}, "model_type 'kimi_linear'"),

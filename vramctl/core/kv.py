@@ -442,7 +442,7 @@ class StateShapes:
 
     @property
     def ssm_bytes(self) -> int:
-        return int(math.prod(self.ssm) * self.ssm_dtype_bytes)
+        return int(math.prod(self.ssm) * self.ssm_dtype_bytes) if self.ssm else 0
 
     @property
     def page_bytes(self) -> int:
@@ -506,6 +506,8 @@ def state_shapes(
     ssm: tuple[int, ...] = (st.num_heads // tp, st.head_dim, st.state_size)
     if st.kind == "mamba1":  # `mamba1_state_shape`: (intermediate / tp, state_size)
         ssm = (st.intermediate_size // tp, st.state_size)
+    elif st.kind == "short_conv":  # `short_conv_state_shape`: the conv state only
+        ssm = ()
     return StateShapes(
         conv=(conv_dim // tp, st.conv_kernel - 1),
         ssm=ssm,

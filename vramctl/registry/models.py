@@ -52,7 +52,7 @@ MAX_LAYERS = 10_000
 _OPT_POSITION_OFFSET = 2
 """transformers OPTLearnedPositionalEmbedding keeps max_position_embeddings + 2 rows."""
 _QKV_BIAS_ALWAYS = {"qwen2", "qwen2_moe", "qwen2_vl", "qwen2_5_vl", "chatglm"}
-_QK_NORM = {"qwen3", "qwen3_moe", "gemma3", "gemma3_text", "qwen3_vl_text", "qwen3_vl_moe_text", "exaone4"}
+_QK_NORM = {"qwen3", "qwen3_moe", "gemma3", "gemma3_text", "qwen3_vl_text", "qwen3_vl_moe_text", "exaone4", "lfm2"}
 """Per-head q/k RMSNorm of head_dim, always present (vLLM exaone4.py Exaone4Attention q_norm / k_norm)."""
 _QK_NORM_WHOLE = {"olmo2", "minimax_m2"}
 """q/k RMSNorm over the whole projection, heads × head_dim and kv_heads × head_dim (vLLM olmo2.py, minimax_m2.py)."""
@@ -117,6 +117,30 @@ def _chatglm_names(config: dict[str, Any]) -> dict[str, Any]:
             out[ours] = out[theirs]
     if out.get("multi_query_attention") and "num_key_value_heads" not in out:
         out["num_key_value_heads"] = out.get("multi_query_group_num")
+    return out
+
+
+def _lfm2_names(config: dict[str, Any], where: str) -> dict[str, Any]:
+    """LFM2's own fields (Lfm2Config `__post_init__`): `block_ff_dim` is intermediate_size, `tie_embedding` is
+    tie_word_embeddings; the MLP width is then adjusted as vLLM's Lfm2MLP does it (lfm2.py, v0.32.0): with
+    `block_auto_adjust_ff_dim`, int(2 × width / 3) × `block_ffn_dim_multiplier`, rounded up to `block_multiple_of`."""
+    if config.get("model_type") != "lfm2":
+        return config
+    out = dict(config)
+    if "block_ff_dim" in out:
+        out["intermediate_size"] = out["block_ff_dim"]
+    if "tie_embedding" in out:
+        out["tie_word_embeddings"] = out["tie_embedding"]
+    width = get_int(out, "intermediate_size", where, default=12288)
+    if get_bool(out, "block_auto_adjust_ff_dim", where, default=True):
+        width = int(2 * width / 3)
+        multiplier = out.get("block_ffn_dim_multiplier", 1.0)
+        if multiplier is not None:
+            width = int(get_float(out, "block_ffn_dim_multiplier", where) * width)
+        step = get_int(out, "block_multiple_of", where, default=256)
+        width = step * -(-width // step)
+    out["intermediate_size"] = width
+    out.setdefault("tie_word_embeddings", True)  # Lfm2Config default
     return out
 
 
@@ -799,7 +823,7 @@ _HYBRID_REFUSED = {
     "mamba2": "a pure Mamba2 model has no attention layers to plan a KV cache for",
     "falcon_mamba": "a pure Mamba model has no attention layers to plan a KV cache for",
     "minimax_text_01": "its lightning (linear) attention state is not modelled",
-    "lfm2": "its short-convolution state layers are not modelled",
+    "lfm2_moe": "its MoE layers (num_dense_layers, expert bias) beside short-convolution layers are not modelled",
     "plamo2": "its Mamba state layers are not modelled",
 }
 """model_type → why vramctl refuses it (one line each; planned ones are qwen3_next, qwen3_5, nemotron_h,
@@ -817,7 +841,7 @@ _STATE_MARKERS = (
 )
 _NEMOTRON_H_CHARS = {"M": MAMBA, "*": FULL_ATTENTION, "-": MLP_ONLY}
 _PLANNED_HYBRIDS = (
-    "qwen3_next, qwen3_5, qwen3_5_moe, nemotron_h, granitemoehybrid, kimi_linear, falcon_h1, jamba, "
+    "qwen3_next, qwen3_5, qwen3_5_moe, nemotron_h, granitemoehybrid, kimi_linear, falcon_h1, jamba, lfm2, "
     "bamba (vLLM ≤ 0.23)"
 )
 
@@ -867,6 +891,33 @@ def _refuse_hybrid(model_type: str, where: str, why: str) -> BadInputError:
 def _ssm_dtype(config: Mapping[str, Any]) -> str | None:
     raw = config.get("mamba_ssm_dtype", config.get("mamba_ssm_cache_dtype"))
     return raw.lower().removeprefix("torch.") if isinstance(raw, str) and raw.lower() != "auto" else None
+
+
+def _lfm2_pattern(
+    config: Mapping[str, Any], layers: int, hidden: int, where: str
+) -> tuple[tuple[str, ...], StateSpaceSpec]:
+    """LFM2: `layer_types` of `conv` / `full_attention`, else `full_attn_idxs` (Lfm2Config). A conv layer's state is
+    `Lfm2ForCausalLM.get_mamba_state_shape_from_config` (vllm/model_executor/models/lfm2.py, v0.32.0) →
+    `MambaStateShapeCalculator.short_conv_state_shape(tp, conv_dim, conv_L_cache)`: one conv state (conv_dim / tp,
+    conv_L_cache − 1) in the model dtype (`short_conv_state_dtype`), no SSM state."""
+    raw = config.get("layer_types")
+    if raw is None:
+        idxs = config.get("full_attn_idxs")
+        full = set(idxs) if isinstance(idxs, list) else set(range(layers))
+        raw = ["full_attention" if i in full else "conv" for i in range(layers)]
+    if not isinstance(raw, list) or len(raw) != layers or set(raw) - {"conv", "full_attention"}:
+        raise BadInputError(f"{where}: field 'layer_types' must list {layers} entries of 'conv' / 'full_attention'")
+    width = get_int(config, "conv_dim", where, default=hidden)
+    state = StateSpaceSpec(
+        kind="short_conv",
+        num_heads=width,
+        head_dim=1,
+        state_size=0,
+        n_groups=0,
+        conv_kernel=get_int(config, "conv_L_cache", where, default=3),
+        intermediate_size=width,
+    )
+    return tuple(MAMBA if k == "conv" else FULL_ATTENTION for k in raw), state
 
 
 def _jamba_pattern(
@@ -1009,6 +1060,8 @@ def _hybrid_pattern(
         return _bamba_pattern(config, layers, hidden, where)
     if model_type == "jamba":
         return _jamba_pattern(config, layers, hidden, where)
+    if model_type == "lfm2":
+        return _lfm2_pattern(config, layers, hidden, where)
     if model_type in _GATED_DELTA_NET:
         if declared is not None:
             kinds = get_str_list(config, "layer_types", where)
@@ -1085,7 +1138,7 @@ def _hybrid_pattern(
         raise _refuse_hybrid(
             model_type or "unknown", where, f"field {marker!r} marks state-space layers of an unknown layout"
         )
-    if isinstance(declared, list) and any(k in ("linear_attention", "mamba") for k in declared):
+    if isinstance(declared, list) and any(k in ("linear_attention", "mamba", "conv") for k in declared):
         raise _refuse_hybrid(
             model_type or "unknown", where, "its linear-attention / Mamba layer shapes are unknown"
         )
@@ -1121,7 +1174,13 @@ def _hybrid_param_count(spec: ModelSpec, config: Mapping[str, Any], where: str) 
         + ((q_width + 2 * kv_width) if spec.attention_qkv_bias else 0)
         + (h if spec.attention_out_bias else 0)
     )
-    if st.kind == "gated_delta_net":
+    if st.kind == "short_conv":
+        # LFM2 ShortConv (transformers Lfm2ShortConv): in_proj (hidden → 3 × conv), depthwise conv (conv ×
+        # conv_L_cache), out_proj (conv → hidden), each with a bias when `conv_bias`
+        width = st.intermediate_size
+        bias = get_bool(config, "conv_bias", where)
+        state = h * 3 * width + width * st.conv_kernel + width * h + ((4 * width + h) if bias else 0)
+    elif st.kind == "gated_delta_net":
         key_dim = st.n_groups * st.state_size
         value_dim = st.num_heads * st.head_dim
         conv_dim = 2 * key_dim + value_dim
@@ -1209,7 +1268,7 @@ def spec_from_config(
 
     param_count / weight_bytes default to the formula of vramctl/core/params.py.
     """
-    cfg = _chatglm_names(_text_config(config, where))
+    cfg = _lfm2_names(_chatglm_names(_text_config(config, where)), where)
     model_type = str(cfg.get("_text_model_type") or cfg.get("model_type") or "")
     if cfg.get("block_configs") is not None:  # Nemotron-NAS (DeciLM): per-layer heads and MLP widths
         raise BadInputError(

@@ -75,6 +75,7 @@ STATE_KIND_NAMES = {
     "mamba2": "Mamba2",
     "kda": "Kimi Delta Attention",
     "mamba1": "Mamba1",
+    "short_conv": "short-convolution",
 }
 """`StateSpaceSpec.kind` → the name the plan's notes use."""
 
