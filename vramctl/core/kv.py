@@ -540,7 +540,7 @@ def hybrid_block_alignment(
     if model.is_mla:
         # "TRTLLM/FlashInfer MLA decode kernels require the physical number of kernel blocks to be aligned to
         # 128 / kernel_block_size": an MLA hybrid (Kimi-Linear) aligns to at least 128 (`_align_hybrid_block_size`,
-        # vllm/platforms/interface.py:1077-1081 at v0.32.0; applied to every version vramctl plans hybrids for)
+        # vllm/platforms/interface.py:1077-1082 at v0.32.0; applied to every version vramctl plans hybrids for)
         align = max(align, MLA_HYBRID_ALIGNMENT)
     return align
 
