@@ -226,7 +226,7 @@ BASE = {
         ({"model_type": "plamo2", "mamba_d_state": 64}, "model_type 'plamo2'"),
         ({"model_type": "lfm2_moe", "layer_types": ["conv"] * 4}, "model_type 'lfm2_moe'"),
         ({"model_type": "mystery", "layer_types": ["conv", "full_attention"] * 2}, "layer shapes are unknown"),
-        ({"model_type": "zamba2", "mamba_d_state": 64}, "model_type 'zamba2'"),
+        ({"model_type": "minimax_text_01", "attn_type_list": [0, 1, 0, 1]}, "model_type 'minimax_text_01'"),
         ({"model_type": "nemotron_h", "hybrid_override_pattern": "ME*E"}, "'E' layers"),
         ({"model_type": "kimi_linear", "layer_types": ["linear_attention"] * 4}, "model_type 'kimi_linear'"),
         ({"model_type": "mystery", "ssm_state_size": 16}, "field 'ssm_state_size'"),

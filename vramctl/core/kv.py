@@ -195,6 +195,12 @@ def stage_layer_kinds(model: ModelSpec, pp: int = 1) -> tuple[tuple[str, ...], .
     # decoder layers, so each keeps its pair
     layers = model.num_hidden_layers
     per = len(kinds) // layers if layers and len(kinds) > layers and len(kinds) % layers == 0 else 1
+    if pp > 1 and len(kinds) != layers * per:
+        raise BadInputError(
+            f"--pipeline-parallel-size {pp}: {model.name} runs attention beside the state mixer in some of its "
+            f"{layers} layers only (Zamba2's hybrid layers); its stages are not modelled (plan it with pipeline "
+            "parallelism 1)"
+        )
     out: list[tuple[str, ...]] = []
     start = 0
     for count in pp_partition(len(kinds) // per, pp):

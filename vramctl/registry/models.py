@@ -120,6 +120,26 @@ def _chatglm_names(config: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _zamba2_names(config: dict[str, Any], where: str) -> dict[str, Any]:
+    """Zamba2's derived fields (Zamba2Config `__post_init__`): attention over 2 × hidden_size, head_dim = 2 ×
+    hidden_size // num_attention_heads, intermediate_size 4 × hidden_size when absent, tied embeddings by default,
+    max_position_embeddings 16384 with `use_long_context`. vLLM's Zamba2Attention (zamba2.py, v0.32.0) builds its
+    QKVParallelLinear without a KV-head count: as many KV heads as heads."""
+    if config.get("model_type") != "zamba2":
+        return config
+    out = dict(config)
+    hidden = get_int(out, "hidden_size", where, default=2560)
+    heads = get_int(out, "num_attention_heads", where, default=32)
+    out["head_dim"] = 2 * hidden // heads
+    out["num_key_value_heads"] = heads
+    if out.get("intermediate_size") is None:
+        out["intermediate_size"] = 4 * hidden
+    out.setdefault("tie_word_embeddings", True)
+    if get_bool(out, "use_long_context", where):
+        out["max_position_embeddings"] = 16384
+    return out
+
+
 def _lfm2_names(config: dict[str, Any], where: str) -> dict[str, Any]:
     """LFM2's own fields (Lfm2Config `__post_init__`): `block_ff_dim` is intermediate_size, `tie_embedding` is
     tie_word_embeddings; the MLP width is then adjusted as vLLM's Lfm2MLP does it (lfm2.py, v0.32.0): with
@@ -818,7 +838,6 @@ def _attention_pattern(
 
 # --- hybrid attention + Mamba2 / Gated DeltaNet models (docs/hybrid.md) ----------------------------------------
 _HYBRID_REFUSED = {
-    "zamba2": "its shared-attention blocks and Mamba2 state are not modelled",
     "mamba": "a pure Mamba1 model has no attention layers to plan a KV cache for",
     "mamba2": "a pure Mamba2 model has no attention layers to plan a KV cache for",
     "falcon_mamba": "a pure Mamba model has no attention layers to plan a KV cache for",
@@ -841,7 +860,7 @@ _STATE_MARKERS = (
 )
 _NEMOTRON_H_CHARS = {"M": MAMBA, "*": FULL_ATTENTION, "-": MLP_ONLY}
 _PLANNED_HYBRIDS = (
-    "qwen3_next, qwen3_5, qwen3_5_moe, nemotron_h, granitemoehybrid, kimi_linear, falcon_h1, jamba, lfm2, "
+    "qwen3_next, qwen3_5, qwen3_5_moe, nemotron_h, granitemoehybrid, kimi_linear, falcon_h1, jamba, lfm2, zamba2, "
     "bamba (vLLM ≤ 0.23)"
 )
 
@@ -891,6 +910,73 @@ def _refuse_hybrid(model_type: str, where: str, why: str) -> BadInputError:
 def _ssm_dtype(config: Mapping[str, Any]) -> str | None:
     raw = config.get("mamba_ssm_dtype", config.get("mamba_ssm_cache_dtype"))
     return raw.lower().removeprefix("torch.") if isinstance(raw, str) and raw.lower() != "auto" else None
+
+
+_ZAMBA2_DEFAULT_BLOCKS = (["m"] + (["m"] * 5 + ["hybrid"]) * 7 + ["m"] * 4 + ["hybrid"] + ["m"] * 3 + ["hybrid"] + ["m"] * 2)
+"""Zamba2Config's `layers_block_type` when absent (54 layers); `m` = a Mamba2 layer."""
+
+
+def _zamba2_pattern(
+    config: Mapping[str, Any], layers: int, hidden: int, where: str
+) -> tuple[tuple[str, ...], StateSpaceSpec]:
+    """Zamba2: every layer has a Mamba2 mixer; a `hybrid` layer in `layers_block_type` also runs a shared attention
+    block with a KV cache of its own (vLLM zamba2.py, v0.32.0: one Attention per hybrid layer, "KV cache is unique for
+    every attention layer"). Hybrid layers are listed as attention, then Mamba. State:
+    `Zamba2ForCausalLM.get_mamba_state_shape_from_config` → `mamba2_state_shape(intermediate = mamba_expand ×
+    hidden_size, n_groups = mamba_ngroups, num_heads = n_mamba_heads, head_dim = mamba_headdim, mamba_d_state,
+    mamba_d_conv)`; mamba_headdim = intermediate // n_mamba_heads (Zamba2Config)."""
+    raw = config.get("layers_block_type")
+    if raw is None:
+        raw = _ZAMBA2_DEFAULT_BLOCKS
+    if not isinstance(raw, list) or len(raw) != layers or not all(isinstance(k, str) for k in raw):
+        raise BadInputError(
+            f"{where}: field 'layers_block_type' must list {layers} entries of 'mamba' / 'hybrid'"
+        )
+    inner = get_int(config, "mamba_expand", where, default=2) * hidden
+    heads = get_int(config, "n_mamba_heads", where, default=8)
+    state = StateSpaceSpec(
+        kind="mamba2",
+        num_heads=heads,
+        head_dim=inner // heads,
+        state_size=get_int(config, "mamba_d_state", where, default=64),
+        n_groups=get_int(config, "mamba_ngroups", where, default=1),
+        conv_kernel=get_int(config, "mamba_d_conv", where, default=4),
+        intermediate_size=inner,
+        chunk_size=get_opt_int(config, "chunk_size", where),
+    )
+    kinds: list[str] = []
+    for kind in raw:
+        kinds += [FULL_ATTENTION, MAMBA] if kind == "hybrid" else [MAMBA]
+    return tuple(kinds), state
+
+
+def _zamba2_param_count(spec: ModelSpec, config: Mapping[str, Any], where: str) -> int:
+    """Zamba2 (transformers Zamba2ForCausalLM, whose shared blocks are tied: each counted once, as the checkpoint
+    stores them): every layer a Mamba2 mixer (in_proj, conv1d with bias, dt_bias, A_log, D, gated norm, out_proj;
+    `add_bias_linear` biases) and its input norm; each hybrid layer a hidden × hidden `linear` and its adapters (the
+    MLP's gate_up LoRA of `adapter_rank`, and q / k / v LoRAs over 2 × hidden with `use_shared_attention_adapter`);
+    `num_mem_blocks` shared blocks of attention (q, k, v over 2 × hidden, o), a 2 × hidden and a hidden norm, and
+    the MLP (gate_up, down); embeddings, final norm, lm_head unless tied."""
+    st = spec.state_space
+    assert st is not None
+    h, inner, inter = spec.hidden_size, st.intermediate_size, spec.intermediate_size
+    bias = get_bool(config, "add_bias_linear", where)
+    conv_dim = inner + 2 * st.n_groups * st.state_size
+    in_width = 2 * inner + 2 * st.n_groups * st.state_size + st.num_heads
+    mamba = h * in_width + conv_dim * st.conv_kernel + conv_dim + 3 * st.num_heads + inner + inner * h
+    mamba += (in_width + h if bias else 0) + h  # + the layer's input norm
+    n_hybrid = spec.num_full_layers
+    rank = get_int(config, "adapter_rank", where, default=128)
+    adapters = h * rank + rank * 2 * inter
+    if get_bool(config, "use_shared_attention_adapter", where):
+        adapters += 3 * (2 * h * rank + rank * 2 * h)
+    q = spec.num_attention_heads * spec.head_dim
+    block = 2 * h * q + 2 * (2 * h * q) + q * h + 2 * h + h + h * 2 * inter + inter * h
+    block += (2 * inter + h) if bias else 0
+    blocks = get_int(config, "num_mem_blocks", where, default=1)
+    total = spec.num_hidden_layers * mamba + n_hybrid * (h * h + adapters) + blocks * block
+    embed = spec.vocab_size * h
+    return total + embed + h + (0 if spec.tie_word_embeddings else embed)
 
 
 def _lfm2_pattern(
@@ -1062,6 +1148,8 @@ def _hybrid_pattern(
         return _jamba_pattern(config, layers, hidden, where)
     if model_type == "lfm2":
         return _lfm2_pattern(config, layers, hidden, where)
+    if model_type == "zamba2":
+        return _zamba2_pattern(config, layers, hidden, where)
     if model_type in _GATED_DELTA_NET:
         if declared is not None:
             kinds = get_str_list(config, "layer_types", where)
@@ -1155,6 +1243,8 @@ def _hybrid_param_count(spec: ModelSpec, config: Mapping[str, Any], where: str) 
     """
     st = spec.state_space
     assert st is not None
+    if spec.architecture.startswith("Zamba2"):
+        return _zamba2_param_count(spec, config, where)
     if st.kind in ("kda", "mamba1"):  # every layer from params.py, the state layers' mixers swapped in
         mixer = _kda_mixer_params(spec) if st.kind == "kda" else _jamba_mamba_params(spec, config, where)
         plain = _replace(spec, state_space=None, layer_types=())
@@ -1268,7 +1358,7 @@ def spec_from_config(
 
     param_count / weight_bytes default to the formula of vramctl/core/params.py.
     """
-    cfg = _lfm2_names(_chatglm_names(_text_config(config, where)), where)
+    cfg = _zamba2_names(_lfm2_names(_chatglm_names(_text_config(config, where)), where), where)
     model_type = str(cfg.get("_text_model_type") or cfg.get("model_type") or "")
     if cfg.get("block_configs") is not None:  # Nemotron-NAS (DeciLM): per-layer heads and MLP widths
         raise BadInputError(
