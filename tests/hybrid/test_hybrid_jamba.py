@@ -96,6 +96,25 @@ def test_plan_end_to_end(capsys: pytest.CaptureFixture[str]) -> None:
     assert (h["attention_blocks_per_request"], h["state_blocks_per_request"]) == (820, 14)
 
 
+def test_engine_case_numbers(capsys: pytest.CaptureFixture[str]) -> None:
+    """The tiny Jamba of tests/engine/configs/jamba-hybrid as vLLM 0.32.0's CPU build ran it (512 blocks of 128
+    tokens, 52,428 tokens, 51.2x, "Padding mamba page size by 82.86%"; tests/engine/cases.yaml
+    `jamba-hybrid-default`)."""
+    config = HERE.parents[0] / "engine" / "configs" / "jamba-hybrid"
+    args = ["--max-model-len", "1024", "--kv-cache-memory-bytes", "67108864", "--block-size", "128"]
+    code = main(
+        ["plan", "--engine-version", "0.32.0", "--json", "--", "vllm", "serve", str(config), *args,
+         "--no-async-scheduling", "--mamba-ssm-cache-dtype", "float32"]
+    )  # fmt: skip
+    out = capsys.readouterr()
+    assert code in (0, 1), out.err
+    d = json.loads(out.out)
+    # state (512 × 3) × 2 B + (512 × 16) × 4 B = 35,840 B; attention 2 × 64 × 2 × 2 B = 512 B per token → 65,536 B
+    # pages of 128 (82.86 % padding); groups of 2 → 131,072 B per block, 512 blocks; per request 8 + 2 = 10
+    assert (d["block_size"], d["num_blocks"], d["kv_tokens"], d["max_concurrency"]) == (128, 512, 52_428, 51.2)
+    assert d["hybrid"]["mamba_page_padding_pct"] == 82.86
+
+
 def test_bad_attention_offset() -> None:
     with pytest.raises(BadInputError, match="attn_layer_offset"):
         spec_from_config({**jamba_config(), "attn_layer_offset": 8}, where="config.json", name="jamba")
