@@ -223,8 +223,10 @@ BASE = {
 @pytest.mark.parametrize(
     ("extra", "needle"),
     [
-        ({"model_type": "jamba", "attn_layer_period": 8, "attn_layer_offset": 4}, "model_type 'jamba'"),
-        ({"model_type": "falcon_h1", "mamba_d_ssm": 1024}, "model_type 'falcon_h1'"),
+        ({"model_type": "plamo2", "mamba_d_state": 64}, "model_type 'plamo2'"),
+        ({"model_type": "lfm2_moe", "layer_types": ["conv"] * 4}, "model_type 'lfm2_moe'"),
+        ({"model_type": "mystery", "layer_types": ["conv", "full_attention"] * 2}, "layer shapes are unknown"),
+        ({"model_type": "minimax_text_01", "attn_type_list": [0, 1, 0, 1]}, "model_type 'minimax_text_01'"),
         ({"model_type": "nemotron_h", "hybrid_override_pattern": "ME*E"}, "'E' layers"),
         ({"model_type": "kimi_linear", "layer_types": ["linear_attention"] * 4}, "model_type 'kimi_linear'"),
         ({"model_type": "mystery", "ssm_state_size": 16}, "field 'ssm_state_size'"),

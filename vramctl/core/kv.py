@@ -22,6 +22,7 @@ Pure functions of a ModelSpec and a few flags; sizes are int bytes.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from vramctl.core.engines.vllm.rules import HYBRID_MIN_VLLM as HYBRID_MIN_VLLM
@@ -190,11 +191,21 @@ def pp_partition(num_layers: int, pp: int) -> tuple[int, ...]:
 def stage_layer_kinds(model: ModelSpec, pp: int = 1) -> tuple[tuple[str, ...], ...]:
     """The attention kind of each layer, per pipeline stage."""
     kinds = model.attention_kinds()
+    # a layer that runs attention and a state mixer side by side (Falcon-H1) lists both: vLLM's stages split
+    # decoder layers, so each keeps its pair
+    layers = model.num_hidden_layers
+    per = len(kinds) // layers if layers and len(kinds) > layers and len(kinds) % layers == 0 else 1
+    if pp > 1 and len(kinds) != layers * per:
+        raise BadInputError(
+            f"--pipeline-parallel-size {pp}: {model.name} runs attention beside the state mixer in some of its "
+            f"{layers} layers only (Zamba2's hybrid layers); its stages are not modelled (plan it with pipeline "
+            "parallelism 1)"
+        )
     out: list[tuple[str, ...]] = []
     start = 0
-    for count in pp_partition(len(kinds), pp):
-        out.append(tuple(kinds[start : start + count]))
-        start += count
+    for count in pp_partition(len(kinds) // per, pp):
+        out.append(tuple(kinds[start : start + count * per]))
+        start += count * per
     return tuple(out)
 
 
@@ -416,6 +427,8 @@ def per_request_kv_bytes(
 # HYBRID_MIN_VLLM (the first vLLM whose hybrids vramctl plans) lives with the other switches in
 # vramctl.core.engines.vllm.rules; imported above for the old path.
 
+MLA_HYBRID_ALIGNMENT = 128
+"""The block alignment of an MLA + state hybrid (see `hybrid_block_alignment`)."""
 _MAMBA_DTYPES: dict[str, float] = {"auto": 0, "float32": 4, "bfloat16": 2, "float16": 2, "fp32": 4, "bf16": 2}
 
 
@@ -424,7 +437,8 @@ class StateShapes:
     """One state layer's tensors on one TP rank (elements) and their element sizes."""
 
     conv: tuple[int, int]
-    ssm: tuple[int, int, int]
+    ssm: tuple[int, ...]
+    """(heads, head_dim, state); Mamba1 (Jamba): (width, state)."""
     conv_dtype_bytes: float
     ssm_dtype_bytes: float
 
@@ -434,7 +448,7 @@ class StateShapes:
 
     @property
     def ssm_bytes(self) -> int:
-        return int(self.ssm[0] * self.ssm[1] * self.ssm[2] * self.ssm_dtype_bytes)
+        return int(math.prod(self.ssm) * self.ssm_dtype_bytes) if self.ssm else 0
 
     @property
     def page_bytes(self) -> int:
@@ -448,6 +462,21 @@ def _state_dtype_bytes(name: str, flag: str, fallback: float) -> float:
         raise BadInputError(f"{flag} {name}: unknown state dtype (use auto, float32, bfloat16, float16)")
     size = _MAMBA_DTYPES[key]
     return fallback if size == 0 else size
+
+
+def _kda_recurrent_bytes(flag: str) -> float:
+    """`MambaStateDtypeCalculator.kda_state_dtype` (vllm/model_executor/layers/mamba/mamba_utils.py, v0.32.0): the
+    KDA recurrent state is float32 under `auto` (every release since Kimi-Linear's first kept it float32),
+    float32 or bfloat16 when asked for; anything else is vLLM's ValueError."""
+    key = flag.strip().lower().removeprefix("torch.")
+    if key in ("auto", "float32", "fp32"):
+        return 4
+    if key in ("bfloat16", "bf16"):
+        return 2
+    raise BadInputError(
+        f"--mamba-ssm-cache-dtype {flag}: KDA recurrent state supports only auto, float32, and bfloat16 "
+        "(vLLM's kda_state_dtype)"
+    )
 
 
 def state_shapes(
@@ -468,6 +497,8 @@ def state_shapes(
         raise BadInputError(f"{model.name}: not a hybrid model with Mamba / linear-attention state")
     conv_bytes = _state_dtype_bytes(mamba_cache_dtype, "--mamba-cache-dtype", element_bytes)
     ssm_bytes = _state_dtype_bytes(mamba_ssm_cache_dtype, "--mamba-ssm-cache-dtype", conv_bytes)
+    if st.kind == "kda":
+        ssm_bytes = _kda_recurrent_bytes(mamba_ssm_cache_dtype)
     groups = st.n_groups
     if st.kind == "mamba2" and groups % tp:
         groups += tp - groups  # extra_groups_for_head_shards: replicate groups to follow the head shards
@@ -478,9 +509,14 @@ def state_shapes(
                 f"--tensor-parallel-size {tp}: the model's {total} {what} of its state layers do not split evenly "
                 f"over {tp} ranks (vLLM's divide() asserts it)"
             )
+    ssm: tuple[int, ...] = (st.num_heads // tp, st.head_dim, st.state_size)
+    if st.kind == "mamba1":  # `mamba1_state_shape`: (intermediate / tp, state_size)
+        ssm = (st.intermediate_size // tp, st.state_size)
+    elif st.kind == "short_conv":  # `short_conv_state_shape`: the conv state only
+        ssm = ()
     return StateShapes(
         conv=(conv_dim // tp, st.conv_kernel - 1),
-        ssm=(st.num_heads // tp, st.head_dim, st.state_size),
+        ssm=ssm,
         conv_dtype_bytes=conv_bytes,
         ssm_dtype_bytes=ssm_bytes,
     )
@@ -507,6 +543,11 @@ def hybrid_block_alignment(
         align = 32
     if rules.hybrid_align_user_block and user_block_size is not None:
         align = max(align, user_block_size)
+    if model.is_mla:
+        # "TRTLLM/FlashInfer MLA decode kernels require the physical number of kernel blocks to be aligned to
+        # 128 / kernel_block_size": an MLA hybrid (Kimi-Linear) aligns to at least 128 (`_align_hybrid_block_size`,
+        # vllm/platforms/interface.py:1077-1082 at v0.32.0; applied to every version vramctl plans hybrids for)
+        align = max(align, MLA_HYBRID_ALIGNMENT)
     return align
 
 

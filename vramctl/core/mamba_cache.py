@@ -1,8 +1,8 @@
 """How many blocks of a hybrid model's recurrent-state groups one request holds: vLLM's `mamba_cache_mode`.
 
-A MambaSpec group (Mamba2 / Gated DeltaNet layers) takes `page × (1 + num_speculative_blocks)` per request with
-`mamba_cache_mode = "none"` and `page × (2 + num_speculative_blocks [+ num_prefill_checkpoint_blocks])` with
-`"align"` (`MambaSpec.max_memory_usage_bytes`, `vllm/v1/kv_cache_interface.py`, vLLM 0.26.0 - 0.32.0): the
+A MambaSpec group (Mamba2 / Gated DeltaNet / KDA layers) takes `page × (1 + num_speculative_blocks)` per request
+with `mamba_cache_mode = "none"` and `page × (2 + num_speculative_blocks + num_prefill_checkpoint_blocks)` with
+`"align"` (vLLM 0.32's Mamba2 layers set num_prefill_checkpoint_blocks = 1, `VllmRules.mamba2_prefill_checkpoint`) (`MambaSpec.max_memory_usage_bytes`, `vllm/v1/kv_cache_interface.py`, vLLM 0.26.0 - 0.32.0): the
 state of the last step and the one being written, so that a prefix-cache hit can resume at a block boundary.
 The block pool, the number of blocks and the bytes per block do not change; the blocks a max_model_len request
 takes do, and with them the maximum concurrency, the KV cache size in tokens and the "To serve at least one
@@ -44,6 +44,7 @@ def mamba_cache_mode(align_by_default: bool, enable_prefix_caching: bool | None)
     return "unmodelled" if enable_prefix_caching else "none"
 
 
-def state_blocks_per_request(mode: str) -> int:
-    """Blocks one request holds in each state group (no speculative decoding)."""
-    return _BLOCKS.get(mode, 1)
+def state_blocks_per_request(mode: str, prefill_checkpoint_blocks: int = 0) -> int:
+    """Blocks one request holds in each state group (no speculative decoding); `prefill_checkpoint_blocks`: the
+    layers' `num_prefill_checkpoint_blocks` (1 for vLLM 0.32's Mamba2 layers), counted in "align" mode only."""
+    return _BLOCKS.get(mode, 1) + (prefill_checkpoint_blocks if mode == "align" else 0)

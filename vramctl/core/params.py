@@ -80,7 +80,8 @@ def is_moe_layer(spec: ModelSpec, layer: int) -> bool:
     """Whether decoder layer `layer` has a routed-expert FFN (DeepSeek's first_k_dense_replace / freq rule)."""
     if spec.moe is None:
         return False
-    return layer >= spec.moe.first_k_dense_replace and layer % spec.moe.moe_layer_freq == 0
+    moe = spec.moe
+    return layer >= moe.first_k_dense_replace and layer % moe.moe_layer_freq == moe.moe_layer_offset
 
 
 def num_moe_layers(spec: ModelSpec) -> int:
@@ -88,7 +89,7 @@ def num_moe_layers(spec: ModelSpec) -> int:
     if spec.moe is None:
         return 0
     first, freq, layers = spec.moe.first_k_dense_replace, spec.moe.moe_layer_freq, spec.num_hidden_layers
-    start = -(-first // freq) * freq  # the first multiple of freq at or after first
+    start = first + (spec.moe.moe_layer_offset - first) % freq  # the first MoE layer at or after first
     return 0 if start >= layers else (layers - 1 - start) // freq + 1
 
 

@@ -13,7 +13,7 @@ FULL_ATTENTION = "full_attention"
 SLIDING_ATTENTION = "sliding_attention"
 # Recurrent-state layers of hybrid models (docs/hybrid.md): a fixed-size state per request, no per-token KV.
 MAMBA = "mamba"
-"""A Mamba2 mixer layer (Nemotron-H `M`, Granite-4.0-H `mamba`)."""
+"""A Mamba1 / Mamba2 mixer or short-convolution layer (Nemotron-H `M`, Granite-4.0-H `mamba`, Jamba, LFM2 `conv`)."""
 LINEAR_ATTENTION = "linear_attention"
 """A Gated DeltaNet linear-attention layer (Qwen3-Next)."""
 MLP_ONLY = "mlp_only"
@@ -63,6 +63,8 @@ class MoESpec:
     first_k_dense_replace: int = 0
     """The first k layers use a dense MLP of `intermediate_size` (DeepSeek, Kimi)."""
     moe_layer_freq: int = 1
+    moe_layer_offset: int = 0
+    """MoE layers are those with `layer % moe_layer_freq == moe_layer_offset` (Jamba `expert_layer_offset`: 1)."""
     router_bias: bool = False
     """The router (gate) linear has a bias (gpt-oss)."""
     expert_bias: bool = False
@@ -112,7 +114,11 @@ class StateSpaceSpec:
     """
 
     kind: str
-    """`mamba2` or `gated_delta_net`."""
+    """`mamba2`, `gated_delta_net`, `kda` (Kimi Delta Attention: n_groups = num_heads = linear heads, head_dim =
+    state_size = the linear head_dim; conv over 3 × heads × head_dim channels, recurrent (heads, head_dim, head_dim))
+    or `mamba1` (Jamba: num_heads = intermediate_size = the Mamba width, head_dim 1, n_groups 0; conv over the
+    width, SSM (width, state_size)) or `short_conv` (LFM2: num_heads = intermediate_size = conv_dim, conv_kernel =
+    conv_L_cache; a conv state only)."""
     num_heads: int
     head_dim: int
     state_size: int

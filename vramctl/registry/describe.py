@@ -11,7 +11,7 @@ from vramctl.core.specs import GpuSpec, ModelSpec
 
 def attention_kind(spec: ModelSpec) -> str:
     """`mla`, `hybrid` (full + sliding layers), `sliding`, or `mha` / `gqa` / `mqa` for full attention; a model with
-    Mamba / linear-attention layers adds their kind (`gqa+gated_delta_net`, `gqa+mamba2`)."""
+    Mamba / linear-attention layers adds their kind (`gqa+gated_delta_net`, `gqa+mamba2`, `mla+kda`)."""
     if spec.state_space is not None:
         return f"{_full_attention_kind(spec)}+{spec.state_space.kind}"
     if spec.mla is not None:
@@ -24,6 +24,8 @@ def attention_kind(spec: ModelSpec) -> str:
 
 
 def _full_attention_kind(spec: ModelSpec) -> str:
+    if spec.mla is not None:  # Kimi-Linear's full-attention layers: `mla+kda`
+        return "mla"
     if spec.num_key_value_heads == spec.num_attention_heads:
         return "mha"
     return "mqa" if spec.num_key_value_heads == 1 else "gqa"

@@ -14,6 +14,7 @@ from typing import Any
 from vramctl.core.engines import vllm_yarn
 from vramctl.core.errors import BadInputError
 from vramctl.core.params import (
+    attention_params_per_layer,
     bnb_double_quant_saving,
     num_moe_layers,
     param_count_from_spec,
@@ -52,7 +53,16 @@ MAX_LAYERS = 10_000
 _OPT_POSITION_OFFSET = 2
 """transformers OPTLearnedPositionalEmbedding keeps max_position_embeddings + 2 rows."""
 _QKV_BIAS_ALWAYS = {"qwen2", "qwen2_moe", "qwen2_vl", "qwen2_5_vl", "chatglm"}
-_QK_NORM = {"qwen3", "qwen3_moe", "gemma3", "gemma3_text", "qwen3_vl_text", "qwen3_vl_moe_text", "exaone4"}
+_QK_NORM = {
+    "qwen3",
+    "qwen3_moe",
+    "gemma3",
+    "gemma3_text",
+    "qwen3_vl_text",
+    "qwen3_vl_moe_text",
+    "exaone4",
+    "lfm2",
+}
 _QK_NORM |= {"apertus", "exaone_moe", "laguna", "afmoe"}
 """Per-head q/k RMSNorm of head_dim, always present (vLLM exaone4.py Exaone4Attention q_norm / k_norm; at vLLM 0.32
 apertus.py:204, exaone_moe.py:221, afmoe.py:225, laguna.py q_norm / k_norm)."""
@@ -88,9 +98,9 @@ _GLOBAL_EVERY = {"gemma3": 6, "gemma3_text": 6, "cohere2": 4}
 `(layer_idx + 1) % sliding_window_pattern != 0` slides)."""
 _DTYPE_ALIASES = {"float": "float32", "torch.float32": "float32", "half": "float16"}
 _FP8_METHODS = {"fp8", "fbgemm_fp8"}
-_SCORE_BIAS = {"glm4_moe", "minimax_m2"}
+_SCORE_BIAS = {"glm4_moe", "minimax_m2", "kimi_linear"}
 """Routers with an `e_score_correction_bias` whatever topk_method says (transformers Glm4MoeTopkRouter,
-MiniMax-M2 `use_routing_bias`)."""
+MiniMax-M2 `use_routing_bias`, KimiLinearTopkRouter / vLLM KimiMoE: `topk_method` defaults to noaux_tc)."""
 
 
 def _text_config(config: Mapping[str, Any], where: str) -> dict[str, Any]:
@@ -136,6 +146,50 @@ def _chatglm_names(config: dict[str, Any]) -> dict[str, Any]:
             out[ours] = out[theirs]
     if out.get("multi_query_attention") and "num_key_value_heads" not in out:
         out["num_key_value_heads"] = out.get("multi_query_group_num")
+    return out
+
+
+def _zamba2_names(config: dict[str, Any], where: str) -> dict[str, Any]:
+    """Zamba2's derived fields (Zamba2Config `__post_init__`): attention over 2 × hidden_size, head_dim = 2 ×
+    hidden_size // num_attention_heads, intermediate_size 4 × hidden_size when absent, tied embeddings by default,
+    max_position_embeddings 16384 with `use_long_context`. vLLM's Zamba2Attention (zamba2.py, v0.32.0) builds its
+    QKVParallelLinear without a KV-head count: as many KV heads as heads."""
+    if config.get("model_type") != "zamba2":
+        return config
+    out = dict(config)
+    hidden = get_int(out, "hidden_size", where, default=2560)
+    heads = get_int(out, "num_attention_heads", where, default=32)
+    out["head_dim"] = 2 * hidden // heads
+    out["num_key_value_heads"] = heads
+    if out.get("intermediate_size") is None:
+        out["intermediate_size"] = 4 * hidden
+    out.setdefault("tie_word_embeddings", True)
+    if get_bool(out, "use_long_context", where):
+        out["max_position_embeddings"] = 16384
+    return out
+
+
+def _lfm2_names(config: dict[str, Any], where: str) -> dict[str, Any]:
+    """LFM2's own fields (Lfm2Config `__post_init__`): `block_ff_dim` is intermediate_size, `tie_embedding` is
+    tie_word_embeddings; the MLP width is then adjusted as vLLM's Lfm2MLP does it (lfm2.py, v0.32.0): with
+    `block_auto_adjust_ff_dim`, int(2 × width / 3) × `block_ffn_dim_multiplier`, rounded up to `block_multiple_of`."""
+    if config.get("model_type") != "lfm2":
+        return config
+    out = dict(config)
+    if "block_ff_dim" in out:
+        out["intermediate_size"] = out["block_ff_dim"]
+    if "tie_embedding" in out:
+        out["tie_word_embeddings"] = out["tie_embedding"]
+    width = get_int(out, "intermediate_size", where, default=12288)
+    if get_bool(out, "block_auto_adjust_ff_dim", where, default=True):
+        width = int(2 * width / 3)
+        multiplier = out.get("block_ffn_dim_multiplier", 1.0)
+        if multiplier is not None:
+            width = int(get_float(out, "block_ffn_dim_multiplier", where) * width)
+        step = get_int(out, "block_multiple_of", where, default=256)
+        width = step * -(-width // step)
+    out["intermediate_size"] = width
+    out.setdefault("tie_word_embeddings", True)  # Lfm2Config default
     return out
 
 
@@ -608,11 +662,21 @@ def _moe(config: Mapping[str, Any], model_type: str, where: str) -> MoESpec | No
         if config.get(key) is not None:
             experts = get_int(config, key, where, minimum=0)
             break
-    if not experts:
+    if not experts or (model_type == "jamba" and experts == 1):  # Jamba: one expert is a plain MLP
         return None
     per_tok_key = next(
         # Aria's text model: `moe_topk` (transformers AriaTextConfig, vLLM aria.py AriaTextMoELayer)
-        (k for k in ("num_experts_per_tok", "experts_per_token", "moe_k", "moe_topk") if k in config),
+        (
+            k
+            for k in (
+                "num_experts_per_tok",
+                "experts_per_token",
+                "moe_k",
+                "moe_topk",
+                "num_experts_per_token",
+            )
+            if k in config
+        ),
         "num_experts_per_tok",
     )
     per_tok = get_int(config, per_tok_key, where)
@@ -624,7 +688,8 @@ def _moe(config: Mapping[str, Any], model_type: str, where: str) -> MoESpec | No
         expert_size = get_int(config, "moe_intermediate_size", where)
     else:  # Mixtral, gpt-oss: every layer is MoE and intermediate_size is the expert's
         expert_size = get_int(config, "intermediate_size", where)
-    # EXAONE-MoE: `num_shared_experts` (transformers ExaoneMoeConfig, vLLM exaone_moe.py shared_experts)
+    # EXAONE-MoE: `num_shared_experts` (transformers ExaoneMoeConfig, vLLM exaone_moe.py shared_experts); Kimi-Linear
+    # too (KimiLinearConfig; its shared MLP is moe_intermediate_size × that count)
     shared_key = next(
         (k for k in ("moe_num_shared_experts", "num_shared_experts") if k in config), "n_shared_experts"
     )
@@ -646,6 +711,12 @@ def _moe(config: Mapping[str, Any], model_type: str, where: str) -> MoESpec | No
     # AFMoE: `num_dense_layers` (vLLM 0.32 afmoe.py:310 `moe_enabled = layer_idx >= config.num_dense_layers`)
     dense_key = "num_dense_layers" if "num_dense_layers" in config else "first_k_dense_replace"
     first_dense = get_int(config, dense_key, where, default=0, minimum=0)
+    offset = 0
+    if (
+        model_type == "jamba"
+    ):  # JambaConfig.layers_num_experts: i % expert_layer_period == expert_layer_offset
+        freq = get_int(config, "expert_layer_period", where, default=2)
+        offset = get_int(config, "expert_layer_offset", where, default=1, minimum=0) % freq
     if "interleave_moe_layer_step" in config:  # Llama-4: every step-th layer is MoE (Maverick: 2)
         freq = get_int(config, "interleave_moe_layer_step", where)
     if "moe_layer_interval" in config or "moe_layer_start_index" in config:  # ERNIE-4.5 (vLLM ernie45_moe.py)
@@ -668,6 +739,7 @@ def _moe(config: Mapping[str, Any], model_type: str, where: str) -> MoESpec | No
         shared_expert_intermediate_size=shared_size,
         first_k_dense_replace=first_dense,
         moe_layer_freq=freq,
+        moe_layer_offset=offset,
         router_bias=is_gpt_oss,
         expert_bias=is_gpt_oss,
         score_correction_bias=config.get("topk_method") == "noaux_tc"
@@ -851,20 +923,15 @@ def _attention_pattern(
 
 # --- hybrid attention + Mamba2 / Gated DeltaNet models (docs/hybrid.md) ----------------------------------------
 _HYBRID_REFUSED = {
-    "jamba": "Mamba1 layers (attn_layer_period / attn_layer_offset) and their state shapes are not modelled",
-    "falcon_h1": "parallel attention + Mamba2 in every layer (mamba_d_ssm, mamba_n_groups) is not modelled",
-    "bamba": "its Mamba2 layer pattern (attn_layer_indices) is not modelled",
-    "zamba2": "its shared-attention blocks and Mamba2 state are not modelled",
     "mamba": "a pure Mamba1 model has no attention layers to plan a KV cache for",
     "mamba2": "a pure Mamba2 model has no attention layers to plan a KV cache for",
     "falcon_mamba": "a pure Mamba model has no attention layers to plan a KV cache for",
     "minimax_text_01": "its lightning (linear) attention state is not modelled",
-    "lfm2": "its short-convolution state layers are not modelled",
-    "kimi_linear": "its Kimi Delta Attention (KDA) state is not modelled",
+    "lfm2_moe": "its MoE layers (num_dense_layers, expert bias) beside short-convolution layers are not modelled",
     "plamo2": "its Mamba state layers are not modelled",
 }
 """model_type → why vramctl refuses it (one line each; planned ones are qwen3_next, qwen3_5, nemotron_h,
-granitemoehybrid)."""
+granitemoehybrid, kimi_linear)."""
 _GATED_DELTA_NET = {"qwen3_next", "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text"}
 """Gated DeltaNet + gated full attention, one layout (vLLM qwen3_5.py: Qwen3_5DecoderLayer builds on
 Qwen3NextDecoderLayer with GatedDeltaNetAttention / Qwen3NextAttention; get_mamba_state_shape_from_config passes
@@ -877,18 +944,280 @@ _STATE_MARKERS = (
     "attn_layer_period",
 )
 _NEMOTRON_H_CHARS = {"M": MAMBA, "*": FULL_ATTENTION, "-": MLP_ONLY}
+_PLANNED_HYBRIDS = (
+    "qwen3_next, qwen3_5, qwen3_5_moe, nemotron_h, granitemoehybrid, kimi_linear, falcon_h1, jamba, lfm2, zamba2, "
+    "bamba (vLLM ≤ 0.23)"
+)
+
+
+def _kimi_linear_pattern(
+    config: Mapping[str, Any], layers: int, where: str
+) -> tuple[tuple[str, ...], StateSpaceSpec]:
+    """Kimi-Linear: `linear_attn_config` lists the 1-based `kda_layers` (Kimi Delta Attention) and `full_attn_layers`
+    (MLA); vLLM's `KimiLinearConfig.is_kda_layer` (vllm/transformers_utils/configs/kimi_linear.py, v0.32.0) tests
+    `layer_idx + 1 in kda_layers`, every other layer is MLA. The KDA state is
+    `MambaStateShapeCalculator.kda_state_shape(tp, num_heads, head_dim, conv_kernel_size=short_conv_kernel_size)`
+    (vllm/model_executor/layers/mamba/mamba_utils.py, v0.32.0; `KimiLinearForCausalLM.get_mamba_state_shape_from_config`,
+    vllm/models/kimi_k3/nvidia/model.py): conv over num_heads × head_dim + 2 × num_heads × head_dim channels (q, k, v),
+    recurrent (num_heads / tp, head_dim, head_dim)."""
+    lin = get_mapping(config, "linear_attn_config", where)
+    lwhere = f"{where}: linear_attn_config"
+    if lin is None:
+        raise _refuse_hybrid(
+            "kimi_linear", where, "field 'linear_attn_config' (kda_layers, num_heads, head_dim) is missing"
+        )
+    raw = lin.get("kda_layers")
+    if not isinstance(raw, list) or any(
+        not isinstance(i, int) or isinstance(i, bool) or not 1 <= i <= layers for i in raw
+    ):
+        raise BadInputError(
+            f"{lwhere}: field 'kda_layers' must list 1-based layer numbers from 1 to {layers}"
+        )
+    kda = set(raw)
+    kinds = tuple(LINEAR_ATTENTION if i + 1 in kda else FULL_ATTENTION for i in range(layers))
+    heads = get_int(lin, "num_heads", lwhere)
+    head_dim = get_int(lin, "head_dim", lwhere)
+    state = StateSpaceSpec(
+        kind="kda",
+        num_heads=heads,
+        head_dim=head_dim,
+        state_size=head_dim,
+        n_groups=heads,
+        conv_kernel=get_int(lin, "short_conv_kernel_size", lwhere, default=4),
+        intermediate_size=heads * head_dim,
+    )
+    return kinds, state
 
 
 def _refuse_hybrid(model_type: str, where: str, why: str) -> BadInputError:
     return BadInputError(
         f"{where}: model_type {model_type!r} is a Mamba / linear-attention hybrid that vramctl cannot plan: {why} "
-        "(planned: qwen3_next, qwen3_5, qwen3_5_moe, nemotron_h, granitemoehybrid; see docs/hybrid.md)"
+        f"(planned: {_PLANNED_HYBRIDS}; see docs/hybrid.md)"
     )
 
 
 def _ssm_dtype(config: Mapping[str, Any]) -> str | None:
     raw = config.get("mamba_ssm_dtype", config.get("mamba_ssm_cache_dtype"))
     return raw.lower().removeprefix("torch.") if isinstance(raw, str) and raw.lower() != "auto" else None
+
+
+_ZAMBA2_DEFAULT_BLOCKS = (
+    ["m"] + (["m"] * 5 + ["hybrid"]) * 7 + ["m"] * 4 + ["hybrid"] + ["m"] * 3 + ["hybrid"] + ["m"] * 2
+)
+"""Zamba2Config's `layers_block_type` when absent (54 layers); `m` = a Mamba2 layer."""
+
+
+def _zamba2_pattern(
+    config: Mapping[str, Any], layers: int, hidden: int, where: str
+) -> tuple[tuple[str, ...], StateSpaceSpec]:
+    """Zamba2: every layer has a Mamba2 mixer; a `hybrid` layer in `layers_block_type` also runs a shared attention
+    block with a KV cache of its own (vLLM zamba2.py, v0.32.0: one Attention per hybrid layer, "KV cache is unique for
+    every attention layer"). Hybrid layers are listed as attention, then Mamba. State:
+    `Zamba2ForCausalLM.get_mamba_state_shape_from_config` → `mamba2_state_shape(intermediate = mamba_expand ×
+    hidden_size, n_groups = mamba_ngroups, num_heads = n_mamba_heads, head_dim = mamba_headdim, mamba_d_state,
+    mamba_d_conv)`; mamba_headdim = intermediate // n_mamba_heads (Zamba2Config)."""
+    raw = config.get("layers_block_type")
+    if raw is None:
+        raw = _ZAMBA2_DEFAULT_BLOCKS
+    if not isinstance(raw, list) or len(raw) != layers or not all(isinstance(k, str) for k in raw):
+        raise BadInputError(
+            f"{where}: field 'layers_block_type' must list {layers} entries of 'mamba' / 'hybrid'"
+        )
+    inner = get_int(config, "mamba_expand", where, default=2) * hidden
+    heads = get_int(config, "n_mamba_heads", where, default=8)
+    state = StateSpaceSpec(
+        kind="mamba2",
+        num_heads=heads,
+        head_dim=inner // heads,
+        state_size=get_int(config, "mamba_d_state", where, default=64),
+        n_groups=get_int(config, "mamba_ngroups", where, default=1),
+        conv_kernel=get_int(config, "mamba_d_conv", where, default=4),
+        intermediate_size=inner,
+        chunk_size=get_opt_int(config, "chunk_size", where),
+    )
+    kinds: list[str] = []
+    for kind in raw:
+        kinds += [FULL_ATTENTION, MAMBA] if kind == "hybrid" else [MAMBA]
+    return tuple(kinds), state
+
+
+def _zamba2_param_count(spec: ModelSpec, config: Mapping[str, Any], where: str) -> int:
+    """Zamba2 (transformers Zamba2ForCausalLM, whose shared blocks are tied: each counted once, as the checkpoint
+    stores them): every layer a Mamba2 mixer (in_proj, conv1d with bias, dt_bias, A_log, D, gated norm, out_proj;
+    `add_bias_linear` biases) and its input norm; each hybrid layer a hidden × hidden `linear` and its adapters (the
+    MLP's gate_up LoRA of `adapter_rank`, and q / k / v LoRAs over 2 × hidden with `use_shared_attention_adapter`);
+    `num_mem_blocks` shared blocks of attention (q, k, v over 2 × hidden, o), a 2 × hidden and a hidden norm, and
+    the MLP (gate_up, down); embeddings, final norm, lm_head unless tied."""
+    st = spec.state_space
+    assert st is not None
+    h, inner, inter = spec.hidden_size, st.intermediate_size, spec.intermediate_size
+    bias = get_bool(config, "add_bias_linear", where)
+    conv_dim = inner + 2 * st.n_groups * st.state_size
+    in_width = 2 * inner + 2 * st.n_groups * st.state_size + st.num_heads
+    mamba = h * in_width + conv_dim * st.conv_kernel + conv_dim + 3 * st.num_heads + inner + inner * h
+    mamba += (in_width + h if bias else 0) + h  # + the layer's input norm
+    n_hybrid = spec.num_full_layers
+    rank = get_int(config, "adapter_rank", where, default=128)
+    adapters = h * rank + rank * 2 * inter
+    if get_bool(config, "use_shared_attention_adapter", where):
+        adapters += 3 * (2 * h * rank + rank * 2 * h)
+    q = spec.num_attention_heads * spec.head_dim
+    block = 2 * h * q + 2 * (2 * h * q) + q * h + 2 * h + h + h * 2 * inter + inter * h
+    block += (2 * inter + h) if bias else 0
+    blocks = get_int(config, "num_mem_blocks", where, default=1)
+    total = spec.num_hidden_layers * mamba + n_hybrid * (h * h + adapters) + blocks * block
+    embed = spec.vocab_size * h
+    return total + embed + h + (0 if spec.tie_word_embeddings else embed)
+
+
+def _lfm2_pattern(
+    config: Mapping[str, Any], layers: int, hidden: int, where: str
+) -> tuple[tuple[str, ...], StateSpaceSpec]:
+    """LFM2: `layer_types` of `conv` / `full_attention`, else `full_attn_idxs` (Lfm2Config). A conv layer's state is
+    `Lfm2ForCausalLM.get_mamba_state_shape_from_config` (vllm/model_executor/models/lfm2.py, v0.32.0) →
+    `MambaStateShapeCalculator.short_conv_state_shape(tp, conv_dim, conv_L_cache)`: one conv state (conv_dim / tp,
+    conv_L_cache − 1) in the model dtype (`short_conv_state_dtype`), no SSM state."""
+    raw = config.get("layer_types")
+    if raw is None:
+        idxs = config.get("full_attn_idxs")
+        full = set(idxs) if isinstance(idxs, list) else set(range(layers))
+        raw = ["full_attention" if i in full else "conv" for i in range(layers)]
+    if not isinstance(raw, list) or len(raw) != layers or set(raw) - {"conv", "full_attention"}:
+        raise BadInputError(
+            f"{where}: field 'layer_types' must list {layers} entries of 'conv' / 'full_attention'"
+        )
+    width = get_int(config, "conv_dim", where, default=hidden)
+    state = StateSpaceSpec(
+        kind="short_conv",
+        num_heads=width,
+        head_dim=1,
+        state_size=0,
+        n_groups=0,
+        conv_kernel=get_int(config, "conv_L_cache", where, default=3),
+        intermediate_size=width,
+    )
+    return tuple(MAMBA if k == "conv" else FULL_ATTENTION for k in raw), state
+
+
+def _jamba_pattern(
+    config: Mapping[str, Any], layers: int, hidden: int, where: str
+) -> tuple[tuple[str, ...], StateSpaceSpec]:
+    """Jamba: layer i is attention when i % attn_layer_period == attn_layer_offset, else Mamba1 (transformers
+    JambaConfig.layers_block_type, defaults 8 / 4; vLLM jamba.py builds its layers from it). State:
+    `JambaForCausalLM.get_mamba_state_shape_from_config` (vllm/model_executor/models/jamba.py, v0.32.0) →
+    `MambaStateShapeCalculator.mamba1_state_shape(tp, mamba_expand × hidden_size, mamba_d_state, mamba_d_conv)`:
+    conv (width / tp, kernel − 1), SSM (width / tp, mamba_d_state)."""
+    period = get_int(config, "attn_layer_period", where, default=8)
+    offset = get_int(config, "attn_layer_offset", where, default=4, minimum=0)
+    if offset >= period:
+        raise BadInputError(
+            f"{where}: field 'attn_layer_offset' ({offset}) must be smaller than attn_layer_period ({period})"
+        )
+    width = get_int(config, "mamba_expand", where, default=2) * hidden
+    state = StateSpaceSpec(
+        kind="mamba1",
+        num_heads=width,
+        head_dim=1,
+        state_size=get_int(config, "mamba_d_state", where, default=16),
+        n_groups=0,
+        conv_kernel=get_int(config, "mamba_d_conv", where, default=4),
+        intermediate_size=width,
+        ssm_dtype=_ssm_dtype(config),
+    )
+    return tuple(FULL_ATTENTION if i % period == offset else MAMBA for i in range(layers)), state
+
+
+def _jamba_mamba_params(spec: ModelSpec, config: Mapping[str, Any], where: str) -> int:
+    """One Jamba Mamba1 mixer (transformers JambaMambaMixer; vLLM MambaMixer with use_rms_norm): in_proj (hidden →
+    2 × width, bias with mamba_proj_bias), depthwise conv1d (width × kernel, bias with mamba_conv_bias), x_proj (width
+    → dt_rank + 2 × state), dt_proj (dt_rank → width, with bias), A_log (width × state), D (width), out_proj (width →
+    hidden, bias with mamba_proj_bias), the dt / B / C RMSNorms (dt_rank, state, state); dt_rank `auto` =
+    ceil(hidden / 16)."""
+    st = spec.state_space
+    assert st is not None
+    h, width, n = spec.hidden_size, st.intermediate_size, st.state_size
+    raw = config.get("mamba_dt_rank", "auto")
+    dt_rank = -(-h // 16) if raw in ("auto", None) else get_int(config, "mamba_dt_rank", where)
+    proj_bias = get_bool(config, "mamba_proj_bias", where)
+    total = h * 2 * width + (2 * width if proj_bias else 0)
+    total += width * st.conv_kernel + (
+        width if get_bool(config, "mamba_conv_bias", where, default=True) else 0
+    )
+    total += width * (dt_rank + 2 * n) + dt_rank * width + width + width * n + width
+    total += width * h + (h if proj_bias else 0) + dt_rank + 2 * n
+    return total
+
+
+def _bamba_pattern(
+    config: Mapping[str, Any], layers: int, hidden: int, where: str
+) -> tuple[tuple[str, ...], StateSpaceSpec]:
+    """Bamba: layer i is attention when it is in `attn_layer_indices`, else Mamba2 (transformers
+    BambaConfig.layers_block_type; vLLM bamba.py builds its decoder layers from it). State:
+    `BambaForCausalLM.get_mamba_state_shape_from_config` (vllm/model_executor/models/bamba.py, 0.10.2 – 0.23.0) →
+    `mamba2_state_shape` with intermediate = mamba_expand × hidden_size, mamba_n_heads heads of mamba_d_head
+    (`auto`: intermediate // heads, BambaConfig), mamba_n_groups, mamba_d_state, mamba_d_conv."""
+    raw = config.get("attn_layer_indices") or []
+    if not isinstance(raw, list) or any(
+        not isinstance(i, int) or isinstance(i, bool) or not 0 <= i < layers for i in raw
+    ):
+        raise BadInputError(
+            f"{where}: field 'attn_layer_indices' must list layer indices from 0 to {layers - 1}"
+        )
+    inner = get_int(config, "mamba_expand", where, default=2) * hidden
+    heads = get_int(config, "mamba_n_heads", where, default=128)
+    raw_head = config.get("mamba_d_head", "auto")
+    head_dim = inner // heads if raw_head in ("auto", None) else get_int(config, "mamba_d_head", where)
+    if head_dim * heads != inner:
+        raise BadInputError(
+            f"{where}: mamba_d_head ({head_dim}) × mamba_n_heads ({heads}) must equal mamba_expand × hidden_size "
+            f"({inner})"
+        )
+    attention = set(raw)
+    state = StateSpaceSpec(
+        kind="mamba2",
+        num_heads=heads,
+        head_dim=head_dim,
+        state_size=get_int(config, "mamba_d_state", where, default=256),
+        n_groups=get_int(config, "mamba_n_groups", where, default=1),
+        conv_kernel=get_int(config, "mamba_d_conv", where, default=4),
+        intermediate_size=inner,
+        ssm_dtype=_ssm_dtype(config),
+        chunk_size=get_opt_int(config, "mamba_chunk_size", where),
+    )
+    return tuple(FULL_ATTENTION if i in attention else MAMBA for i in range(layers)), state
+
+
+def _falcon_h1_pattern(
+    config: Mapping[str, Any], layers: int, hidden: int, where: str
+) -> tuple[tuple[str, ...], StateSpaceSpec]:
+    """Falcon-H1: every decoder layer runs attention and a Mamba2 mixer side by side (vLLM falcon_h1.py
+    `FalconH1ParallelHybrid`, v0.32.0: the SSM branch registers as layer num_hidden_layers + i, so V1 sees
+    num_hidden_layers attention layers and as many Mamba layers). Each layer is listed twice in `layer_types`
+    (attention, then Mamba). State: `FalconH1ForCausalLM.get_mamba_state_shape_from_config` →
+    `mamba2_state_shape` with intermediate = `mamba_d_ssm`, else `mamba_expand × hidden_size`; `mamba_d_head`
+    `auto` (FalconH1Config) is intermediate // mamba_n_heads."""
+    inner = get_opt_int(config, "mamba_d_ssm", where)
+    if inner is None:
+        inner = get_int(config, "mamba_expand", where, default=2) * hidden
+    heads = get_int(config, "mamba_n_heads", where, default=128)
+    raw_head = config.get("mamba_d_head", "auto")
+    head_dim = inner // heads if raw_head in ("auto", None) else get_int(config, "mamba_d_head", where)
+    if head_dim * heads != inner:
+        raise BadInputError(
+            f"{where}: mamba_d_head ({head_dim}) × mamba_n_heads ({heads}) must equal the Mamba width ({inner})"
+        )
+    state = StateSpaceSpec(
+        kind="mamba2",
+        num_heads=heads,
+        head_dim=head_dim,
+        state_size=get_int(config, "mamba_d_state", where, default=256),
+        n_groups=get_int(config, "mamba_n_groups", where, default=1),
+        conv_kernel=get_int(config, "mamba_d_conv", where, default=4),
+        intermediate_size=inner,
+        ssm_dtype=_ssm_dtype(config),
+        chunk_size=get_opt_int(config, "mamba_chunk_size", where),
+    )
+    return (FULL_ATTENTION, MAMBA) * layers, state
 
 
 def _hybrid_pattern(
@@ -906,6 +1235,18 @@ def _hybrid_pattern(
     if model_type in _HYBRID_REFUSED:
         raise _refuse_hybrid(model_type, where, _HYBRID_REFUSED[model_type])
     declared = config.get("layer_types")
+    if model_type == "kimi_linear":
+        return _kimi_linear_pattern(config, layers, where)
+    if model_type == "falcon_h1":
+        return _falcon_h1_pattern(config, layers, hidden, where)
+    if model_type == "bamba":
+        return _bamba_pattern(config, layers, hidden, where)
+    if model_type == "jamba":
+        return _jamba_pattern(config, layers, hidden, where)
+    if model_type == "lfm2":
+        return _lfm2_pattern(config, layers, hidden, where)
+    if model_type == "zamba2":
+        return _zamba2_pattern(config, layers, hidden, where)
     if model_type in _GATED_DELTA_NET:
         if declared is not None:
             kinds = get_str_list(config, "layer_types", where)
@@ -982,7 +1323,7 @@ def _hybrid_pattern(
         raise _refuse_hybrid(
             model_type or "unknown", where, f"field {marker!r} marks state-space layers of an unknown layout"
         )
-    if isinstance(declared, list) and any(k in ("linear_attention", "mamba") for k in declared):
+    if isinstance(declared, list) and any(k in ("linear_attention", "mamba", "conv") for k in declared):
         raise _refuse_hybrid(
             model_type or "unknown", where, "its linear-attention / Mamba layer shapes are unknown"
         )
@@ -999,6 +1340,14 @@ def _hybrid_param_count(spec: ModelSpec, config: Mapping[str, Any], where: str) 
     """
     st = spec.state_space
     assert st is not None
+    if spec.architecture.startswith("Zamba2"):
+        return _zamba2_param_count(spec, config, where)
+    if st.kind in ("kda", "mamba1"):  # every layer from params.py, the state layers' mixers swapped in
+        mixer = _kda_mixer_params(spec) if st.kind == "kda" else _jamba_mamba_params(spec, config, where)
+        plain = _replace(spec, state_space=None, layer_types=())
+        return param_count_from_spec(plain) + spec.num_state_layers * (
+            mixer - attention_params_per_layer(plain)
+        )
     h = spec.hidden_size
     q_width = spec.num_attention_heads * spec.head_dim
     kv_width = spec.num_key_value_heads * spec.head_dim
@@ -1014,8 +1363,16 @@ def _hybrid_param_count(spec: ModelSpec, config: Mapping[str, Any], where: str) 
         + 2 * h * kv_width
         + q_width * h
         + (2 * spec.head_dim if spec.qk_norm or gated else 0)
+        + ((q_width + 2 * kv_width) if spec.attention_qkv_bias else 0)
+        + (h if spec.attention_out_bias else 0)
     )
-    if st.kind == "gated_delta_net":
+    if st.kind == "short_conv":
+        # LFM2 ShortConv (transformers Lfm2ShortConv): in_proj (hidden → 3 × conv), depthwise conv (conv ×
+        # conv_L_cache), out_proj (conv → hidden), each with a bias when `conv_bias`
+        width = st.intermediate_size
+        bias = get_bool(config, "conv_bias", where)
+        state = h * 3 * width + width * st.conv_kernel + width * h + ((4 * width + h) if bias else 0)
+    elif st.kind == "gated_delta_net":
         key_dim = st.n_groups * st.state_size
         value_dim = st.num_heads * st.head_dim
         conv_dim = 2 * key_dim + value_dim
@@ -1025,12 +1382,19 @@ def _hybrid_param_count(spec: ModelSpec, config: Mapping[str, Any], where: str) 
         inner = st.intermediate_size
         conv_dim = inner + 2 * st.n_groups * st.state_size
         conv_bias = conv_dim if config.get("use_conv_bias", config.get("mamba_conv_bias", True)) else 0
-        state = (
-            h * (2 * inner + 2 * st.n_groups * st.state_size + st.num_heads)
-            + conv_dim * st.conv_kernel
-            + conv_bias
-        )
-        state += 3 * st.num_heads + inner + inner * h
+        in_width = 2 * inner + 2 * st.n_groups * st.state_size + st.num_heads
+        state = h * in_width + conv_dim * st.conv_kernel + conv_bias
+        # Falcon-H1 (FalconH1Mixer): the gated norm only with `mamba_rms_norm`, in_proj's bias with
+        # `mamba_proj_bias`, out_proj's with `projectors_bias`
+        falcon = spec.architecture.startswith("FalconH1")
+        norm = inner if not falcon or get_bool(config, "mamba_rms_norm", where) else 0
+        if falcon:
+            state += (in_width if get_bool(config, "mamba_proj_bias", where) else 0) + (
+                h if get_bool(config, "projectors_bias", where) else 0
+            )
+        elif spec.architecture.startswith("Bamba") and get_bool(config, "mamba_proj_bias", where):
+            state += in_width + h  # BambaMixer: in_proj and out_proj biases
+        state += 3 * st.num_heads + norm + inner * h
     granite_shared = get_int(config, "shared_intermediate_size", where, default=0, minimum=0)
     if spec.moe is not None:
         m = spec.moe
@@ -1042,7 +1406,12 @@ def _hybrid_param_count(spec: ModelSpec, config: Mapping[str, Any], where: str) 
     elif spec.architecture.startswith("NemotronH"):
         ffn = 2 * h * spec.intermediate_size  # relu² up + down, no gate
     else:
-        ffn = 3 * h * spec.intermediate_size
+        ffn = 3 * h * spec.intermediate_size + (2 * spec.intermediate_size + h if spec.mlp_bias else 0)
+    if len(spec.layer_types) == 2 * spec.num_hidden_layers:
+        # Falcon-H1: attention and Mamba side by side in each layer, one MLP, input + pre-MLP norms
+        total = spec.num_hidden_layers * (2 * h + attention + state + ffn)
+        embed = spec.vocab_size * h
+        return total + embed + h + (0 if spec.tie_word_embeddings else embed)
     total = 0
     nemotron = spec.architecture.startswith("NemotronH")
     # Qwen3.5 `layer_scale`: attn_layer_scale + ffn_layer_scale of hidden_size per layer (vLLM qwen3_5.py)
@@ -1063,6 +1432,23 @@ def _hybrid_param_count(spec: ModelSpec, config: Mapping[str, Any], where: str) 
     return total + embed + h + (0 if spec.tie_word_embeddings else embed) + spec.vision_params
 
 
+def _kda_mixer_params(spec: ModelSpec) -> int:
+    """Kimi-Linear: one KDA layer's token mixer, in place of the MLA tensors of params.py's formula (transformers
+    KimiLinearDeltaAttention; vLLM
+    KimiLinearGatedDeltaNetAttention loads the same tensors): q / k / v projections (hidden → heads × head_dim),
+    their depthwise short convolutions (3 × heads × head_dim × kernel, no bias), the forget gate f_a (hidden →
+    head_dim) and f_b (head_dim → heads × head_dim) with dt_bias (heads × head_dim) and A_log (heads), the beta
+    projection b (hidden → heads), the output gate g_a / g_b (as f_a / f_b), the gated RMSNorm (head_dim) and
+    o_proj."""
+    st = spec.state_space
+    assert st is not None
+    h = spec.hidden_size
+    qkv = st.num_heads * st.head_dim
+    kda = 3 * h * qkv + 3 * qkv * st.conv_kernel
+    kda += 2 * (h * st.head_dim + st.head_dim * qkv) + qkv + st.num_heads + h * st.num_heads
+    return kda + st.head_dim + qkv * h
+
+
 def spec_from_config(
     config: Mapping[str, Any],
     *,
@@ -1077,7 +1463,9 @@ def spec_from_config(
 
     param_count / weight_bytes default to the formula of vramctl/core/params.py.
     """
-    cfg = dbrx_names(legacy_layout(_chatglm_names(_text_config(config, where))))
+    cfg = _zamba2_names(
+        _lfm2_names(dbrx_names(legacy_layout(_chatglm_names(_text_config(config, where)))), where), where
+    )
     model_type = str(cfg.get("_text_model_type") or cfg.get("model_type") or "")
     if model_type in _LAYOUT_REFUSED:
         raise BadInputError(

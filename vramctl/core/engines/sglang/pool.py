@@ -160,7 +160,7 @@ class MambaPool:
 
     state_layers: int
     conv_shape: tuple[int, int]
-    ssm_shape: tuple[int, int, int]
+    ssm_shape: tuple[int, ...]
     ssm_dtype: str
     per_request_bytes: int
     slots: int

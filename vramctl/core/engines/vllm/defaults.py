@@ -84,9 +84,13 @@ class VllmSettings:
     """The CUDA-graph mode set by `--compilation-config` / `-O N` (`rules.cudagraph_mode`); None: the release's
     default regime. In `to_json` only when set."""
 
+    prefill_checkpoint_blocks: int = 0
+    """`num_prefill_checkpoint_blocks` of the model's state layers (1: Mamba2 on vLLM 0.32 →,
+    `VllmRules.mamba2_prefill_checkpoint`); counted in the 'align' mode only."""
+
     @property
     def state_blocks(self) -> int:
-        return mamba_cache.state_blocks_per_request(self.mamba_cache_mode)
+        return mamba_cache.state_blocks_per_request(self.mamba_cache_mode, self.prefill_checkpoint_blocks)
 
     def to_json(self) -> dict[str, Any]:
         out = {
@@ -316,6 +320,11 @@ def resolve_settings(model: ModelSpec, gpu: GpuSpec, settings: ServeSettings, ve
             rules_for(version).hybrid_prefix_caching_default, settings.enable_prefix_caching
         ),
         cudagraph_mode=None if settings.enforce_eager else graphs,
+        prefill_checkpoint_blocks=int(
+            model.state_space is not None
+            and model.state_space.kind == "mamba2"
+            and rules_for(version).mamba2_prefill_checkpoint
+        ),
     )
 
 

@@ -1,4 +1,4 @@
-"""Hybrid attention + Mamba2 / Gated DeltaNet models: the recurrent-state side of the vLLM plan (docs/hybrid.md)."""
+"""Hybrid attention + Mamba2 / Gated DeltaNet / KDA models: the recurrent-state side of the vLLM plan (docs/hybrid.md)."""
 
 from __future__ import annotations
 
@@ -70,6 +70,15 @@ class HybridPlan:
         }
 
 
+STATE_KIND_NAMES = {
+    "gated_delta_net": "Gated DeltaNet",
+    "mamba2": "Mamba2",
+    "kda": "Kimi Delta Attention",
+    "mamba1": "Mamba1",
+    "short_conv": "short-convolution",
+}
+"""`StateSpaceSpec.kind` → the name the plan's notes use."""
+
 _MAMBA_CACHE_NOTES = {
     "align": "Prefix caching is on (vLLM's default for hybrids from 0.28; --no-enable-prefix-caching turns it off): "
     "mamba_cache_mode 'align' keeps two state blocks per request and state group (MambaSpec.max_memory_usage_bytes, "
@@ -128,7 +137,7 @@ def _with_hybrid(
         log_lines=tuple(lines),
         mamba_cache_mode="align" if s.mamba_cache_mode == "align" else "none",
     )
-    kind = "Gated DeltaNet" if st.kind == "gated_delta_net" else "Mamba2"
+    kind = STATE_KIND_NAMES.get(st.kind, st.kind)
     notes = [
         f"Hybrid ({kind} + attention): {n_state} {kind} layers keep a fixed state per request "
         f"({state_raw / MiB:.2f} MiB per rank: conv {hkv.shapes.conv} + SSM {hkv.shapes.ssm} per layer) and "
@@ -142,6 +151,11 @@ def _with_hybrid(
         f"{held / GiB:.2f} GiB of the pool.",
         _MAMBA_CACHE_NOTES[s.mamba_cache_mode],
     ]
+    if s.mamba_cache_mode == "align" and s.prefill_checkpoint_blocks:
+        notes.append(
+            "Mamba2 layers add a prefill checkpoint block in 'align' mode (num_prefill_checkpoint_blocks = 1, "
+            "MambaMixer2.get_kv_cache_spec, vLLM 0.32): three state blocks per request and state group."
+        )
     kv_note = (
         f"one pool for attention KV and {kind} state: {state_groups} of the {len(layout.groups)} groups hold state "
         f"({state_padded / MiB:.2f} MiB per request); {held / GiB:.2f} GiB of it at {core.concurrency:.2f}x"

@@ -70,6 +70,15 @@ tagged source file: the v0.17.0 release notes announce Qwen3.5 support, and 0.15
 architectures ['Qwen3_5MoeForConditionalGeneration'] are not supported for now" (reported in
 runpod-workers/worker-vllm#279 and verl-project/verl#5381); older versions are refused, not guessed."""
 
+REMOVED_HYBRID_ARCHITECTURES: dict[str, tuple[int, int, int]] = {
+    "BambaForCausalLM": (0, 23, 0),
+    "MiniMaxText01ForCausalLM": (0, 23, 0),
+    "Plamo2ForCausalLM": (0, 26, 0),
+}
+"""Hybrid architectures vLLM has dropped → the last release that served them: `_PREVIOUSLY_SUPPORTED_MODELS`
+(vllm/model_executor/models/registry.py at v0.32.0); a later version stops with "Model architecture X was supported
+in vLLM until vN, and is not supported anymore"."""
+
 QWEN3_5_SSM_DTYPE_ARCHITECTURES = ("Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration")
 """MODELS_CONFIG_MAP entries of `Qwen3_5ForConditionalGenerationConfig` (vllm/model_executor/models/config.py):
 `verify_and_update_config` turns `--mamba-ssm-cache-dtype auto` into the HF text config's `mamba_ssm_dtype`.
@@ -229,6 +238,12 @@ class VllmRules:
     group): from 0.28 (`[0.32.0] vllm/engine/arg_utils.py` `_set_default_chunked_prefill_and_prefix_caching_args`,
     `vllm/model_executor/models/config.py` MambaModelConfig; 0.26 / 0.27 kept it off for hybrids;
     `vramctl.core.mamba_cache`)."""
+    mamba2_prefill_checkpoint: bool
+    """Mamba2 layers (`MambaMixer2.get_kv_cache_spec`, `[0.32.0] vllm/model_executor/layers/mamba/mamba_mixer2.py:1098-1108`)
+    set `num_prefill_checkpoint_blocks=1`, so in mamba_cache_mode 'align' a request holds `2 + 1` blocks of each
+    Mamba2 state group (`MambaSpec.max_memory_usage_bytes`, `[0.32.0] vllm/v1/kv_cache_interface.py:1076-1082`);
+    Gated DeltaNet and Kimi-Linear's KDA layers keep 2. Read at 0.32.0 and checked there against the CPU engine
+    (Falcon-H1); the first release that has it is not pinned, older ones are planned with 2."""
     ipc_cache_loader: bool
     """`--load-format ipc_cache` (weights mapped from a weight-cache daemon) exists from 0.30
     (vllm/model_executor/model_loader/__init__.py; vramctl.core.engines.vllm_external_weights)."""
@@ -345,6 +360,7 @@ def _rules_for_tuple(text: str, v: Version) -> VllmRules:
         has_auto_fit=v >= (0, 12, 0),
         has_max_num_active_seqs=v >= (0, 31, 0),
         hybrid_prefix_caching_default=v >= (0, 28, 0),
+        mamba2_prefill_checkpoint=v >= (0, 32, 0),
         ipc_cache_loader=v >= (0, 30, 0),
         preload_cli=v >= (0, 31, 0),
         external_weights_subtracted=v >= (0, 32, 0),
@@ -492,13 +508,21 @@ def semantics(version: str | None) -> VllmRules:
 
 def check_hybrid_supported(model_name: str, version: str, architecture: str = "") -> None:
     """Refuse a hybrid model on a version before `HYBRID_MIN_VLLM` (`VllmRules.hybrid_supported`), a Qwen3.5
-    one before `QWEN3_5_MIN_VLLM`."""
+    one before `QWEN3_5_MIN_VLLM`, and one whose architecture vLLM has dropped after its last release
+    (`REMOVED_HYBRID_ARCHITECTURES`)."""
     if architecture.startswith("Qwen3_5") and parse_version(version) < QWEN3_5_MIN_VLLM:
         first = ".".join(map(str, QWEN3_5_MIN_VLLM))
         raise BadInputError(
             f"--engine-version {version}: {model_name} ({architecture}) is a Qwen3.5 model, which vLLM serves "
             f"from {first} (earlier versions stop with: Model architectures ['{architecture}'] are not supported); "
             f"use --engine-version {first} or later"
+        )
+    last = REMOVED_HYBRID_ARCHITECTURES.get(architecture)
+    if last is not None and parse_version(version) > last:
+        until = ".".join(map(str, last))
+        raise BadInputError(
+            f"--engine-version {version}: Model architecture {architecture} was supported in vLLM until v{until}, "
+            f"and is not supported anymore ({model_name}); plan it with --engine-version {until} or earlier"
         )
     if not rules_for(version).hybrid_supported:
         raise BadInputError(
