@@ -1,0 +1,112 @@
+"""Detection of memory failures told in a person's words (issue 9: "no real failure reported as no failure").
+
+A report is often a title or a few sentences, not a pasted log: memory that keeps growing or is never given back, a
+KV cache stuck full while the server stops answering, a prompt larger than the whole KV pool, a container out of
+shared memory. Each wording maps to facts (the kind of failure, whether it is a time series, what its words name) and
+the cause follows from them, always with `low` confidence. Every text here is synthesised; each positive has a
+counterpart that must stay "no failure" (a question, advice, a normal reading), so that no rule is simply always on.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from vramctl.diagnose import diagnose_text
+
+# ---------------------------------------------------------------- memory over time
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "[Bug]: memory leak with the OpenAI server",
+        "Our worker leaks GPU memory on every request",
+        "GPU memory keeps increasing until the worker dies",
+        "The host RAM usage continues to grow over a day of serving",
+        "non-torch memory shows a gradual increase from 1G to 6G",
+        "After the benchmark ends the memory usage did not decrease at all.",
+        "推理一段时间后显存持续升高",
+    ],
+)
+def test_memory_that_grows_or_is_never_given_back_is_a_leak(text: str) -> None:
+    # growth over time at constant use, or memory never returned after the load ended: what the engine took it
+    # keeps, which is what a leak is (never "no failure", and low: nobody measured the series)
+    d = diagnose_text(text)
+    assert d.cause == "memory-leak"
+    assert d.phase == "serving"
+    assert d.confidence == "low"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "This is not a memory leak: vLLM preallocates 90 % of the card by design.",
+        "There appear to be 1 leaked semaphore objects to clean up at shutdown",
+        "The RAM is used while loading and it is released after the model is loaded.",
+        "If you see memory keep increasing, lower --max-num-seqs.",
+    ],
+)
+def test_denials_advice_and_released_memory_are_not_leaks(text: str) -> None:
+    # a denial, Python's resource-tracker warning, memory that *was* released and advice name no failure
+    assert diagnose_text(text).cause == "no-failure"
+
+
+def test_memory_a_previous_job_left_behind_is_the_start_up_budget() -> None:
+    # the memory model: who held the memory when the engine started. A previous job's memory still on the card is
+    # another holder, which vLLM's start-up check (utilisation x total against the free memory) then fails on
+    d = diagnose_text("Memory from the previous job is not freed, so the engine hits gpu_memory_utilization errors")
+    assert d.cause == "gpu-util-exceeds-free-memory"
+    assert d.phase == "startup-check"
+
+
+def test_growth_blamed_on_fragmentation_is_fragmentation() -> None:
+    # the words name the allocator's layout, and its own switch: growth from fragmentation, not from objects kept
+    d = diagnose_text("Memory keeps increasing because of fragmentation; expandable_segments fixes it.")
+    assert d.cause == "allocator-fragmentation"
+
+
+# ---------------------------------------------------------------- a KV cache stuck full
+
+
+def test_a_kv_cache_full_with_a_stalled_server_is_the_pool_running_out() -> None:
+    # full alone is normal (the scheduler preempts and resumes); full and nothing generated is the pool exhausted
+    d = diagnose_text("GPU KV cache usage reaches 100% and then the model stops generating anything.")
+    assert d.cause == "kv-pool-exhausted-runtime"
+    assert d.phase == "serving"
+
+
+def test_a_kv_cache_held_full_for_hours_after_the_load_is_a_leak() -> None:
+    # full long after the requests ended: blocks are not given back
+    d = diagnose_text("KV cache usage stuck near 100% for hours after the load, only a restart clears it")
+    assert d.cause == "memory-leak"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "What happens when GPU KV cache usage reaches 100%?",
+        "INFO 01-02 03:04:05 [loggers.py:120] Engine 000: Running: 8 reqs, Waiting: 0 reqs, GPU KV cache usage: 99.9%",
+        "What is the expected behaviour when running out of KV cache? The generation speed drops.",
+    ],
+)
+def test_a_full_kv_cache_without_a_stall_is_no_failure(text: str) -> None:
+    # a question, a metrics line, a slowdown: the scheduler preempting is how a full pool is meant to behave
+    assert diagnose_text(text).cause == "no-failure"
+
+
+def test_a_prompt_larger_than_the_whole_kv_pool_stalls_the_server() -> None:
+    # no preemption can make room for one prompt larger than every block together
+    d = diagnose_text("The server stalls when a prompt needs more than the GPU blocks * block_size.")
+    assert d.cause == "kv-cache-too-small-for-max-model-len"
+    assert diagnose_text("A prompt can be longer than the GPU blocks of one request.").cause == "no-failure"
+
+
+# ---------------------------------------------------------------- shared memory
+
+
+def test_a_container_out_of_shared_memory_is_shm() -> None:
+    # Docker's default /dev/shm is 64 MB; NCCL, torch workers and split-tensor modes place buffers there
+    for text in ("Container running out of shared memory with tensor split", "it crashed until I raised shm_size"):
+        d = diagnose_text(text)
+        assert d.cause == "host-shm-exhausted", text
+    assert diagnose_text("You may need to increase shm_size for docker.").cause == "no-failure"
