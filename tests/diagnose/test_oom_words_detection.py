@@ -110,3 +110,53 @@ def test_a_container_out_of_shared_memory_is_shm() -> None:
         d = diagnose_text(text)
         assert d.cause == "host-shm-exhausted", text
     assert diagnose_text("You may need to increase shm_size for docker.").cause == "no-failure"
+
+
+# ---------------------------------------------------------------- the generic vocabulary's report wordings
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Qwen2.5-72B OOMs on four A100s",
+        "the server OOMed after ten minutes",
+        "It gets oom when I send long prompts",
+        "keeps ooming with a 32k context",
+        "the request exceeds the available GPU memory",
+        "memory usage exceeded the GPU capacity and the worker crashed",
+        "the GPU ran out halfway through the batch",
+        "VRAM fills up and the process crashes",
+        "更新版本后启动就炸显存",
+    ],
+)
+def test_an_oom_in_a_reports_words_is_a_failure(text: str) -> None:
+    # OOM inflected, memory exceeding the card, a GPU that ran out, VRAM full next to a crash: the same failure as
+    # `out of memory`, decided by the same table (low: no numbers, no phase)
+    d = diagnose_text(text)
+    assert d.cause not in ("no-failure", "not-oom"), text
+    assert d.confidence == "low"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "This change does not cause oom any more.",
+        "Zoom in on the room allocation",
+        "GPU memory is full: vLLM preallocates 90 % of it by design.",
+        "The batch does not exceed the available GPU memory.",
+        "we ran out of time for the release",
+    ],
+)
+def test_denials_full_by_design_and_other_running_out_are_not_failures(text: str) -> None:
+    # a denial, words that only contain `oom`, a card full by design without a failure, time running out
+    assert diagnose_text(text).cause == "no-failure", text
+
+
+def test_more_memory_than_a_previous_version_is_a_version_regression() -> None:
+    # the same deployment no longer fits after a version change: the stack's own memory grew
+    for text in ("vLLM 0.6.4 uses more VRAM than before and no longer starts", "it takes more GPU memory than 0.5.3"):
+        d = diagnose_text(text)
+        assert d.cause == "version-regression", text
+        assert d.confidence == "low"
+    assert diagnose_text("It does not use more memory than before.").cause == "no-failure"
+    assert diagnose_text("this takes more memory than llama.cpp").cause == "no-failure"
