@@ -160,3 +160,42 @@ def test_more_memory_than_a_previous_version_is_a_version_regression() -> None:
         assert d.confidence == "low"
     assert diagnose_text("It does not use more memory than before.").cause == "no-failure"
     assert diagnose_text("this takes more memory than llama.cpp").cause == "no-failure"
+
+
+# ---------------------------------------------------------------- the low fallback: words that name who or what
+
+
+_TORCH_OOM_WITH_NUMBERS = (
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 23.65 GiB "
+    "of which 1.10 GiB is free. Of the allocated memory 21.90 GiB is allocated by PyTorch, and 120.00 MiB is reserved "
+    "by PyTorch but unallocated."
+)
+
+
+def test_an_oom_after_a_version_change_with_nothing_else_is_a_version_regression() -> None:
+    # no numbers, no frame, no progress line: the one fact is that the same deployment fitted before the change
+    for text in ("Command-R OOM after the update, 0.0.18 works", "It OOMs now, I went back to 0.5.3"):
+        d = diagnose_text(text)
+        assert d.cause == "version-regression", text
+        assert d.confidence == "low"
+    # the counterpart: the allocator's numbers decide, whatever the words (a 2 GiB request on a full card)
+    assert diagnose_text(_TORCH_OOM_WITH_NUMBERS + "\nThis started after the update.").cause != "version-regression"
+
+
+def test_an_oom_on_the_one_rank_that_holds_more_is_an_imbalance() -> None:
+    # every rank gets the same utilisation x total; the rank that holds more (a larger stage) runs out first
+    d = diagnose_text(
+        "vllm serve m -pp 3 --gpu-memory-utilization 0.95\n"
+        "The last node runs out of memory while the other GPUs still have free memory (uneven layer split)."
+    )
+    assert d.cause == "multi-gpu-imbalance"
+    values = [f.value for f in d.fixes if f.flag == "--gpu-memory-utilization"]
+    assert values and float(values[0]) < 0.95
+    assert diagnose_text("The last node runs out of memory.").cause != "multi-gpu-imbalance"
+
+
+def test_an_oom_that_names_the_kv_pool_is_the_pool_running_out() -> None:
+    # the scheduler's KV pool, not the allocator: a single request exhausts the pool and the retraction finds nothing
+    d = diagnose_text("A single decode request exhausts the KV cache pool and retract_decode raises an error due to OOM.")
+    assert d.cause == "kv-pool-exhausted-runtime"
+    assert d.phase == "serving"
