@@ -199,3 +199,31 @@ def test_an_oom_that_names_the_kv_pool_is_the_pool_running_out() -> None:
     d = diagnose_text("A single decode request exhausts the KV cache pool and retract_decode raises an error due to OOM.")
     assert d.cause == "kv-pool-exhausted-runtime"
     assert d.phase == "serving"
+
+
+# ---------------------------------------------------------------- a traceback cut right after the KV blocks
+
+
+def _v0_cut_after_blocks(max_seq_len: int, gpu_blocks: int) -> str:
+    # vLLM 0.3's engine config line and block count, then a traceback the paste cut before its exception line
+    return "\n".join(
+        [
+            "INFO 01-02 03:04:05 llm_engine.py:72] Initializing an LLM engine with config: model='/m/chat-4b', "
+            f"dtype=torch.bfloat16, max_seq_len={max_seq_len}, tensor_parallel_size=1, enforce_eager=True, seed=0)",
+            f"INFO 01-02 03:04:11 llm_engine.py:322] # GPU blocks: {gpu_blocks}, # CPU blocks: 512",
+            "Traceback (most recent call last):",
+            '  File "/srv/worker.py", line 290, in <module>',
+            "    engine = AsyncLLMEngine.from_engine_args(engine_args)",
+        ]
+    )
+
+
+def test_a_traceback_cut_after_fewer_block_tokens_than_the_context_is_the_context_check() -> None:
+    # vLLM V0 checks right after `# GPU blocks` that one max-length sequence fits in the blocks (16 tokens each by
+    # default): 1,800 x 16 = 28,800 tokens < 32,768, so the cut traceback is that check, and the fix caps the context
+    d = diagnose_text(_v0_cut_after_blocks(32768, 1800))
+    assert d.cause == "kv-cache-too-small-for-max-model-len"
+    assert d.phase == "kv-alloc"
+    assert [f.value for f in d.fixes if f.flag == "--max-model-len"] == ["28800"]
+    # the counterpart: the blocks hold the whole context, so the cut traceback says nothing about memory
+    assert diagnose_text(_v0_cut_after_blocks(16384, 1800)).cause != "kv-cache-too-small-for-max-model-len"
