@@ -227,3 +227,50 @@ def test_a_traceback_cut_after_fewer_block_tokens_than_the_context_is_the_contex
     assert [f.value for f in d.fixes if f.flag == "--max-model-len"] == ["28800"]
     # the counterpart: the blocks hold the whole context, so the cut traceback says nothing about memory
     assert diagnose_text(_v0_cut_after_blocks(16384, 1800)).cause != "kv-cache-too-small-for-max-model-len"
+
+
+# ---------------------------------------------------------------- more report wordings: kills, fits, sizes
+
+
+@pytest.mark.parametrize(
+    ("text", "cause"),
+    [
+        # zsh prints `killed` for a job SIGKILL ended (usually the kernel's OOM killer)
+        ("zsh: killed     python -m vllm.entrypoints.openai.api_server --model m", "host-oom-killer"),
+        ("[1]    12345 killed     python serve.py", "host-oom-killer"),
+        # killed while the checkpoint is read into host RAM
+        ("the process got killed while loading the model", "host-oom-killer"),
+        # a model that does not fit names the weights as the owner that fills the card
+        ("the model does not fit in VRAM", "weights-do-not-fit"),
+        ("this model is too large for the GPU", "weights-do-not-fit"),
+    ],
+)
+def test_kills_and_models_that_do_not_fit_are_failures(text: str, cause: str) -> None:
+    d = diagnose_text(text)
+    assert d.cause == cause
+    assert d.confidence == "low"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "not enough space on the GPU for the second replica",
+        "the engine requires 30 GiB but only 20 GiB is available",
+        "it needs more memory than my 24GB card has",
+    ],
+)
+def test_sizes_beyond_the_card_are_gpu_memory_failures(text: str) -> None:
+    assert diagnose_text(text).cause not in ("no-failure", "not-oom"), text
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "The 8B model fits on one GPU.",
+        "If the model does not fit in VRAM, use -tp 2.",
+        "I killed the server while loading to change flags",
+        "The window is too big for the screen",
+    ],
+)
+def test_fits_advice_and_a_kill_by_hand_are_not_failures(text: str) -> None:
+    assert diagnose_text(text).cause == "no-failure", text
