@@ -274,3 +274,32 @@ def test_sizes_beyond_the_card_are_gpu_memory_failures(text: str) -> None:
 )
 def test_fits_advice_and_a_kill_by_hand_are_not_failures(text: str) -> None:
     assert diagnose_text(text).cause == "no-failure", text
+
+
+# ---------------------------------------------------------------- cost: no failure key on a serving log's routine lines
+
+
+def test_no_failure_signature_is_keyed_on_a_serving_logs_routine_lines() -> None:
+    # the key phrases are searched over the whole log: a failure key inside the metrics or access lines that a serving
+    # log prints every few seconds would send every such line through the patterns (a KV-stall key of `KV cache usage`
+    # once made a 32 MiB log eight times slower)
+    from vramctl.diagnose import load_catalogue
+
+    routine = [
+        "INFO 11-30 09:00:05 [loggers.py:118] Engine 000: Avg prompt throughput: 4793.1 tokens/s, Avg generation "
+        "throughput: 2115.5 tokens/s, Running: 78 reqs, Waiting: 0 reqs, GPU KV cache usage: 72.2%, Prefix cache hit "
+        "rate: 18.6%",
+        "INFO 07-28 06:40:59 [metrics.py:455] Avg prompt throughput: 0.0 tokens/s, Avg generation throughput: 239.2 "
+        "tokens/s, Running: 8 reqs, Swapped: 0 reqs, Pending: 0 reqs, GPU KV cache usage: 91.2%, CPU KV cache usage: 0.0%.",
+        'INFO:     10.0.132.248:43268 - "POST /v1/chat/completions HTTP/1.1" 200 OK',
+        "[2026-01-02 03:04:05] Decode batch. #running-req: 12, #token: 20480, token usage: 0.31, gen throughput (token/s): 900.1",
+    ]
+    keyed = [
+        (sig.id, key)
+        for sig in load_catalogue().signatures
+        if sig.kind == "failure"
+        for key in sig.keys
+        for line in routine
+        if key in line
+    ]
+    assert keyed == []
