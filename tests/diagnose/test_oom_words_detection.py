@@ -303,3 +303,43 @@ def test_no_failure_signature_is_keyed_on_a_serving_logs_routine_lines() -> None
         if key in line
     ]
     assert keyed == []
+
+
+# ---------------------------------------------------------------- OOM next to Chinese text, memory that blows up
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "启动就OOM了",  # `OOM` between CJK characters, which are word characters to a regex's \b
+        "出现OOM报错",
+        "CUDA内存不足",  # CUDA's 内存 is the GPU's, not the host's
+        "推理时显存占满然后崩溃",  # VRAM full, then a crash
+        "GPU memory explodes after a few requests",
+        "memory usage spikes and the server crashes",
+        "it eats all the GPU memory and crashes",
+        "GPU memory exhausted",
+        "VRAM usage at 100% and the app freezes",
+    ],
+)
+def test_gpu_memory_that_blows_up_is_a_gpu_failure(text: str) -> None:
+    d = diagnose_text(text)
+    assert d.cause not in ("no-failure", "not-oom", "host-oom-killer"), text
+
+
+def test_host_memory_that_blows_up_is_the_hosts() -> None:
+    assert diagnose_text("加载权重时内存爆了").cause == "host-oom-killer"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "vLLM启动后显存占满是正常的吗",  # VRAM full after start-up: vLLM's preallocation, a question
+        "vLLM takes all the GPU memory, is this expected?",
+        "GPU usage at 100% during the benchmark",
+        "a latency spike at startup",
+        "echo 1000 > /proc/1/OOM_SCORE_ADJ",
+    ],
+)
+def test_full_by_design_and_other_spikes_are_not_failures(text: str) -> None:
+    assert diagnose_text(text).cause == "no-failure", text
