@@ -343,3 +343,32 @@ def test_host_memory_that_blows_up_is_the_hosts() -> None:
 )
 def test_full_by_design_and_other_spikes_are_not_failures(text: str) -> None:
     assert diagnose_text(text).cause == "no-failure", text
+
+
+# ---------------------------------------------------------------- a report's words never outrank the engine's message
+
+
+def test_a_title_in_words_far_above_the_engines_own_failure_does_not_take_the_root() -> None:
+    # an issue title ("memory leak") on top of a pasted log whose engine message sits hundreds of lines below: the
+    # engine's own failure, placed by its frame, is the root; the title's reading is listed among the other failures
+    oom = (
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 23.65 "
+        "GiB of which 1.10 GiB is free. Of the allocated memory 21.90 GiB is allocated by PyTorch, and 120.00 MiB is "
+        "reserved by PyTorch but unallocated."
+    )
+    body = [f"INFO 01-02 03:04:{i % 60:02d} [loggers.py:1] request {i} finished" for i in range(300)]
+    log = "\n".join(
+        [
+            "[Bug]: GPU memory keeps increasing",
+            "INFO 01-02 03:04:05 [gpu_model_runner.py:1] Capturing CUDA graphs",
+            *body,
+            "Traceback (most recent call last):",
+            '  File "/x/vllm/v1/worker/gpu_model_runner.py", line 1, in capture_model',
+            oom,
+        ]
+    )
+    d = diagnose_text(log)
+    assert d.cause == "cuda-graph-capture-oom"
+    assert "memory-leak" in [o.cause for o in d.other_failures]
+    # alone, the words are the failure
+    assert diagnose_text("\n".join(["[Bug]: GPU memory keeps increasing", *body])).cause == "memory-leak"

@@ -1014,9 +1014,12 @@ class _Analyser:
         self.current = None
         if cur is None:
             return
+        # a failure told only in a person's words (a title on top of the pasted log) is the root only when no
+        # incident holds an engine's own failure message: it stays the fallback until one does
         strong = any(
             self.cat.signatures[e.sig_index].kind == "failure"
             and self.cat.signatures[e.sig_index].weight >= STRONG_WEIGHT
+            and not self.cat.signatures[e.sig_index].report_words
             for e in cur.events
         )
         if self.root is None and strong:
