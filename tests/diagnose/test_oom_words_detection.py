@@ -372,3 +372,20 @@ def test_a_title_in_words_far_above_the_engines_own_failure_does_not_take_the_ro
     assert "memory-leak" in [o.cause for o in d.other_failures]
     # alone, the words are the failure
     assert diagnose_text("\n".join(["[Bug]: GPU memory keeps increasing", *body])).cause == "memory-leak"
+
+
+def test_words_in_the_same_incident_never_outrank_the_engines_message() -> None:
+    # the title right above SGLang's own retraction message (a catalogued failure lighter than the words' weight): the
+    # engine's message decides; against the generic vocabulary alone ("... leads to GPU OOM") the words decide, as
+    # they say more than "memory ran out"
+    log = "\n".join(
+        [
+            "[Bug]: GPU memory keeps increasing under load",
+            "[2026-01-02 03:04:05] Decode batch. #running-req: 96, #token: 180000, token usage: 0.99",
+            "[2026-01-02 03:04:06] KV cache pool is full. Retract requests. #retracted_reqs: 3, #new_token_ratio: 0.4 -> 0.7",
+        ]
+    )
+    d = diagnose_text(log)
+    assert d.cause == "kv-pool-exhausted-runtime"
+    assert d.confidence != "low"
+    assert diagnose_text("GPU memory keeps increasing and leads to GPU OOM").cause == "memory-leak"
