@@ -167,6 +167,11 @@ class Signature:
     consequence_of_memory: bool = False
     """A failure that follows a memory failure when both are in one incident (an NCCL timeout or error on the ranks
     that wait for the one that died, a crash while shutting down): then the memory failure is the root."""
+    report_words: bool = False
+    """A failure told in a person's words (an issue title, a report's sentences): it outranks the generic vocabulary
+    in its incident but never an engine's or runtime's own failure message (in its incident or in another one)."""
+    vocabulary: bool = False
+    """The generic vocabulary beneath the catalogue (any wording of "memory ran out"): not an engine's own message."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -573,6 +578,8 @@ def _load(path: Path, *, lazy: bool = False) -> Catalogue:
                 do_not=tuple(str(d) for d in raw.get("do_not") or ()),
                 head_only=bool(raw.get("head_only", False)),
                 consequence_of_memory=bool(raw.get("consequence_of_memory", False)),
+                report_words=bool(raw.get("report_words", False)),
+                vocabulary=bool(raw.get("vocabulary", False)),
             )
         )
 

@@ -1014,9 +1014,12 @@ class _Analyser:
         self.current = None
         if cur is None:
             return
+        # a failure told only in a person's words (a title on top of the pasted log) is the root only when no
+        # incident holds an engine's own failure message: it stays the fallback until one does
         strong = any(
             self.cat.signatures[e.sig_index].kind == "failure"
             and self.cat.signatures[e.sig_index].weight >= STRONG_WEIGHT
+            and not self.cat.signatures[e.sig_index].report_words
             for e in cur.events
         )
         if self.root is None and strong:
@@ -1102,9 +1105,17 @@ def _top_event(cat: Catalogue, incident: _Incident, warned: set[int] | frozenset
         and cat.signatures[e.sig_index].cause not in (None, "not-oom")
         for e in incident.events
     )
+    # a failure told in a person's words never outranks an engine's or runtime's own failure message in the incident
+    engine_message = any(
+        cat.signatures[e.sig_index].kind == "failure"
+        and cat.signatures[e.sig_index].weight >= STRONG_WEIGHT
+        and not cat.signatures[e.sig_index].report_words
+        and not cat.signatures[e.sig_index].vocabulary
+        for e in incident.events
+    )
     for event in incident.events:
         sig = cat.signatures[event.sig_index]
-        demoted = memory_failure and sig.consequence_of_memory
+        demoted = (memory_failure and sig.consequence_of_memory) or (engine_message and sig.report_words)
         key = (1 if sig.kind == "failure" else 0, 0 if demoted else 1, 0 if event.line in warned else 1, sig.weight, -event.line)
         if best_key is None or key > best_key:
             best, best_key = event, key
