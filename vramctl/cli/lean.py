@@ -130,7 +130,21 @@ def _reuse_freed_blocks() -> None:
         return
 
 
+def _without_cycle_collector() -> None:
+    """Turn the cyclic garbage collector off for the rest of the run (this process only: the CLI's one command).
+
+    A scan allocates hundreds of thousands of small objects (lines, hits, facts); each 700 allocations start a
+    collection, and each full one walks every object the imports and the catalogue made: ~2 % of the run's CPU on a
+    256 MiB log (docs/perf/explain-oom.md). The scan makes no reference cycles that grow with the log (reference
+    counting frees its objects): peak RSS is the same with the collector off, measured on a 64 MiB log of back-to-back
+    OOM tracebacks (122 MiB either way)."""
+    import gc
+
+    gc.disable()
+
+
 def _explain_oom_json(log: str) -> int:
+    _without_cycle_collector()
     try:
         try:
             from vramctl.diagnose.classify import diagnose
