@@ -172,7 +172,31 @@ def test_escaped_ansi_guard_is_true_wherever_the_regex_matches() -> None:
             assert reader._may_hold_escaped_ansi(text), text
 
 
-def test_lean_run_has_no_cycle_collector_and_same_answer(tmp_path: Path) -> None:
+def test_lean_run_has_no_cycle_collector_then_restores_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import gc
+
+    from vramctl.cli.lean import lean_command
+
+    log = tmp_path / "oom.log"
+    log.write_text(
+        "INFO start\n"
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
+        "79.19 GiB of which 1.00 GiB is free.\n"
+    )
+    during: list[bool] = []
+
+    def watched(source: object, **kwargs: object) -> object:
+        during.append(gc.isenabled())
+        return diagnose(source, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(classify, "diagnose", watched)
+    assert gc.isenabled()
+    assert lean_command(["explain-oom", "--json", str(log)]) == 0
+    assert during == [False]
+    assert gc.isenabled()  # an in-process caller gets its collector back
+
+
+def test_cli_process_freezes_before_exit_with_the_same_answer(tmp_path: Path) -> None:
     log = tmp_path / "oom.log"
     log.write_text(
         "INFO start\n"
@@ -180,13 +204,15 @@ def test_lean_run_has_no_cycle_collector_and_same_answer(tmp_path: Path) -> None
         "79.19 GiB of which 1.00 GiB is free.\n"
     )
     code = (
-        "import gc, sys\n"
-        "from vramctl.cli.lean import lean_command\n"
-        f"rc = lean_command(['explain-oom', '--json', {str(log)!r}])\n"
-        "print('collector', gc.isenabled(), rc, file=sys.stderr)\n"
+        "import atexit, gc, sys\n"
+        "atexit.register(lambda: print('frozen', gc.get_freeze_count() > 0, file=sys.stderr))\n"
+        f"sys.argv = ['vramctl', 'explain-oom', '--json', {str(log)!r}]\n"
+        "from vramctl.__main__ import run\n"
+        "run()\n"
     )
-    lean = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert "collector False 0" in lean.stderr
+    lean = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert lean.returncode == 0, lean.stderr
+    assert "frozen True" in lean.stderr
     typer_path = subprocess.run(
         [sys.executable, "-c", "from vramctl.cli.main import entry; entry()", "explain-oom", str(log), "--json"],
         capture_output=True,
