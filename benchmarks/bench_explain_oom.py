@@ -13,7 +13,10 @@ CUDA OOM traceback near the end), then times on the same file:
     PYTHONDONTWRITEBYTECODE is set or the checkout is read-only),
 and reports the ratios and each child's peak RSS at two sizes (peak memory must not grow with the file).
 
-Usage: python benchmarks/bench_explain_oom.py [--size 1GiB] [--small 256MiB] [--repeat 3] [--keep DIR]
+and, for the headline, `--rounds` interleaved rounds of the ten-phrase grep and the CLI with bytecode (best and median
+of CPU time and of wall time, with the load average before and after).
+
+Usage: python benchmarks/bench_explain_oom.py [--size 1GiB] [--small 256MiB] [--repeat 3] [--rounds 9] [--keep DIR]
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import os
 import random
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -126,19 +130,27 @@ def generate(path: Path, size: int, seed: int = 0) -> int:
     return oom_line
 
 
-def _child(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, int, str]:
-    """(seconds, peak RSS bytes, stdout) of a command run in a fresh wrapper (its own RUSAGE_CHILDREN)."""
+def _child_run(cmd: list[str], env: dict[str, str] | None = None) -> dict[str, object]:
+    """Wall seconds, CPU seconds (user + system), peak RSS bytes and stdout of a command run in a fresh wrapper (its
+    own RUSAGE_CHILDREN). stdout is a pipe: GNU grep stops at the first match when it writes to /dev/null."""
     wrapper = (
         "import resource, subprocess, sys, time, json\n"
         "t = time.perf_counter()\n"
         "p = subprocess.run(sys.argv[1:], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)\n"
         "dt = time.perf_counter() - t\n"
-        "rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024\n"
-        "print(json.dumps({'s': dt, 'rss': rss, 'rc': p.returncode, 'out': p.stdout.decode(errors='replace')[-4000:]}))\n"
+        "ru = resource.getrusage(resource.RUSAGE_CHILDREN)\n"
+        "print(json.dumps({'s': dt, 'cpu': ru.ru_utime + ru.ru_stime, 'rss': ru.ru_maxrss * 1024, 'rc': p.returncode,"
+        " 'out': p.stdout.decode(errors='replace')[-4000:]}))\n"
     )
     res = subprocess.run([sys.executable, "-c", wrapper, *cmd], check=True, stdout=subprocess.PIPE, env=env)
-    data = json.loads(res.stdout)
-    return float(data["s"]), int(data["rss"]), str(data["out"])
+    data: dict[str, object] = json.loads(res.stdout)
+    return data
+
+
+def _child(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, int, str]:
+    """(seconds, peak RSS bytes, stdout) of a command run in a fresh wrapper (see `_child_run`)."""
+    data = _child_run(cmd, env)
+    return float(str(data["s"])), int(str(data["rss"])), str(data["out"])
 
 
 def _best(runs: list[tuple[float, int, str]]) -> tuple[float, int, str]:
@@ -153,7 +165,40 @@ TEN_PHRASES = (
 counts `out of memory` and `OutOfMemory` as the two spellings of the first)."""
 
 
-def measure(path: Path, patterns: Path, repeat: int, oom_line: int) -> dict[str, object]:
+def interleaved(path: Path, rounds: int, env: dict[str, str]) -> dict[str, object]:
+    """The headline ratio, measured as the machine allows: `rounds` rounds, each running the ten-phrase `grep -E -c`
+    and then the CLI (with `env`) back to back, so both see the same load; best and median of CPU time (user + system)
+    and of wall time, and their ratios. On a shared machine a command's time moves by 20 % from round to round: only
+    the pairs of one run are compared."""
+    grep = shutil.which("grep") or "grep"
+    cli_cmd = [sys.executable, "-m", "vramctl", "explain-oom", "--json", str(path)]
+    grep_runs: list[dict[str, object]] = []
+    cli_runs: list[dict[str, object]] = []
+    load_before = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    for _ in range(rounds):
+        grep_runs.append(_child_run([grep, "-E", "-c", TEN_PHRASES, str(path)]))
+        cli_runs.append(_child_run(cli_cmd, env))
+    load_after = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+
+    def stats(runs: list[dict[str, object]], key: str) -> tuple[float, float]:
+        values = [float(str(r[key])) for r in runs]
+        return min(values), statistics.median(values)
+
+    out: dict[str, object] = {"rounds": rounds, "load_average_before": load_before, "load_average_after": load_after}
+    for key, name in (("cpu", "cpu"), ("s", "wall")):
+        g_best, g_med = stats(grep_runs, key)
+        c_best, c_med = stats(cli_runs, key)
+        out[f"grep_ten_{name}_best_s"] = g_best
+        out[f"grep_ten_{name}_median_s"] = g_med
+        out[f"cli_{name}_best_s"] = c_best
+        out[f"cli_{name}_median_s"] = c_med
+        out[f"ratio_{name}_best"] = c_best / g_best
+        out[f"ratio_{name}_median"] = c_med / g_med
+    out["cli_peak_rss_bytes"] = max(int(str(r["rss"])) for r in cli_runs)
+    return out
+
+
+def measure(path: Path, patterns: Path, repeat: int, oom_line: int, rounds: int = 0) -> dict[str, object]:
     size = path.stat().st_size
     grep = shutil.which("grep") or "grep"
     for _ in range(2):  # warm the page cache
@@ -187,6 +232,7 @@ def measure(path: Path, patterns: Path, repeat: int, oom_line: int) -> dict[str,
     bytecode_env.pop("PYTHONDONTWRITEBYTECODE", None)
     _child(cli_cmd, bytecode_env)
     cli_bytecode = _best([_child(cli_cmd, bytecode_env) for _ in range(repeat)])
+    ratios = interleaved(path, rounds, bytecode_env) if rounds > 0 else {}
     cli_json = json.loads(cli[2]) if cli[2].strip().startswith("{") else {}
     root_line = result.evidence[0].line if result.evidence else None
     return {
@@ -213,6 +259,7 @@ def measure(path: Path, patterns: Path, repeat: int, oom_line: int) -> dict[str,
         "cli_peak_rss_bytes": cli[1],
         "library_MiB_per_s": size / min(lib_times) / 2**20,
         "grep_E_MiB_per_s": size / grep_e[0] / 2**20,
+        "interleaved": ratios,
     }
 
 
@@ -224,6 +271,12 @@ def main() -> None:
     parser.add_argument("--small", default=None, help="size of the small log (default size/4)")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--keep", default=None, help="directory to write the logs to (kept)")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=9,
+        help="interleaved rounds of the ten-phrase grep and the CLI with bytecode (best / median, CPU and wall; 0: skip)",
+    )
     args = parser.parse_args()
     big = parse_bytes(args.size, what="--size")
     small = parse_bytes(args.small, what="--small") if args.small else big // 4
@@ -240,7 +293,7 @@ def main() -> None:
         for size in (small, big):
             path = workdir / f"server-{size}.log"
             oom_line = generate(path, size)
-            results.append(measure(path, patterns, args.repeat, oom_line))
+            results.append(measure(path, patterns, args.repeat, oom_line, args.rounds))
             print(json.dumps(results[-1], indent=2))
             if not args.keep:
                 path.unlink()
@@ -261,6 +314,24 @@ def main() -> None:
         )
     if os.environ.get("PYTHONDONTWRITEBYTECODE"):
         print("(PYTHONDONTWRITEBYTECODE is set: the CLI column compiled the package's sources at every run)")
+    if args.rounds > 0:
+        print(
+            f"\nInterleaved, {args.rounds} rounds of the ten-phrase grep then the CLI with bytecode (best / median):\n"
+            "| log | load average | grep CPU | CLI CPU | CLI / grep, CPU | grep wall | CLI wall | CLI / grep, wall |"
+        )
+        print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+        for r in results:
+            i = r["interleaved"]
+            assert isinstance(i, dict)
+            print(
+                f"| {int(r['size_bytes']) / 2**20:,.0f} MiB | {i['load_average_before']:.1f}–{i['load_average_after']:.1f} "
+                f"| {i['grep_ten_cpu_best_s']:.3f} / {i['grep_ten_cpu_median_s']:.3f} s "
+                f"| {i['cli_cpu_best_s']:.3f} / {i['cli_cpu_median_s']:.3f} s "
+                f"| **{i['ratio_cpu_best']:.2f}x / {i['ratio_cpu_median']:.2f}x** "
+                f"| {i['grep_ten_wall_best_s']:.3f} / {i['grep_ten_wall_median_s']:.3f} s "
+                f"| {i['cli_wall_best_s']:.3f} / {i['cli_wall_median_s']:.3f} s "
+                f"| {i['ratio_wall_best']:.2f}x / {i['ratio_wall_median']:.2f}x |"
+            )
     print(
         "\n| log | grep -E catalogue | grep -F | diagnose() | CLI | library / grep -E | CLI / grep -E | CLI peak RSS | grep peak RSS |"
     )

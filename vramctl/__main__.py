@@ -12,10 +12,11 @@ def run() -> None:
     install_early()
     import sys
 
-    from vramctl.cli.lean import end_run, lean_command
+    from vramctl.cli.lean import end_run, lean_command, skip_exit_collection
 
     code = lean_command(sys.argv[1:])  # `explain-oom --json LOG` without typer's start-up; None: any other line
     if code is not None:
+        skip_exit_collection()
         end_run(code)
     from vramctl.cli.main import entry
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from vramctl.diagnose.facts import UNITS, compile_expression, placeholders, settings_pattern
-from vramctl.diagnose.yamlcache import load_yaml_cached
+from vramctl.diagnose.yamlcache import load_built_cached, load_yaml_cached
 
 CATALOGUE_PATH = Path(__file__).with_name("catalogue.yaml")
 
@@ -436,7 +436,12 @@ def load_catalogue(path: Path | None = None) -> Catalogue:
 
 @lru_cache(maxsize=1)
 def _shipped() -> Catalogue:
-    return _load(CATALOGUE_PATH, lazy=True)
+    # built once per content and code, then unpickled (yamlcache.py); the modules whose code shapes the objects
+    from vramctl.core import units
+    from vramctl.diagnose import facts
+
+    sources = (Path(__file__), Path(facts.__file__), Path(units.__file__))
+    return load_built_cached(CATALOGUE_PATH, lambda: _load(CATALOGUE_PATH, lazy=True), sources)
 
 
 def _rule(r: Any, where: str) -> Rule:

@@ -224,22 +224,31 @@ def _inventory_anchors() -> tuple[bytes, ...]:
 
 
 # words one of which every failure phrase of the inventory contains (checked before the inventory is loaded: a
-# clean log never pays for loading it)
-_INVENTORY_PREGATE = re.compile(
-    rb"emory|rror|Kill|kill|KILL|SIG|OOM|oom|lloc|ail|137|space|full|insufficient|blocks|created"
-)
+# clean log never pays for loading it). Sixteen `bytes.find` calls cost a fraction of SRE's search for their
+# alternation, which tries a match at every position of the line (~8 us on a 300-byte line). `find`, not `in`: on
+# CPython 3.11 `word in raw` first tries `word` as an integer and raises and clears a TypeError (~1.5 us a test).
+_INVENTORY_PREGATE_WORDS = (
+    b"emory", b"rror", b"Kill", b"kill", b"KILL", b"SIG", b"OOM", b"oom",
+    b"lloc", b"ail", b"137", b"space", b"full", b"insufficient", b"blocks", b"created",
+)  # fmt: skip
+
+
+def _has_pregate_word(raw: bytes) -> bool:
+    """Whether a line holds one of `_INVENTORY_PREGATE_WORDS`."""
+    find = raw.find
+    return any(find(word) >= 0 for word in _INVENTORY_PREGATE_WORDS)
 
 
 def _inventory_gate(raw: bytes) -> bool:
     """Whether a line holds one of the inventory's failure phrases: substring tests on the lower-cased line (an
-    alternation regex with IGNORECASE costs milliseconds a line; these ~150 `in` tests cost microseconds)."""
-    if _INVENTORY_PREGATE.search(raw) is None:
+    alternation regex with IGNORECASE costs milliseconds a line; these ~150 `find` tests cost microseconds)."""
+    if not _has_pregate_word(raw):
         return False
     anchors = _inventory_anchors()
     if not anchors:
         return False
-    low = raw.lower()
-    return any(a in low for a in anchors)
+    find = raw.lower().find
+    return any(find(a) >= 0 for a in anchors)
 
 
 def _inventory_facts(text: str) -> dict[str, FactValue] | None:

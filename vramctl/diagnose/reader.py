@@ -256,6 +256,14 @@ def split_prefixes(line: str) -> tuple[str | None, str]:
     return process, rest
 
 
+def _may_hold_escaped_ansi(text: str) -> bool:
+    """Whether `text` holds one of the starts `_ESCAPED_ANSI_RE` needs (substring tests; the regex's search tries every
+    position of the line, and a line with JSON-escaped newlines, `\\n`, holds a backslash but rarely an escape code)."""
+    if "#033[" in text or "^[[" in text:
+        return True
+    return "\\" in text and ("\\u001" in text or "\\x1" in text or "\\033[" in text)
+
+
 def clean_line(data: bytes) -> str:
     """Decode one line's bytes (invalid UTF-8 replaced), drop ANSI codes, control characters, CRs."""
     text = data.decode("utf-8", "replace")
@@ -265,9 +273,11 @@ def clean_line(data: bytes) -> str:
         text = _ANSI_RE.sub("", text)
     if "\r" in text:  # progress bars overwrite themselves with bare CRs
         text = " ".join(seg for seg in text.split("\r") if seg.strip())
-    if _CONTROL_RE.search(text) is not None:
+    # every character `_CONTROL_RE` removes is unprintable: a printable line (most lines; `isprintable` is a table
+    # look-up a character, SRE's search tries a match at every position, ~3x the time) has none
+    if not text.isprintable() and _CONTROL_RE.search(text) is not None:
         text = _CONTROL_RE.sub("", text)
-    if ("#033[" in text or "\\" in text or "^[[" in text) and _ESCAPED_ANSI_RE.search(text) is not None:
+    if _may_hold_escaped_ansi(text) and _ESCAPED_ANSI_RE.search(text) is not None:
         text = _ESCAPED_ANSI_RE.sub("", text)
     if "\\" in text and len(_JSON_ESCAPE_RE.findall(text, 0, 65536)) >= 2:
         text = text.replace("\\n", " ").replace("\\t", " ").replace('\\"', '"')
