@@ -1164,16 +1164,22 @@ def _bamba_pattern(
             f"{where}: field 'attn_layer_indices' must list layer indices from 0 to {layers - 1}"
         )
     inner = get_int(config, "mamba_expand", where, default=2) * hidden
+    state = _mamba2_state(config, inner, "mamba_expand × hidden_size", where)
+    attention = set(raw)
+    return tuple(FULL_ATTENTION if i in attention else MAMBA for i in range(layers)), state
+
+
+def _mamba2_state(config: Mapping[str, Any], inner: int, width: str, where: str) -> StateSpaceSpec:
+    """The Mamba2 state of Bamba / Falcon-H1 (`mamba2_state_shape`): mamba_n_heads heads of mamba_d_head over the
+    Mamba width `inner`; `mamba_d_head` `auto` (BambaConfig / FalconH1Config) is inner // mamba_n_heads."""
     heads = get_int(config, "mamba_n_heads", where, default=128)
     raw_head = config.get("mamba_d_head", "auto")
     head_dim = inner // heads if raw_head in ("auto", None) else get_int(config, "mamba_d_head", where)
     if head_dim * heads != inner:
         raise BadInputError(
-            f"{where}: mamba_d_head ({head_dim}) × mamba_n_heads ({heads}) must equal mamba_expand × hidden_size "
-            f"({inner})"
+            f"{where}: mamba_d_head ({head_dim}) × mamba_n_heads ({heads}) must equal {width} ({inner})"
         )
-    attention = set(raw)
-    state = StateSpaceSpec(
+    return StateSpaceSpec(
         kind="mamba2",
         num_heads=heads,
         head_dim=head_dim,
@@ -1184,7 +1190,6 @@ def _bamba_pattern(
         ssm_dtype=_ssm_dtype(config),
         chunk_size=get_opt_int(config, "mamba_chunk_size", where),
     )
-    return tuple(FULL_ATTENTION if i in attention else MAMBA for i in range(layers)), state
 
 
 def _falcon_h1_pattern(
@@ -1199,25 +1204,7 @@ def _falcon_h1_pattern(
     inner = get_opt_int(config, "mamba_d_ssm", where)
     if inner is None:
         inner = get_int(config, "mamba_expand", where, default=2) * hidden
-    heads = get_int(config, "mamba_n_heads", where, default=128)
-    raw_head = config.get("mamba_d_head", "auto")
-    head_dim = inner // heads if raw_head in ("auto", None) else get_int(config, "mamba_d_head", where)
-    if head_dim * heads != inner:
-        raise BadInputError(
-            f"{where}: mamba_d_head ({head_dim}) × mamba_n_heads ({heads}) must equal the Mamba width ({inner})"
-        )
-    state = StateSpaceSpec(
-        kind="mamba2",
-        num_heads=heads,
-        head_dim=head_dim,
-        state_size=get_int(config, "mamba_d_state", where, default=256),
-        n_groups=get_int(config, "mamba_n_groups", where, default=1),
-        conv_kernel=get_int(config, "mamba_d_conv", where, default=4),
-        intermediate_size=inner,
-        ssm_dtype=_ssm_dtype(config),
-        chunk_size=get_opt_int(config, "mamba_chunk_size", where),
-    )
-    return (FULL_ATTENTION, MAMBA) * layers, state
+    return (FULL_ATTENTION, MAMBA) * layers, _mamba2_state(config, inner, "the Mamba width", where)
 
 
 def _hybrid_pattern(
