@@ -162,12 +162,17 @@ def test_frozen_set_labels_are_valid_and_new() -> None:
     assert not seen & set(urls)
 
 
-HELD_OUT = ("index.yaml", "fresh2.yaml", "fresh3.yaml", "fresh4.yaml", "fresh5.yaml")
+HELD_OUT = ("index.yaml", "fresh2.yaml", "fresh3.yaml", "fresh4.yaml", "fresh5.yaml", "fresh6.yaml")
 
 
 @pytest.mark.parametrize(
     ("name", "min_cases", "min_failures", "even_only"),
-    [("fresh3.yaml", 40, 30, False), ("fresh4.yaml", 35, 27, True), ("fresh5.yaml", 40, 30, True)],
+    [
+        ("fresh3.yaml", 40, 30, False),
+        ("fresh4.yaml", 35, 27, True),
+        ("fresh5.yaml", 40, 30, True),
+        ("fresh6.yaml", 39, 27, True),
+    ],
 )
 def test_held_out_label_file_is_valid(name: str, min_cases: int, min_failures: int, even_only: bool) -> None:
     """A held-out label file: known cause labels and phases, labels and sources only, one thread per case."""
