@@ -224,7 +224,8 @@ BASE = {
     ("extra", "needle"),
     [
         ({"model_type": "plamo2", "mamba_d_state": 64}, "model_type 'plamo2'"),
-        ({"model_type": "lfm2_moe", "layer_types": ["conv"] * 4}, "model_type 'lfm2_moe'"),
+        ({"model_type": "lfm2_moe", "layer_types": ["conv"] * 4}, "no full_attention layer"),
+        ({"model_type": "lfm2_moe", "tie_word_embeddings": False}, "ties the lm_head"),
         ({"model_type": "mystery", "layer_types": ["conv", "full_attention"] * 2}, "layer shapes are unknown"),
         ({"model_type": "minimax_text_01", "attn_type_list": [0, 1, 0, 1]}, "model_type 'minimax_text_01'"),
         ({"model_type": "nemotron_h", "hybrid_override_pattern": "MX*E"}, "'X' layers"),

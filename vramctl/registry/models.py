@@ -16,6 +16,7 @@ from vramctl.core.errors import BadInputError
 from vramctl.core.params import (
     attention_params_per_layer,
     bnb_double_quant_saving,
+    is_moe_layer,
     num_moe_layers,
     param_count_from_spec,
     weight_bytes_keeping,
@@ -62,6 +63,7 @@ _QK_NORM = {
     "qwen3_vl_moe_text",
     "exaone4",
     "lfm2",
+    "lfm2_moe",
 }
 _QK_NORM |= {"apertus", "exaone_moe", "laguna", "afmoe"}
 """Per-head q/k RMSNorm of head_dim, always present (vLLM exaone4.py Exaone4Attention q_norm / k_norm; at vLLM 0.32
@@ -228,6 +230,21 @@ def _lfm2_names(config: dict[str, Any], where: str) -> dict[str, Any]:
     """LFM2's own fields (Lfm2Config `__post_init__`): `block_ff_dim` is intermediate_size, `tie_embedding` is
     tie_word_embeddings; the MLP width is then adjusted as vLLM's Lfm2MLP does it (lfm2.py, v0.32.0): with
     `block_auto_adjust_ff_dim`, int(2 × width / 3) × `block_ffn_dim_multiplier`, rounded up to `block_multiple_of`."""
+    if config.get("model_type") == "lfm2_moe":
+        # Lfm2MoeConfig (transformers 5.19): intermediate_size is the dense layers' MLP width as is (vLLM 0.32
+        # lfm2_moe.py Lfm2MoeMlp(ff_dim=config.intermediate_size), no auto-adjust); Lfm2MoeForCausalLM always ties
+        # its lm_head to the embedding (`self.lm_head.tie_weights(self.model.embed_tokens)`)
+        out = dict(config)
+        if "tie_embedding" in out:
+            out["tie_word_embeddings"] = out["tie_embedding"]
+        out.setdefault("tie_word_embeddings", True)
+        if not get_bool(out, "tie_word_embeddings", where):
+            raise BadInputError(
+                f"{where}: tie_word_embeddings false, but vLLM's Lfm2MoeForCausalLM ties the lm_head to the "
+                "embedding (lfm2_moe.py); a separate lm_head would not load"
+            )
+        out.setdefault("num_dense_layers", 2)  # Lfm2MoeConfig default
+        return out
     if config.get("model_type") != "lfm2":
         return config
     out = dict(config)
@@ -833,6 +850,8 @@ def _moe(config: Mapping[str, Any], model_type: str, where: str) -> MoESpec | No
         expert_bias=is_gpt_oss,
         score_correction_bias=config.get("topk_method") == "noaux_tc"
         or model_type in _SCORE_BIAS
+        # LFM2-MoE `use_expert_bias` (default true): gate.e_score_correction_bias (vLLM 0.32 lfm2_moe.py)
+        or (model_type == "lfm2_moe" and get_bool(config, "use_expert_bias", where, default=True))
         or config.get("moe_use_aux_free") is True,
         shared_expert_gate=shared_gate,
     )
@@ -1016,7 +1035,6 @@ _HYBRID_REFUSED = {
     "mamba2": "a pure Mamba2 model has no attention layers to plan a KV cache for",
     "falcon_mamba": "a pure Mamba model has no attention layers to plan a KV cache for",
     "minimax_text_01": "its lightning (linear) attention state is not modelled",
-    "lfm2_moe": "its MoE layers (num_dense_layers, expert bias) beside short-convolution layers are not modelled",
     "plamo2": "its Mamba state layers are not modelled",
 }
 """model_type → why vramctl refuses it (one line each; planned ones are qwen3_next, qwen3_5, nemotron_h,
@@ -1037,8 +1055,8 @@ _NEMOTRON_H_CHARS = {"M": MAMBA, "*": FULL_ATTENTION, "-": MLP_ONLY, "E": MLP_ON
 - NemotronHMLPDecoderLayer, E NemotronHMoEDecoderLayer; the last two hold no cache (MoE layers are listed in
 MoESpec.layer_indices)."""
 _PLANNED_HYBRIDS = (
-    "qwen3_next, qwen3_5, qwen3_5_moe, nemotron_h, granitemoehybrid, kimi_linear, falcon_h1, jamba, lfm2, zamba2, "
-    "bamba (vLLM ≤ 0.23)"
+    "qwen3_next, qwen3_5, qwen3_5_moe, nemotron_h, granitemoehybrid, kimi_linear, falcon_h1, jamba, lfm2, lfm2_moe, "
+    "zamba2, bamba (vLLM ≤ 0.23)"
 )
 
 
@@ -1177,6 +1195,13 @@ def _lfm2_pattern(
     if not isinstance(raw, list) or len(raw) != layers or set(raw) - {"conv", "full_attention"}:
         raise BadInputError(
             f"{where}: field 'layer_types' must list {layers} entries of 'conv' / 'full_attention'"
+        )
+    if "full_attention" not in raw:
+        raise _refuse_hybrid(
+            str(config.get("model_type")),
+            where,
+            "'layer_types' has no full_attention layer: a model of short-convolution layers only has no "
+            "attention layers to plan a KV cache for",
         )
     width = get_int(config, "conv_dim", where, default=hidden)
     state = StateSpaceSpec(
@@ -1359,7 +1384,7 @@ def _hybrid_pattern(
         return _bamba_pattern(config, layers, hidden, where)
     if model_type == "jamba":
         return _jamba_pattern(config, layers, hidden, where)
-    if model_type == "lfm2":
+    if model_type in ("lfm2", "lfm2_moe"):
         return _lfm2_pattern(config, layers, hidden, where)
     if model_type == "zamba2":
         return _zamba2_pattern(config, layers, hidden, where)
@@ -1515,9 +1540,11 @@ def _hybrid_param_count(spec: ModelSpec, config: Mapping[str, Any], where: str) 
                 moe_ffn += 2 * h * m.latent_size + ((m.latent_size + h) if spec.mlp_bias else 0)
     elif spec.moe is not None:
         m = spec.moe
-        ffn = m.num_experts * 3 * h * m.moe_intermediate_size + h * m.num_experts
-        ffn += 3 * h * m.shared_expert_intermediate_size + (h if m.shared_expert_gate else 0)
-        ffn += 3 * h * granite_shared
+        moe_ffn = m.num_experts * 3 * h * m.moe_intermediate_size + h * m.num_experts
+        moe_ffn += 3 * h * m.shared_expert_intermediate_size + (h if m.shared_expert_gate else 0)
+        moe_ffn += 3 * h * granite_shared + (m.num_experts if m.score_correction_bias else 0)
+        # layers before first_k_dense_replace (LFM2-MoE `num_dense_layers`) keep a dense gated MLP
+        ffn = 3 * h * spec.intermediate_size + (2 * spec.intermediate_size + h if spec.mlp_bias else 0)
     elif granite_shared:  # Granite-4.0-H dense: the shared MLP is the layer's MLP
         ffn = 3 * h * granite_shared
     else:
@@ -1541,7 +1568,7 @@ def _hybrid_param_count(spec: ModelSpec, config: Mapping[str, Any], where: str) 
         if nemotron:  # one block per layer: a norm + one of mixer / MLP / MoE
             total += h + (mixer if kind != MLP_ONLY else moe_ffn if i in moe_layers else ffn)
         else:
-            total += 2 * h + mixer + ffn + scales
+            total += 2 * h + mixer + (moe_ffn if is_moe_layer(spec, i) else ffn) + scales
     embed = spec.vocab_size * h
     # + a VL wrapper's vision tower (Qwen3.5: vLLM's Qwen3_VisionTransformer, counted by vision_towers.py)
     return total + embed + h + (0 if spec.tie_word_embeddings else embed) + spec.vision_params
