@@ -51,7 +51,16 @@ def variant() -> dict[str, Any]:
     """8 layers in the transformers-5 spelling (legacy mamba / attention names mixed in), latent MoE, biases."""
     cfg = {k: v for k, v in nano3().items() if k not in ("hybrid_override_pattern", "num_hidden_layers")}
     cfg.update(
-        layers_block_type=["mamba", "moe", "attention", "mlp", "linear_attention", "moe", "full_attention", "mlp"],
+        layers_block_type=[
+            "mamba",
+            "moe",
+            "attention",
+            "mlp",
+            "linear_attention",
+            "moe",
+            "full_attention",
+            "mlp",
+        ],
         hidden_size=256,
         intermediate_size=384,
         moe_intermediate_size=96,

@@ -328,3 +328,19 @@ def test_hand_counted_parameters() -> None:
     # Nemotron-Nano-9B-v2: Mamba2 block 147,450,624, attention block 55,054,720, MLP block 140,497,280.
     nemo = 27 * 147_450_624 + 4 * 55_054_720 + 25 * 140_497_280 + 2 * 131072 * 4480 + 4480
     assert profile(NEMOTRON).param_count == nemo == 8_888_227_328
+
+
+def test_olmo_hybrid_gated_delta_net_and_whole_qk_norm() -> None:
+    # transformers 5.19's default OlmoHybridConfig (the arch audit's fixture): 3 GDN + 1 attention, × 8
+    fixture = json.loads((HERE.parents[0] / "fixtures" / "arch_audit" / "OlmoHybridForCausalLM.json").read_text())
+    spec = spec_from_config(fixture["config"], where="config.json", name="olmo-hybrid")
+    assert spec.layer_types[:4] == (LINEAR_ATTENTION,) * 3 + (FULL_ATTENTION,)
+    assert (spec.num_full_layers, spec.num_state_layers) == (8, 24)
+    assert spec.qk_norm_whole and spec.head_dim == 3840 // 30
+    assert spec.param_count == fixture["transformers_params"] == 7_430_870_688
+    # vLLM 0.32 olmo_hybrid.py → gated_delta_net_state_shape: conv (2 × 30 × 96 + 30 × 192 = 11,520, 3), SSM (30,
+    # 192, 96), bf16: 69,120 + 1,105,920 = 1,175,040 B; attention 2 × 30 × 128 × 2 B = 15,360 B per token →
+    # block 16 × cdiv(1,175,040, 16 × 15,360) = 80
+    shapes = kv.state_shapes(spec, tp=1)
+    assert shapes.conv == (11520, 3) and shapes.ssm == (30, 192, 96) and shapes.page_bytes == 1_175_040
+    assert kv.hybrid_kv(spec, tp=1).block_size == 80

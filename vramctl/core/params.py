@@ -211,7 +211,8 @@ def _ffn_tensors(
         router.append(_Vector(moe.num_experts, "rep"))
     if moe.score_correction_bias:
         router.append(_Vector(moe.num_experts, "rep", element_bytes=4))
-    if moe.latent_size:  # Nemotron-H fc1_latent_proj / fc2_latent_proj (ReplicatedLinear, vLLM 0.32 nemotron_h.py)
+    # Nemotron-H fc1_latent_proj / fc2_latent_proj (ReplicatedLinear, vLLM 0.32 nemotron_h.py)
+    if moe.latent_size:
         router += [_Linear(moe.latent_size, hidden, "rep"), _Linear(hidden, moe.latent_size, "rep")]
         if spec.mlp_bias:
             router += [_Vector(moe.latent_size, "rep"), _Vector(hidden, "rep")]

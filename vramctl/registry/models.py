@@ -78,7 +78,7 @@ _LAYOUT_REFUSED = {
     "cache per step; vLLM hrm_text.py) are not modelled",
 }
 """Plain-attention model types whose layout one ModelSpec cannot describe (one line each)."""
-_QK_NORM_WHOLE = {"olmo2", "minimax_m2"}
+_QK_NORM_WHOLE = {"olmo2", "minimax_m2", "olmo_hybrid"}
 """q/k RMSNorm over the whole projection, heads × head_dim and kv_heads × head_dim (vLLM olmo2.py, minimax_m2.py)."""
 _QK_NORM_FLAG = {"glm4_moe": False, "cohere": True}
 """`use_qk_norm` gates the q/k norms: per head for Glm4Moe (vLLM glm4_moe.py RMSNorm(head_dim)), over
@@ -221,7 +221,8 @@ def _nemotron_h_names(config: dict[str, Any], where: str) -> dict[str, Any]:
     elif isinstance(out.get("hybrid_override_pattern"), str) and out.get("num_hidden_layers") is None:
         out["num_hidden_layers"] = len(out["hybrid_override_pattern"])
     width = out.get("intermediate_size")
-    if isinstance(width, list) and len(width) == 1:  # NemotronHMLPDecoderLayer: a one-entry list is every MLP's
+    # NemotronHMLPDecoderLayer: a one-entry list is every MLP's width
+    if isinstance(width, list) and len(width) == 1:
         out["intermediate_size"] = width[0]
     return out
 
@@ -744,9 +745,7 @@ def _nemotron_h_moe(config: Mapping[str, Any], where: str) -> MoESpec | None:
             f"{where}: field 'num_experts_per_tok' ({per_tok}) exceeds the number of experts ({experts})"
         )
     shared = get_int(config, "n_shared_experts", where, default=0, minimum=0)
-    shared_width = get_int(
-        config, "moe_shared_expert_intermediate_size", where, default=0, minimum=0
-    )
+    shared_width = get_int(config, "moe_shared_expert_intermediate_size", where, default=0, minimum=0)
     return MoESpec(
         num_experts=experts,
         num_experts_per_tok=per_tok,
@@ -1037,8 +1036,7 @@ _HYBRID_REFUSED = {
     "minimax_text_01": "its lightning (linear) attention state is not modelled",
     "plamo2": "its Mamba state layers are not modelled",
 }
-"""model_type → why vramctl refuses it (one line each; planned ones are qwen3_next, qwen3_5, nemotron_h,
-granitemoehybrid, kimi_linear)."""
+"""model_type → why vramctl refuses it (one line each; the planned ones are _PLANNED_HYBRIDS)."""
 _GATED_DELTA_NET = {"qwen3_next", "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text"}
 """Gated DeltaNet + gated full attention, one layout (vLLM qwen3_5.py: Qwen3_5DecoderLayer builds on
 Qwen3NextDecoderLayer with GatedDeltaNetAttention / Qwen3NextAttention; get_mamba_state_shape_from_config passes
@@ -1055,8 +1053,8 @@ _NEMOTRON_H_CHARS = {"M": MAMBA, "*": FULL_ATTENTION, "-": MLP_ONLY, "E": MLP_ON
 - NemotronHMLPDecoderLayer, E NemotronHMoEDecoderLayer; the last two hold no cache (MoE layers are listed in
 MoESpec.layer_indices)."""
 _PLANNED_HYBRIDS = (
-    "qwen3_next, qwen3_5, qwen3_5_moe, nemotron_h, granitemoehybrid, kimi_linear, falcon_h1, jamba, lfm2, lfm2_moe, "
-    "zamba2, bamba (vLLM ≤ 0.23)"
+    "qwen3_next, qwen3_5, qwen3_5_moe, olmo_hybrid, nemotron_h, granitemoehybrid, kimi_linear, falcon_h1, jamba, lfm2, "
+    "lfm2_moe, zamba2, bamba (vLLM ≤ 0.23)"
 )
 
 
@@ -1324,7 +1322,12 @@ def _falcon_h1_pattern(
     return (FULL_ATTENTION, MAMBA) * layers, _mamba2_state(config, inner, "the Mamba width", where)
 
 
-_GRANITE_LAYERS = {"mamba": MAMBA, "linear_attention": MAMBA, "attention": FULL_ATTENTION, "full_attention": FULL_ATTENTION}
+_GRANITE_LAYERS = {
+    "mamba": MAMBA,
+    "linear_attention": MAMBA,
+    "attention": FULL_ATTENTION,
+    "full_attention": FULL_ATTENTION,
+}
 """Granite-4.0-H `layer_types`: transformers 4 wrote mamba / attention, transformers 5 writes linear_attention /
 full_attention (`remap_legacy_layer_types`, configuration_utils.py, transformers 5.19, which maps the old names on
 load). vLLM 0.32 builds its layers from the new names (granitemoehybrid.py `ALL_DECODER_LAYER_TYPES`:
@@ -1368,9 +1371,10 @@ def _hybrid_pattern(
 
     qwen3_next, qwen3_5 (dense and MoE, text_config unwrapped): `layer_types` or, absent, every
     `full_attention_interval`-th layer is full attention (transformers Qwen3NextConfig, Qwen3_5TextConfig,
-    Qwen3_5MoeTextConfig `__post_init__`); the rest are Gated DeltaNet. nemotron_h: `hybrid_override_pattern`,
-    one character per layer (M Mamba2, * attention, - MLP; vLLM nemotron_h.py). granitemoehybrid: `layer_types`
-    of `mamba` / `attention`.
+    Qwen3_5MoeTextConfig `__post_init__`); the rest are Gated DeltaNet; olmo_hybrid the same from `layer_types`.
+    nemotron_h: `hybrid_override_pattern`, one character per layer (M Mamba2, * attention, - MLP, E MoE; vLLM
+    nemotron_h.py), transformers 5's `layers_block_type` turned into it by _nemotron_h_names. granitemoehybrid:
+    `layer_types` in either spelling (_granite_hybrid_pattern). lfm2 / lfm2_moe: _lfm2_pattern.
     Other hybrids are refused with one line naming what is missing.
     """
     if model_type in _HYBRID_REFUSED:
@@ -1388,7 +1392,7 @@ def _hybrid_pattern(
         return _lfm2_pattern(config, layers, hidden, where)
     if model_type == "zamba2":
         return _zamba2_pattern(config, layers, hidden, where)
-    if model_type in _GATED_DELTA_NET:
+    if model_type in _GATED_DELTA_NET or model_type == "olmo_hybrid":
         if declared is not None:
             kinds = get_str_list(config, "layer_types", where)
         else:
@@ -1486,7 +1490,7 @@ def _hybrid_param_count(spec: ModelSpec, config: Mapping[str, Any], where: str) 
         h * q_width * gated_q
         + 2 * h * kv_width
         + q_width * h
-        + (2 * spec.head_dim if spec.qk_norm or gated else 0)
+        + (q_width + kv_width if spec.qk_norm_whole else 2 * spec.head_dim if spec.qk_norm or gated else 0)
         + ((q_width + 2 * kv_width) if spec.attention_qkv_bias else 0)
         + (h if spec.attention_out_bias else 0)
     )
