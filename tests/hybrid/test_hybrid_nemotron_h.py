@@ -173,3 +173,14 @@ def test_bad_patterns_are_one_line(change: dict[str, Any], needle: str) -> None:
     with pytest.raises(BadInputError, match=None) as caught:
         spec_from_config({**cfg, **change}, where="config.json", name="n")
     assert needle in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_only_the_registered_nemotron_h_architectures_get_the_float32_state() -> None:
+    # vLLM 0.32 MODELS_CONFIG_MAP (model_executor/models/config.py) runs NemotronH's ssm-dtype hook for
+    # NemotronHForCausalLM / NemotronHPuzzleForCausalLM / NemotronH_Nano_VL_V2 only; the Omni wrapper keeps `auto`
+    from vramctl.core.engines.vllm.rules import default_mamba_ssm_cache_dtype
+
+    assert default_mamba_ssm_cache_dtype("NemotronHForCausalLM", None, "0.32.0") == "float32"
+    assert default_mamba_ssm_cache_dtype("NemotronH_Nano_VL_V2", "bfloat16", "0.32.0") == "bfloat16"
+    assert default_mamba_ssm_cache_dtype("NemotronH_Omni_Reasoning_V3", "float32", "0.32.0") == "auto"
+    assert default_mamba_ssm_cache_dtype("NemotronHForCausalLM", None, "0.11.0") == "auto"
