@@ -95,6 +95,86 @@ def test_granite_4_h_layer_types() -> None:
     assert plain.state_space is None and plain.layer_types == ()
 
 
+GRANITE_H_DENSE = {
+    "architectures": ["GraniteMoeHybridForCausalLM"],
+    "model_type": "granitemoehybrid",
+    "hidden_size": 1536,
+    "intermediate_size": 4096,
+    "shared_intermediate_size": 4096,
+    "num_local_experts": 0,
+    "num_hidden_layers": 8,
+    "num_attention_heads": 12,
+    "num_key_value_heads": 4,
+    "vocab_size": 100352,
+    "max_position_embeddings": 131072,
+    "layer_types": ["linear_attention"] * 3 + ["full_attention"] + ["linear_attention"] * 3 + ["full_attention"],
+    "mamba_n_heads": 48,
+    "mamba_d_head": 64,
+    "mamba_d_state": 128,
+    "mamba_n_groups": 1,
+    "mamba_d_conv": 4,
+    "mamba_expand": 2,
+    "tie_word_embeddings": True,
+}
+"""A Granite-4.0-H-shaped config as transformers 5 writes it: layer_types of linear_attention / full_attention."""
+GRANITE_H_DENSE_META_PARAMS = 405_600_096
+"""sum(p.numel()) of transformers 5.19's GraniteMoeHybridForCausalLM built on the meta device from it."""
+GRANITE_H_MOE_META_PARAMS = 635_335_296
+"""The same for `granite_h_moe()`: 4 experts of 512, mamba_proj_bias, d_head `auto`, untied, old spelling."""
+
+
+def granite_h_moe() -> dict[str, Any]:
+    return {
+        **GRANITE_H_DENSE,
+        "num_local_experts": 4,
+        "num_experts_per_tok": 2,
+        "intermediate_size": 512,
+        "mamba_d_head": "auto",
+        "mamba_proj_bias": True,
+        "tie_word_embeddings": False,
+        "layer_types": ["mamba"] * 3 + ["attention"] + ["mamba"] * 3 + ["attention"],
+    }
+
+
+def test_granite_4_h_both_layer_type_spellings_plan_the_same() -> None:
+    new = spec_from_config(GRANITE_H_DENSE, where="config.json", name="g")
+    legacy_names = {"linear_attention": "mamba", "full_attention": "attention"}
+    old_cfg = {**GRANITE_H_DENSE, "layer_types": [legacy_names[k] for k in GRANITE_H_DENSE["layer_types"]]}
+    old = spec_from_config(old_cfg, where="config.json", name="g")
+    assert new.layer_types == old.layer_types
+    assert [i for i, k in enumerate(new.layer_types) if k == FULL_ATTENTION] == [3, 7]
+    assert (new.num_full_layers, new.num_state_layers) == (2, 6)
+    assert new.state_space == old.state_space and new.param_count == old.param_count
+    # Mamba2 at TP 1: conv_dim = 2 × 1536 + 2 × 1 × 128 = 3328, (3328, 3) × 2 B; SSM (48, 64, 128) × 2 B
+    shapes = kv.state_shapes(new, tp=1)
+    assert shapes.conv == (3328, 3) and shapes.ssm == (48, 64, 128)
+    assert shapes.page_bytes == 3328 * 3 * 2 + 48 * 64 * 128 * 2 == 806_400
+
+
+def test_granite_4_h_parameters_match_transformers() -> None:
+    assert spec_from_config(GRANITE_H_DENSE, where="c", name="g").param_count == GRANITE_H_DENSE_META_PARAMS
+    moe = spec_from_config(granite_h_moe(), where="c", name="g")
+    assert moe.param_count == GRANITE_H_MOE_META_PARAMS
+    assert moe.state_space is not None and moe.state_space.head_dim == 3072 // 48  # `auto`
+
+
+def test_granite_4_h_vllm_block_size() -> None:
+    # vLLM ≥ 0.10.2 `HybridAttentionMambaModelConfig`: attention page of one token = 2 × 4 × 128 × 2 B = 2,048 B;
+    # block = 16 × cdiv(806,400, 16 × 2,048) = 16 × 25 = 400 tokens
+    spec = spec_from_config(GRANITE_H_DENSE, where="config.json", name="g")
+    assert kv.hybrid_kv(spec, tp=1).block_size == 400
+
+
+def test_granite_4_h_without_attention_or_with_unknown_layers_is_refused() -> None:
+    with pytest.raises(BadInputError, match="pure Mamba"):
+        spec_from_config({**GRANITE_H_DENSE, "layer_types": ["linear_attention"] * 8}, where="c", name="g")
+    no_types = {k: v for k, v in GRANITE_H_DENSE.items() if k != "layer_types"}
+    with pytest.raises(BadInputError, match="pure Mamba"):  # absent: every layer is Mamba2 (the config's default)
+        spec_from_config(no_types, where="c", name="g")
+    with pytest.raises(BadInputError, match="'linear_attention' / 'full_attention'"):
+        spec_from_config({**GRANITE_H_DENSE, "layer_types": ["sliding_attention"] * 8}, where="c", name="g")
+
+
 # --- per-layer state bytes ------------------------------------------------------------------------------------
 
 
@@ -248,3 +328,19 @@ def test_hand_counted_parameters() -> None:
     # Nemotron-Nano-9B-v2: Mamba2 block 147,450,624, attention block 55,054,720, MLP block 140,497,280.
     nemo = 27 * 147_450_624 + 4 * 55_054_720 + 25 * 140_497_280 + 2 * 131072 * 4480 + 4480
     assert profile(NEMOTRON).param_count == nemo == 8_888_227_328
+
+
+def test_olmo_hybrid_gated_delta_net_and_whole_qk_norm() -> None:
+    # transformers 5.19's default OlmoHybridConfig (the arch audit's fixture): 3 GDN + 1 attention, × 8
+    fixture = json.loads((HERE.parents[0] / "fixtures" / "arch_audit" / "OlmoHybridForCausalLM.json").read_text())
+    spec = spec_from_config(fixture["config"], where="config.json", name="olmo-hybrid")
+    assert spec.layer_types[:4] == (LINEAR_ATTENTION,) * 3 + (FULL_ATTENTION,)
+    assert (spec.num_full_layers, spec.num_state_layers) == (8, 24)
+    assert spec.qk_norm_whole and spec.head_dim == 3840 // 30
+    assert spec.param_count == fixture["transformers_params"] == 7_430_870_688
+    # vLLM 0.32 olmo_hybrid.py → gated_delta_net_state_shape: conv (2 × 30 × 96 + 30 × 192 = 11,520, 3), SSM (30,
+    # 192, 96), bf16: 69,120 + 1,105,920 = 1,175,040 B; attention 2 × 30 × 128 × 2 B = 15,360 B per token →
+    # block 16 × cdiv(1,175,040, 16 × 15,360) = 80
+    shapes = kv.state_shapes(spec, tp=1)
+    assert shapes.conv == (11520, 3) and shapes.ssm == (30, 192, 96) and shapes.page_bytes == 1_175_040
+    assert kv.hybrid_kv(spec, tp=1).block_size == 80

@@ -81,6 +81,8 @@ def is_moe_layer(spec: ModelSpec, layer: int) -> bool:
     if spec.moe is None:
         return False
     moe = spec.moe
+    if moe.layer_indices:
+        return layer in moe.layer_indices
     return layer >= moe.first_k_dense_replace and layer % moe.moe_layer_freq == moe.moe_layer_offset
 
 
@@ -88,6 +90,8 @@ def num_moe_layers(spec: ModelSpec) -> int:
     """Layers >= first_k_dense_replace whose index is a multiple of moe_layer_freq (counted without a loop)."""
     if spec.moe is None:
         return 0
+    if spec.moe.layer_indices:
+        return sum(1 for i in spec.moe.layer_indices if i < spec.num_hidden_layers)
     first, freq, layers = spec.moe.first_k_dense_replace, spec.moe.moe_layer_freq, spec.num_hidden_layers
     start = first + (spec.moe.moe_layer_offset - first) % freq  # the first MoE layer at or after first
     return 0 if start >= layers else (layers - 1 - start) // freq + 1
@@ -195,9 +199,9 @@ def _ffn_tensors(
         )
     moe = spec.moe
     experts = _mlp_tensors(
-        hidden,
+        moe.latent_size or hidden,
         moe.moe_intermediate_size,
-        gated=True,
+        gated=moe.gated_experts,
         bias=moe.expert_bias,
         expert=True,
         count=moe.num_experts,
@@ -207,9 +211,16 @@ def _ffn_tensors(
         router.append(_Vector(moe.num_experts, "rep"))
     if moe.score_correction_bias:
         router.append(_Vector(moe.num_experts, "rep", element_bytes=4))
+    # Nemotron-H fc1_latent_proj / fc2_latent_proj (ReplicatedLinear, vLLM 0.32 nemotron_h.py)
+    if moe.latent_size:
+        router += [_Linear(moe.latent_size, hidden, "rep"), _Linear(hidden, moe.latent_size, "rep")]
+        if spec.mlp_bias:
+            router += [_Vector(moe.latent_size, "rep"), _Vector(hidden, "rep")]
     shared: list[_Linear | _Vector] = []
     if moe.shared_expert_intermediate_size:
-        shared = _mlp_tensors(hidden, moe.shared_expert_intermediate_size, gated=True, bias=False)
+        shared = _mlp_tensors(
+            hidden, moe.shared_expert_intermediate_size, gated=moe.gated_experts, bias=False
+        )
         if moe.shared_expert_gate:
             shared.append(_Linear(1, hidden, "rep", quantised=False))
     return [], experts, router, shared

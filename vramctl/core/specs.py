@@ -73,6 +73,14 @@ class MoESpec:
     """A per-expert routing bias tensor (DeepSeek-V3 `e_score_correction_bias`, noaux_tc)."""
     shared_expert_gate: bool = False
     """A sigmoid gate (hidden → 1) on the shared expert (Qwen2-MoE)."""
+    layer_indices: tuple[int, ...] = ()
+    """The MoE layers named one by one (Nemotron-H `E` layers); when set, first_k_dense_replace / moe_layer_freq /
+    moe_layer_offset are not read."""
+    gated_experts: bool = True
+    """Routed and shared experts are gate + up + down (SwiGLU); False: up + down only (Nemotron-H relu²)."""
+    latent_size: int = 0
+    """Routed experts work in a latent width, with hidden → latent / latent → hidden projections around them
+    (Nemotron-H `moe_latent_size`); 0: the hidden size."""
 
 
 @dataclass(frozen=True)

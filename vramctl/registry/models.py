@@ -16,6 +16,7 @@ from vramctl.core.errors import BadInputError
 from vramctl.core.params import (
     attention_params_per_layer,
     bnb_double_quant_saving,
+    is_moe_layer,
     num_moe_layers,
     param_count_from_spec,
     weight_bytes_keeping,
@@ -62,6 +63,7 @@ _QK_NORM = {
     "qwen3_vl_moe_text",
     "exaone4",
     "lfm2",
+    "lfm2_moe",
 }
 _QK_NORM |= {"apertus", "exaone_moe", "laguna", "afmoe"}
 """Per-head q/k RMSNorm of head_dim, always present (vLLM exaone4.py Exaone4Attention q_norm / k_norm; at vLLM 0.32
@@ -76,7 +78,7 @@ _LAYOUT_REFUSED = {
     "cache per step; vLLM hrm_text.py) are not modelled",
 }
 """Plain-attention model types whose layout one ModelSpec cannot describe (one line each)."""
-_QK_NORM_WHOLE = {"olmo2", "minimax_m2"}
+_QK_NORM_WHOLE = {"olmo2", "minimax_m2", "olmo_hybrid"}
 """q/k RMSNorm over the whole projection, heads × head_dim and kv_heads × head_dim (vLLM olmo2.py, minimax_m2.py)."""
 _QK_NORM_FLAG = {"glm4_moe": False, "cohere": True}
 """`use_qk_norm` gates the q/k norms: per head for Glm4Moe (vLLM glm4_moe.py RMSNorm(head_dim)), over
@@ -169,10 +171,81 @@ def _zamba2_names(config: dict[str, Any], where: str) -> dict[str, Any]:
     return out
 
 
+_NEMOTRON_H_BLOCKS = {
+    # transformers 5 `layers_block_type` (and the legacy names its `remap_legacy_layer_types` maps: mamba →
+    # linear_attention, attention → full_attention) → vLLM's `hybrid_override_pattern` character
+    "linear_attention": "M",
+    "mamba": "M",
+    "full_attention": "*",
+    "attention": "*",
+    "mlp": "-",
+    "moe": "E",
+}
+_NEMOTRON_H_RENAMES = {
+    # NemotronHConfig `__post_init__` (transformers 5.19): the mamba_* spellings some checkpoints carry
+    "mamba_n_groups": "n_groups",
+    "mamba_d_conv": "conv_kernel",
+    "mamba_expand": "expand",
+    "mamba_conv_bias": "use_conv_bias",
+    "mamba_chunk_size": "chunk_size",
+}
+
+
+def _nemotron_h_names(config: dict[str, Any], where: str) -> dict[str, Any]:
+    """Nemotron-H as transformers 5 writes it: `layers_block_type`, one name per layer (linear_attention / moe /
+    full_attention / mlp, or the legacy mamba / attention), instead of `hybrid_override_pattern`, and no
+    `num_hidden_layers` (NemotronHConfig derives it from the list's length, transformers 5.19
+    configuration_nemotron_h.py). vLLM 0.32 reads `config.hybrid_override_pattern` (nemotron_h.py
+    NemotronHModel: `make_layers(len(config.hybrid_override_pattern), …)`), which transformers 5 derives from the
+    list (`_list_to_pattern`), so the list becomes that string here; `num_hidden_layers` is its length."""
+    kind = str(config.get("_text_model_type") or config.get("model_type") or "")
+    if kind != "nemotron_h":
+        return config
+    out = dict(config)
+    for theirs, ours in _NEMOTRON_H_RENAMES.items():
+        if theirs in out and ours not in out:
+            out[ours] = out.pop(theirs)
+    blocks = out.get("layers_block_type")
+    if blocks is not None:
+        if (
+            not isinstance(blocks, list)
+            or not blocks
+            or any(not isinstance(b, str) or b not in _NEMOTRON_H_BLOCKS for b in blocks)
+        ):
+            raise BadInputError(
+                f"{where}: field 'layers_block_type' must list layers of "
+                "'linear_attention' / 'full_attention' / 'mlp' / 'moe' (or 'mamba' / 'attention')"
+            )
+        out["hybrid_override_pattern"] = "".join(_NEMOTRON_H_BLOCKS[b] for b in blocks)
+        out["num_hidden_layers"] = len(blocks)  # transformers 5 ignores a stale num_hidden_layers
+    elif isinstance(out.get("hybrid_override_pattern"), str) and out.get("num_hidden_layers") is None:
+        out["num_hidden_layers"] = len(out["hybrid_override_pattern"])
+    width = out.get("intermediate_size")
+    # NemotronHMLPDecoderLayer: a one-entry list is every MLP's width
+    if isinstance(width, list) and len(width) == 1:
+        out["intermediate_size"] = width[0]
+    return out
+
+
 def _lfm2_names(config: dict[str, Any], where: str) -> dict[str, Any]:
     """LFM2's own fields (Lfm2Config `__post_init__`): `block_ff_dim` is intermediate_size, `tie_embedding` is
     tie_word_embeddings; the MLP width is then adjusted as vLLM's Lfm2MLP does it (lfm2.py, v0.32.0): with
     `block_auto_adjust_ff_dim`, int(2 × width / 3) × `block_ffn_dim_multiplier`, rounded up to `block_multiple_of`."""
+    if config.get("model_type") == "lfm2_moe":
+        # Lfm2MoeConfig (transformers 5.19): intermediate_size is the dense layers' MLP width as is (vLLM 0.32
+        # lfm2_moe.py Lfm2MoeMlp(ff_dim=config.intermediate_size), no auto-adjust); Lfm2MoeForCausalLM always ties
+        # its lm_head to the embedding (`self.lm_head.tie_weights(self.model.embed_tokens)`)
+        out = dict(config)
+        if "tie_embedding" in out:
+            out["tie_word_embeddings"] = out["tie_embedding"]
+        out.setdefault("tie_word_embeddings", True)
+        if not get_bool(out, "tie_word_embeddings", where):
+            raise BadInputError(
+                f"{where}: tie_word_embeddings false, but vLLM's Lfm2MoeForCausalLM ties the lm_head to the "
+                "embedding (lfm2_moe.py); a separate lm_head would not load"
+            )
+        out.setdefault("num_dense_layers", 2)  # Lfm2MoeConfig default
+        return out
     if config.get("model_type") != "lfm2":
         return config
     out = dict(config)
@@ -656,7 +729,39 @@ def _compressed_tensors(quant: Mapping[str, Any], where: str) -> tuple[int | Non
     return bits, group if isinstance(group, int) and not isinstance(group, bool) and group > 0 else None
 
 
+def _nemotron_h_moe(config: Mapping[str, Any], where: str) -> MoESpec | None:
+    """Nemotron-H's `E` layers (vLLM 0.32 nemotron_h.py NemotronHMoE): n_routed_experts relu² experts (up + down, no
+    gate) of moe_intermediate_size over `moe_latent_size` (else hidden_size), a router (hidden → experts) with a
+    float32 `e_score_correction_bias`, n_shared_experts × moe_shared_expert_intermediate_size of shared relu² MLP;
+    with a latent size, fc1_latent_proj / fc2_latent_proj (hidden ↔ latent). None without `E` layers."""
+    pattern = config.get("hybrid_override_pattern")
+    moe_layers = tuple(i for i, c in enumerate(pattern) if c == "E") if isinstance(pattern, str) else ()
+    if not moe_layers:
+        return None
+    experts = get_int(config, "n_routed_experts", where)
+    per_tok = get_int(config, "num_experts_per_tok", where)
+    if per_tok > experts:
+        raise BadInputError(
+            f"{where}: field 'num_experts_per_tok' ({per_tok}) exceeds the number of experts ({experts})"
+        )
+    shared = get_int(config, "n_shared_experts", where, default=0, minimum=0)
+    shared_width = get_int(config, "moe_shared_expert_intermediate_size", where, default=0, minimum=0)
+    return MoESpec(
+        num_experts=experts,
+        num_experts_per_tok=per_tok,
+        moe_intermediate_size=get_int(config, "moe_intermediate_size", where),
+        num_shared_experts=shared,
+        shared_expert_intermediate_size=shared * shared_width,
+        score_correction_bias=True,
+        layer_indices=moe_layers,
+        gated_experts=False,
+        latent_size=get_opt_int(config, "moe_latent_size", where) or 0,
+    )
+
+
 def _moe(config: Mapping[str, Any], model_type: str, where: str) -> MoESpec | None:
+    if model_type == "nemotron_h":
+        return _nemotron_h_moe(config, where)
     experts = None
     for key in ("n_routed_experts", "num_local_experts", "num_experts", "moe_num_experts"):
         if config.get(key) is not None:
@@ -744,6 +849,8 @@ def _moe(config: Mapping[str, Any], model_type: str, where: str) -> MoESpec | No
         expert_bias=is_gpt_oss,
         score_correction_bias=config.get("topk_method") == "noaux_tc"
         or model_type in _SCORE_BIAS
+        # LFM2-MoE `use_expert_bias` (default true): gate.e_score_correction_bias (vLLM 0.32 lfm2_moe.py)
+        or (model_type == "lfm2_moe" and get_bool(config, "use_expert_bias", where, default=True))
         or config.get("moe_use_aux_free") is True,
         shared_expert_gate=shared_gate,
     )
@@ -927,11 +1034,9 @@ _HYBRID_REFUSED = {
     "mamba2": "a pure Mamba2 model has no attention layers to plan a KV cache for",
     "falcon_mamba": "a pure Mamba model has no attention layers to plan a KV cache for",
     "minimax_text_01": "its lightning (linear) attention state is not modelled",
-    "lfm2_moe": "its MoE layers (num_dense_layers, expert bias) beside short-convolution layers are not modelled",
     "plamo2": "its Mamba state layers are not modelled",
 }
-"""model_type → why vramctl refuses it (one line each; planned ones are qwen3_next, qwen3_5, nemotron_h,
-granitemoehybrid, kimi_linear)."""
+"""model_type → why vramctl refuses it (one line each; the planned ones are _PLANNED_HYBRIDS)."""
 _GATED_DELTA_NET = {"qwen3_next", "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text"}
 """Gated DeltaNet + gated full attention, one layout (vLLM qwen3_5.py: Qwen3_5DecoderLayer builds on
 Qwen3NextDecoderLayer with GatedDeltaNetAttention / Qwen3NextAttention; get_mamba_state_shape_from_config passes
@@ -943,10 +1048,13 @@ _STATE_MARKERS = (
     "hybrid_override_pattern",
     "attn_layer_period",
 )
-_NEMOTRON_H_CHARS = {"M": MAMBA, "*": FULL_ATTENTION, "-": MLP_ONLY}
+_NEMOTRON_H_CHARS = {"M": MAMBA, "*": FULL_ATTENTION, "-": MLP_ONLY, "E": MLP_ONLY}
+"""vLLM nemotron_h.py `ALL_DECODER_LAYER_TYPES` (v0.32.0): M NemotronHMambaDecoderLayer, * NemotronHAttentionDecoderLayer,
+- NemotronHMLPDecoderLayer, E NemotronHMoEDecoderLayer; the last two hold no cache (MoE layers are listed in
+MoESpec.layer_indices)."""
 _PLANNED_HYBRIDS = (
-    "qwen3_next, qwen3_5, qwen3_5_moe, nemotron_h, granitemoehybrid, kimi_linear, falcon_h1, jamba, lfm2, zamba2, "
-    "bamba (vLLM ≤ 0.23)"
+    "qwen3_next, qwen3_5, qwen3_5_moe, olmo_hybrid, nemotron_h, granitemoehybrid, kimi_linear, falcon_h1, jamba, lfm2, "
+    "lfm2_moe, zamba2, bamba (vLLM ≤ 0.23)"
 )
 
 
@@ -1086,6 +1194,13 @@ def _lfm2_pattern(
         raise BadInputError(
             f"{where}: field 'layer_types' must list {layers} entries of 'conv' / 'full_attention'"
         )
+    if "full_attention" not in raw:
+        raise _refuse_hybrid(
+            str(config.get("model_type")),
+            where,
+            "'layer_types' has no full_attention layer: a model of short-convolution layers only has no "
+            "attention layers to plan a KV cache for",
+        )
     width = get_int(config, "conv_dim", where, default=hidden)
     state = StateSpaceSpec(
         kind="short_conv",
@@ -1207,6 +1322,48 @@ def _falcon_h1_pattern(
     return (FULL_ATTENTION, MAMBA) * layers, _mamba2_state(config, inner, "the Mamba width", where)
 
 
+_GRANITE_LAYERS = {
+    "mamba": MAMBA,
+    "linear_attention": MAMBA,
+    "attention": FULL_ATTENTION,
+    "full_attention": FULL_ATTENTION,
+}
+"""Granite-4.0-H `layer_types`: transformers 4 wrote mamba / attention, transformers 5 writes linear_attention /
+full_attention (`remap_legacy_layer_types`, configuration_utils.py, transformers 5.19, which maps the old names on
+load). vLLM 0.32 builds its layers from the new names (granitemoehybrid.py `ALL_DECODER_LAYER_TYPES`:
+full_attention → GraniteMoeHybridAttentionDecoderLayer, linear_attention → GraniteMoeHybridMambaDecoderLayer);
+vLLM 0.10 – 0.1x, on transformers 4, from the old ones ("attention" / "mamba")."""
+
+
+def _granite_hybrid_pattern(
+    config: Mapping[str, Any], layers: int, hidden: int, where: str
+) -> tuple[tuple[str, ...], StateSpaceSpec] | None:
+    """Granite-4.0-H (`granitemoehybrid`): `layer_types` in either spelling (_GRANITE_LAYERS); absent, every layer
+    is Mamba2 (GraniteMoeHybridConfig, transformers 4 `layers_block_type` and 5 `__post_init__`). State:
+    `GraniteMoeHybridForCausalLM.get_mamba_state_shape_from_config` (vLLM 0.32 granitemoehybrid.py) →
+    `mamba2_state_shape` with intermediate = mamba_expand × hidden_size, mamba_n_heads heads of mamba_d_head
+    (`auto`: intermediate // mamba_n_heads). None when no layer is Mamba (Granite-4.0-micro: a plain attention
+    model)."""
+    raw = get_str_list(config, "layer_types", where) or ["linear_attention"] * layers
+    if len(raw) != layers or set(raw) - set(_GRANITE_LAYERS):
+        raise BadInputError(
+            f"{where}: field 'layer_types' must list {layers} entries of 'linear_attention' / 'full_attention' "
+            "(or 'mamba' / 'attention')"
+        )
+    kinds = tuple(_GRANITE_LAYERS[k] for k in raw)
+    if MAMBA not in kinds:
+        return None
+    if FULL_ATTENTION not in kinds:
+        raise _refuse_hybrid(
+            "granitemoehybrid",
+            where,
+            f"all {layers} layers are Mamba2 ('layer_types' has no full_attention / attention layer): a pure "
+            "Mamba model has no attention layers to plan a KV cache for",
+        )
+    inner = get_int(config, "mamba_expand", where, default=2) * hidden
+    return kinds, _mamba2_state(config, inner, "mamba_expand × hidden_size", where)
+
+
 def _hybrid_pattern(
     config: Mapping[str, Any], model_type: str, layers: int, hidden: int, where: str
 ) -> tuple[tuple[str, ...], StateSpaceSpec] | None:
@@ -1214,9 +1371,10 @@ def _hybrid_pattern(
 
     qwen3_next, qwen3_5 (dense and MoE, text_config unwrapped): `layer_types` or, absent, every
     `full_attention_interval`-th layer is full attention (transformers Qwen3NextConfig, Qwen3_5TextConfig,
-    Qwen3_5MoeTextConfig `__post_init__`); the rest are Gated DeltaNet. nemotron_h: `hybrid_override_pattern`,
-    one character per layer (M Mamba2, * attention, - MLP; vLLM nemotron_h.py). granitemoehybrid: `layer_types`
-    of `mamba` / `attention`.
+    Qwen3_5MoeTextConfig `__post_init__`); the rest are Gated DeltaNet; olmo_hybrid the same from `layer_types`.
+    nemotron_h: `hybrid_override_pattern`, one character per layer (M Mamba2, * attention, - MLP, E MoE; vLLM
+    nemotron_h.py), transformers 5's `layers_block_type` turned into it by _nemotron_h_names. granitemoehybrid:
+    `layer_types` in either spelling (_granite_hybrid_pattern). lfm2 / lfm2_moe: _lfm2_pattern.
     Other hybrids are refused with one line naming what is missing.
     """
     if model_type in _HYBRID_REFUSED:
@@ -1230,11 +1388,11 @@ def _hybrid_pattern(
         return _bamba_pattern(config, layers, hidden, where)
     if model_type == "jamba":
         return _jamba_pattern(config, layers, hidden, where)
-    if model_type == "lfm2":
+    if model_type in ("lfm2", "lfm2_moe"):
         return _lfm2_pattern(config, layers, hidden, where)
     if model_type == "zamba2":
         return _zamba2_pattern(config, layers, hidden, where)
-    if model_type in _GATED_DELTA_NET:
+    if model_type in _GATED_DELTA_NET or model_type == "olmo_hybrid":
         if declared is not None:
             kinds = get_str_list(config, "layer_types", where)
         else:
@@ -1266,11 +1424,12 @@ def _hybrid_pattern(
             )
         unknown = sorted(set(pattern) - set(_NEMOTRON_H_CHARS))
         if unknown:
-            raise _refuse_hybrid(
-                model_type,
-                where,
-                f"hybrid_override_pattern has {unknown[0]!r} layers (MoE 'E' layers are not counted yet)",
+            raise BadInputError(
+                f"{where}: field 'hybrid_override_pattern' has {unknown[0]!r} layers; vLLM builds M (Mamba2), "
+                "* (attention), - (MLP) and E (MoE) layers"
             )
+        if "M" not in pattern:
+            raise _refuse_hybrid(model_type, where, "its hybrid_override_pattern has no Mamba ('M') layer")
         heads = get_int(config, "mamba_num_heads", where)
         head_dim = get_int(config, "mamba_head_dim", where)
         state = StateSpaceSpec(
@@ -1286,25 +1445,7 @@ def _hybrid_pattern(
         )
         return tuple(_NEMOTRON_H_CHARS[c] for c in pattern), state
     if model_type == "granitemoehybrid":
-        raw = get_str_list(config, "layer_types", where) or ["attention"] * layers
-        if len(raw) != layers or set(raw) - {"mamba", "attention"}:
-            raise BadInputError(
-                f"{where}: field 'layer_types' must list {layers} entries of 'mamba' / 'attention'"
-            )
-        if "mamba" not in raw:
-            return None  # Granite-4.0 without Mamba layers (e.g. -micro): a plain attention model
-        state = StateSpaceSpec(
-            kind="mamba2",
-            num_heads=get_int(config, "mamba_n_heads", where),
-            head_dim=get_int(config, "mamba_d_head", where),
-            state_size=get_int(config, "mamba_d_state", where),
-            n_groups=get_int(config, "mamba_n_groups", where, default=1),
-            conv_kernel=get_int(config, "mamba_d_conv", where, default=4),
-            intermediate_size=get_int(config, "mamba_expand", where, default=2) * hidden,
-            ssm_dtype=_ssm_dtype(config),
-            chunk_size=get_opt_int(config, "mamba_chunk_size", where),
-        )
-        return tuple(MAMBA if k == "mamba" else FULL_ATTENTION for k in raw), state
+        return _granite_hybrid_pattern(config, layers, hidden, where)
     marker = next((key for key in _STATE_MARKERS if key in config), None)
     if marker is not None:
         raise _refuse_hybrid(
@@ -1349,7 +1490,7 @@ def _hybrid_param_count(spec: ModelSpec, config: Mapping[str, Any], where: str) 
         h * q_width * gated_q
         + 2 * h * kv_width
         + q_width * h
-        + (2 * spec.head_dim if spec.qk_norm or gated else 0)
+        + (q_width + kv_width if spec.qk_norm_whole else 2 * spec.head_dim if spec.qk_norm or gated else 0)
         + ((q_width + 2 * kv_width) if spec.attention_qkv_bias else 0)
         + (h if spec.attention_out_bias else 0)
     )
@@ -1379,19 +1520,37 @@ def _hybrid_param_count(spec: ModelSpec, config: Mapping[str, Any], where: str) 
             state += (in_width if get_bool(config, "mamba_proj_bias", where) else 0) + (
                 h if get_bool(config, "projectors_bias", where) else 0
             )
-        elif spec.architecture.startswith("Bamba") and get_bool(config, "mamba_proj_bias", where):
-            state += in_width + h  # BambaMixer: in_proj and out_proj biases
+        elif (spec.architecture.startswith("Bamba") or text_kind == "granitemoehybrid") and get_bool(
+            config, "mamba_proj_bias", where
+        ):
+            # BambaMixer / Granite's MambaMixer2(use_bias=config.mamba_proj_bias): in_proj and out_proj biases
+            state += in_width + h
         state += 3 * st.num_heads + norm + inner * h
     granite_shared = get_int(config, "shared_intermediate_size", where, default=0, minimum=0)
-    if spec.moe is not None:
+    nemotron = text_kind == "nemotron_h"
+    moe_ffn = 0
+    if nemotron:
+        # NemotronHMambaDecoderLayer's MambaMixer2 has in_proj / out_proj biases with `use_bias`
+        if st.kind == "mamba2" and get_bool(config, "use_bias", where):
+            state += 2 * inner + 2 * st.n_groups * st.state_size + st.num_heads + h
+        # NemotronHMLP: relu² up + down, biases with mlp_bias (vLLM 0.32 nemotron_h.py)
+        ffn = 2 * h * spec.intermediate_size + (spec.intermediate_size + h if spec.mlp_bias else 0)
+        if spec.moe is not None:  # NemotronHMoE (see _nemotron_h_moe)
+            m = spec.moe
+            width = m.latent_size or h
+            moe_ffn = h * m.num_experts + m.num_experts + m.num_experts * 2 * width * m.moe_intermediate_size
+            moe_ffn += 2 * h * m.shared_expert_intermediate_size
+            if m.latent_size:
+                moe_ffn += 2 * h * m.latent_size + ((m.latent_size + h) if spec.mlp_bias else 0)
+    elif spec.moe is not None:
         m = spec.moe
-        ffn = m.num_experts * 3 * h * m.moe_intermediate_size + h * m.num_experts
-        ffn += 3 * h * m.shared_expert_intermediate_size + (h if m.shared_expert_gate else 0)
-        ffn += 3 * h * granite_shared
+        moe_ffn = m.num_experts * 3 * h * m.moe_intermediate_size + h * m.num_experts
+        moe_ffn += 3 * h * m.shared_expert_intermediate_size + (h if m.shared_expert_gate else 0)
+        moe_ffn += 3 * h * granite_shared + (m.num_experts if m.score_correction_bias else 0)
+        # layers before first_k_dense_replace (LFM2-MoE `num_dense_layers`) keep a dense gated MLP
+        ffn = 3 * h * spec.intermediate_size + (2 * spec.intermediate_size + h if spec.mlp_bias else 0)
     elif granite_shared:  # Granite-4.0-H dense: the shared MLP is the layer's MLP
         ffn = 3 * h * granite_shared
-    elif spec.architecture.startswith("NemotronH"):
-        ffn = 2 * h * spec.intermediate_size  # relu² up + down, no gate
     else:
         ffn = 3 * h * spec.intermediate_size + (2 * spec.intermediate_size + h if spec.mlp_bias else 0)
     if len(spec.layer_types) == 2 * spec.num_hidden_layers:
@@ -1400,7 +1559,7 @@ def _hybrid_param_count(spec: ModelSpec, config: Mapping[str, Any], where: str) 
         embed = spec.vocab_size * h
         return total + embed + h + (0 if spec.tie_word_embeddings else embed)
     total = 0
-    nemotron = spec.architecture.startswith("NemotronH")
+    moe_layers = set(spec.moe.layer_indices) if spec.moe is not None else set()
     # Qwen3.5 `layer_scale`: attn_layer_scale + ffn_layer_scale of hidden_size per layer (vLLM qwen3_5.py)
     scales = (
         2 * h
@@ -1408,12 +1567,12 @@ def _hybrid_param_count(spec: ModelSpec, config: Mapping[str, Any], where: str) 
         and get_bool(config, "layer_scale", where)
         else 0
     )
-    for kind in spec.layer_types:
+    for i, kind in enumerate(spec.layer_types):
         mixer = attention if kind == FULL_ATTENTION else state if kind in (MAMBA, LINEAR_ATTENTION) else 0
-        if nemotron:  # one block per layer: a norm + one of mixer / MLP
-            total += h + (mixer if kind != MLP_ONLY else ffn)
+        if nemotron:  # one block per layer: a norm + one of mixer / MLP / MoE
+            total += h + (mixer if kind != MLP_ONLY else moe_ffn if i in moe_layers else ffn)
         else:
-            total += 2 * h + mixer + ffn + scales
+            total += 2 * h + mixer + (moe_ffn if is_moe_layer(spec, i) else ffn) + scales
     embed = spec.vocab_size * h
     # + a VL wrapper's vision tower (Qwen3.5: vLLM's Qwen3_VisionTransformer, counted by vision_towers.py)
     return total + embed + h + (0 if spec.tie_word_embeddings else embed) + spec.vision_params
@@ -1453,6 +1612,7 @@ def spec_from_config(
     cfg = _zamba2_names(
         _lfm2_names(dbrx_names(legacy_layout(_chatglm_names(_text_config(config, where)))), where), where
     )
+    cfg = _nemotron_h_names(cfg, where)
     model_type = str(cfg.get("_text_model_type") or cfg.get("model_type") or "")
     if model_type in _LAYOUT_REFUSED:
         raise BadInputError(

@@ -532,6 +532,14 @@ def check_hybrid_supported(model_name: str, version: str, architecture: str = ""
         )
 
 
+NEMOTRON_H_SSM_DTYPE_ARCHITECTURES = frozenset(
+    {"NemotronHForCausalLM", "NemotronHPuzzleForCausalLM", "NemotronH_Nano_VL_V2"}
+)
+"""The architectures `MODELS_CONFIG_MAP` gives Nemotron-H's ssm-dtype hook (`[0.32.0]
+vllm/model_executor/models/config.py:1096-1098`: NemotronHForCausalLMConfig, NemotronHNanoVLV2Config on the
+text_config); other Nemotron-H wrappers (NemotronH_Omni_Reasoning_V3) keep `auto`."""
+
+
 def default_mamba_ssm_cache_dtype(architecture: str, config_ssm_dtype: str | None, version: str) -> str:
     """`--mamba-ssm-cache-dtype` as the model runs it when the flag is left at `auto`.
 
@@ -543,7 +551,7 @@ def default_mamba_ssm_cache_dtype(architecture: str, config_ssm_dtype: str | Non
     (`QWEN3_5_SSM_DTYPE_ARCHITECTURES`), else `auto`; text-only ones the same from 0.32
     (`QWEN3_5_TEXT_SSM_DTYPE_ARCHITECTURES`).
     """
-    if architecture.startswith("NemotronH") and rules_for(version).nemotron_ssm_float32:
+    if architecture in NEMOTRON_H_SSM_DTYPE_ARCHITECTURES and rules_for(version).nemotron_ssm_float32:
         return config_ssm_dtype or "float32"
     v = parse_version(version)
     if (architecture in QWEN3_5_SSM_DTYPE_ARCHITECTURES and v >= QWEN3_5_MIN_VLLM) or (
