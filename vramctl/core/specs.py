@@ -149,7 +149,7 @@ def derived_warning(model: ModelSpec) -> str:
 def exact_numbers_hint(checkpoint: str) -> str:
     """The one line telling the user how to get the checkpoint's exact numbers."""
     return (
-        f"for exact numbers go online (the Hub config and safetensors headers are read then), or fetch the config on "
+        f"For exact numbers go online (the Hub config and safetensors headers are read then), or fetch the config on "
         f"a connected machine (`hf download {checkpoint} config.json`), or pass the checkpoint's folder / config.json "
         "with --model PATH"
     )
