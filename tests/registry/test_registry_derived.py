@@ -152,6 +152,26 @@ def test_any_org_any_unquantised_base(index: int, marker: str, org: str) -> None
         assert abs(spec.weight_bytes - ordinary.weight_bytes) <= 0.001 * ordinary.weight_bytes + 64
 
 
+def test_every_unquantised_base_and_marker_gives_a_sane_plan() -> None:
+    """Every unquantised bundled model × every marker (hybrids whose layers the dense formula does not split,
+    Nemotron-H, included): fewer bytes than the base, a positive band, never an exception."""
+    markers = ["AWQ", "GPTQ-Int8", "FP8", "FP8-dynamic", "quantized.w8a8", "W4A16", "NVFP4", "int4-AutoRound", "bnb-4bit"]
+    for base in (m for m in list_models() if not m.quantization):
+        for marker in markers:
+            spec = derive_from_name(f"org/{base.name.rsplit('/', 1)[-1]}-{marker}", "test")
+            assert spec is not None and spec.derived is not None, (base.name, marker)
+            assert 0 < spec.weight_bytes < base.weight_bytes, (base.name, marker)
+            assert 0 < spec.derived.weight_band_bytes < spec.weight_bytes, (base.name, marker)
+
+
+def test_a_bundled_quantised_prefix_is_skipped_for_its_base() -> None:
+    """`Qwen3-0.6B-FP8` is bundled (block FP8); `…-FP8-dynamic` is the 16-bit base with another FP8 layout."""
+    spec = derive_from_name("RedHatAI/Qwen3-0.6B-FP8-dynamic", "test")
+    assert spec is not None and spec.derived is not None
+    assert spec.derived.base == "Qwen/Qwen3-0.6B" and spec.derived.marker == "FP8-dynamic"
+    assert spec.quantization == "compressed-tensors"
+
+
 def test_match_name_prefers_the_longest_bundled_prefix() -> None:
     found = match_name("TheBloke/Mixtral-8x7B-Instruct-v0.1-AWQ")
     assert found is not None and found.base_name == "Mixtral-8x7B-Instruct-v0.1" and found.marker == "AWQ"

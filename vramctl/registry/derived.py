@@ -25,7 +25,7 @@ import re
 from dataclasses import dataclass, replace
 from typing import Any
 
-from vramctl.core.params import bnb_double_quant_saving, quant_part_bytes, weight_bytes_from_spec
+from vramctl.core.params import _rank_bytes, bnb_double_quant_saving, quant_part_bytes, weight_bytes_from_spec
 from vramctl.core.specs import DerivedCheckpoint, ModelSpec, exact_numbers_hint
 from vramctl.core.units import format_gib
 from vramctl.registry._catalog import MODELS
@@ -218,7 +218,7 @@ def match_name(name: str) -> NameMatch | None:
         prefix = stem[:cut]
         path = MODELS.find(text[: len(text) - len(stem)] + prefix) if "/" in text else None
         path = path or MODELS.find(prefix)
-        if path is None:
+        if path is None or model_at(path).quantization:  # `Qwen3-0.6B-FP8` + `-dynamic`: keep looking for the base
             continue
         groups = [g for w in words for g in _GROUP.findall(w)]
         group = next((int(a or b) for a, b in groups), None)
@@ -250,6 +250,14 @@ def _derived_bytes(base: ModelSpec, quantised: ModelSpec, config: dict[str, Any]
     if (quantised.quantization or "") == "bitsandbytes" and quantised.quant_bits == 4:
         top -= bnb_double_quant_saving(quantised)
     bottom = top - round(outside * (1 - ratio))
+    ends = _rank_bytes(plain, 1, False)
+    kept = ends.embedding + ends.lm_head  # 16 bits in every recipe
+    floor = kept + round((exact - kept) * ratio)  # everything but the embeddings quantised
+    if linear_16 > exact - kept or bottom < floor - round(LAYOUT_BAND * exact):
+        # the dense formula's split does not fit this model's layers (Nemotron-H's MLP-only and Mamba layers):
+        # the ratio spec_from_config gives a pre-quantised hybrid config, with a band down to everything quantised
+        weights = quantised.weight_bytes
+        return weights, max(round(LAYOUT_BAND * weights), abs(weights - floor))
     weights = (top + bottom) // 2
     return weights, (top - bottom) // 2 + round(LAYOUT_BAND * weights)
 
