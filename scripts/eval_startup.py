@@ -1,8 +1,22 @@
 #!/usr/bin/env python3
 """Score `read-log` and `read-log --compare-plan` on a held-out set of real start-up logs.
 
-    python scripts/eval_startup.py --logs DIR [--configs CDIR] [--index tests/fixtures/startup_eval/index.yaml]
+    python scripts/eval_startup.py [--logs DIR] [--configs CDIR] [--index tests/fixtures/startup_eval/index.yaml]
         [--json OUT]
+
+Without `--logs` (the logs are not at hand): the read-log recovery part is skipped, and each point is planned with
+`vramctl plan --json` from the index's own fields (model, card, tp, max_model_len, gpu_memory_utilization,
+max_num_seqs, enforce_eager, engine and version) and scored against the index's `logged:` numbers (available KV in
+GiB, or KV tokens at the plan's bytes per token; weights). Flags only the log shows (a KV dtype, speculative decoding,
+…) are then unknown, so these numbers are comparable with each other, not with a run with the logs.
+
+A point whose `plan:` names a `checkpoint:` (a Hub name) and that has no config folder is planned through the registry's
+name fall-back (vramctl/registry/derived.py: a bundled base + the quantisation its name implies, with HF_HUB_OFFLINE=1)
+when the name allows, and reported on its own line ("planned from a derived base") so the other numbers stay
+comparable.
+
+Held-out points are reported only in aggregate (counts, median and worst |error|, never per point); dev points are
+listed one by one.
 
 DIR holds the logs the index names (`log_file`); they are third-party text and stay outside the repository.
 CDIR (optional) holds checkpoint configs, one folder per checkpoint (`CDIR/<plan.model_dir>/config.json`, with the
@@ -26,6 +40,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -72,6 +87,8 @@ def recovery(log: Path, logged: dict[str, Any]) -> tuple[int, int, list[str]]:
 
 REGISTRY = "registry"
 CONFIG_FOLDER = "config.json folder"
+DERIVED = "derived base"
+SOURCES = (REGISTRY, CONFIG_FOLDER, DERIVED)
 
 
 def plan_source(point: dict[str, Any], configs: Path | None) -> tuple[str | None, str]:
@@ -85,13 +102,94 @@ def plan_source(point: dict[str, Any], configs: Path | None) -> tuple[str | None
     if plan.get("model"):
         return REGISTRY, str(plan["model"])
     if plan.get("model_dir"):
-        if configs is None:
+        folder = configs / str(plan["model_dir"]) if configs is not None else None
+        if folder is not None and (folder / "config.json").is_file():
+            return CONFIG_FOLDER, str(folder)
+        if plan.get("checkpoint") and derivable(str(plan["checkpoint"])):
+            return DERIVED, str(plan["checkpoint"])
+        if folder is None:
             return None, why
-        folder = configs / str(plan["model_dir"])
-        if not (folder / "config.json").is_file():
-            return None, f"{why}; no config.json in --configs folder {plan['model_dir']!r}"
-        return CONFIG_FOLDER, str(folder)
+        return None, f"{why}; no config.json in --configs folder {plan['model_dir']!r}"
     return None, why
+
+
+def derivable(checkpoint: str) -> bool:
+    """The registry's name fall-back plans this checkpoint from a bundled base (vramctl/registry/derived.py)."""
+    try:
+        from vramctl.registry.derived import derive_from_name
+    except ImportError:  # an older vramctl without the fall-back
+        return False
+    return derive_from_name(checkpoint, "eval") is not None
+
+
+PLANNED = (0, 1)
+"""`vramctl plan` exit codes with a plan on stdout: fits, does not fit (docs/exit-codes.md)."""
+_VERSION = re.compile(r"\b(\d+\.\d+(?:\.\d+)?)")
+
+
+def plan_only(point: dict[str, Any], plan: dict[str, Any], model: str) -> dict[str, Any]:
+    """Without the log: `vramctl plan --json` from the index's fields, scored against its `logged:` numbers."""
+    cmd = [sys.executable, "-m", "vramctl", "plan", "--json", "--model", model]
+    if plan.get("gpu_memory") is not None:
+        cmd += ["--gpu-memory", f"{plan['gpu_memory']}GiB"]
+    if plan.get("gpu"):
+        cmd += ["--gpu", str(plan["gpu"])]
+    if point.get("engine") == "sglang":
+        cmd += ["--engine", "sglang"]
+    for key, flag in (
+        ("tp", "--tensor-parallel-size"),
+        ("max_model_len", "--max-model-len"),
+        ("gpu_memory_utilization", "--gpu-memory-utilization"),
+        ("max_num_seqs", "--max-num-seqs"),
+    ):
+        if point.get(key) is not None:
+            cmd += [flag, str(point[key])]
+    if point.get("enforce_eager"):
+        cmd += ["--enforce-eager"]
+    version = str(plan.get("version") or "")
+    if not version and point.get("engine") != "sglang":
+        found = _VERSION.search(str(point.get("version") or ""))
+        version = found.group(1) if found else ""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    attempts = [[*cmd, "--engine-version", version], cmd] if version else [cmd]
+    proc = None
+    for attempt in attempts:
+        proc = subprocess.run(attempt, capture_output=True, text=True, cwd=ROOT, env=env, timeout=120)
+        if proc.returncode in PLANNED:
+            break
+    assert proc is not None
+    if proc.returncode not in PLANNED:
+        return {"error": (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]}
+    data = json.loads(proc.stdout)
+    logged = point.get("logged") or {}
+    out: dict[str, Any] = {}
+    planned_kv = data.get("kv_cache_bytes") or 0
+    tokens = data.get("kv_tokens") or 0
+    kv_logged = _number(logged.get("available_kv_gib"))
+    if kv_logged is None and logged.get("k_size_gb") is not None and logged.get("v_size_gb") is not None:
+        k, v = _number(logged["k_size_gb"]), _number(logged["v_size_gb"])
+        kv_logged = (k or 0) + (v or 0)
+    if kv_logged is not None:
+        out["kv_cache"] = (kv_logged, planned_kv / GiB)
+    elif _number(logged.get("kv_tokens")) is not None and tokens and "hybrid" not in data:
+        # tokens at the plan's bytes per token; not for hybrids, whose token count depends on how the attention and
+        # state groups share blocks and on the log's KV dtype, which the index does not give
+        out["kv_cache"] = (_number(logged["kv_tokens"]) * planned_kv / tokens / GiB, planned_kv / GiB)  # type: ignore[operator]
+        out["kv_from_tokens"] = True
+    weights_logged = _number(logged.get("weights_gib"))
+    if weights_logged is None:
+        weights_logged = _number(logged.get("weights_loading_took"))
+    planned_weights = ((data.get("terms") or {}).get("weights") or {}).get("bytes")
+    if weights_logged is not None and planned_weights:
+        out["weights"] = (weights_logged, planned_weights / GiB)
+    if not out:
+        out["unscored"] = "planned; nothing logged that this mode can score"
+    return out
+
+
+def _number(value: Any) -> float | None:
+    parsed = _first_number(value) if value is not None else None
+    return None if parsed is None else parsed[0]
 
 
 def compare(log: Path, plan: dict[str, Any], model: str | None = None) -> dict[str, Any]:
@@ -131,14 +229,16 @@ def compare(log: Path, plan: dict[str, Any], model: str | None = None) -> dict[s
     return out
 
 
-def _print_errors(errors: list[tuple[float, str]], ids: set[str], what: str, unit: str) -> None:
-    """One line: the median and the worst (with its point) of the errors of the points in `ids`."""
+def _print_errors(errors: list[tuple[float, str]], ids: set[str], what: str, unit: str, *, name_worst: bool) -> None:
+    """One line: the median and the worst of the errors of the points in `ids` (the worst named for dev points only:
+    held-out points are reported in aggregate)."""
     mine = [(e, pid) for e, pid in errors if pid in ids]
     if not mine:
         return
     worst = max(mine)
     median = statistics.median([e for e, _ in mine])
-    print(f"   {what.format(n=len(mine))}: median {unit.format(median)}, worst {unit.format(worst[0])} ({worst[1]})")
+    where = f" ({worst[1]})" if name_worst else ""
+    print(f"   {what.format(n=len(mine))}: median {unit.format(median)}, worst {unit.format(worst[0])}{where}")
 
 
 def _summary(
@@ -148,24 +248,60 @@ def _summary(
     w_err: list[tuple[float, str]],
     unplanned: list[str],
     sources: dict[str, str],
-) -> None:
-    """One split's numbers: KV and weights |error| on the planned points, and what could not be planned."""
-    planned = [pid for pid in ids if pid in sources and not any(u.split(":", 1)[0] == pid for u in unplanned)]
-    by_source = {src: sum(1 for pid in planned if sources[pid] == src) for src in (REGISTRY, CONFIG_FOLDER)}
+    unscored: set[str],
+) -> dict[str, Any]:
+    """One split's numbers: KV and weights |error| on the planned points (those planned from a derived base on a
+    line of their own), and what could not be planned (held out: counted by reason, not listed per point)."""
+    failed = {u.split(":", 1)[0] for u in unplanned}
+    planned = [pid for pid in ids if pid in sources and pid not in failed]
+    by_source = {src: sum(1 for pid in planned if sources[pid] == src) for src in SOURCES}
+    dev = split != "heldout"
     print(
         f"-- {split}: {len(ids)} start-ups, {len(ids) - len(unplanned)} planned "
-        f"({by_source[REGISTRY]} from the registry, {by_source[CONFIG_FOLDER]} from a config.json folder), "
-        f"{len(unplanned)} not planned"
+        f"({by_source[REGISTRY]} from the registry, {by_source[CONFIG_FOLDER]} from a config.json folder, "
+        f"{by_source[DERIVED]} from a derived base; {sum(1 for pid in planned if pid in unscored)} with nothing "
+        f"this mode can score), {len(unplanned)} not planned"
     )
-    _print_errors(kv_err, ids, "KV cache |error| on {n} planned with a logged KV", "{:.2f} GiB")
-    _print_errors(w_err, ids, "weights |error| on {n}", "{:.1f} %")
-    for line in unplanned:
-        print("     " + line)
+    comparable = {pid for pid in planned if sources[pid] != DERIVED}
+    derived = {pid for pid in planned if sources[pid] == DERIVED}
+    _print_errors(kv_err, comparable, "KV cache |error| on {n} planned with a logged KV", "{:.2f} GiB", name_worst=dev)
+    _print_errors(w_err, comparable, "weights |error| on {n}", "{:.1f} %", name_worst=dev)
+    if derived:
+        _print_errors(
+            kv_err, derived, "planned from a derived base: KV cache |error| on {n}", "{:.2f} GiB", name_worst=dev
+        )
+        _print_errors(w_err, derived, "planned from a derived base: weights |error| on {n}", "{:.1f} %", name_worst=dev)
+    if dev:
+        for line in unplanned:
+            print("     " + line)
+    else:
+        reasons: dict[str, int] = {}
+        for line in unplanned:
+            reason = "could not be planned (vramctl's error)" if ": could not be planned" in line else "no plan mapping"
+            reasons[reason] = reasons.get(reason, 0) + 1
+        for reason, count in sorted(reasons.items()):
+            print(f"     {count} × {reason}")
+
+    def agg(errors: list[tuple[float, str]], chosen: set[str]) -> dict[str, Any] | None:
+        mine = [e for e, pid in errors if pid in chosen]
+        return {"n": len(mine), "median": statistics.median(mine), "worst": max(mine)} if mine else None
+
+    return {
+        "start_ups": len(ids),
+        "planned": {src: by_source[src] for src in SOURCES},
+        "not_planned": len(unplanned),
+        "kv_abs_error_gib": agg(kv_err, comparable),
+        "weights_abs_error_pct": agg(w_err, comparable),
+        "derived_kv_abs_error_gib": agg(kv_err, derived),
+        "derived_weights_abs_error_pct": agg(w_err, derived),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--logs", type=Path, required=True)
+    parser.add_argument(
+        "--logs", type=Path, default=None, help="the logs the index names; without it: plan from the index, no read-log"
+    )
     parser.add_argument("--index", type=Path, default=ROOT / "tests/fixtures/startup_eval/index.yaml")
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument(
@@ -181,14 +317,18 @@ def main(argv: list[str] | None = None) -> int:
     w_err: list[tuple[float, str]] = []
     unplanned: list[str] = []
     sources: dict[str, str] = {}
-    result: dict[str, Any] = {"points": {}}
+    unscored: set[str] = set()
+    split_of = {p["id"]: p.get("split", "heldout") for p in index["datapoints"]}
+    result: dict[str, Any] = {"points": {}, "mode": "read-log --compare-plan" if args.logs else "plan from the index"}
     for point in index["datapoints"]:
         pid = point["id"]
-        log = args.logs / point["log_file"]
-        f, t, missed = recovery(log, point.get("logged") or {})
-        found += f
-        total += t
-        entry: dict[str, Any] = {"recovered": [f, t], "missed": missed}
+        entry: dict[str, Any] = {}
+        if args.logs is not None:
+            log = args.logs / point["log_file"]
+            f, t, missed = recovery(log, point.get("logged") or {})
+            found += f
+            total += t
+            entry.update(recovered=[f, t], missed=missed)
         plan = point.get("plan") or {}
         source, model = plan_source(point, args.configs)
         if source is None:
@@ -196,18 +336,28 @@ def main(argv: list[str] | None = None) -> int:
         else:
             sources[pid] = source
             entry["source"] = source
-            res = compare(log, plan, model)
-            entry["compare"] = {k: v for k, v in res.items()}
+            if args.logs is not None:
+                res = compare(args.logs / point["log_file"], plan, model)
+            else:
+                res = plan_only(point, plan, model)
+            entry["compare"] = dict(res.items())
             if "kv_cache" in res:
                 logged, planned = res["kv_cache"]
                 kv_err.append((abs(planned - logged), pid))
             if "weights" in res:
                 logged, planned = res["weights"]
                 w_err.append((abs(planned - logged) / abs(logged) * 100, pid))
+            if "unscored" in res:
+                unscored.add(pid)
             if "error" in res and "kv_cache" not in res and "weights" not in res:
                 unplanned.append(f"{pid}: could not be planned: {res['error']}")
+        if split_of[pid] == "heldout":
+            continue  # held-out points: aggregate numbers only
         result["points"][pid] = entry
-        print(f"{pid}: read-log {f}/{t}" + (f" missed {missed}" if missed else ""), end="")
+        line = f"{pid}: "
+        if "recovered" in entry:
+            line += f"read-log {entry['recovered'][0]}/{entry['recovered'][1]}"
+            line += f" missed {entry['missed']}" if entry["missed"] else ""
         if "compare" in entry:
             c = entry["compare"]
             parts = [
@@ -216,22 +366,22 @@ def main(argv: list[str] | None = None) -> int:
                 for k, v in c.items()
                 if isinstance(v, tuple)
             ]
-            print(" | " + "; ".join(parts) + (f" | {c['error']}" if "error" in c else ""), end="")
-        print()
+            note = c.get("error") or c.get("unscored")
+            line += f"[{entry['source']}] " + "; ".join(parts) + (f" | {note}" if note else "")
+        print(line)
     print()
-    print(f"read-log recovered {found} of {total} logged numbers ({100 * found / max(1, total):.1f} %)")
-    split_of = {p["id"]: p.get("split", "heldout") for p in index["datapoints"]}
+    if args.logs is not None:
+        print(f"read-log recovered {found} of {total} logged numbers ({100 * found / max(1, total):.1f} %)")
+        result["recovered"] = [found, total]
+    else:
+        print("no --logs: read-log recovery skipped; planned from the index's fields (see the docstring)")
+    result["splits"] = {}
     for split in ("heldout", "dev"):
         ids = {pid for pid, sp in split_of.items() if sp == split}
         if ids:
-            _summary(split, ids, kv_err, w_err, [u for u in unplanned if u.split(":", 1)[0] in ids], sources)
-    result.update(
-        recovered=[found, total],
-        sources=sources,
-        kv_abs_error_gib={pid: e for e, pid in kv_err},
-        weights_abs_error_pct={pid: e for e, pid in w_err},
-        unplanned=unplanned,
-    )
+            result["splits"][split] = _summary(
+                split, ids, kv_err, w_err, [u for u in unplanned if u.split(":", 1)[0] in ids], sources, unscored
+            )
     if args.json:
         args.json.write_text(json.dumps(result, indent=1, default=list) + "\n")
     return 0

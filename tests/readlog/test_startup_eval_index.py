@@ -4,9 +4,11 @@ each with its source and logged numbers, none from a thread the collected set al
 from __future__ import annotations
 
 import importlib.util
+import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -85,3 +87,52 @@ def test_plan_source_prefers_the_registry_then_the_config_folder(tmp_path: Path)
     (tmp_path / "ckpt-a" / "config.json").write_text("{}")
     assert script.plan_source(folder, tmp_path) == (script.CONFIG_FOLDER, str(tmp_path / "ckpt-a"))
     assert script.plan_source({"id": "x3", "why": "no model"}, tmp_path) == (None, "no model")
+
+
+def test_a_checkpoint_named_after_a_bundled_base_is_planned_from_the_derived_base(tmp_path: Path) -> None:
+    """A `model_dir` point without its config folder but with a `checkpoint:` the registry's name fall-back derives
+    (vramctl/registry/derived.py) is planned from that base; a config folder still wins; a name that does not derive
+    stays unplanned with the index's reason."""
+    script = _eval_script()
+    point = {
+        "id": "x4",
+        "plan": {"model_dir": "ckpt-b", "checkpoint": "acme/Qwen3-8B-AWQ", "gpu": "l4"},
+        "plannable": False,
+        "why": "not bundled",
+    }
+    assert script.plan_source(point, None) == (script.DERIVED, "acme/Qwen3-8B-AWQ")
+    (tmp_path / "ckpt-b").mkdir()
+    (tmp_path / "ckpt-b" / "config.json").write_text("{}")
+    assert script.plan_source(point, tmp_path) == (script.CONFIG_FOLDER, str(tmp_path / "ckpt-b"))
+    other = {**point, "plan": {**point["plan"], "checkpoint": "acme/Qwen3-8B-Turbo-AWQ"}}
+    assert script.plan_source(other, None) == (None, "not bundled")
+
+
+def test_without_logs_a_point_is_planned_from_the_index_and_scored(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`eval_startup.py` without --logs: no read-log part; `vramctl plan` from the index's fields, scored against the
+    index's logged numbers (a synthetic dev point and a synthetic held-out one, reported in aggregate only)."""
+    script = _eval_script()
+    point = {
+        "id": "d1",
+        "split": "dev",
+        "engine": "vllm",
+        "version": "0.10.1",
+        "tp": 1,
+        "max_model_len": 4096,
+        "logged": {"available_kv_gib": 60.0, "weights_loading_took": "1.1 GiB"},
+        "plan": {"model": "Qwen/Qwen3-0.6B", "gpu": "h100-sxm"},
+    }
+    res = script.plan_only(point, point["plan"], "Qwen/Qwen3-0.6B")
+    assert set(res) >= {"kv_cache", "weights"}
+    assert res["kv_cache"][0] == 60.0 and 40 < res["kv_cache"][1] < 80
+    assert res["weights"][0] == 1.1 and 1.0 < res["weights"][1] < 1.3
+    held = {**point, "id": "h9", "split": "heldout"}
+    (tmp_path / "index.yaml").write_text(yaml.safe_dump({"datapoints": [point, held]}))
+    assert script.main(["--index", str(tmp_path / "index.yaml"), "--json", str(tmp_path / "r.json")]) == 0
+    text = capsys.readouterr().out
+    assert "read-log recovery skipped" in text and "d1: [registry]" in text and "h9" not in text
+    result = json.loads((tmp_path / "r.json").read_text())
+    assert set(result["points"]) == {"d1"}
+    assert result["splits"]["heldout"]["kv_abs_error_gib"]["n"] == 1

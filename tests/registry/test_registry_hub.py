@@ -88,13 +88,36 @@ def test_compressed_tensors_fp8_from_its_own_config_and_header(hub: FakeHub, tmp
 
 
 def test_offline_with_nothing_cached_names_the_download_command(hub: FakeHub, tmp_path: Path) -> None:
+    # A name that is not `<bundled model><quantisation marker>`: one line naming the download command.
     for args, extra in ((["--offline"], {}), ([], {"HF_HUB_OFFLINE": "1"})):
         hub.requests.clear()
-        line = _one_error_line(
-            _plan(_env(hub.endpoint, tmp_path, **extra), "RedHatAI/Llama-3.2-1B-Instruct-FP8-dynamic", *args)
-        )
-        assert "hf download RedHatAI/Llama-3.2-1B-Instruct-FP8-dynamic config.json" in line
+        line = _one_error_line(_plan(_env(hub.endpoint, tmp_path, **extra), "NousResearch/Hermes-3-Llama-3.1-8B", *args))
+        assert "hf download NousResearch/Hermes-3-Llama-3.1-8B config.json" in line
         assert hub.requests == []
+
+
+def test_offline_a_quantised_name_of_a_bundled_base_is_derived_then_online_is_exact(
+    hub: FakeHub, tmp_path: Path
+) -> None:
+    """Offline, RedHatAI/Llama-3.2-1B-Instruct-FP8-dynamic is planned from the bundled Llama-3.2-1B-Instruct with
+    llm-compressor's FP8_DYNAMIC layout and says so; online the Hub's own config and headers win (exact bytes)."""
+    repo = "RedHatAI/Llama-3.2-1B-Instruct-FP8-dynamic"
+    for args, extra in ((["--offline"], {}), ([], {"HF_HUB_OFFLINE": "1"})):
+        hub.requests.clear()
+        proc = _plan(_env(hub.endpoint, tmp_path, **extra), repo, *args)
+        assert proc.returncode == 0, proc.stderr
+        assert hub.requests == []
+        model = json.loads(proc.stdout)["model"]
+        derived = model["derived_from"]
+        assert derived["base"] == "meta-llama/Llama-3.2-1B-Instruct" and derived["marker"] == "FP8-dynamic"
+        assert "offline" in derived["why_config_unavailable"]
+        assert f"hf download {repo} config.json" in derived["exact_numbers"]
+        # within the band of the real checkpoint's header bytes
+        assert abs(model["weight_bytes"] - _header_bytes(repo)) <= derived["weight_band_bytes"]
+    online = _plan(_env(hub.endpoint, tmp_path), repo)
+    assert online.returncode == 0, online.stderr
+    model = json.loads(online.stdout)["model"]
+    assert "derived_from" not in model and model["weight_bytes"] == _header_bytes(repo)
 
 
 def test_gated_repo_needs_a_token(hub: FakeHub, tmp_path: Path) -> None:
@@ -159,10 +182,17 @@ def test_a_repo_without_safetensors_plans_from_the_formula(hub: FakeHub, tmp_pat
 def test_timeout_and_no_network_are_one_line(hub: FakeHub, tmp_path: Path) -> None:
     env = _env(hub.endpoint, tmp_path, HF_HUB_ETAG_TIMEOUT="1", HF_HUB_DOWNLOAD_TIMEOUT="1")
     assert "timed out" in _one_error_line(_plan(env, "slow-org/Slow-1B"))
-    line = _one_error_line(_plan(_env("http://127.0.0.1:9", tmp_path), "Qwen/Qwen2.5-72B-Instruct-AWQ"))
-    assert "cannot reach" in line and "hf download Qwen/Qwen2.5-72B-Instruct-AWQ config.json" in line
+    line = _one_error_line(_plan(_env("http://127.0.0.1:9", tmp_path), "Qwen/Qwen2.5-72B-Instruct-Turbo-AWQ"))
+    assert "cannot reach" in line and "hf download Qwen/Qwen2.5-72B-Instruct-Turbo-AWQ config.json" in line
     # "did you mean" says that the bundled 16-bit 72B is another quantisation.
     assert "Qwen/Qwen2.5-72B-Instruct (16-bit, not awq: another quantisation)" in line
+    # The AWQ 72B itself, with no network, is planned from the bundled 72B in AutoAWQ's layout, saying why.
+    proc = _plan(_env("http://127.0.0.1:9", tmp_path), "Qwen/Qwen2.5-72B-Instruct-AWQ")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["model"]["quantization"] == "awq" and out["model"]["derived_from"]["base"] == "Qwen/Qwen2.5-72B-Instruct"
+    assert "cannot be reached" in out["model"]["derived_from"]["why_config_unavailable"]
+    assert out["warnings"][0].startswith("DERIVED, NOT READ: Qwen/Qwen2.5-72B-Instruct-AWQ")
 
 
 def test_a_corrupt_cached_header_summary_is_fetched_again(hub: FakeHub, tmp_path: Path) -> None:

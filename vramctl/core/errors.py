@@ -30,6 +30,16 @@ class UnknownNameError(BadInputError):
         self.suggestions = tuple(suggestions)
 
 
+class ConfigUnavailableError(BadInputError):
+    """A Hub checkpoint's config.json could not be had (offline, not cached, no network, HTTP 401 / 404, no
+    huggingface_hub): the registry may fall back to a bundled base named by the checkpoint (vramctl.registry.derived).
+    `reason` says why in a few words."""
+
+    def __init__(self, message: str, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
 class NothingFoundError(VramctlError):
     exit_code = ExitCode.NOTHING_FOUND
 

@@ -504,6 +504,12 @@ def _bytes_by_part(spec: ModelSpec) -> dict[str, int]:
     return out
 
 
+def quant_part_bytes(spec: ModelSpec) -> dict[str, int]:
+    """Whole-checkpoint bytes (tp 1) of each QUANT_PARTS part (the decoder Linear layers a quantisation config
+    can quantise), in the spec's own method."""
+    return _bytes_by_part(spec)
+
+
 BNB_BLOCK = 64
 """bitsandbytes 4-bit: one absmax per 64 weights (float32, or uint8 with bnb_4bit_use_double_quant)."""
 BNB_NESTED_BLOCK = 256

@@ -46,7 +46,7 @@ from vramctl.core.engines.vllm.rules import graph_regime as _graph_regime
 from vramctl.core.errors import BadInputError
 from vramctl.core.plan_result import PlanEdge, PlanResult
 from vramctl.core.settings import ServeSettings
-from vramctl.core.specs import GpuSpec, ModelSpec
+from vramctl.core.specs import GpuSpec, ModelSpec, derived_warning
 from vramctl.core.verdicts import (
     FITS,
     GPU_UTIL_EXCEEDS_FREE,
@@ -74,6 +74,10 @@ def plan(
     fixes = find_fixes(
         result, settings, lambda changed: _plan_quantized(model, gpu, changed, sglang_options, light=True)
     )
+    if model.derived is not None:  # every engine's plan says so first (vLLM's planner already did)
+        line = derived_warning(model)
+        if line not in result.warnings:
+            result = replace(result, warnings=(line, *result.warnings))
     return replace(result, fixes=fixes) if fixes else result
 
 

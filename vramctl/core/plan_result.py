@@ -184,6 +184,8 @@ class PlanResult:
             "warnings": list(self.warnings),
             "explanations": list(self.explanations),
         }
+        if self.model.derived is not None:  # only derived plans carry the key: other plans' JSON is unchanged
+            out["model"]["derived_from"] = self.model.derived.to_json()
         out["at_risk"] = self.at_risk
         out["kv_cache_uncertainty_bytes"] = self.kv_cache_uncertainty_bytes
         out["pessimistic"] = None if self.pessimistic is None else self.pessimistic.to_json()

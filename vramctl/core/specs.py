@@ -111,6 +111,59 @@ class MLASpec:
 
 
 @dataclass(frozen=True)
+class DerivedCheckpoint:
+    """A pre-quantised checkpoint planned from a bundled base because its own config could not be had
+    (`vramctl.registry.derived`): which base, which quantisation the name implies, and how sure the weights are."""
+
+    checkpoint: str
+    """The name asked for (`Lorbus/Qwen3.6-27B-int4-AutoRound`)."""
+    base: str
+    """The bundled model it is derived from (`Qwen/Qwen3.6-27B`)."""
+    method: str
+    """The inferred quantisation in words (`auto-round int4, group 128`)."""
+    marker: str
+    """The part of the name that implied it (`int4-AutoRound`)."""
+    why: str
+    """Why the checkpoint's own config.json was not read (offline, no network, HTTP 401 / 404, ...)."""
+    weight_band_bytes: int
+    """Half-width of the band around the derived weight bytes (whole checkpoint, tp 1)."""
+    defaults: str
+    """The quantiser's defaults assumed, each with its public source."""
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "checkpoint": self.checkpoint,
+            "base": self.base,
+            "method": self.method,
+            "marker": self.marker,
+            "why_config_unavailable": self.why,
+            "weight_band_bytes": self.weight_band_bytes,
+            "defaults": self.defaults,
+            "exact_numbers": exact_numbers_hint(self.checkpoint),
+        }
+
+
+def derived_warning(model: ModelSpec) -> str:
+    """The one loud line a plan of a derived checkpoint starts its warnings with."""
+    d = model.derived
+    assert d is not None
+    return (
+        f"DERIVED, NOT READ: {d.checkpoint}'s config.json was unavailable ({d.why}); planned as the bundled {d.base} "
+        f"quantised as {d.method} (from '{d.marker}' in the name, the quantiser's defaults): weights "
+        f"{model.weight_bytes / 2**30:.2f} ± {d.weight_band_bytes / 2**30:.2f} GiB. {exact_numbers_hint(d.checkpoint)}"
+    )
+
+
+def exact_numbers_hint(checkpoint: str) -> str:
+    """The one line telling the user how to get the checkpoint's exact numbers."""
+    return (
+        f"For exact numbers go online (the Hub config and safetensors headers are read then), or fetch the config on "
+        f"a connected machine (`hf download {checkpoint} config.json`), or pass the checkpoint's folder / config.json "
+        "with --model PATH"
+    )
+
+
+@dataclass(frozen=True)
 class StateSpaceSpec:
     """The recurrent state of a hybrid model's Mamba2 / Gated DeltaNet layers (all such layers share it).
 
@@ -222,6 +275,9 @@ class ModelSpec:
     rope_cache_elements: int = 0
     """cos/sin values the engine's rotary embeddings precompute (positions × rotary_dim, summed over the distinct
     RoPE set-ups): a buffer allocated with the weights (vramctl.registry.models._rope_cache_elements)."""
+    derived: DerivedCheckpoint | None = field(default=None, compare=False)
+    """Set when the spec is a bundled base with a quantisation inferred from a checkpoint's name (its own config was
+    unavailable): the plan says so and widens the weights band (`vramctl.registry.derived`)."""
 
     @property
     def vllm_max_model_len(self) -> int:

@@ -60,6 +60,14 @@ def stage_rank_weight_bytes(
     return tuple(out)
 
 
+def derived_weight_band(model: ModelSpec) -> float:
+    """Half-width of the weights band as a fraction of the weights: 0 for a checkpoint read from its own config
+    or headers, > 0 for one derived from its name (`ModelSpec.derived`, vramctl.registry.derived)."""
+    if model.derived is None or not model.weight_bytes:
+        return 0.0
+    return model.derived.weight_band_bytes / model.weight_bytes
+
+
 MXFP4_BLOCK = 32
 """One uint8 (E8M0) scale per 32 FP4 values."""
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from vramctl.core.errors import BadInputError, UnknownNameError
+from vramctl.core.errors import BadInputError, ConfigUnavailableError, UnknownNameError
 from vramctl.core.specs import GpuSpec, ModelSpec
 from vramctl.registry._catalog import MODELS
 from vramctl.registry.catalog_models import find_bundled, list_bundled
@@ -51,7 +51,16 @@ def load_model(
     from vramctl.registry.overrides import spec_with_overrides
 
     config, where = _raw_config(name_or_path, revision=revision, offline=offline)
-    return spec_with_overrides(spec, config, where, hf_overrides)
+    if spec.derived is not None:  # the derived plan's config: the base's + the inferred quantization_config
+        from vramctl.registry.derived import derived_config
+
+        config = derived_config(spec.derived.checkpoint) or config
+    result = spec_with_overrides(spec, config, where, hf_overrides)
+    if spec.derived is not None and result.derived is None:
+        from dataclasses import replace
+
+        result = replace(result, derived=spec.derived, sources=(*result.sources, *spec.sources[1:]))
+    return result
 
 
 def _raw_config(name_or_path: str, *, revision: str | None, offline: bool) -> tuple[dict[str, Any], str]:
@@ -72,10 +81,15 @@ def _raw_config(name_or_path: str, *, revision: str | None, offline: bool) -> tu
     ref = hub.parse_ref(name_or_path, revision)
     if ref is None:
         raise UnknownNameError("model", name_or_path, suggest_models(name_or_path))
-    config_path = hub.cached_config_path(ref)
+    config_path = hub.cached_config_path(ref) if hub.hub_available() else None
     if config_path is None:
         cached = find_in_hf_cache(ref.repo_id)
         if cached is None:
+            from vramctl.registry.derived import derived_config
+
+            config = derived_config(ref.repo_id)
+            if config is not None:
+                return config, f"{ref} (derived from its bundled base)"
             raise BadInputError(f"{name_or_path}: config.json not found to apply --hf-overrides to")
         config_path = resolve_local(str(cached)).config_path
     return read_json_object(config_path), f"{ref} config.json"
@@ -109,6 +123,9 @@ def _load_model(name_or_path: str, *, revision: str | None = None, offline: bool
     if ref is None:
         if pinned:
             raise BadInputError(f"{name_or_path}: a revision needs a Hub repo id (org/name@rev)")
+        derived = _derived(name_or_path, "a name without org/ is not looked up on the Hub")
+        if derived is not None:
+            return derived
         raise UnknownNameError("model", name_or_path, suggest_models(name_or_path))
     if not hub.hub_available():
         cached = find_in_hf_cache(ref.repo_id)
@@ -116,11 +133,25 @@ def _load_model(name_or_path: str, *, revision: str | None = None, offline: bool
             return load_local_model(str(cached))
     try:
         return hub.load_hub_model(ref, offline=offline)
+    except ConfigUnavailableError as exc:
+        derived = _derived(ref.repo_id, exc.reason)
+        if derived is not None:
+            return derived
+        hint = suggest_models(ref.repo_id)
+        raise BadInputError(f"{exc}; closest bundled: {', '.join(hint)}" if hint else str(exc)) from None
     except BadInputError as exc:
         hint = suggest_models(ref.repo_id)
         if hint and any(w in str(exc) for w in ("no such model repo", "cannot reach", "not in the HF cache")):
             raise BadInputError(f"{exc}; closest bundled: {', '.join(hint)}") from None
         raise
+
+
+def _derived(name: str, why: str) -> ModelSpec | None:
+    """A pre-quantised checkpoint named `<bundled model><quantisation marker>` planned from that base
+    (`vramctl.registry.derived`), or None."""
+    from vramctl.registry.derived import derive_from_name
+
+    return derive_from_name(name, why)
 
 
 def suggest_models(name: str) -> list[str]:

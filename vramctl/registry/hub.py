@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from vramctl.core.atomic import write_text_atomic
-from vramctl.core.errors import BadInputError
+from vramctl.core.errors import BadInputError, ConfigUnavailableError
 from vramctl.core.specs import ModelSpec
 from vramctl.registry.safetensors import ELEMENT_BYTES, CheckpointSummary, TensorInfo, summarize
 
@@ -119,9 +119,10 @@ def _import_hub() -> Any:
     try:
         import huggingface_hub
     except ImportError:
-        raise BadInputError(
+        raise ConfigUnavailableError(
             "reading models from the Hugging Face Hub needs huggingface_hub: `pip install huggingface_hub`, "
-            "or pass a local config.json / model folder"
+            "or pass a local config.json / model folder",
+            "huggingface_hub is not installed",
         ) from None
     from huggingface_hub.utils import disable_progress_bars
 
@@ -183,6 +184,41 @@ def _hub_error(exc: BaseException, ref: HubRef, what: str) -> BadInputError:
         )
     reason = str(exc).splitlines()[0][:160] if str(exc) else name
     return BadInputError(f"{ref}: cannot reach {_endpoint()} for {what} ({reason}); " + _download_hint(ref))
+
+
+def _unavailable_reason(exc: BaseException) -> str | None:
+    """Why config.json could not be had, in a few words, when the failure says nothing about the checkpoint itself
+    (offline, no network, a timeout, HTTP 401 / 403 / 404 / 5xx); None for a failure that does (a revision that does
+    not exist, a repo without config.json, an unwritable cache)."""
+    from huggingface_hub import errors
+
+    if isinstance(exc, errors.GatedRepoError):
+        return "a gated repo and no token granted (HTTP 401 / 403)"
+    if isinstance(exc, errors.RepositoryNotFoundError):
+        return "no such repo on the Hub, or private (HTTP 401 / 404)"
+    if isinstance(exc, errors.RevisionNotFoundError):
+        return None
+    if isinstance(exc, errors.OfflineModeIsEnabled) or (
+        isinstance(exc, errors.LocalEntryNotFoundError) and offline_from_env()
+    ):
+        return "offline (HF_HUB_OFFLINE is set) and not in the HF cache"
+    if isinstance(exc, errors.LocalEntryNotFoundError):
+        return "the Hub cannot be reached and the config is not in the HF cache"
+    if isinstance(exc, errors.EntryNotFoundError | PermissionError):
+        return None
+    if isinstance(exc, errors.HfHubHTTPError):
+        status = getattr(getattr(exc, "response", None), "status_code", None)
+        return f"the Hub answered HTTP {status or '?'}"
+    if isinstance(exc, TimeoutError) or "Timeout" in type(exc).__name__:
+        return "the Hub timed out"
+    return "the Hub cannot be reached"
+
+
+def _config_error(exc: BaseException, ref: HubRef) -> BadInputError:
+    """`_hub_error` for config.json, as a ConfigUnavailableError when the config simply could not be had."""
+    error = _hub_error(exc, ref, "config.json")
+    reason = _unavailable_reason(exc)
+    return ConfigUnavailableError(str(error), reason) if reason else error
 
 
 _HUB_FAILURES: tuple[type[BaseException], ...] = (
@@ -251,11 +287,12 @@ def _config_path(hub: Any, ref: HubRef, offline: bool) -> tuple[Path, bool]:
     except errors.LocalEntryNotFoundError:
         if offline:
             where = "HF_HUB_OFFLINE is set" if offline_from_env() else "--offline is set"
-            raise BadInputError(
-                f"{ref}: config.json is not in the HF cache and {where}; " + _download_hint(ref)
+            raise ConfigUnavailableError(
+                f"{ref}: config.json is not in the HF cache and {where}; " + _download_hint(ref),
+                f"offline ({where}) and not in the HF cache",
             ) from None
     except failures as exc:
-        raise _hub_error(exc, ref, "config.json") from None
+        raise _config_error(exc, ref) from None
     try:
         url = hub.hf_hub_url(ref.repo_id, "config.json", revision=ref.revision, endpoint=_endpoint())
         meta = hub.get_hf_file_metadata(url)
@@ -276,7 +313,7 @@ def _config_path(hub: Any, ref: HubRef, offline: bool) -> tuple[Path, bool]:
     except BadInputError:
         raise
     except failures as exc:
-        raise _hub_error(exc, ref, "config.json") from None
+        raise _config_error(exc, ref) from None
     if path.stat().st_size > MAX_CONFIG_BYTES:  # a server that did not say the size in its HEAD answer
         _remove_cached(path)
         raise BadInputError(

@@ -22,8 +22,11 @@ def _gib(num: int | float) -> str:
 def _header(r: PlanResult) -> str:
     s = r.settings
     engine = "SGLang" if r.engine == "sglang" else "vLLM"
+    name = r.model.name
+    if r.model.derived is not None:  # said in the header too: the weights are derived, not read (see the warning)
+        name += f" [DERIVED from {r.model.derived.base} + {r.model.derived.marker}; config not read]"
     return (
-        f"{engine} {r.engine_version} · {r.model.name} · {r.gpu.display_name} ({_gib(r.capacity_bytes)}) · "
+        f"{engine} {r.engine_version} · {name} · {r.gpu.display_name} ({_gib(r.capacity_bytes)}) · "
         f"tp={s.tensor_parallel_size} pp={s.pipeline_parallel_size}"
     )
 

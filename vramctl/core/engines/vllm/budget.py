@@ -29,7 +29,7 @@ from vramctl.core.engines.vllm.kv_manager import (
     lora_slots_of,
 )
 from vramctl.core.errors import BadInputError
-from vramctl.core.specs import GpuSpec, ModelSpec, dtype_bytes
+from vramctl.core.specs import DerivedCheckpoint, GpuSpec, ModelSpec, dtype_bytes
 from vramctl.core.units import GiB, vllm_format_gib
 from vramctl.core.verdicts import (
     FITS,
@@ -40,7 +40,13 @@ from vramctl.core.verdicts import (
     WEIGHTS_DO_NOT_FIT,
     Verdict,
 )
-from vramctl.core.weights import LoadTimeChange, mxfp4_load_change, rope_cache_bytes, stage_rank_weight_bytes
+from vramctl.core.weights import (
+    LoadTimeChange,
+    derived_weight_band,
+    mxfp4_load_change,
+    rope_cache_bytes,
+    stage_rank_weight_bytes,
+)
 
 
 @dataclass(frozen=True)
@@ -152,6 +158,10 @@ class _Core:
     """What vLLM's kernels add to the weights while loading them on this GPU (MXFP4 padding / scale copies)."""
     rope_bytes: int = 0
     """The rotary embeddings' cos/sin caches on every rank, booked with the weights (vramctl.core.weights)."""
+    derived: DerivedCheckpoint | None = None
+    """The model's `DerivedCheckpoint` when its weights are derived from its name (a band around them)."""
+    weight_band: float = 0.0
+    """Half-width of that band as a fraction of the weights (`derived_weight_band`)."""
 
 
 def _weights_per_stage(
@@ -282,6 +292,9 @@ def _core(
     kv_model = kv_view_of_model(model, s.version)
     pp = s.pipeline_parallel_size
     weights, load_change, rope, slots = _weights_per_stage(model, gpu, s)
+    band = derived_weight_band(model)
+    if edge and band:  # a checkpoint derived from its name (vramctl.registry.derived): the weights are an estimate
+        weights = tuple(w + edge * round(w * band) for w in weights)
     parts = kvmath.pp_partition(model.num_hidden_layers, pp)
     other = capacity - s.free_memory_bytes if s.free_memory_bytes is not None else 0
     others_charged = other if rules.counts_other_processes else 0
@@ -358,6 +371,8 @@ def _core(
         lora=slots,
         load_change=load_change,
         rope_bytes=rope,
+        derived=model.derived,
+        weight_band=band,
     )
 
 

@@ -33,11 +33,12 @@ def _ledger(core: _Core, kv_band: int = 0) -> Ledger:
                 note="held by other tenants before the engine starts",
             )
         )
+    derived, band = core.derived, core.weight_band
     terms.append(
         Term(
             WEIGHTS,
             st.weights,
-            TermSource.DERIVED,
+            TermSource.ESTIMATED if derived else TermSource.DERIVED,
             f"checkpoint bytes on this rank (tp {s.tensor_parallel_size}, pp stage {st.index + 1}/"
             f"{s.pipeline_parallel_size}): split tensors / tp, replicated ones (norms, routers, MLA q_a/kv_a) whole"
             + (
@@ -46,8 +47,11 @@ def _ledger(core: _Core, kv_band: int = 0) -> Ledger:
                 else ""
             )
             + (f"; + rotary cos/sin cache {core.rope_bytes / MiB:.0f} MiB" if core.rope_bytes >= MiB else ""),
-            0,
-            "from the checkpoint's shapes: median 0.1 %, worst 1 % on the calibration logs (8 % on one held-out "
+            round(st.weights * band),
+            f"DERIVED from the bundled {derived.base} quantised as {derived.method} ('{derived.marker}' in the name; "
+            f"its config.json was not read: {derived.why})"
+            if derived
+            else "from the checkpoint's shapes: median 0.1 %, worst 1 % on the calibration logs (8 % on one held-out "
             "Gemma-2 log) (docs/accuracy.md)",
         )
     )

@@ -18,7 +18,7 @@ from vramctl.core.engines.vllm.kv_manager import kv_view_of_model
 from vramctl.core.engines.vllm.ledger import _ledger
 from vramctl.core.plan_result import PlanEdge, PlanResult
 from vramctl.core.settings import ServeSettings
-from vramctl.core.specs import GpuSpec, ModelSpec
+from vramctl.core.specs import GpuSpec, ModelSpec, derived_warning
 
 
 def _edge_of(core: _Core) -> PlanEdge:
@@ -106,6 +106,8 @@ def plan_vllm(
     band = max(0, core.binding.kv_bytes - pessimistic.kv_cache_bytes)
     ledger = _ledger(core, band)
     notes, warnings = _explanations(model, gpu, core, ledger)
+    if model.derived is not None:
+        warnings.insert(0, derived_warning(model))
     if auto_note:
         notes.insert(0, auto_note)
     if fallback:
