@@ -112,7 +112,7 @@ def test_names_map_to_base_and_method(name: str, base: str, method: str, bits: i
 @pytest.mark.parametrize(
     "name",
     [
-        "Qwen/Qwen3-30B-A3B-Instruct-2507-FP8",  # the base (Instruct-2507) is not bundled: another checkpoint
+        "Qwen/Qwen3-30B-A3B-Thinking-2507-FP8",  # the base (Thinking-2507) is not bundled: another checkpoint
         "acme/Qwen3-8B-Turbo-AWQ",  # a word after the base that is not a marker
         "acme/Qwen3-8B-int4",  # int4 alone names no single layout
         "acme/Qwen3-8B-GGUF",  # GGUF: per-tensor quant types, not a layout a name fixes
