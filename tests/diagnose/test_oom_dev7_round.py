@@ -129,7 +129,9 @@ def test_an_offload_layer_that_cannot_store_a_chunk_has_a_full_host_buffer() -> 
 
 def test_a_gpu_kv_cache_that_cannot_be_allocated_is_not_the_offload_buffer() -> None:
     # the counterpart: the engine's own KV cache (no offload layer) failing to fit is the GPU's budget
-    d = diagnose_text("ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization`")
+    d = diagnose_text(
+        "ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization`"
+    )
     assert d.cause == "no-kv-cache-memory"
 
 
@@ -257,3 +259,4 @@ def test_a_native_allocation_after_a_slot_took_a_prompt_is_serving() -> None:
     assert served.phase == "serving"
     assert not served.phase_inferred
     assert bare.phase != "serving"
+
