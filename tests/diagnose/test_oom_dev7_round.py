@@ -50,6 +50,20 @@ def test_a_capture_failure_wrapping_an_oom_is_still_a_capture_oom() -> None:
     assert d.is_memory_failure
 
 
+def test_a_capture_failure_whose_wrapped_error_was_cut_keeps_the_inventory_guess() -> None:
+    # the counterpart: with the wrapped error cut off (an empty `{e}`), nothing names another cause; the source
+    # inventory's reading (graph capture runs after the KV pool took its share) stays, as a guess
+    text = (
+        "[2025-01-01 10:00:00 TP0] Capture cuda graph begin. This can take up to several minutes.\n"
+        "Exception: Capture cuda graph failed: \n"
+        "Possible solutions:\n"
+        "1. set --mem-fraction-static to a smaller value (e.g., 0.8 or 0.7)\n"
+    )
+    d = diagnose_text(text)
+    assert d.cause == "cuda-graph-capture-oom"
+    assert d.confidence == "low"
+
+
 # ---------------------------------------------------------------- the engine's prompt-length checks
 
 
@@ -259,4 +273,3 @@ def test_a_native_allocation_after_a_slot_took_a_prompt_is_serving() -> None:
     assert served.phase == "serving"
     assert not served.phase_inferred
     assert bare.phase != "serving"
-
