@@ -208,12 +208,13 @@ def test_held_out_sets_are_disjoint() -> None:
             seen[url] = name
 
 
-def test_the_dev6_label_file_is_a_valid_development_set() -> None:
-    """dev6: known labels and phases, labels and sources only, odd thread numbers, no thread of any other label file."""
+@pytest.mark.parametrize("name", ["dev6.yaml", "dev7.yaml"])
+def test_an_odd_numbered_label_file_is_a_valid_development_set(name: str) -> None:
+    """dev6 / dev7: known labels and phases, labels and sources only, odd thread numbers, no thread of any other file."""
     from vramctl.diagnose.inventory import LABELS, PHASES
 
     folder = ROOT / "tests" / "fixtures" / "oom_eval"
-    cases = yaml.safe_load((folder / "dev6.yaml").read_text())["cases"]
+    cases = yaml.safe_load((folder / name).read_text())["cases"]
     assert len(cases) >= 30
     urls = [case["source"]["url"] for case in cases]
     assert len(set(urls)) == len(urls), "one log per thread"
@@ -225,6 +226,6 @@ def test_the_dev6_label_file_is_a_valid_development_set() -> None:
         assert case["source"]["number"] % 2 == 1, "even thread numbers belong to held-out sets"
     others: set[str] = set()
     for path in folder.glob("*.yaml"):
-        if path.name != "dev6.yaml":
+        if path.name != name:
             others |= {c["source"]["url"] for c in yaml.safe_load(path.read_text())["cases"]}
     assert not others & set(urls)

@@ -1681,7 +1681,9 @@ def _no_failure(an: _Analyser, stats: ScanStats, warnings: list[str], source: st
         confidence = "low"
     # (a capture that FINISHED counts; one that only started may end in its OOM, the last start-up allocation)
     elif last.done == "graph-capture" or reached == "serving" or any(m.phase == "serving" for m in an.markers[-20:]):
-        confidence = "high"
+        # an excerpt under a bug report's title (`[Bug]: …`) comes from a run that failed somewhere: the serving lines
+        # show the engine started, not that the paste kept the failure the report is about
+        confidence = "medium" if "bug_report" in an.global_hints else "high"
     else:
         confidence = "medium"
     return Diagnosis(
