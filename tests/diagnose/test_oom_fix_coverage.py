@@ -374,6 +374,13 @@ def test_host_kills_get_a_limit_from_the_kernels_numbers_on_any_engine() -> None
         ) or ("", "", "", "")
         assert (flag, value) == ("resources.limits.memory", "90Gi"), engine
         assert "anon-rss" in reason
+    flag, value, _, reason = numeric_fix("host-oom-killer", "serving", {"weights_bytes": 15 * GiB}, "sglang") or (
+        "",
+        "",
+        "",
+        "",
+    )
+    assert (flag, value) == ("resources.limits.memory", "30Gi") and "weights" in reason
     flag, value, _, _ = numeric_fix("host-oom-killer", "serving", {"host_total_bytes": 128 * GiB}, "ray") or (
         "",
         "",

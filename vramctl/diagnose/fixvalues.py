@@ -9,7 +9,11 @@ fix per label whose value comes, in this order, from
 2. the engine's documented default when the log does not print the setting, said so in the reason.
 
 The table is data (`NUMERIC_FIXES`): one row per (label, flag), tried in order; the first row whose value
-can be computed wins. Defaults, with their sources:
+can be computed wins. The hand-written rows (`HAND_FIXES`) come first; then the rows generated from
+`fixknobs` (every engine's spelling and default of each kind of setting, and the kinds each label moves), so that
+every label gets a number on every engine. A log that names no engine, or only a runtime that hosts one (Ray,
+LMCache), takes vLLM's rows after its own; an Ollama log (`ollama` among the names, set by `fixsettings`) takes
+Ollama's before llama.cpp's. A row that steps a setting must move it (`moves`). Defaults, with their sources:
 
 - vLLM `--gpu-memory-utilization` 0.9 (`vllm/config/cache.py` `CacheConfig.gpu_memory_utilization`, v0.11.0;
   `vllm/config.py` in 0.6-0.10), `--max-num-seqs` 256 (`SchedulerConfig.max_num_seqs`, the `LLM` class and
@@ -1087,6 +1091,19 @@ NUMERIC_FIXES: tuple[NumericFix, ...] = (
         "halve the host RAM the KV cache is offloaded to (GiB)",
         f"{_FROM_LOG} {{kv_offloading_size}} halved",
         kind="int",
+    ),
+    # no host number but the weights this rank loaded (`Model loading took X GiB`, SGLang's `mem usage=X GB`): a
+    # container's memory cgroup counts the page cache of the checkpoint files it reads (safetensors are mmap'd) as
+    # well as the process, so a limit under twice the shard is the usual kill; a floor, not a measurement
+    _row(
+        "host-oom-killer",
+        "resources.limits.memory",
+        "any",
+        "max(16, ceil(2 * weights_bytes / GiB))",
+        "give the container (the pod spec's resources.limits.memory; docker run --memory) at least this much",
+        "twice the {weights_bytes:gib} of weights the log says this rank loaded (at least 16Gi): the container's"
+        " memory counts the checkpoint's page cache as well as the process",
+        kind="Gi",
     ),
 )
 
