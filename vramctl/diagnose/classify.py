@@ -1745,8 +1745,29 @@ def diagnose(source: str | os.PathLike[str] | BinaryIO, *, catalogue: Catalogue 
     result = analyser.finish(stats, warnings, name)
     if truncated is not None and not result.found_failure:
         raise BadInputError(f"{truncated}; no failure in the {stats.lines:,} lines that could be read")
+    result = _with_log_settings_fix(result, source)
     explicit = _with_explicit_kv_fix(result, source)
     return explicit if explicit is not None else _with_plan_checked_fix(result, source)
+
+
+def _with_log_settings_fix(result: Diagnosis, source: object) -> Diagnosis:
+    """A fix number from an engine's default, computed again from the settings only a fix needs (fixsettings.py)."""
+    from vramctl.diagnose.fixsettings import refine_fixes
+    from vramctl.diagnose.planfix import MAX_PLAN_LOG_BYTES
+
+    if result.cause in ("not-oom", "no-failure") or result.bytes_read > MAX_PLAN_LOG_BYTES:
+        return result
+    fixes = refine_fixes(
+        result.cause,
+        result.phase,
+        dict(result.facts),
+        result.engine,
+        result.fixes,
+        source,
+        MAX_PLAN_LOG_BYTES,
+        lambda a, f, v, r: FixAdvice(action=a, flag=f, value=v, reason=r),
+    )
+    return result if fixes is None else dataclasses.replace(result, fixes=tuple(fixes[:5]))
 
 
 def _with_explicit_kv_fix(result: Diagnosis, source: object) -> Diagnosis | None:

@@ -9,7 +9,11 @@ fix per label whose value comes, in this order, from
 2. the engine's documented default when the log does not print the setting, said so in the reason.
 
 The table is data (`NUMERIC_FIXES`): one row per (label, flag), tried in order; the first row whose value
-can be computed wins. Defaults, with their sources:
+can be computed wins. The hand-written rows (`HAND_FIXES`) come first; then the rows generated from
+`fixknobs` (every engine's spelling and default of each kind of setting, and the kinds each label moves), so that
+every label gets a number on every engine. A log that names no engine, or only a runtime that hosts one (Ray,
+LMCache), takes vLLM's rows after its own; an Ollama log (`ollama` among the names, set by `fixsettings`) takes
+Ollama's before llama.cpp's. A row that steps a setting must move it (`moves`). Defaults, with their sources:
 
 - vLLM `--gpu-memory-utilization` 0.9 (`vllm/config/cache.py` `CacheConfig.gpu_memory_utilization`, v0.11.0;
   `vllm/config.py` in 0.6-0.10), `--max-num-seqs` 256 (`SchedulerConfig.max_num_seqs`, the `LLM` class and
@@ -30,14 +34,24 @@ Values are written plainly (no thousands separators) so that they paste into a c
 from __future__ import annotations
 
 import ast
+import dataclasses
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from vramctl.diagnose.facts import compile_expression, evaluate, fill
+from vramctl.diagnose.fixknobs import CAUSE_STEPS, EMBEDDING_ENGINES, ENGINE_KNOBS, ENGINE_NAMES, STEPS
 
-__all__ = ["NUMERIC_FIXES", "NumericFix", "complete_fixes", "foreign_flag", "is_numeric_value", "plain_value"]
+__all__ = [
+    "HAND_FIXES",
+    "NUMERIC_FIXES",
+    "NumericFix",
+    "complete_fixes",
+    "foreign_flag",
+    "is_numeric_value",
+    "plain_value",
+]
 
 
 # vLLM's spellings of its flags. A fix written without an engine uses them (vLLM's, and vLLM's under a framework that
@@ -106,6 +120,9 @@ class NumericFix:
     """Only in these phases (empty: any)."""
     kind: str = "float"
     """`float` (2 decimals), `int`, `bytes` (an integer number of bytes) or `Gi` (a Kubernetes quantity, whole GiB)."""
+    moves: str = ""
+    """`up:NAME` / `down:NAME`: the value must be above / below the log's NAME (a step that would not move it is no
+    fix: 0.95 is no raise of 0.97)."""
 
 
 def _row(
@@ -118,8 +135,11 @@ def _row(
     *,
     phases: str = "",
     kind: str = "float",
+    moves: str = "",
 ) -> NumericFix:
-    return NumericFix(cause, flag, tuple(engines.split()), value, action, reason, tuple(phases.split()), kind)
+    return NumericFix(
+        cause, flag, tuple(engines.split()), value, action, reason, tuple(phases.split()), kind, moves
+    )
 
 
 _FROM_LOG = "from the log's setting"
@@ -189,7 +209,7 @@ NUMERIC_FIXES: tuple[NumericFix, ...] = (
         "vllm",
         "2",
         "spread the weights over two GPUs (or more)",
-        "the log prints no parallel size: one GPU held the weights",
+        "the log prints no parallel size: the default 1 GPU doubled",
         kind="int",
     ),
     _row(
@@ -207,7 +227,7 @@ NUMERIC_FIXES: tuple[NumericFix, ...] = (
         "sglang",
         "2",
         "spread the weights over two GPUs (or more)",
-        "the log prints no parallel size: one GPU held the weights",
+        "the log prints no parallel size: the default 1 GPU doubled",
         kind="int",
     ),
     # TGI shards the model over `--num-shard` GPUs (docs/source/basic_tutorials/launcher.md, v2.x); LMDeploy over
@@ -227,7 +247,7 @@ NUMERIC_FIXES: tuple[NumericFix, ...] = (
         "tgi",
         "2",
         "spread the weights over two GPUs (or more)",
-        "the log prints no shard count: one GPU held the weights",
+        "the log prints no shard count: the default 1 GPU doubled",
         kind="int",
     ),
     _row(
@@ -245,7 +265,7 @@ NUMERIC_FIXES: tuple[NumericFix, ...] = (
         "lmdeploy",
         "2",
         "spread the weights over two GPUs (or more)",
-        "the log prints no parallel size: one GPU held the weights",
+        "the log prints no parallel size: the default 1 GPU doubled",
         kind="int",
     ),
     # ---- the KV budget
@@ -281,6 +301,27 @@ NUMERIC_FIXES: tuple[NumericFix, ...] = (
         "halve the context the KV cache is sized for",
         f"{_FROM_LOG} {{ctx_size}} halved",
         kind="int",
+    ),
+    # the engine printed its KV cache size in tokens: no sequence can be longer
+    _row(
+        "kv-cache-too-small-for-max-model-len",
+        "--max-model-len",
+        "vllm",
+        "kv_tokens",
+        "cap the context length at what the KV cache holds",
+        "the KV cache holds {kv_tokens} tokens (the engine's own line)",
+        kind="int",
+        moves="down:max_model_len",
+    ),
+    _row(
+        "kv-cache-too-small-for-max-model-len",
+        "--context-length",
+        "sglang",
+        "kv_tokens",
+        "cap the context length at what the KV pool holds",
+        "the KV pool holds {kv_tokens} tokens (the engine's own line)",
+        kind="int",
+        moves="down:max_model_len",
     ),
     _row(
         "kv-cache-too-small-for-max-model-len",
@@ -909,11 +950,32 @@ NUMERIC_FIXES: tuple[NumericFix, ...] = (
     _row(
         "host-oom-killer",
         "resources.limits.memory",
-        "vllm sglang lmdeploy tgi llamacpp ray",
+        "any",
         "ceil(1.5 * container_memory_limit_bytes / GiB)",
         "raise the container's memory limit (the pod spec's resources.limits.memory) by half",
         "the log's container memory limit {container_memory_limit_bytes:gib} plus half",
         kind="Gi",
+    ),
+    # the kernel's line names what the killed process held (`anon-rss:…kB`): a limit half as large again
+    _row(
+        "host-oom-killer",
+        "resources.limits.memory",
+        "any",
+        "ceil(1.5 * anon_rss_bytes / GiB)",
+        "give the container (the pod spec's resources.limits.memory; docker run --memory) room for what the process held",
+        "the killed process held {anon_rss_bytes:gib} of host RAM (the kernel's anon-rss) plus half",
+        kind="Gi",
+    ),
+    # Ray's object store takes 30 % of the node's RAM by default (python/ray/_private/ray_constants.py
+    # DEFAULT_OBJECT_STORE_MEMORY_PROPORTION); the memory monitor counts it: half of it leaves the workers room
+    _row(
+        "host-oom-killer",
+        "--object-store-memory",
+        "ray",
+        "floor(0.15 * host_total_bytes)",
+        "give Ray's workers more of the node: a smaller object store (ray start --object-store-memory, bytes)",
+        "half of Ray's default object store, 30 % of the node's {host_total_bytes:gib}",
+        kind="bytes",
     ),
     _row(
         "host-oom-killer",
@@ -929,7 +991,7 @@ NUMERIC_FIXES: tuple[NumericFix, ...] = (
         "vllm",
         "1",
         "load the checkpoint one worker at a time (each rank otherwise reads its shards into host RAM at once)",
-        "the kernel ended a worker while the weights were loading",
+        "the kernel ended a worker while the weights were loading; by default every rank loads at once",
         phases="weights-load startup-check",
         kind="int",
     ),
@@ -955,12 +1017,189 @@ NUMERIC_FIXES: tuple[NumericFix, ...] = (
         phases="profiling kv-alloc graph-capture",
         kind="int",
     ),
+    # a leak in the host KV tier: a smaller CPU buffer takes longer to fill the host (LMCache's default 5.0 GB,
+    # SGLang's --hicache-ratio 2.0); the leak itself needs the upgrade
+    _row(
+        "memory-leak",
+        "LMCACHE_MAX_LOCAL_CPU_SIZE",
+        "lmcache vllm",
+        "max_local_cpu_size / 2",
+        "buy time until the leak is fixed (upgrade, or report it): halve the CPU buffer (GB)",
+        f"{_FROM_LOG} {{max_local_cpu_size}} halved",
+        phases="host-tier",
+    ),
+    _row(
+        "memory-leak",
+        "LMCACHE_MAX_LOCAL_CPU_SIZE",
+        "lmcache vllm",
+        "2.5",
+        "buy time until the leak is fixed (upgrade, or report it): halve the CPU buffer (GB)",
+        "half of LMCache's default 5.0",
+        phases="host-tier",
+    ),
+    _row(
+        "memory-leak",
+        "--hicache-ratio",
+        "sglang",
+        "1",
+        "buy time until the leak is fixed (upgrade, or report it): halve the host KV pool",
+        "half of SGLang's default 2.0",
+        phases="host-tier",
+    ),
+    # vLLM V0 pins --swap-space GiB per GPU (CacheConfig.swap_space default 4, vllm/config.py)
+    _row(
+        "host-pinned-memory-failure",
+        "--swap-space",
+        "vllm",
+        "2",
+        "halve the pinned CPU swap space (GiB per GPU)",
+        "half of vLLM V0's default 4 GiB per GPU",
+        kind="int",
+    ),
+    # vLLM's own CPU offloading of the KV cache (--kv-offloading-size GiB, vllm/config/cache.py, v0.11+)
+    _row(
+        "host-kv-buffer-exhausted",
+        "--kv-offloading-size",
+        "vllm",
+        "2 * kv_offloading_size",
+        "double the CPU buffer the KV cache is offloaded to (GiB)",
+        f"{_FROM_LOG} {{kv_offloading_size}} doubled",
+    ),
+    _row(
+        "host-kv-buffer-exhausted",
+        "LMCACHE_MAX_LOCAL_CPU_SIZE",
+        "vllm",
+        "10",
+        "double LMCache's CPU buffer (GB; the offload layer vLLM runs for a host KV tier)",
+        "twice LMCache's default 5.0",
+    ),
+    # vLLM's CPU weight offload (--cpu-offload-gb GiB per GPU) is host RAM each worker holds
+    _row(
+        "host-oom-killer",
+        "--cpu-offload-gb",
+        "vllm sglang",
+        "floor(cpu_offload_gb / 2)",
+        "halve the weights each worker keeps in host RAM",
+        f"{_FROM_LOG} {{cpu_offload_gb}} GiB halved",
+        kind="int",
+    ),
+    _row(
+        "host-oom-killer",
+        "--kv-offloading-size",
+        "vllm",
+        "floor(kv_offloading_size / 2)",
+        "halve the host RAM the KV cache is offloaded to (GiB)",
+        f"{_FROM_LOG} {{kv_offloading_size}} halved",
+        kind="int",
+    ),
+    # no host number but the weights this rank loaded (`Model loading took X GiB`, SGLang's `mem usage=X GB`): a
+    # container's memory cgroup counts the page cache of the checkpoint files it reads (safetensors are mmap'd) as
+    # well as the process, so a limit under twice the shard is the usual kill; a floor, not a measurement
+    _row(
+        "host-oom-killer",
+        "resources.limits.memory",
+        "any",
+        "max(16, ceil(2 * weights_bytes / GiB))",
+        "give the container (the pod spec's resources.limits.memory; docker run --memory) at least this much",
+        "twice the {weights_bytes:gib} of weights the log says this rank loaded (at least 16Gi): the container's"
+        " memory counts the checkpoint's page cache as well as the process",
+        kind="Gi",
+    ),
 )
+
+
+_KIND_ACTIONS: dict[str, tuple[str, str]] = {
+    # kind -> (action when the value goes down, action when it goes up)
+    "budget": (
+        "lower the share of the card {engine} takes (leave room outside its budget)",
+        "RAISE the share of the card {engine} takes: the KV cache gets what is left of it",
+    ),
+    "seqs": ("run fewer sequences at once", "run more sequences at once"),
+    "tokens": ("fewer tokens per forward step: the transient tensors scale with them", ""),
+    "context": ("cap the context the KV cache is sized for", ""),
+    "parallel": ("", "spread the weights over more GPUs"),
+    "layers": ("offload fewer layers to the GPU (the rest run on the CPU)", ""),
+    "graphs": ("capture CUDA graphs for fewer batch sizes", ""),
+    "overhead": ("", "keep memory free beside the engine's own estimate"),
+    "models": ("keep one model loaded on the GPU at a time", ""),
+}
+
+
+def _knob_rows() -> tuple[NumericFix, ...]:
+    """The rows of `fixknobs`: per label, the knobs it turns; per engine, its spelling, the log's setting, then the
+    default (or a stated value)."""
+    rows: list[NumericFix] = []
+    for cause, steps in CAUSE_STEPS.items():
+        for kind, step, phases in steps:
+            for engine, knobs in ENGINE_KNOBS.items():
+                knob = knobs.get(kind)
+                if knob is None:
+                    continue
+                name = ENGINE_NAMES[engine]
+                if step == "halve" and knob.kind == "float":
+                    step = "halve-ratio"
+                formula, words = STEPS[step]
+                up = step in ("double", "raise-0.05") or kind == "overhead"
+                action = _KIND_ACTIONS[kind][1 if up else 0].format(engine=name)
+                if cause == "memory-leak":
+                    action = f"buy time until the leak is fixed (upgrade, or report it): {action}"
+                row_kind = knob.kind
+                if knob.setting is not None and step != "stated":
+                    rows.append(
+                        _row(
+                            cause,
+                            knob.flag,
+                            engine,
+                            formula.replace("X", knob.setting),
+                            action,
+                            f"{_FROM_LOG} {{{knob.setting}}} {words}",
+                            phases=phases,
+                            kind=row_kind,
+                            moves=f"{'up' if up else 'down'}:{knob.setting}",
+                        )
+                    )
+                if knob.default is not None and step != "stated":
+                    value = evaluate(compile_expression(formula.replace("X", repr(float(knob.default)))), {})
+                    if (
+                        value is None
+                        or value <= 0
+                        or (up and value <= knob.default)
+                        or (not up and value >= knob.default)
+                    ):
+                        continue
+                    shown = _format(float(value), row_kind)
+                    rows.append(
+                        _row(
+                            cause,
+                            knob.flag,
+                            engine,
+                            shown,
+                            action,
+                            f"{knob.flag} is {name}'s default {_format(float(knob.default), row_kind)} where the log does"
+                            f" not print it; {words}: {shown}",
+                            phases=phases,
+                            kind=row_kind,
+                        )
+                    )
+                elif knob.stated is not None:
+                    shown = _format(float(knob.stated), row_kind)
+                    rows.append(
+                        _row(
+                            cause,
+                            knob.flag,
+                            engine,
+                            shown,
+                            action,
+                            f"a stated starting value {shown} (the log prints no {knob.flag}; {knob.stated_note})",
+                            phases=phases,
+                            kind=row_kind,
+                        )
+                    )
+    return tuple(rows)
+
 
 VALUE_NOTE = "value: "
 """Starts the part of a reason that says where a value not printed in the failing message came from."""
-
-_COMPILED: dict[str, ast.Expression] = {row.value: compile_expression(row.value) for row in NUMERIC_FIXES}
 
 _NUMBER_RE = re.compile(r"^[+-]?\d[\d,_]*(?:\.\d+)?$")
 _NUMERIC_WORD_RE = re.compile(r"^(?:\d+(?:\.\d+)?[a-zA-Z]{0,3}|[a-z_]+:\d+)$")
@@ -991,36 +1230,64 @@ def _format(value: float, kind: str) -> str:
     return f"{value:.2f}".rstrip("0").rstrip(".")
 
 
-def _applies(row: NumericFix, engine: str | None, phase: str) -> bool:
+def _applies(row: NumericFix, engine: str, phase: str) -> bool:
     if row.phases and phase not in row.phases:
         return False
+    return engine in row.engines or "any" in row.engines
+
+
+def _engine_order(engine: str | None, names: Mapping[str, Any]) -> tuple[str, ...]:
+    """Whose rows are tried, in order: the engine's own; Ollama's before llama.cpp's when the log is Ollama's (it
+    runs llama.cpp but takes its settings as environment variables and model options); vLLM's for a log that names no
+    engine or only a runtime that hosts one (Ray, LMCache)."""
     if engine is None:
-        return "vllm" in row.engines
-    return engine in row.engines
+        return ("vllm",)
+    if engine == "llamacpp" and names.get("ollama"):
+        return ("ollama", "llamacpp")
+    if engine in EMBEDDING_ENGINES:
+        return (engine, "vllm")
+    return (engine,)
+
+
+def _moves(row: NumericFix, value: float, names: Mapping[str, Any]) -> bool:
+    if not row.moves:
+        return True
+    direction, _, name = row.moves.partition(":")
+    current = names.get(name)
+    if not isinstance(current, (int, float)) or isinstance(current, bool):
+        return True
+    return value > current if direction == "up" else value < current
 
 
 def numeric_fix(
     cause: str, phase: str, names: Mapping[str, Any], engine: str | None
 ) -> tuple[str, str, str, str] | None:
     """(flag, value, action, reason) of the first row of `cause` whose value the log's facts give."""
-    for row in NUMERIC_FIXES:
-        if row.cause != cause or not _applies(row, engine, phase):
-            continue
-        value = evaluate(_COMPILED[row.value], names)
-        if value is None or isinstance(value, bool) or value <= 0:
-            continue
-        if row.kind in ("int", "bytes") and int(value) < 1:  # a count or a size rounds to at least 1
-            continue
-        if (
-            row.kind == "float"
-            and ("utilization" in row.flag or "fraction" in row.flag)
-            and not 0.05 <= value <= 0.99
-        ):
-            continue
-        reason = fill(row.reason, names)
-        if reason is None:
-            continue
-        return row.flag, _format(float(value), row.kind), row.action, reason
+    for who in _engine_order(engine, names):
+        for row in NUMERIC_FIXES:
+            if row.cause != cause or not _applies(row, who, phase):
+                continue
+            value = evaluate(_COMPILED[row.value], names)
+            if value is None or isinstance(value, bool) or value < 0:
+                continue
+            if value == 0 and row.value != "0":  # zero only as a stated value (no layer on the GPU)
+                continue
+            if (
+                row.kind in ("int", "bytes") and int(value) < 1 and row.value != "0"
+            ):  # a count rounds to at least 1
+                continue
+            if (
+                row.kind == "float"
+                and ("utilization" in row.flag or "fraction" in row.flag)
+                and not 0.05 <= value <= 0.99
+            ):
+                continue
+            if not _moves(row, float(value), names):
+                continue
+            reason = fill(row.reason, names)
+            if reason is None:
+                continue
+            return row.flag, _format(float(value), row.kind), row.action, reason
     return None
 
 
@@ -1043,3 +1310,39 @@ def complete_fixes(
     advice = make(action, flag, value, f"{VALUE_NOTE}{reason}")
     # the catalogue's first (most specific) fix stays first; the number comes right after it
     return [*out[:1], advice, *out[1:]]
+
+
+_MOVES = (
+    (re.compile(r"^(?:min\(0\.\d+, )?floor2\((\w+) \+ "), "up"),
+    (re.compile(r"^2 \* (\w+)$"), "up"),
+    (re.compile(r"^floor2?\((\w+) (?:-|/) "), "down"),
+    (re.compile(r"^(\w+) / 2$"), "down"),
+)
+
+
+def _with_moves(rows: tuple[NumericFix, ...]) -> tuple[NumericFix, ...]:
+    """A hand-written row that steps a setting must move it (0.95 is no raise of 0.97); a constant row after it (the
+    engine's default moved) must move the same setting the same way when the log prints it."""
+    out: list[NumericFix] = []
+    last: dict[tuple[str, str], str] = {}
+    for row in rows:
+        if not row.moves:
+            for pattern, direction in _MOVES:
+                m = pattern.match(row.value)
+                if m is not None:
+                    row = dataclasses.replace(row, moves=f"{direction}:{m.group(1)}")
+                    break
+            else:
+                if _NUMBER_RE.match(row.value) and (row.cause, row.flag) in last:
+                    row = dataclasses.replace(row, moves=last[(row.cause, row.flag)])
+        if row.moves:
+            last[(row.cause, row.flag)] = row.moves
+        out.append(row)
+    return tuple(out)
+
+
+HAND_FIXES = _with_moves(NUMERIC_FIXES)
+"""The hand-written rows (docs/explain-oom.md lists each)."""
+NUMERIC_FIXES = _with_moves(NUMERIC_FIXES + _knob_rows())
+"""The hand-written rows first (one label, one engine, its own formula), then the rows of `fixknobs`."""
+_COMPILED: dict[str, ast.Expression] = {row.value: compile_expression(row.value) for row in NUMERIC_FIXES}
