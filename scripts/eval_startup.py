@@ -18,7 +18,8 @@ comparable.
 Held-out points are reported only in aggregate (counts, median and worst |error|, never per point); dev points are
 listed one by one.
 
-DIR holds the logs the index names (`log_file`); they are third-party text and stay outside the repository.
+DIR holds the logs the index names (`log_file`); they are third-party text and stay outside the repository. A point
+whose log is not in DIR is planned from the index's fields (as without `--logs`) and counted.
 CDIR (optional) holds checkpoint configs, one folder per checkpoint (`CDIR/<plan.model_dir>/config.json`, with the
 checkpoint's quantisation files where its format needs them), also kept outside the repository: a point whose
 `plan:` names a `model_dir:` instead of a bundled `model:` is planned from that folder, as
@@ -41,6 +42,7 @@ import argparse
 import json
 import os
 import re
+import shlex
 import statistics
 import subprocess
 import sys
@@ -127,6 +129,22 @@ PLANNED = (0, 1)
 _VERSION = re.compile(r"\b(\d+\.\d+(?:\.\d+)?)")
 
 
+def stated_flags(point: dict[str, Any]) -> list[str]:
+    """The vLLM flags of the settings the index states for a point (from the thread's command or text)."""
+    words: list[str] = []
+    for key, flag in (
+        ("tp", "--tensor-parallel-size"),
+        ("max_model_len", "--max-model-len"),
+        ("gpu_memory_utilization", "--gpu-memory-utilization"),
+        ("max_num_seqs", "--max-num-seqs"),
+    ):
+        if point.get(key) is not None:
+            words += [flag, str(point[key])]
+    if point.get("enforce_eager"):
+        words += ["--enforce-eager"]
+    return words
+
+
 def plan_only(point: dict[str, Any], plan: dict[str, Any], model: str) -> dict[str, Any]:
     """Without the log: `vramctl plan --json` from the index's fields, scored against its `logged:` numbers."""
     cmd = [sys.executable, "-m", "vramctl", "plan", "--json", "--model", model]
@@ -136,16 +154,7 @@ def plan_only(point: dict[str, Any], plan: dict[str, Any], model: str) -> dict[s
         cmd += ["--gpu", str(plan["gpu"])]
     if point.get("engine") == "sglang":
         cmd += ["--engine", "sglang"]
-    for key, flag in (
-        ("tp", "--tensor-parallel-size"),
-        ("max_model_len", "--max-model-len"),
-        ("gpu_memory_utilization", "--gpu-memory-utilization"),
-        ("max_num_seqs", "--max-num-seqs"),
-    ):
-        if point.get(key) is not None:
-            cmd += [flag, str(point[key])]
-    if point.get("enforce_eager"):
-        cmd += ["--enforce-eager"]
+    cmd += stated_flags(point)
     version = str(plan.get("version") or "")
     if not version and point.get("engine") != "sglang":
         found = _VERSION.search(str(point.get("version") or ""))
@@ -187,13 +196,34 @@ def plan_only(point: dict[str, Any], plan: dict[str, Any], model: str) -> dict[s
     return out
 
 
+def _hybrid(model: str | None) -> bool:
+    """A hybrid (attention + recurrent state): its logged token count depends on how the attention and state groups
+    share blocks, which changed between vLLM versions, so it is not converted to bytes at the plan's ratio."""
+    if not model:
+        return False
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from vramctl.core.errors import VramctlError
+    from vramctl.registry import load_model
+
+    try:
+        return load_model(model).state_space is not None
+    except VramctlError:
+        return False
+
+
 def _number(value: Any) -> float | None:
     parsed = _first_number(value) if value is not None else None
     return None if parsed is None else parsed[0]
 
 
-def compare(log: Path, plan: dict[str, Any], model: str | None = None) -> dict[str, Any]:
+def compare(
+    log: Path, plan: dict[str, Any], model: str | None = None, point: dict[str, Any] | None = None
+) -> dict[str, Any]:
     cmd = [sys.executable, "-m", "vramctl", "read-log", str(log), "--compare-plan", "--json"]
+    flags = stated_flags(point or {})
+    if flags and (point or {}).get("engine") != "sglang":
+        # settings the thread states that an excerpt without the args line does not: the log wins where it has them
+        cmd += ["--command", shlex.join(["vllm", "serve", str(model or plan.get("model") or "model"), *flags])]
     if model or plan.get("model"):
         cmd += ["--model", str(model or plan["model"])]
     if plan.get("gpu_memory") is not None:
@@ -218,7 +248,13 @@ def compare(log: Path, plan: dict[str, Any], model: str | None = None) -> dict[s
         if row and row.get("logged") is not None and row.get("planned") is not None:
             out[name] = (row["logged"] / GiB, row["planned"] / GiB)
     kv_row, tok_row = rows.get("kv_cache") or {}, rows.get("kv_tokens") or {}
-    if "kv_cache" not in out and kv_row.get("planned") and tok_row.get("logged") and tok_row.get("planned"):
+    if (
+        "kv_cache" not in out
+        and kv_row.get("planned")
+        and tok_row.get("logged")
+        and tok_row.get("planned")
+        and not _hybrid(model or plan.get("model"))
+    ):
         # The log gives the pool in tokens only (V1 "GPU KV cache size: N tokens"): in bytes at the plan's own
         # bytes per token, which is exact for the layout the plan and the engine share.
         per_token = kv_row["planned"] / tok_row["planned"]
@@ -318,13 +354,18 @@ def main(argv: list[str] | None = None) -> int:
     unplanned: list[str] = []
     sources: dict[str, str] = {}
     unscored: set[str] = set()
+    no_log: list[str] = []
     split_of = {p["id"]: p.get("split", "heldout") for p in index["datapoints"]}
     result: dict[str, Any] = {"points": {}, "mode": "read-log --compare-plan" if args.logs else "plan from the index"}
     for point in index["datapoints"]:
         pid = point["id"]
         entry: dict[str, Any] = {}
-        if args.logs is not None:
-            log = args.logs / point["log_file"]
+        log = args.logs / point["log_file"] if args.logs is not None else None
+        if log is not None and not log.is_file():
+            # a log that could not be had: planned from the index's fields, as without --logs, and counted
+            no_log.append(pid)
+            log = None
+        if log is not None:
             f, t, missed = recovery(log, point.get("logged") or {})
             found += f
             total += t
@@ -336,10 +377,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             sources[pid] = source
             entry["source"] = source
-            if args.logs is not None:
-                res = compare(args.logs / point["log_file"], plan, model)
-            else:
-                res = plan_only(point, plan, model)
+            res = compare(log, plan, model, point) if log is not None else plan_only(point, plan, model)
             entry["compare"] = dict(res.items())
             if "kv_cache" in res:
                 logged, planned = res["kv_cache"]
@@ -373,6 +411,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.logs is not None:
         print(f"read-log recovered {found} of {total} logged numbers ({100 * found / max(1, total):.1f} %)")
         result["recovered"] = [found, total]
+        if no_log:
+            print(f"{len(no_log)} points without their log in {args.logs}: planned from the index's fields instead")
+            result["no_log"] = len(no_log)
     else:
         print("no --logs: read-log recovery skipped; planned from the index's fields (see the docstring)")
     result["splits"] = {}

@@ -7,7 +7,7 @@ same settings and `compare_with_plan`, then render. Never imports torch.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 
@@ -24,6 +24,9 @@ from vramctl.diagnose.startup import (
     startup_prefilter,
 )
 from vramctl.render.jsonout import dumps
+
+if TYPE_CHECKING:
+    from vramctl.core.serve_command import ServeCommand
 
 
 def _lines(source: str, warnings: list[str]) -> Iterator[LogLine]:
@@ -58,8 +61,22 @@ def _engine_version(report: StartupReport, engine_version: str | None) -> str | 
     return ".".join(str(p) for p in wanted)
 
 
+def _serve_command(command: str, report: StartupReport) -> ServeCommand:
+    """`--command`: the serve command the log came from, for the settings the log does not state."""
+    from vramctl.core.serve_command import parse_serve_command
+
+    parsed = parse_serve_command(command)
+    if report.engine in ("vllm", "sglang") and parsed.engine != report.engine:
+        raise BadInputError(f"--command: a {parsed.engine} command for a {report.engine} log")
+    return parsed
+
+
 def _compare(
-    report: StartupReport, model_name: str | None, gpu_name: str | None, engine_version: str | None = None
+    report: StartupReport,
+    model_name: str | None,
+    gpu_name: str | None,
+    engine_version: str | None = None,
+    command: ServeCommand | None = None,
 ) -> Comparison:
     from vramctl.core.plan import plan
     from vramctl.registry import gpu_from_capacity, load_gpu, load_model
@@ -67,9 +84,13 @@ def _compare(
     name = model_name
     if name is None:
         logged = report.settings.get("model")
-        if logged is None:
+        if logged is None and command is not None and command.model:
+            logged_name: str | None = command.model
+        else:
+            logged_name = None if logged is None else str(logged.value)
+        if logged_name is None:
             raise BadInputError("--compare-plan: the log does not name the model; pass --model NAME")
-        name = str(logged.value)
+        name = logged_name
     try:
         model = load_model(name)
     except VramctlError as exc:
@@ -98,9 +119,14 @@ def _compare(
             "--compare-plan: the log does not print the device total; pass --gpu NAME or --gpu-memory SIZE"
         )
     version = _engine_version(report, engine_version)
-    settings = settings_from_report(report, engine_version=version)
+    fallback = command.changes if command is not None else ()
+    settings = settings_from_report(report, engine_version=version, fallback=fallback)
     result = plan(model, gpu, settings)
     comparison = compare_with_plan(report, result, settings)
+    if fallback:
+        taken = sorted({field for field, _ in fallback})
+        said = "settings the log does not state taken from --command (the log wins where it states one): "
+        note = (f"{note}; " if note else "") + said + ", ".join(taken)
     if version is not None:
         planned = settings.engine_version or version
         said = f"planned with vLLM {planned} (--engine-version {engine_version})"
@@ -193,6 +219,12 @@ def register(app: typer.Typer) -> None:
             "--run",
             help="Which engine start of a log with several (0-based; default: the most complete).",
         ),
+        command: Optional[str] = typer.Option(
+            None,
+            "--command",
+            help="The serve command the log came from (quoted), for --compare-plan: the settings the log does "
+            "not state (e.g. an excerpt without the args line); the log wins where both state one.",
+        ),
     ) -> None:
         """Decompose the GPU memory budget from a vLLM / SGLang start-up log into the ledger `plan` prints."""
         if json_out and markdown:
@@ -203,6 +235,8 @@ def register(app: typer.Typer) -> None:
             raise BadInputError(f"--model {model}: only used with --compare-plan")
         if engine_version is not None and not compare_plan:
             raise BadInputError(f"--engine-version {engine_version}: only used with --compare-plan")
+        if command is not None and not compare_plan:
+            raise BadInputError("--command: only used with --compare-plan")
         capacity: int | None = None
         capacity_source = "--gpu-memory"
         if gpu_memory is not None:
@@ -237,7 +271,8 @@ def register(app: typer.Typer) -> None:
             # What was read is printed even when no plan can be made (an unknown model or GPU total): the
             # partial ledger first, then the reason, and exit 2.
             try:
-                comparison = _compare(report, model, gpu, engine_version)
+                parsed = _serve_command(command, report) if command is not None else None
+                comparison = _compare(report, model, gpu, engine_version, parsed)
             except BadInputError as exc:
                 cannot_compare = exc
         if json_out:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import pairwise
 from typing import Any, Protocol, cast
@@ -1719,9 +1719,17 @@ _NOT_PLANNED_FROM_LOGS: dict[str, frozenset[str]] = {"sglang": frozenset({"quant
 checkpoint's method, which the registry's model already has."""
 
 
-def settings_from_report(report: StartupReport, *, engine_version: str | None = None) -> ServeSettings:
+def settings_from_report(
+    report: StartupReport,
+    *,
+    engine_version: str | None = None,
+    fallback: Sequence[tuple[str, Any]] = (),
+) -> ServeSettings:
     """The ServeSettings a plan for the same deployment needs, from what the log states: every flag-registry entry
-    read-log reads (`in_logs`) for the log's engine fills its field; an absent or empty value keeps the default."""
+    read-log reads (`in_logs`) for the log's engine fills its field; an absent or empty value keeps the default.
+
+    `fallback` (ServeSettings field → value, e.g. a serve command's changes) fills the fields the log does not
+    state; where the log states one, the log wins: it is what the engine ran with."""
     version = engine_version
     if version is not None and report.engine == "vllm" and report.variant == "V0" and not vllm_rules_for(version).v0:
         version = V0_RULES_VERSION  # a V1-era release running V0, as `_version_in_range` plans it
@@ -1732,12 +1740,15 @@ def settings_from_report(report: StartupReport, *, engine_version: str | None = 
     engine: EngineName = "sglang" if report.engine == "sglang" else "vllm"
     defaults = ServeSettings(engine=engine)
     changes: dict[str, Any] = {"engine": engine, "engine_version": version, "gpu_memory_bytes": report.capacity_bytes}
+    stated: set[str] = set()
     for entry in flag_entries(engine):
         if not (entry.in_logs and entry.is_setting) or entry.target in _NOT_PLANNED_FROM_LOGS.get(engine, ()):
             continue
         value = _logged_value(report, entry)
         default = getattr(defaults, entry.target)
         changes[entry.target] = default if not value and default is not None else value
+        if value:
+            stated.add(entry.target)
     # SGLang prints the KV pool's torch dtype (`torch.float8_e4m3fn`); the flag spells it `fp8_e4m3`.
     changes["kv_cache_dtype"] = _TORCH_KV_DTYPES.get(changes["kv_cache_dtype"].lower(), changes["kv_cache_dtype"])
     if engine == "vllm":
@@ -1751,6 +1762,8 @@ def settings_from_report(report: StartupReport, *, engine_version: str | None = 
         # the sampler line the engine logs (a log-only key: vramctl.core.engines.vllm_runtime)
         sampler = report.settings.get("flashinfer_sampler")
         changes["flashinfer_sampler"] = sampler.value if sampler and isinstance(sampler.value, bool) else None
+        stated.update(field for field in ("gpu_memory_utilization", "kv_cache_memory_bytes") if changes[field])
+    changes.update((field, value) for field, value in fallback if field not in stated)
     return ServeSettings().with_changes(**changes)
 
 
