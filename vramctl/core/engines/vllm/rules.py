@@ -263,7 +263,8 @@ class VllmRules:
     set `num_prefill_checkpoint_blocks=1`, so in mamba_cache_mode 'align' a request holds `2 + 1` blocks of each
     Mamba2 state group (`MambaSpec.max_memory_usage_bytes`, `[0.32.0] vllm/v1/kv_cache_interface.py:1076-1082`);
     Gated DeltaNet and Kimi-Linear's KDA layers keep 2. Read at 0.32.0 and checked there against the CPU engine
-    (Falcon-H1); the first release that has it is not pinned, older ones are planned with 2."""
+    (Falcon-H1); 0.29-0.31 have the MambaSpec field but their mamba_mixer2.py does not set it (`[0.31.0]`), so 0.32
+    is the first release; older ones are planned with 2."""
     ipc_cache_loader: bool
     """`--load-format ipc_cache` (weights mapped from a weight-cache daemon) exists from 0.30
     (vllm/model_executor/model_loader/__init__.py; vramctl.core.engines.vllm_external_weights)."""
