@@ -2,7 +2,7 @@
 
 A MambaSpec group (Mamba2 / Gated DeltaNet / KDA layers) takes `page × (1 + num_speculative_blocks)` per request
 with `mamba_cache_mode = "none"` and `page × (2 + num_speculative_blocks + num_prefill_checkpoint_blocks)` with
-`"align"` (vLLM 0.32's Mamba2 layers set num_prefill_checkpoint_blocks = 1, `VllmRules.mamba2_prefill_checkpoint`) (`MambaSpec.max_memory_usage_bytes`, `vllm/v1/kv_cache_interface.py`, vLLM 0.26.0 - 0.32.0): the
+`"align"` (vLLM 0.32's Mamba2 layers set num_prefill_checkpoint_blocks = 1, `VllmRules.mamba2_prefill_checkpoint`) (`MambaSpec.max_memory_usage_bytes`, `vllm/v1/kv_cache_interface.py`, vLLM 0.15.0 - 0.32.0): the
 state of the last step and the one being written, so that a prefix-cache hit can resume at a block boundary.
 The block pool, the number of blocks and the bytes per block do not change; the blocks a max_model_len request
 takes do, and with them the maximum concurrency, the KV cache size in tokens and the "To serve at least one

@@ -256,7 +256,8 @@ class VllmRules:
     hybrid_prefix_caching_default: bool
     """Hybrids get prefix caching by default, in mamba_cache_mode 'align' (two state blocks per request and state
     group): from 0.28 (`[0.32.0] vllm/engine/arg_utils.py` `_set_default_chunked_prefill_and_prefix_caching_args`,
-    `vllm/model_executor/models/config.py` MambaModelConfig; 0.26 / 0.27 kept it off for hybrids;
+    `vllm/model_executor/models/config.py` MambaModelConfig, `[0.28.0] :602-610`; `ModelConfig.is_prefix_caching_supported`
+    returned False for hybrids through 0.27 (`[0.12.0]` - `[0.20.2] vllm/config/model.py`, 0.26 / 0.27 likewise);
     `vramctl.core.mamba_cache`)."""
     mamba2_prefill_checkpoint: bool
     """Mamba2 layers (`MambaMixer2.get_kv_cache_spec`, `[0.32.0] vllm/model_executor/layers/mamba/mamba_mixer2.py:1098-1108`)
