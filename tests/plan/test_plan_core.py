@@ -60,12 +60,14 @@ def test_kv_cache_memory_bytes_too_large_warns() -> None:
     assert r.ledger.bytes_of("slack") < 0
 
 
-def test_tokens_formula_changed_at_0_28() -> None:
-    # max_model_len not a multiple of block_size: int(concurrency × len) differs from blocks × block_size.
-    new = plan_vllm(LLAMA, H100, ServeSettings(max_model_len=8000))
-    old = plan_vllm(LLAMA, H100, ServeSettings(max_model_len=8000, engine_version="0.26.0"))
-    assert new.kv_tokens == int(new.num_blocks / new.blocks_per_request * 8000)
-    assert old.kv_tokens == old.num_blocks * 16
+def test_tokens_formula_changed_at_0_20_1() -> None:
+    # max_model_len not a multiple of block_size: int(concurrency × len) differs from blocks × block_size
+    # (_report_kv_cache_config: [0.20.0] kv_cache_utils.py:1694-1697, [0.20.1] :1706).
+    for version in ("0.33.0", "0.26.0", "0.20.1"):
+        new = plan_vllm(LLAMA, H100, ServeSettings(max_model_len=8008, engine_version=version))
+        assert new.kv_tokens == int(new.num_blocks / new.blocks_per_request * 8008)
+    old = plan_vllm(LLAMA, H100, ServeSettings(max_model_len=8008, engine_version="0.20.0"))
+    assert old.kv_tokens == old.num_blocks * 16 != int(old.num_blocks / old.blocks_per_request * 8008)
 
 
 def test_pipeline_parallel_min_over_stages() -> None:

@@ -2,7 +2,7 @@
 
 A MambaSpec group (Mamba2 / Gated DeltaNet / KDA layers) takes `page × (1 + num_speculative_blocks)` per request
 with `mamba_cache_mode = "none"` and `page × (2 + num_speculative_blocks + num_prefill_checkpoint_blocks)` with
-`"align"` (vLLM 0.32's Mamba2 layers set num_prefill_checkpoint_blocks = 1, `VllmRules.mamba2_prefill_checkpoint`) (`MambaSpec.max_memory_usage_bytes`, `vllm/v1/kv_cache_interface.py`, vLLM 0.26.0 - 0.32.0): the
+`"align"` (vLLM 0.32's Mamba2 layers set num_prefill_checkpoint_blocks = 1, `VllmRules.mamba2_prefill_checkpoint`) (`MambaSpec.max_memory_usage_bytes`, `vllm/v1/kv_cache_interface.py`, vLLM 0.15.0 - 0.32.0): the
 state of the last step and the one being written, so that a prefix-cache hit can resume at a block boundary.
 The block pool, the number of blocks and the bytes per block do not change; the blocks a max_model_len request
 takes do, and with them the maximum concurrency, the KV cache size in tokens and the "To serve at least one
@@ -19,9 +19,13 @@ Which mode runs:
   running CPU build of 0.32.0 (tests/engine/cases.yaml, `qwen3-next-hybrid-default`: 1,024 blocks, 14 per
   request, 74,898 tokens, 73.14x).
 - Up to 0.27 hybrids kept prefix caching off by default (`default_prefix_caching = ... and not
-  model_config.is_hybrid`, `vllm/engine/arg_utils.py`, 0.26.0 / 0.27.0): mode "none". With
-  `--enable-prefix-caching` those versions chose "all" (a state block per `block_size` tokens) for the models
-  whose class supports it and "align" for the others: not modelled, the plan keeps "none" and says so.
+  model_config.is_hybrid`, `vllm/engine/arg_utils.py`, 0.26.0 / 0.27.0; `ModelConfig.is_prefix_caching_supported`
+  returns False for "hybrid", `vllm/config/model.py`, 0.12.0 - 0.20.2): mode "none". What `--enable-prefix-caching`
+  does there depends on the version (`VllmRules.mamba_state_blocks`): 0.10.2 - 0.11 switch it off for every hybrid
+  ("none"); 0.12 - 0.14 keep it only for classes with mamba prefix caching (the Mamba1 / Mamba2 hybrids, whose
+  state group then takes cdiv(max_model_len, block) blocks on a chunk-aligned block: not modelled) and switch it
+  off for the others ("none"); 0.15 - 0.27 choose "all" for those classes (not modelled) and "align" for the others
+  (Gated DeltaNet, KDA, short convolution), the mode modelled here.
 - `--no-enable-prefix-caching` always gives "none" ("Mamba cache mode is set to 'none' when prefix caching is
   disabled").
 """
@@ -33,15 +37,28 @@ __all__ = ["mamba_cache_mode", "state_blocks_per_request"]
 _BLOCKS = {"none": 1, "align": 2}
 
 
-def mamba_cache_mode(align_by_default: bool, enable_prefix_caching: bool | None) -> str:
-    """`none` or `align`, or `unmodelled` (prefix caching asked for on a version that picks "all" or "align" per
-    model class; planned as `none`). `align_by_default`: the version's `VllmRules.hybrid_prefix_caching_default`
-    (0.28 →)."""
+def mamba_cache_mode(
+    align_by_default: bool,
+    enable_prefix_caching: bool | None,
+    *,
+    state_blocks_rule: str = "mode",
+    class_caches_all: bool = False,
+) -> str:
+    """`none` or `align`, or `unmodelled` (prefix caching asked for where vLLM runs mode "all", or 0.12 - 0.14's
+    per-block state; planned as `none`). `align_by_default`: the version's `VllmRules.hybrid_prefix_caching_default`
+    (0.28 →); `state_blocks_rule`: its `VllmRules.mamba_state_blocks`; `class_caches_all`: the model class has
+    mamba prefix caching (SupportsMambaPrefixCaching: the Mamba1 / Mamba2 hybrids)."""
     if enable_prefix_caching is False:
         return "none"
     if align_by_default:
         return "align"
-    return "unmodelled" if enable_prefix_caching else "none"
+    if not enable_prefix_caching:
+        return "none"
+    if state_blocks_rule == "page":
+        return "none"  # 0.10.2 - 0.11: prefix caching switched off for every hybrid
+    if class_caches_all:
+        return "unmodelled"
+    return "none" if state_blocks_rule == "mamba-block" else "align"
 
 
 def state_blocks_per_request(mode: str, prefill_checkpoint_blocks: int = 0) -> int:

@@ -250,7 +250,7 @@ VLLM_RULES: tuple[VersionRule, ...] = (
         "kv-token-count",
         "KV token capacity as vLLM reports it",
         ("kv_tokens",),
-        "vllm/v1/core/kv_cache_utils.py:2300-2308 at 0.32.0 (int(max_concurrency x max_model_len), from 0.28)",
+        "vllm/v1/core/kv_cache_utils.py:1706 at 0.20.1 and :2300-2308 at 0.32.0 (int(max_concurrency x max_model_len), from 0.20.1)",
         lambda v, _: "concurrency x max_model_len"
         if vr.rules_for(v).tokens_from_concurrency
         else "blocks // groups x block_size",

@@ -77,8 +77,9 @@ class VllmSettings:
     weights_outside_budget: bool = False
     """Weights mapped from a weight-cache daemon and not charged (vramctl.core.engines.vllm_external_weights)."""
     mamba_cache_mode: str = "none"
-    """A hybrid's state blocks per request: `align` (prefix caching, the default from vLLM 0.28) holds two, `none`
-    one; `unmodelled` (prefix caching asked for before 0.28) is planned as `none` (vramctl/core/mamba_cache.py).
+    """A hybrid's state blocks per request: `align` (prefix caching, the default from vLLM 0.28; asked for on
+    0.15-0.27 for the classes without mamba 'all' mode) holds two, `none` one; `unmodelled` (mode 'all', or 0.12-0.14's
+    per-block state) is planned as `none` (vramctl/core/mamba_cache.py).
     Not in `to_json` (every other plan's JSON unchanged): `hybrid.mamba_cache_mode` reports it."""
     cudagraph_mode: str | None = None
     """The CUDA-graph mode set by `--compilation-config` / `-O N` (`rules.cudagraph_mode`); None: the release's
@@ -317,7 +318,10 @@ def resolve_settings(model: ModelSpec, gpu: GpuSpec, settings: ServeSettings, ve
         ).custom,
         peer_to_peer=gpu.vendor != "nvidia" or RT.peer_to_peer(gpu),
         mamba_cache_mode=mamba_cache.mamba_cache_mode(
-            rules_for(version).hybrid_prefix_caching_default, settings.enable_prefix_caching
+            rules_for(version).hybrid_prefix_caching_default,
+            settings.enable_prefix_caching,
+            state_blocks_rule=rules_for(version).mamba_state_blocks,
+            class_caches_all=model.state_space is not None and model.state_space.kind in ("mamba1", "mamba2"),
         ),
         cudagraph_mode=None if settings.enforce_eager else graphs,
         prefill_checkpoint_blocks=int(

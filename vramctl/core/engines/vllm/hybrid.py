@@ -85,8 +85,9 @@ _MAMBA_CACHE_NOTES = {
     "vllm/v1/kv_cache_interface.py, vLLM 0.32), one with prefix caching off.",
     "none": "Prefix caching is off (mamba_cache_mode none: one state block per request and state group; vLLM turns "
     "it on by default for hybrids from 0.28, in the 'align' mode: two).",
-    "unmodelled": "--enable-prefix-caching before vLLM 0.28 picks mamba_cache_mode 'all' (a state block per "
-    "block_size tokens) or 'align' (two) by model class: not modelled, planned with one state block per request.",
+    "unmodelled": "--enable-prefix-caching before vLLM 0.28 gives this Mamba1 / Mamba2 class mamba_cache_mode 'all' "
+    "(0.15-0.27; 0.12-0.14 likewise a state block per block_size tokens, on a block aligned to the Mamba chunk): not "
+    "modelled, planned with one state block per request.",
 }
 
 

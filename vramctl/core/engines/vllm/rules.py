@@ -225,25 +225,47 @@ class VllmRules:
     one-request check plans against the usable blocks (`[0.32.0] vllm/v1/core/kv_cache_utils.py:1104-1130`);
     ≤0.11 checked the whole pool."""
     tokens_from_concurrency: bool
-    """The logged KV token capacity is int(max_concurrency × max_model_len)
-    (`[0.32.0] vllm/v1/core/kv_cache_utils.py:2300-2308`, 0.28 →); before, num_blocks // groups × block_size."""
+    """The logged `GPU KV cache size` is int(max_concurrency × max_model_len) from 0.20.1
+    (`_report_kv_cache_config`, `[0.20.1] vllm/v1/core/kv_cache_utils.py:1706`: "Sourcing this from the concurrency
+    calculation handles hybrid layouts correctly"; `get_kv_cache_capacity`, `[0.32.0] kv_cache_utils.py:2300-2308`);
+    before, num_blocks // len(kv_cache_groups) × the smallest group block size (`[0.20.0] kv_cache_utils.py:1694-1697`,
+    `[0.12.0] :1269-1272`, `[0.10.2] :1026` in `get_kv_cache_config_uniform_page_size`). max_concurrency itself is
+    num_blocks / Σ over groups cdiv(max_memory_usage_bytes, page) on every V1 version (`[0.10.2] :773-784`,
+    `[0.20.2] :872-891`, `[0.32.0] :1195-1227`)."""
     has_auto_fit: bool
     """`--max-model-len auto` / -1 fits the length to the pool (PR #29431, 0.12 →;
     `[0.32.0] vllm/v1/core/kv_cache_utils.py:2436-2480`)."""
     has_max_num_active_seqs: bool
     """`--max-num-active-seqs` (0.31.0 →, `[0.32.0] vllm/config/scheduler.py:69`, checked against max_num_seqs at
     `:336-341`)."""
+    mamba_state_blocks: Literal["page", "mamba-block", "mode"]
+    """What one request takes from each Mamba / linear-attention state group (`MambaSpec.max_memory_usage_bytes`),
+    and what `--enable-prefix-caching` does to a hybrid before prefix caching became its default (0.28):
+    `page` (0.10.2-0.11): one page (`[0.11.0] vllm/v1/kv_cache_interface.py` MambaSpec: "We allocate 1 block for
+    each request now"); prefix caching is switched off for every hybrid (`[0.11.0]
+    vllm/model_executor/models/config.py:295-298` "Hybrid or mamba-based model detected: disabling prefix caching").
+    `mamba-block` (0.12-0.14): cdiv(max_model_len, mamba_block_size) pages, mamba_block_size = max_model_len without
+    prefix caching (one page; `[0.12.0] vllm/model_executor/models/config.py:311-312`) or the attention block
+    with it; prefix caching stays on only for classes with mamba prefix caching (`:292-309`, "without support for
+    prefix caching: disabling"). `mode` (0.15 →): by `mamba_cache_mode`, `none` 1 + num_speculative_blocks pages,
+    `align` 2 + num_speculative_blocks, `all` cdiv(max_model_len, block) (`[0.15.0] / [0.20.2]
+    vllm/v1/kv_cache_interface.py` MambaSpec); `--enable-prefix-caching` picks `all` for the classes with mamba
+    prefix caching (SupportsMambaPrefixCaching: the Mamba1 / Mamba2 hybrids, `[0.20.2]` bamba, falcon_h1,
+    granitemoehybrid, jamba, nemotron_h, zamba2) and `align` for the others (Gated DeltaNet, KDA, short
+    convolution) (`[0.15.0] vllm/model_executor/models/config.py:332-336`, `[0.20.2] :351-371`)."""
     hybrid_prefix_caching_default: bool
     """Hybrids get prefix caching by default, in mamba_cache_mode 'align' (two state blocks per request and state
     group): from 0.28 (`[0.32.0] vllm/engine/arg_utils.py` `_set_default_chunked_prefill_and_prefix_caching_args`,
-    `vllm/model_executor/models/config.py` MambaModelConfig; 0.26 / 0.27 kept it off for hybrids;
+    `vllm/model_executor/models/config.py` MambaModelConfig, `[0.28.0] :602-610`; `ModelConfig.is_prefix_caching_supported`
+    returned False for hybrids through 0.27 (`[0.12.0]` - `[0.20.2] vllm/config/model.py`, 0.26 / 0.27 likewise);
     `vramctl.core.mamba_cache`)."""
     mamba2_prefill_checkpoint: bool
     """Mamba2 layers (`MambaMixer2.get_kv_cache_spec`, `[0.32.0] vllm/model_executor/layers/mamba/mamba_mixer2.py:1098-1108`)
     set `num_prefill_checkpoint_blocks=1`, so in mamba_cache_mode 'align' a request holds `2 + 1` blocks of each
     Mamba2 state group (`MambaSpec.max_memory_usage_bytes`, `[0.32.0] vllm/v1/kv_cache_interface.py:1076-1082`);
     Gated DeltaNet and Kimi-Linear's KDA layers keep 2. Read at 0.32.0 and checked there against the CPU engine
-    (Falcon-H1); the first release that has it is not pinned, older ones are planned with 2."""
+    (Falcon-H1); 0.29-0.31 have the MambaSpec field but their mamba_mixer2.py does not set it (`[0.31.0]`), so 0.32
+    is the first release; older ones are planned with 2."""
     ipc_cache_loader: bool
     """`--load-format ipc_cache` (weights mapped from a weight-cache daemon) exists from 0.30
     (vllm/model_executor/model_loader/__init__.py; vramctl.core.engines.vllm_external_weights)."""
@@ -356,9 +378,10 @@ def _rules_for_tuple(text: str, v: Version) -> VllmRules:
         hybrid_align_user_block=v >= (0, 12, 0),
         in_flight="batched-tokens" if v <= (0, 11, 99) else "pp-plus-one" if v >= (0, 33, 0) else "two-batches",
         reserves_null_block=v > (0, 11, 99),
-        tokens_from_concurrency=v >= (0, 28, 0),
+        tokens_from_concurrency=v >= (0, 20, 1),
         has_auto_fit=v >= (0, 12, 0),
         has_max_num_active_seqs=v >= (0, 31, 0),
+        mamba_state_blocks="page" if v < (0, 12, 0) else "mamba-block" if v < (0, 15, 0) else "mode",
         hybrid_prefix_caching_default=v >= (0, 28, 0),
         mamba2_prefill_checkpoint=v >= (0, 32, 0),
         ipc_cache_loader=v >= (0, 30, 0),
