@@ -1168,33 +1168,14 @@ def _knob_rows() -> tuple[NumericFix, ...]:
                     ):
                         continue
                     shown = _format(float(value), row_kind)
-                    rows.append(
-                        _row(
-                            cause,
-                            knob.flag,
-                            engine,
-                            shown,
-                            action,
-                            f"{knob.flag} is {name}'s default {_format(float(knob.default), row_kind)} where the log does"
-                            f" not print it; {words}: {shown}",
-                            phases=phases,
-                            kind=row_kind,
-                        )
-                    )
+                    default = _format(float(knob.default), row_kind)
+                    reason = f"{knob.flag} is {name}'s default {default} where the log does not print it; {words}: {shown}"
                 elif knob.stated is not None:
                     shown = _format(float(knob.stated), row_kind)
-                    rows.append(
-                        _row(
-                            cause,
-                            knob.flag,
-                            engine,
-                            shown,
-                            action,
-                            f"a stated starting value {shown} (the log prints no {knob.flag}; {knob.stated_note})",
-                            phases=phases,
-                            kind=row_kind,
-                        )
-                    )
+                    reason = f"a stated starting value {shown} (the log prints no {knob.flag}; {knob.stated_note})"
+                else:
+                    continue
+                rows.append(_row(cause, knob.flag, engine, shown, action, reason, phases=phases, kind=row_kind))
     return tuple(rows)
 
 
