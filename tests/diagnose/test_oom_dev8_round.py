@@ -209,3 +209,47 @@ def test_a_traceback_cut_in_the_kv_allocation_stays_an_overcommit() -> None:
         "ERROR 01-01 10:00:00 worker_base.py:157]     self.cache_engine = CacheEngine(\n"
     )
     assert diagnose_text(text).cause == "kv-pool-overcommit"
+
+
+# ---------------------------------------------------------------- progress markers inside longer phrases; calibration
+
+_V0_HEAD = (
+    "INFO 01-01 10:00:00 llm_engine.py:100] Initializing an LLM engine (v0.4.2) with config: model='org/m-2b', "
+    "max_seq_len=4096\n"
+    "INFO 01-01 10:00:09 model_runner.py:175] Loading model weights took 5.1 GB\n"
+)
+
+
+def test_v0_gpu_blocks_line_is_a_progress_marker() -> None:
+    # vLLM V0 prints `# GPU blocks: N, # CPU blocks: M` once profiling has sized the KV pool, before it allocates it;
+    # the facts line's longer key used to hide the marker inside it: a log that ends there finished the profiling
+    d = diagnose_text(_V0_HEAD + "INFO 01-01 10:00:10 gpu_executor.py:114] # GPU blocks: 2000, # CPU blocks: 512\n")
+    assert d.cause == "no-failure"
+    assert d.phase == "profiling"
+
+
+def test_a_log_ending_after_the_weights_reports_the_weights() -> None:
+    # counterpart: without the blocks line the last finished step is the weights
+    d = diagnose_text(_V0_HEAD)
+    assert d.cause == "no-failure"
+    assert d.phase == "weights-load"
+
+
+def test_a_failure_quoted_above_the_log_is_placed_by_inference_at_most_medium() -> None:
+    # a title on top of the pasted log: the progress lines BELOW it place the failure only by inference, so an answer
+    # that would be high when a line before the failure places it is medium (the documented calibration)
+    text = (
+        "[Bug]: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)` after the weights load\n"
+        + _V0_HEAD
+    )
+    d = diagnose_text(text)
+    assert d.is_memory_failure
+    assert d.confidence == "medium"
+
+
+def test_the_same_failure_placed_by_a_line_before_it_keeps_its_confidence() -> None:
+    # counterpart: the same failure after the progress lines is placed by them
+    text = _V0_HEAD + "RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`\n"
+    d = diagnose_text(text)
+    assert d.is_memory_failure
+    assert d.confidence == "high"
