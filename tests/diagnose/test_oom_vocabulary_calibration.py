@@ -19,7 +19,8 @@ MiB = 1 << 20
         ("ERROR: failed to allocate 4096 MiB of device memory", None),
         ("RuntimeError: Insufficient GPU memory to load the model.", None),
         ("fatal: the device memory is insufficient for this request", None),
-        ("Error: model requires more system memory (5.3 GiB) than is available (3.5 GiB)", "host-oom-killer"),
+        # Ollama's own start-up check (llm/server.go): it refuses to load, nothing is killed (dev8 round)
+        ("Error: model requires more system memory (5.3 GiB) than is available (3.5 GiB)", "weights-do-not-fit"),
         (
             "RuntimeError: [enforce fail at alloc_cpu.cpp:114] DefaultCPUAllocator: not enough memory",
             "host-oom-killer",

@@ -268,6 +268,23 @@ class Catalogue:
         a run with the native key search (`literals.native_key_finder`) never needs it."""
         return re.compile(trie_regex(list(self.key_words)))
 
+    @cached_property
+    def marker_phrases(self) -> dict[str, tuple[Marker, int]]:
+        """Every key phrase that holds a progress marker's key -> (that marker, its rank in the markers list). The
+        key search finds the longest phrase at each place (`# GPU blocks:` of a facts line, not the marker's `# GPU
+        blocks` inside it), so a marker also answers to the catalogue's longer phrases that contain its key."""
+        out: dict[str, tuple[Marker, int]] = {}
+        for rank, marker in enumerate(self.markers):
+            for key in marker.keys:
+                out[key] = (marker, rank)
+        for phrase in self._all_keys():
+            if phrase in out:
+                continue
+            for rank, marker in enumerate(self.markers):
+                if any(key in phrase for key in marker.keys):
+                    out[phrase] = (marker, rank)
+        return out
+
     def key_phrases(self) -> list[str]:
         """Every literal key phrase (for `grep -F` / `grep -E` baselines and docs)."""
         return sorted(self._all_keys())

@@ -846,8 +846,8 @@ class _Analyser:
         self.hint_keys = {word: name for name, words in cat.hints.items() for word in words}
         self.global_hint_keys = {word: name for name, words in cat.global_hints.items() for word in words}
         self.global_hints: dict[str, int] = {}  # hint -> first line
-        self.marker_keys = {key: m for m in cat.markers for key in m.keys}
-        self.marker_rank = {key: rank for rank, m in enumerate(cat.markers) for key in m.keys}
+        self.marker_keys = {key: m for key, (m, _) in cat.marker_phrases.items()}
+        self.marker_rank = {key: rank for key, (_, rank) in cat.marker_phrases.items()}
         self.version_keys = {key: v for v in cat.versions for key in v.keys}
         self.settings_keys = frozenset(cat.settings_keys)
         self.method_keys = frozenset(cat.method_keys)
@@ -1367,6 +1367,16 @@ def _decide(
                     if confidence == "high":
                         confidence = "medium"
                     break
+    # calibration (docs/explain-oom.md, "Confidence"): a phase the log does not place lowers high to medium; the
+    # progress lines BELOW a failure quoted on top of the paste place it only by inference
+    if (
+        confidence == "high"
+        and ctx_item is not None
+        and ctx_item.kind == "marker"
+        and ctx_item.line > root.line
+        and not any(c.kind == "frame" for c in incident.context)
+    ):
+        confidence = "medium"
     names["cause_" + cause.replace("-", "_")] = True
     names.setdefault("count", sum(1 for e in incident.events if e.sig_index == root.sig_index))
 

@@ -242,6 +242,9 @@ STEPS: dict[str, tuple[str, str]] = {
 }
 
 _NOT_HOST_TIER = "startup-check weights-load profiling graph-capture kv-alloc serving unknown"
+# a model refused at the start-up check for want of HOST memory (Ollama's `model requires more system memory`, its
+# llm/server.go): fewer GPU layers or more GPU overhead move more of the model into the RAM that is short
+_NOT_STARTUP = "weights-load profiling graph-capture kv-alloc serving host-tier unknown"
 
 # label -> the knobs it turns, in order: (kind, step, phases or "")
 CAUSE_STEPS: dict[str, tuple[tuple[str, str, str], ...]] = {
@@ -252,7 +255,12 @@ CAUSE_STEPS: dict[str, tuple[tuple[str, str, str], ...]] = {
         (CONTEXT, "halve", ""),
     ),
     "version-regression": ((BUDGET, "lower-0.05", ""), (OVERHEAD, "stated", ""), (CONTEXT, "halve", "")),
-    "weights-do-not-fit": ((PARALLEL, "double", ""), (LAYERS, "halve", ""), (OVERHEAD, "stated", "")),
+    "weights-do-not-fit": (
+        (PARALLEL, "double", ""),
+        (LAYERS, "halve", _NOT_STARTUP),
+        (OVERHEAD, "stated", _NOT_STARTUP),
+        (CONTEXT, "halve", "startup-check"),
+    ),
     "no-kv-cache-memory": ((BUDGET, "raise-0.05", ""), (CONTEXT, "halve", ""), (SEQS, "halve", "")),
     "kv-cache-too-small-for-max-model-len": ((CONTEXT, "halve", ""), (SEQS, "halve", "")),
     "kv-pool-overcommit": ((BUDGET, "lower-0.05", ""), (CONTEXT, "halve", ""), (OVERHEAD, "stated", "")),
@@ -297,7 +305,18 @@ def markdown_tables() -> str:
     lines += ["", "| label | settings moved, in order (step) |", "| --- | --- |"]
     for cause, steps in CAUSE_STEPS.items():
         moved = ", ".join(
-            f"{kind} ({step}{'; not host-tier' if phases else ''})" for kind, step, phases in steps
+            f"{kind} ({step}{_phases_note(phases)})" for kind, step, phases in steps
         )
         lines.append(f"| `{cause}` | {moved} |")
     return "\n".join(lines)
+
+
+def _phases_note(phases: str) -> str:
+    """How the knob table prints a row's phase restriction."""
+    if not phases:
+        return ""
+    if phases == _NOT_HOST_TIER:
+        return "; not host-tier"
+    if phases == _NOT_STARTUP:
+        return "; not at the start-up check"
+    return "; only " + ", ".join(phases.split())

@@ -96,6 +96,8 @@ _FOREIGN_FLAGS: dict[str, frozenset[str]] = {
     "llamacpp": _VLLM_FLAGS,
     "exllamav2": _VLLM_FLAGS,
     "trtllm": _VLLM_FLAGS,
+    # Ollama's runner is llama.cpp's, configured through a Modelfile / API options and OLLAMA_* variables
+    "ollama": _VLLM_FLAGS,
 }
 
 
