@@ -238,6 +238,14 @@ class VllmRules:
     group): from 0.28 (`[0.32.0] vllm/engine/arg_utils.py` `_set_default_chunked_prefill_and_prefix_caching_args`,
     `vllm/model_executor/models/config.py` MambaModelConfig; 0.26 / 0.27 kept it off for hybrids;
     `vramctl.core.mamba_cache`)."""
+    mamba_seqs_within_blocks: bool
+    """With full CUDA graphs, a model with Mamba layers must have max_num_seqs ≤ its KV-cache blocks ("Each decode
+    sequence requires one Mamba cache block"): `CompilationConfig` raises `max_num_seqs (N) exceeds available Mamba
+    cache blocks (M)` at graph set-up (`[0.32.0] vllm/config/compilation.py:1503-1525`; added by PR #38270, merged
+    2026-03-26). Binding for pure Mamba models, whose blocks are whole request states, and for hybrids at long
+    max_model_len (large blocks). Read at 0.32.0; applied from 0.23.0, the oldest release users report it from
+    (vLLM issue #49064: 0.23.1, 0.28.0; kaito-project/kaito#2319: 0.25.1); releases between the PR and 0.23 are
+    not pinned and are planned without it."""
     mamba2_prefill_checkpoint: bool
     """Mamba2 layers (`MambaMixer2.get_kv_cache_spec`, `[0.32.0] vllm/model_executor/layers/mamba/mamba_mixer2.py:1098-1108`)
     set `num_prefill_checkpoint_blocks=1`, so in mamba_cache_mode 'align' a request holds `2 + 1` blocks of each
@@ -361,6 +369,7 @@ def _rules_for_tuple(text: str, v: Version) -> VllmRules:
         has_max_num_active_seqs=v >= (0, 31, 0),
         hybrid_prefix_caching_default=v >= (0, 28, 0),
         mamba2_prefill_checkpoint=v >= (0, 32, 0),
+        mamba_seqs_within_blocks=v >= (0, 23, 0),
         ipc_cache_loader=v >= (0, 30, 0),
         preload_cli=v >= (0, 31, 0),
         external_weights_subtracted=v >= (0, 32, 0),
