@@ -43,13 +43,13 @@ def _inner(config: Mapping[str, Any], where: str) -> int:
 def pure_mamba_names(config: dict[str, Any], where: str) -> dict[str, Any]:
     """The attention fields a pure Mamba config lacks, filled for the generic reader (see the module docstring)."""
     kind = config.get("model_type")
-    if kind not in PURE_MAMBA_TYPES:
+    if not isinstance(kind, str) or kind not in PURE_MAMBA_TYPES:
         return config
     out = dict(config)
     out.setdefault("num_attention_heads", 1)
     out.setdefault("num_key_value_heads", 1)
     out["intermediate_size"] = _inner(config, where)
-    out.setdefault("tie_word_embeddings", _TIED_DEFAULT[str(kind)])
+    out.setdefault("tie_word_embeddings", _TIED_DEFAULT[kind])
     return out
 
 

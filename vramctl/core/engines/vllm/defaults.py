@@ -221,6 +221,30 @@ def default_block_size_for(model: ModelSpec, gpu: GpuSpec, version: str) -> int:
     return V.default_block_size(version)
 
 
+def _state_pool(
+    model: ModelSpec, gpu: GpuSpec, settings: ServeSettings, version: str, block: int, mml: int
+) -> tuple[int, int, str]:
+    """(block size, state page of a model without attention layers or 0, mamba_cache_mode) for a model with state
+    layers (docs/hybrid.md); (block, 0, mode) unchanged for any other model."""
+    mode = mamba_cache.mamba_cache_mode(
+        rules_for(version).hybrid_prefix_caching_default and not model.is_attention_free,
+        settings.enable_prefix_caching,
+    )
+    if model.is_state_only:
+        if model.is_attention_free and settings.enable_prefix_caching:
+            raise BadInputError(
+                f"--enable-prefix-caching: {model.name} is attention-free (pure Mamba); vLLM turns prefix caching "
+                "off for such models by default (ModelConfig.is_prefix_caching_supported) and vramctl does not "
+                "model the 'align' state pool it would run with it on: plan without the flag"
+            )
+        # the mamba block: max_model_len without prefix caching, the cache block size with it ('align')
+        sokv = _state_only_kv(model, settings, block if mode == "align" else mml, version)
+        return sokv.block_size, sokv.state_page_bytes, mode
+    if model.state_space is not None:
+        return _hybrid_kv(model, gpu, settings, version).block_size, 0, mode
+    return block, 0, mode
+
+
 def resolve_settings(model: ModelSpec, gpu: GpuSpec, settings: ServeSettings, version: str) -> VllmSettings:
     defaults: list[str] = []
     u = settings.gpu_memory_utilization
@@ -272,23 +296,7 @@ def resolve_settings(model: ModelSpec, gpu: GpuSpec, settings: ServeSettings, ve
     if block is None:
         block = default_block_size_for(model, gpu, version)
         defaults.append("block_size")
-    state_page = 0
-    mode = mamba_cache.mamba_cache_mode(
-        rules_for(version).hybrid_prefix_caching_default and not model.is_attention_free,
-        settings.enable_prefix_caching,
-    )
-    if model.is_state_only:
-        if model.is_attention_free and settings.enable_prefix_caching:
-            raise BadInputError(
-                f"--enable-prefix-caching: {model.name} is attention-free (pure Mamba); vLLM turns prefix caching "
-                "off for such models by default (ModelConfig.is_prefix_caching_supported) and vramctl does not "
-                "model the 'align' state pool it would run with it on: plan without the flag"
-            )
-        # the mamba block: max_model_len without prefix caching, the cache block size with it ('align')
-        sokv = _state_only_kv(model, settings, block if mode == "align" else mml, version)
-        block, state_page = sokv.block_size, sokv.state_page_bytes
-    elif model.state_space is not None:
-        block = _hybrid_kv(model, gpu, settings, version).block_size
+    block, state_page, mode = _state_pool(model, gpu, settings, version, block, mml)
     estimate_cg = settings.estimate_cudagraphs
     if estimate_cg is None:
         estimate_cg = V.estimate_cudagraphs_default(version)
