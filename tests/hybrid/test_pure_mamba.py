@@ -251,3 +251,9 @@ def test_all_mamba_granite_is_a_hybrid_class_without_attention_pages(capsys: pyt
     code, d, err = _plan([*base, "--no-enable-prefix-caching"], capsys)
     assert code == 0, err
     assert (d["block_size"], d["num_blocks"], d["blocks_per_request"], d["kv_tokens"]) == (1024, 164, 1, 167_936)
+
+
+def test_models_names_the_state_kind(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["models", str(MAMBA2), "--json"])
+    model = json.loads(capsys.readouterr().out)["models"][0]
+    assert code == 0 and (model["attention"], model["param_count"]) == ("mamba2", 2_252_640)
