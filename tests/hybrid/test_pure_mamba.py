@@ -257,3 +257,18 @@ def test_models_names_the_state_kind(capsys: pytest.CaptureFixture[str]) -> None
     code = main(["models", str(MAMBA2), "--json"])
     model = json.loads(capsys.readouterr().out)["models"][0]
     assert code == 0 and (model["attention"], model["param_count"]) == ("mamba2", 2_252_640)
+
+
+def test_mamba2_default_shape_on_an_h100(capsys: pytest.CaptureFixture[str]) -> None:
+    """docs/hybrid.md's worked example: 64 layers × 2,158,592 B per request; fewer states than the H100's default
+    max_num_seqs fit at 32k, so the default serve stops; 256 sequences fit."""
+    config = HERE / "configs" / "mamba2-transformers-default"
+    args = [str(config), "--gpu", "H100", "--max-model-len", "32768"]
+    code, d, _ = _plan(args, capsys)
+    assert code == 1 and d["verdict_message"].startswith("max_num_seqs (1024) exceeds available Mamba cache blocks")
+    code, d, err = _plan([*args, "--max-num-seqs", "256"], capsys)
+    assert code == 0, err
+    assert d["bytes_per_block"] == 64 * (10_240 * 3 * 2 + 128 * 64 * 128 * 2) == 138_149_888
+    assert d["block_size"] == 32_768 and d["num_blocks"] == d["kv_cache_bytes"] // 138_149_888
+    assert d["kv_tokens"] == d["num_blocks"] * 32_768 and d["max_concurrency"] == d["num_blocks"]
+    assert d["model"]["param_count"] == 7_285_403_648
