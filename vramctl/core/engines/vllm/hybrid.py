@@ -216,9 +216,16 @@ def _with_state_only(result: PlanResult, model: ModelSpec, settings: ServeSettin
         f"× {s.state_blocks} block(s)) and no KV; there is no attention page to pad the state to, so a block is one "
         "layer's state.",
     ]
-    if mode == "none":
+    if s.mamba_cache_mode == "unmodelled":
+        notes.append(_MAMBA_CACHE_NOTES["unmodelled"])
+    elif mode == "none":
+        off_why = (
+            "the default for attention-free models"
+            if model.is_attention_free
+            else "--no-enable-prefix-caching, or the default before vLLM 0.28"
+        )
         notes.append(
-            f"Prefix caching is off ({'the default for attention-free models' if model.is_attention_free else 'as asked'}"
+            f"Prefix caching is off ({off_why}"
             f"): the block is max_model_len ({s.max_model_len:,} tokens, MambaModelConfig) and a request holds one, "
             f"so {core.num_blocks:,} states fit, at most {core.num_blocks:,} requests at once whatever their length; "
             f"the {core.kv_tokens:,} tokens vLLM logs are blocks × max_model_len, not a token budget."
