@@ -272,3 +272,24 @@ def test_mamba2_default_shape_on_an_h100(capsys: pytest.CaptureFixture[str]) -> 
     assert d["block_size"] == 32_768 and d["num_blocks"] == d["kv_cache_bytes"] // 138_149_888
     assert d["kv_tokens"] == d["num_blocks"] * 32_768 and d["max_concurrency"] == d["num_blocks"]
     assert d["model"]["param_count"] == 7_285_403_648
+
+
+def test_read_log_takes_the_cpu_platforms_ssm_dtype(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """vLLM's CPU platform logs "Reset SSM cache type to float32 …" (vllm/platforms/cpu.py, 0.32.0); a state-only
+    pool is sized by it, so read-log keeps it and --compare-plan plans with it (lines written for this test in the
+    engine's format)."""
+    log = tmp_path / "serve.log"
+    log.write_text(
+        "(APIServer pid=1) INFO 12-03 07:31:12 [utils.py:286] non-default args: {'model': "
+        f"'{MAMBA2}', 'max_model_len': 1024, 'enforce_eager': True, 'kv_cache_memory_bytes': 67108864}}\n"
+        "(APIServer pid=1) WARNING 12-03 07:31:12 [platforms/cpu.py:317] Reset SSM cache type to float32 for "
+        "accelerated GDN mamba backend 'mamba2'.\n"
+        "(EngineCore pid=2) INFO 12-03 07:31:35 [v1/core/kv_cache_utils.py:2327] CPU KV cache size: 126,976 tokens, "
+        "Maximum concurrency for 1,024 tokens per request: 124.00x\n"
+    )
+    code = main(["read-log", str(log), "--compare-plan", "--gpu-memory", "20GiB", "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert code == 0 and report["settings"]["mamba_ssm_cache_dtype"] == "float32"
+    rows = {row["name"]: row for row in report["comparison"]["rows"]}
+    assert (rows["kv_tokens"]["planned"], rows["kv_tokens"]["logged"]) == (126_976, 126_976)
+    assert rows["max_concurrency"]["planned"] == rows["max_concurrency"]["logged"] == 124.0
