@@ -535,9 +535,9 @@ def check_hybrid_supported(model_name: str, version: str, architecture: str = ""
         )
     if not rules_for(version).hybrid_supported:
         raise BadInputError(
-            f"--engine-version {version}: {model_name} is a Mamba / linear-attention hybrid; vramctl plans hybrids "
-            f"for vLLM {'.'.join(map(str, HYBRID_MIN_VLLM))} and later (V1 MambaSpec pages), not the V0 / early-V1 "
-            "mamba cache of this version"
+            f"--engine-version {version}: {model_name} has Mamba / linear-attention layers; vramctl plans hybrids "
+            f"and pure Mamba models for vLLM {'.'.join(map(str, HYBRID_MIN_VLLM))} and later (V1 MambaSpec pages), "
+            "not the V0 / early-V1 mamba cache of this version"
         )
 
 
