@@ -238,7 +238,6 @@ BASE = {
         ({"model_type": "nemotron_h", "hybrid_override_pattern": "MX*E"}, "'X' layers"),
         ({"model_type": "nemotron_h", "hybrid_override_pattern": "-**-"}, "no Mamba ('M') layer"),
         ({"model_type": "nemotron_h", "layers_block_type": ["mamba", "conv"]}, "'layers_block_type' must list"),
-        ({"model_type": "granitemoehybrid", "layer_types": ["mamba"] * 4}, "a pure Mamba model"),
         ({"model_type": "granitemoehybrid", "layer_types": ["mamba", "conv"] * 2}, "'linear_attention' / 'full"),
         ({"model_type": "kimi_linear", "layer_types": ["linear_attention"] * 4}, "model_type 'kimi_linear'"),
         ({"model_type": "mystery", "ssm_state_size": 16}, "field 'ssm_state_size'"),

@@ -108,6 +108,10 @@ def test_plan_end_to_end(capsys: pytest.CaptureFixture[str]) -> None:
             "32768",
             "--kv-cache-memory-bytes",
             "16GiB",
+            # 243 blocks: the default max_num_seqs (1024) would stop vLLM ≥ 0.23 at CUDA-graph set-up (one Mamba
+            # block per decode sequence; test_pure_mamba.py)
+            "--max-num-seqs",
+            "128",
             "--json",
         ]
     )

@@ -165,12 +165,13 @@ def test_granite_4_h_vllm_block_size() -> None:
     assert kv.hybrid_kv(spec, tp=1).block_size == 400
 
 
-def test_granite_4_h_without_attention_or_with_unknown_layers_is_refused() -> None:
-    with pytest.raises(BadInputError, match="pure Mamba"):
-        spec_from_config({**GRANITE_H_DENSE, "layer_types": ["linear_attention"] * 8}, where="c", name="g")
+def test_granite_4_h_without_attention_is_state_only_and_unknown_layers_are_refused() -> None:
+    # every layer Mamba2 (declared, or `layer_types` absent: the config's default) has no attention layer,
+    # planned as vLLM's state-only pool (tests/hybrid/test_pure_mamba.py)
+    spec = spec_from_config({**GRANITE_H_DENSE, "layer_types": ["linear_attention"] * 8}, where="c", name="g")
+    assert spec.is_state_only and not spec.is_attention_free and spec.num_state_layers == 8
     no_types = {k: v for k, v in GRANITE_H_DENSE.items() if k != "layer_types"}
-    with pytest.raises(BadInputError, match="pure Mamba"):  # absent: every layer is Mamba2 (the config's default)
-        spec_from_config(no_types, where="c", name="g")
+    assert spec_from_config(no_types, where="c", name="g").is_state_only
     with pytest.raises(BadInputError, match="'linear_attention' / 'full_attention'"):
         spec_from_config({**GRANITE_H_DENSE, "layer_types": ["sliding_attention"] * 8}, where="c", name="g")
 

@@ -272,6 +272,8 @@ def kv_bytes_per_token(
     `sliding_window_blocks_per_request`). A model whose every layer is windowed counts them all (a token
     costs that much until the window is full). Llama-3-8B bf16: 32 × 8 × 128 × 2 × 2 = 131,072.
     """
+    if model.is_state_only:  # a fixed state per request, nothing per token
+        return 0
     per_layer = token_bytes_per_layer(model, kv_cache_dtype=kv_cache_dtype, tp=tp, model_dtype=model_dtype)
     worst = 0
     for kinds in stage_layer_kinds(model, pp):
@@ -567,10 +569,16 @@ class HybridKv:
     """The attention block size vLLM runs with (the minimum, or a larger --block-size)."""
     block_size_raised: bool
     """vLLM logs "Setting attention block size to N tokens …" (the block size was unset or smaller)."""
+    attention_free: bool = False
+    """No attention layer (`state_only_kv`): no attention page, the page is the unpadded state, `block_size` is the
+    mamba block size."""
 
     @property
     def page_bytes(self) -> int:
-        """Every layer's page: block_size × attention bytes per token = the padded mamba page."""
+        """Every layer's page: block_size × attention bytes per token = the padded mamba page (attention-free: the
+        state page itself)."""
+        if self.attention_free:
+            return self.state_page_bytes
         return self.block_size * self.attention_token_bytes
 
     @property
@@ -630,6 +638,35 @@ def hybrid_kv(
     raised = user_block_size is None or current < minimum
     block = minimum if raised else current
     return HybridKv(shapes, token, mamba_page, align, minimum, block, raised)
+
+
+def state_only_kv(
+    model: ModelSpec,
+    *,
+    block_size: int,
+    tp: int = 1,
+    model_dtype: str | None = None,
+    mamba_cache_dtype: str = "auto",
+    mamba_ssm_cache_dtype: str = "auto",
+) -> HybridKv:
+    """The pool of a model with state layers and no attention layer (vLLM V1): no attention page to unify with, so
+    the page is one layer's unpadded state and the MambaSpec block size is `cache_config.mamba_block_size`.
+    `MambaModelConfig.verify_and_update_config` (vllm/model_executor/models/config.py, v0.32.0) sets it to
+    max_model_len with prefix caching off (always, by default, for the attention-free Mamba / Mamba2 /
+    FalconMamba) and to the cache block size with prefix caching on (an all-Mamba Granite-4.0-H, an `IsHybrid` class,
+    from 0.28); `MambaBase.get_kv_cache_spec` (vllm/model_executor/layers/mamba/abstract.py) builds the spec from it,
+    and the engine reports it (`cache_config.block_size = min(group block sizes)`, vllm/v1/engine/core.py). Checked
+    on the CPU build (tests/engine/cases.yaml `mamba2-pure-default`, `mamba1-pure-default`,
+    `granite-4-h-all-mamba-default`)."""
+    element = kv_dtype_bytes(model, "auto", model_dtype=model_dtype)
+    shapes = state_shapes(
+        model,
+        tp=tp,
+        element_bytes=element,
+        mamba_cache_dtype=mamba_cache_dtype,
+        mamba_ssm_cache_dtype=mamba_ssm_cache_dtype,
+    )
+    return HybridKv(shapes, 0, shapes.page_bytes, 0, block_size, block_size, False, attention_free=True)
 
 
 def state_bytes_per_request(

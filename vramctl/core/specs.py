@@ -272,6 +272,13 @@ class ModelSpec:
     vllm_unscaled_yarn_len: int | None = None
     """vLLM ≥ 0.30's derived max_model_len for a yarn-family rope (yarn, deepseek_yarn, deepseek_llama_scaling) when
     it differs from `vllm_max_model_len`: the config's length, no longer scaled (vramctl.core.engines.vllm_yarn)."""
+    attention_free: bool = False
+    """The architecture is attention-free in vLLM (`IsAttentionFree`: mamba, mamba2, falcon_mamba); see
+    `is_attention_free`."""
+    max_len_assumed: bool = False
+    """config.json names no context length (Mamba, Mamba2): vLLM assumes 2048 but takes any --max-model-len the user
+    gives without the VLLM_ALLOW_LONG_MAX_MODEL_LEN check (`_get_and_verify_max_len`, vllm/config/model.py, v0.32.0:
+    "If max_model_len is specified, we use it.")."""
     rope_cache_elements: int = 0
     """cos/sin values the engine's rotary embeddings precompute (positions × rotary_dim, summed over the distinct
     RoPE set-ups): a buffer allocated with the weights (vramctl.registry.models._rope_cache_elements)."""
@@ -288,6 +295,21 @@ class ModelSpec:
     def is_hybrid_state(self) -> bool:
         """Layers with a recurrent state beside attention layers (Qwen3-Next, Nemotron-H, Granite-4.0-H)."""
         return self.state_space is not None
+
+    @property
+    def is_attention_free(self) -> bool:
+        """vLLM's `IsAttentionFree` models (Mamba, Mamba2, FalconMamba): every layer a Mamba mixer, a pool of one
+        state per request (docs/hybrid.md, "Pure Mamba"). An all-Mamba Granite-4.0-H is not one: its class is
+        `IsHybrid` and vLLM plans it as a hybrid (`ModelConfig.is_hybrid`, vllm/config/model.py, v0.32.0)."""
+        return self.state_space is not None and self.attention_free
+
+    @property
+    def is_state_only(self) -> bool:
+        """State layers and no attention layer: the attention-free models and an all-Mamba Granite-4.0-H. vLLM has
+        no attention page to unify the mamba page with, so the page is the unpadded state (docs/hybrid.md)."""
+        return self.state_space is not None and not any(
+            kind in (FULL_ATTENTION, SLIDING_ATTENTION) for kind in self.layer_types
+        )
 
     @property
     def num_state_layers(self) -> int:

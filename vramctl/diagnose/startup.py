@@ -288,6 +288,7 @@ _SETTINGS_NEEDLES = (
     "Chunked prefill is enabled with max_num_batched_tokens=",
     "top-p & top-k sampling",
     "Custom allreduce is disabled",
+    "Reset SSM cache type to",
     "vllm serve",
     "sglang.launch_server",
     "api_server",
@@ -398,6 +399,7 @@ PREFILTER_ANCHORS: tuple[bytes, ...] = (
     b"Chunked prefill",
     b"top-k sampling",
     b"Custom allreduce",
+    b"Reset SSM",
     b"For requested memory",
     b"For full GPU",
     b"CPU blocks",
@@ -696,6 +698,14 @@ class _Parser:
             m = re.search(r"max_num_batched_tokens=(\d+)", raw)
             if m:
                 run.set_setting("max_num_batched_tokens", int(m.group(1)), line.number, "log-line")
+            return
+        elif "Reset SSM cache type to" in raw:
+            # vLLM's CPU platform replaces the SSM state dtype (vllm/platforms/cpu.py `check_and_update_config`,
+            # 0.32.0: "Reset SSM cache type to float32 for accelerated GDN mamba backend '…'"): the state a
+            # state-only pool (pure Mamba) is sized by
+            m = re.search(r"Reset SSM cache type to (\w+)", raw)
+            if m:
+                run.set_setting("mamba_ssm_cache_dtype", m.group(1), line.number, "log-line")
             return
         elif "top-p & top-k sampling" in raw or "Custom allreduce is disabled" in raw:
             # vllm/v1/sample/ops/topk_topp_sampler.py: "Using FlashInfer for top-p & top-k sampling." or a

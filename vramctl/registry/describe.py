@@ -11,7 +11,11 @@ from vramctl.core.specs import GpuSpec, ModelSpec
 
 def attention_kind(spec: ModelSpec) -> str:
     """`mla`, `hybrid` (full + sliding layers), `sliding`, or `mha` / `gqa` / `mqa` for full attention; a model with
-    Mamba / linear-attention layers adds their kind (`gqa+gated_delta_net`, `gqa+mamba2`, `mla+kda`)."""
+    Mamba / linear-attention layers adds their kind (`gqa+gated_delta_net`, `gqa+mamba2`, `mla+kda`); one without
+    attention layers is the state kind alone (`mamba1`, `mamba2`: pure Mamba, docs/hybrid.md)."""
+    if spec.is_state_only:
+        assert spec.state_space is not None
+        return spec.state_space.kind
     if spec.state_space is not None:
         return f"{_full_attention_kind(spec)}+{spec.state_space.kind}"
     if spec.mla is not None:

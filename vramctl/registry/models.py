@@ -42,6 +42,12 @@ from vramctl.registry._fields import (
     get_str_list,
 )
 from vramctl.registry._legacy_layouts import LEGACY_TYPES, dbrx_names, legacy_layout
+from vramctl.registry._pure_mamba import (
+    PURE_MAMBA_TYPES,
+    pure_mamba_names,
+    pure_mamba_param_count,
+    pure_mamba_pattern,
+)
 from vramctl.registry.vision_towers import vision_tower_params
 
 # model_type → defaults of its transformers config class where config.json may omit the field.
@@ -1030,9 +1036,6 @@ def _attention_pattern(
 
 # --- hybrid attention + Mamba2 / Gated DeltaNet models (docs/hybrid.md) ----------------------------------------
 _HYBRID_REFUSED = {
-    "mamba": "a pure Mamba1 model has no attention layers to plan a KV cache for",
-    "mamba2": "a pure Mamba2 model has no attention layers to plan a KV cache for",
-    "falcon_mamba": "a pure Mamba model has no attention layers to plan a KV cache for",
     "minimax_text_01": "its lightning (linear) attention state is not modelled",
     "plamo2": "its Mamba state layers are not modelled",
 }
@@ -1054,7 +1057,7 @@ _NEMOTRON_H_CHARS = {"M": MAMBA, "*": FULL_ATTENTION, "-": MLP_ONLY, "E": MLP_ON
 MoESpec.layer_indices)."""
 _PLANNED_HYBRIDS = (
     "qwen3_next, qwen3_5, qwen3_5_moe, olmo_hybrid, nemotron_h, granitemoehybrid, kimi_linear, falcon_h1, jamba, lfm2, "
-    "lfm2_moe, zamba2, bamba (vLLM ≤ 0.23)"
+    "lfm2_moe, zamba2, bamba (vLLM ≤ 0.23); pure mamba, mamba2, falcon_mamba"
 )
 
 
@@ -1343,7 +1346,7 @@ def _granite_hybrid_pattern(
     `GraniteMoeHybridForCausalLM.get_mamba_state_shape_from_config` (vLLM 0.32 granitemoehybrid.py) →
     `mamba2_state_shape` with intermediate = mamba_expand × hidden_size, mamba_n_heads heads of mamba_d_head
     (`auto`: intermediate // mamba_n_heads). None when no layer is Mamba (Granite-4.0-micro: a plain attention
-    model)."""
+    model); every layer Mamba is an attention-free model."""
     raw = get_str_list(config, "layer_types", where) or ["linear_attention"] * layers
     if len(raw) != layers or set(raw) - set(_GRANITE_LAYERS):
         raise BadInputError(
@@ -1353,13 +1356,7 @@ def _granite_hybrid_pattern(
     kinds = tuple(_GRANITE_LAYERS[k] for k in raw)
     if MAMBA not in kinds:
         return None
-    if FULL_ATTENTION not in kinds:
-        raise _refuse_hybrid(
-            "granitemoehybrid",
-            where,
-            f"all {layers} layers are Mamba2 ('layer_types' has no full_attention / attention layer): a pure "
-            "Mamba model has no attention layers to plan a KV cache for",
-        )
+    # all Mamba2 (the default config): an attention-free model, planned as vLLM's state-only pool (docs/hybrid.md)
     inner = get_int(config, "mamba_expand", where, default=2) * hidden
     return kinds, _mamba2_state(config, inner, "mamba_expand × hidden_size", where)
 
@@ -1379,6 +1376,8 @@ def _hybrid_pattern(
     """
     if model_type in _HYBRID_REFUSED:
         raise _refuse_hybrid(model_type, where, _HYBRID_REFUSED[model_type])
+    if model_type in PURE_MAMBA_TYPES:
+        return pure_mamba_pattern(config, model_type, layers, where)
     declared = config.get("layer_types")
     if model_type == "kimi_linear":
         return _kimi_linear_pattern(config, layers, where)
@@ -1612,7 +1611,7 @@ def spec_from_config(
     cfg = _zamba2_names(
         _lfm2_names(dbrx_names(legacy_layout(_chatglm_names(_text_config(config, where)))), where), where
     )
-    cfg = _nemotron_h_names(cfg, where)
+    cfg = pure_mamba_names(_nemotron_h_names(cfg, where), where)
     model_type = str(cfg.get("_text_model_type") or cfg.get("model_type") or "")
     if model_type in _LAYOUT_REFUSED:
         raise BadInputError(
@@ -1750,10 +1749,16 @@ def spec_from_config(
         spec = _replace(spec, sources=(*spec.sources, ("vision_params", vision_note)))
     if max_len_note:
         spec = _replace(spec, sources=(*spec.sources, ("max_position_embeddings", max_len_note)))
+    if not _length_keys(cfg, where):
+        spec = _replace(spec, max_len_assumed=True)
+    if model_type in PURE_MAMBA_TYPES:
+        spec = _replace(spec, attention_free=True)
     if cfg.get("_text_defaults"):
         spec = _replace(spec, sources=(*spec.sources, ("text_config", str(cfg["_text_defaults"]))))
     if param_count is not None:
         count = param_count
+    elif spec.state_space is not None and model_type in PURE_MAMBA_TYPES:
+        count = pure_mamba_param_count(spec, cfg, where)
     elif spec.state_space is not None:
         count = _hybrid_param_count(spec, cfg, where)
     else:

@@ -290,6 +290,11 @@ def plan_sglang(
     """
     opts = _with_vision_tower(model, options or SglangOptions())
     _validate(settings, opts)
+    if model.is_state_only:
+        raise BadInputError(
+            f"--engine sglang: {model.name} has no attention layer (pure Mamba); vramctl plans SGLang's mamba pool "
+            "only beside a token pool (hybrids); plan it with --engine vllm"
+        )
     if settings.max_model_len is not None and settings.max_model_len > model.max_position_embeddings:
         raise BadInputError(
             f"--context-length {settings.max_model_len}: above the model's max_position_embeddings "

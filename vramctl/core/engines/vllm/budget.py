@@ -234,6 +234,8 @@ class _Pool:
     available: int
     needed: int
     fit_len: int
+    has_state: bool = False
+    """The model has Mamba / linear-attention state layers (`kv_cache_config.has_mamba_layers`)."""
 
 
 def _verdict(p: _Pool) -> tuple[Verdict, str]:
@@ -275,6 +277,15 @@ def _verdict(p: _Pool) -> tuple[Verdict, str]:
             estimated=p.fit_len,
             version=s.version,
         )
+    if (
+        p.has_state
+        and rules.mamba_seqs_within_blocks
+        and not s.enforce_eager
+        and V.graph_regime_for(s.version, s.cudagraph_mode) == "full-and-piecewise"
+        and s.max_num_seqs > p.num_blocks
+    ):
+        # the pool is too small for the flags: one Mamba block per decode sequence under full CUDA graphs
+        return KV_TOO_SMALL, M.mamba_blocks_error(s.max_num_seqs, p.num_blocks)
     return FITS, ""
 
 
@@ -348,6 +359,7 @@ def _core(
         available=available,
         needed=_request_kv_bytes(kv_model, s, s.max_model_len, version),
         fit_len=_largest_fitting_len(kv_model, s, available, model.vllm_max_model_len, version),
+        has_state=model.state_space is not None,
     )
     verdict, message = _verdict(pool)
     return _Core(

@@ -13,6 +13,7 @@ from vramctl.core.engines import vllm_runtime as RT
 from vramctl.core.engines.vllm import rules as V
 from vramctl.core.engines.vllm.kv_manager import compute_dtype as _compute_dtype
 from vramctl.core.engines.vllm.kv_manager import hybrid_kv_for as _hybrid_kv
+from vramctl.core.engines.vllm.kv_manager import state_only_kv_for as _state_only_kv
 from vramctl.core.engines.vllm.rules import rules_for
 from vramctl.core.engines.vllm.scheduler import (
     apply_scheduler_caps,
@@ -89,6 +90,11 @@ class VllmSettings:
     """`num_prefill_checkpoint_blocks` of the model's state layers (1: Mamba2 on vLLM 0.32 →,
     `VllmRules.mamba2_prefill_checkpoint`); counted in the 'align' mode only."""
 
+    state_page_bytes: int = 0
+    """A model without attention layers (pure Mamba, an all-Mamba Granite-4.0-H): one layer's unpadded state on one
+    rank (`kv.state_only_kv`); 0 for every other model, whose page is block_size × the attention bytes per token.
+    Not in `to_json`."""
+
     @property
     def state_blocks(self) -> int:
         return mamba_cache.state_blocks_per_request(self.mamba_cache_mode, self.prefill_checkpoint_blocks)
@@ -163,7 +169,13 @@ def validate(model: ModelSpec, gpu: GpuSpec, settings: ServeSettings) -> None:
             f"--free-memory {settings.free_memory_bytes / GiB:.2f} GiB: more than the card's total "
             f"{capacity / GiB:.2f} GiB"
         )
-    if settings.block_size is not None and settings.block_size not in VALID_BLOCK_SIZES:
+    # a state-only pool without prefix caching has a block of max_model_len (vLLM 0.32 takes any positive size;
+    # the engine tier passes the block size vLLM reports back as --block-size)
+    if (
+        settings.block_size is not None
+        and settings.block_size not in VALID_BLOCK_SIZES
+        and not model.is_state_only
+    ):
         raise BadInputError(
             f"--block-size {settings.block_size}: vLLM accepts {', '.join(str(b) for b in VALID_BLOCK_SIZES)}"
         )
@@ -179,6 +191,7 @@ def validate(model: ModelSpec, gpu: GpuSpec, settings: ServeSettings) -> None:
         and mml != AUTO_MAX_MODEL_LEN
         and mml > model.vllm_max_model_len
         and not settings.allow_long_max_model_len
+        and not model.max_len_assumed
     ):
         raise BadInputError(
             f"--max-model-len {mml}: User-specified max_model_len ({mml}) is greater than the derived max_model_len "
@@ -207,6 +220,33 @@ def default_block_size_for(model: ModelSpec, gpu: GpuSpec, version: str) -> int:
         if major == "10":
             return 128
     return V.default_block_size(version)
+
+
+def _state_pool(
+    model: ModelSpec, gpu: GpuSpec, settings: ServeSettings, version: str, block: int, mml: int
+) -> tuple[int, int, str]:
+    """(block size, state page of a model without attention layers or 0, mamba_cache_mode) for a model with state
+    layers (docs/hybrid.md); (block, 0, mode) unchanged for any other model."""
+    rules = rules_for(version)
+    mode = mamba_cache.mamba_cache_mode(
+        rules.hybrid_prefix_caching_default and not model.is_attention_free,
+        settings.enable_prefix_caching,
+        state_blocks_rule=rules.mamba_state_blocks,
+        class_caches_all=model.state_space is not None and model.state_space.kind in ("mamba1", "mamba2"),
+    )
+    if model.is_state_only:
+        if model.is_attention_free and settings.enable_prefix_caching:
+            raise BadInputError(
+                f"--enable-prefix-caching: {model.name} is attention-free (pure Mamba); vLLM turns prefix caching "
+                "off for such models by default (ModelConfig.is_prefix_caching_supported) and vramctl does not "
+                "model the 'align' state pool it would run with it on: plan without the flag"
+            )
+        # the mamba block: max_model_len without prefix caching, the cache block size with it ('align')
+        sokv = _state_only_kv(model, settings, block if mode == "align" else mml, version)
+        return sokv.block_size, sokv.state_page_bytes, mode
+    if model.state_space is not None:
+        return _hybrid_kv(model, gpu, settings, version).block_size, 0, mode
+    return block, 0, mode
 
 
 def resolve_settings(model: ModelSpec, gpu: GpuSpec, settings: ServeSettings, version: str) -> VllmSettings:
@@ -260,8 +300,7 @@ def resolve_settings(model: ModelSpec, gpu: GpuSpec, settings: ServeSettings, ve
     if block is None:
         block = default_block_size_for(model, gpu, version)
         defaults.append("block_size")
-    if model.state_space is not None:
-        block = _hybrid_kv(model, gpu, settings, version).block_size
+    block, state_page, mode = _state_pool(model, gpu, settings, version, block, mml)
     estimate_cg = settings.estimate_cudagraphs
     if estimate_cg is None:
         estimate_cg = V.estimate_cudagraphs_default(version)
@@ -317,12 +356,8 @@ def resolve_settings(model: ModelSpec, gpu: GpuSpec, settings: ServeSettings, ve
             settings.tensor_parallel_size, gpu, disabled=settings.disable_custom_all_reduce
         ).custom,
         peer_to_peer=gpu.vendor != "nvidia" or RT.peer_to_peer(gpu),
-        mamba_cache_mode=mamba_cache.mamba_cache_mode(
-            rules_for(version).hybrid_prefix_caching_default,
-            settings.enable_prefix_caching,
-            state_blocks_rule=rules_for(version).mamba_state_blocks,
-            class_caches_all=model.state_space is not None and model.state_space.kind in ("mamba1", "mamba2"),
-        ),
+        mamba_cache_mode=mode,
+        state_page_bytes=state_page,
         cudagraph_mode=None if settings.enforce_eager else graphs,
         prefill_checkpoint_blocks=int(
             model.state_space is not None

@@ -9,6 +9,7 @@ from vramctl.core import kv as kvmath
 from vramctl.core.engines.vllm import messages as M
 from vramctl.core.engines.vllm.budget import _Core
 from vramctl.core.engines.vllm.kv_manager import hybrid_kv_for as _hybrid_kv
+from vramctl.core.engines.vllm.kv_manager import state_only_kv_for as _state_only_kv
 from vramctl.core.ledger import (
     KV_CACHE,
     Ledger,
@@ -98,6 +99,8 @@ def _with_hybrid(
     on the KV term saying how much of the shared pool the state takes at full concurrency (the ledger still sums:
     attention pages and mamba pages are one pool, `num_blocks × bytes_per_block`)."""
     s = core.s
+    if model.is_state_only:
+        return _with_state_only(result, model, settings, core)
     hkv = _hybrid_kv(model, gpu, settings, s.version)
     kinds = kvmath.stage_layer_kinds(model, s.pipeline_parallel_size)[core.binding.index]
     layout = kvmath.stage_layout(kinds)
@@ -167,3 +170,76 @@ def _with_hybrid(
     )
     return replace(result, hybrid=hybrid, ledger=ledger, explanations=(*result.explanations, *notes))
 
+
+
+def _with_state_only(result: PlanResult, model: ModelSpec, settings: ServeSettings, core: _Core) -> PlanResult:
+    """A model without attention layers (docs/hybrid.md, "Pure Mamba"): every layer's page is its unpadded state,
+    all layers form one KV-cache group. Attention-free models (prefix caching off): a block is one request's state,
+    block size = max_model_len, so the blocks are the concurrency and the tokens vLLM logs are blocks ×
+    max_model_len. An all-Mamba hybrid class in 'align' mode: blocks of the cache block size, 2 (+ 1 prefill
+    checkpoint for Mamba2) per request."""
+    s = core.s
+    hkv = _state_only_kv(model, settings, s.block_size, s.version)
+    kinds = kvmath.stage_layer_kinds(model, s.pipeline_parallel_size)[core.binding.index]
+    layout = kvmath.stage_layout(kinds)
+    n_state = layout.num_state_layers
+    state = n_state * hkv.state_page_bytes * s.state_blocks
+    held = int(core.concurrency) * state
+    st = model.state_space
+    assert st is not None
+    mode = "align" if s.mamba_cache_mode == "align" else "none"
+    hybrid = HybridPlan(
+        state_kind=st.kind,
+        full_attention_layers=0,
+        state_layers=n_state,
+        mlp_only_layers=len(kinds) - n_state,
+        kv=hkv,
+        group_size=layout.group_size,
+        attention_groups=0,
+        state_groups=len(layout.groups),
+        attention_blocks_per_request=0,
+        state_blocks_per_request=core.blocks_per_request,
+        state_bytes_per_request=state,
+        state_bytes_per_request_padded=state,
+        attention_bytes_per_request=0,
+        num_blocks=core.num_blocks,
+        max_concurrency=core.concurrency,
+        kv_tokens=core.kv_tokens,
+        state_bytes_at_max_concurrency=held,
+        log_lines=(),
+        mamba_cache_mode=mode,
+    )
+    kind = STATE_KIND_NAMES.get(st.kind, st.kind)
+    what = "Attention-free" if model.is_attention_free else "No attention layer"
+    notes = [
+        f"{what} ({kind} in every layer): {n_state} layers keep a fixed state per request "
+        f"({state / MiB:.2f} MiB per rank: conv {hkv.shapes.conv} + SSM {hkv.shapes.ssm} per layer, "
+        f"× {s.state_blocks} block(s)) and no KV; there is no attention page to pad the state to, so a block is one "
+        "layer's state.",
+    ]
+    if s.mamba_cache_mode == "unmodelled":
+        notes.append(_MAMBA_CACHE_NOTES["unmodelled"])
+    elif mode == "none":
+        off_why = (
+            "the default for attention-free models"
+            if model.is_attention_free
+            else "--no-enable-prefix-caching, or the default before vLLM 0.28"
+        )
+        notes.append(
+            f"Prefix caching is off ({off_why}"
+            f"): the block is max_model_len ({s.max_model_len:,} tokens, MambaModelConfig) and a request holds one, "
+            f"so {core.num_blocks:,} states fit, at most {core.num_blocks:,} requests at once whatever their length; "
+            f"the {core.kv_tokens:,} tokens vLLM logs are blocks × max_model_len, not a token budget."
+        )
+    else:
+        notes.append(
+            f"Prefix caching is on (vLLM's default for hybrid classes from 0.28; --no-enable-prefix-caching turns it "
+            f"off): mamba_cache_mode 'align', blocks of {s.block_size} tokens, {s.state_blocks} per request "
+            f"(MambaSpec.max_memory_usage_bytes), {core.concurrency:.2f}x."
+        )
+    kv_note = f"{kind} state only: {core.num_blocks:,} blocks of {hkv.state_page_bytes * n_state / MiB:.2f} MiB per rank"
+    ledger = Ledger(
+        result.ledger.capacity_bytes,
+        tuple(replace(t, note=kv_note) if t.name == KV_CACHE else t for t in result.ledger.terms),
+    )
+    return replace(result, hybrid=hybrid, ledger=ledger, explanations=(*result.explanations, *notes))

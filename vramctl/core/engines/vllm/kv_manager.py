@@ -10,7 +10,7 @@ from vramctl.core import kv as kvmath
 from vramctl.core import lora
 from vramctl.core.engines.vllm import rules as V
 from vramctl.core.settings import ServeSettings, parse_version
-from vramctl.core.specs import FULL_ATTENTION, GpuSpec, ModelSpec, dtype_bytes
+from vramctl.core.specs import FULL_ATTENTION, STATE_KINDS, GpuSpec, ModelSpec, dtype_bytes
 from vramctl.core.weights import stage_rank_weight_bytes
 
 if TYPE_CHECKING:
@@ -71,6 +71,8 @@ def stage_weight_bytes(model: ModelSpec, *, tp: int, pp: int, dtype: str, ep: in
 
 def _stage_bytes_per_block(kv_model: ModelSpec, s: VllmSettings, stage: int) -> int:
     kinds = kvmath.stage_layer_kinds(kv_model, s.pipeline_parallel_size)[stage]
+    if s.state_page_bytes:  # no attention: one group of every state layer (`_get_kv_cache_groups_uniform_spec`)
+        return kvmath.stage_layout(kinds).group_size * s.state_page_bytes
     page = kvmath.page_size_bytes(
         kv_model,
         block_size=s.block_size,
@@ -82,7 +84,14 @@ def _stage_bytes_per_block(kv_model: ModelSpec, s: VllmSettings, stage: int) -> 
 
 
 def _request_kv_bytes(kv_model: ModelSpec, s: VllmSettings, length: int, version: tuple[int, ...]) -> int:
-    """One request's KV at `length` tokens on one rank (`vramctl.core.kv.per_request_kv_bytes`)."""
+    """One request's KV at `length` tokens on one rank (`vramctl.core.kv.per_request_kv_bytes`); a model without
+    attention layers holds its state whatever the length (`MambaSpec.max_memory_usage_bytes`: the page × the state
+    blocks of the mode)."""
+    if s.state_page_bytes:
+        return max(
+            sum(1 for k in kinds if k in STATE_KINDS)
+            for kinds in kvmath.stage_layer_kinds(kv_model, s.pipeline_parallel_size)
+        ) * s.state_blocks * s.state_page_bytes
     return kvmath.per_request_kv_bytes(
         kv_model,
         max_model_len=length,
@@ -118,6 +127,24 @@ def _largest_fitting_len(
             hi = mid - 1
     return lo
 
+
+
+def state_only_kv_for(
+    model: ModelSpec, settings: ServeSettings, block_size: int, version: str
+) -> kvmath.HybridKv:
+    """The state page and block of a model without attention layers (`vramctl.core.kv.state_only_kv`)."""
+    return kvmath.state_only_kv(
+        model,
+        block_size=block_size,
+        tp=settings.tensor_parallel_size,
+        model_dtype=compute_dtype(model, settings.dtype),
+        mamba_cache_dtype=settings.mamba_cache_dtype or "auto",
+        mamba_ssm_cache_dtype=settings.mamba_ssm_cache_dtype
+        if settings.mamba_ssm_cache_dtype not in ("", "auto")
+        else V.default_mamba_ssm_cache_dtype(
+            model.architecture, model.state_space.ssm_dtype if model.state_space else None, version
+        ),
+    )
 
 
 def hybrid_kv_for(model: ModelSpec, gpu: GpuSpec, settings: ServeSettings, version: str) -> kvmath.HybridKv:

@@ -56,6 +56,16 @@ def one_request_error(
 
 
 
+def mamba_blocks_error(max_num_seqs: int, num_blocks: int) -> str:
+    """`CompilationConfig` (`[0.32.0] vllm/config/compilation.py:1518-1524`): full CUDA graphs with Mamba layers and
+    more sequences than KV-cache blocks."""
+    return (
+        f"max_num_seqs ({max_num_seqs}) exceeds available Mamba cache blocks ({num_blocks}). Each decode sequence "
+        "requires one Mamba cache block, so CUDA graph capture cannot proceed. Please lower max_num_seqs to at most "
+        f"{num_blocks} or increase gpu_memory_utilization."
+    )
+
+
 def gib_text(n_bytes: int, version: str) -> str:
     """A size in the version's messages: vLLM's GiB format from 0.12, two decimals before."""
     return vllm_format_gib(n_bytes) if rules_for(version).new_wordings else f"{n_bytes / GiB:.2f}"

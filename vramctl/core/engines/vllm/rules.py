@@ -259,6 +259,14 @@ class VllmRules:
     `vllm/model_executor/models/config.py` MambaModelConfig, `[0.28.0] :602-610`; `ModelConfig.is_prefix_caching_supported`
     returned False for hybrids through 0.27 (`[0.12.0]` - `[0.20.2] vllm/config/model.py`, 0.26 / 0.27 likewise);
     `vramctl.core.mamba_cache`)."""
+    mamba_seqs_within_blocks: bool
+    """With full CUDA graphs, a model with Mamba layers must have max_num_seqs ≤ its KV-cache blocks ("Each decode
+    sequence requires one Mamba cache block"): `CompilationConfig` raises `max_num_seqs (N) exceeds available Mamba
+    cache blocks (M)` at graph set-up (`[0.32.0] vllm/config/compilation.py:1503-1525`; added by PR #38270, merged
+    2026-03-26). Binding for pure Mamba models, whose blocks are whole request states, and for hybrids at long
+    max_model_len (large blocks). Read at 0.32.0; applied from 0.23.0, the oldest release users report it from
+    (vLLM issue #49064: 0.23.1, 0.28.0; kaito-project/kaito#2319: 0.25.1); releases between the PR and 0.23 are
+    not pinned and are planned without it."""
     mamba2_prefill_checkpoint: bool
     """Mamba2 layers (`MambaMixer2.get_kv_cache_spec`, `[0.32.0] vllm/model_executor/layers/mamba/mamba_mixer2.py:1098-1108`)
     set `num_prefill_checkpoint_blocks=1`, so in mamba_cache_mode 'align' a request holds `2 + 1` blocks of each
@@ -384,6 +392,7 @@ def _rules_for_tuple(text: str, v: Version) -> VllmRules:
         mamba_state_blocks="page" if v < (0, 12, 0) else "mamba-block" if v < (0, 15, 0) else "mode",
         hybrid_prefix_caching_default=v >= (0, 28, 0),
         mamba2_prefill_checkpoint=v >= (0, 32, 0),
+        mamba_seqs_within_blocks=v >= (0, 23, 0),
         ipc_cache_loader=v >= (0, 30, 0),
         preload_cli=v >= (0, 31, 0),
         external_weights_subtracted=v >= (0, 32, 0),
@@ -549,9 +558,9 @@ def check_hybrid_supported(model_name: str, version: str, architecture: str = ""
         )
     if not rules_for(version).hybrid_supported:
         raise BadInputError(
-            f"--engine-version {version}: {model_name} is a Mamba / linear-attention hybrid; vramctl plans hybrids "
-            f"for vLLM {'.'.join(map(str, HYBRID_MIN_VLLM))} and later (V1 MambaSpec pages), not the V0 / early-V1 "
-            "mamba cache of this version"
+            f"--engine-version {version}: {model_name} has Mamba / linear-attention layers; vramctl plans hybrids "
+            f"and pure Mamba models for vLLM {'.'.join(map(str, HYBRID_MIN_VLLM))} and later (V1 MambaSpec pages), "
+            "not the V0 / early-V1 mamba cache of this version"
         )
 
 
