@@ -10,6 +10,7 @@ from typing import Any
 from vramctl.core import kv as kvmath
 from vramctl.core import lora, mamba_cache
 from vramctl.core.engines import vllm_runtime as RT
+from vramctl.core.engines import vllm_speculative as SP
 from vramctl.core.engines.vllm import rules as V
 from vramctl.core.engines.vllm.kv_manager import compute_dtype as _compute_dtype
 from vramctl.core.engines.vllm.kv_manager import hybrid_kv_for as _hybrid_kv
@@ -89,9 +90,18 @@ class VllmSettings:
     """`num_prefill_checkpoint_blocks` of the model's state layers (1: Mamba2 on vLLM 0.32 →,
     `VllmRules.mamba2_prefill_checkpoint`); counted in the 'align' mode only."""
 
+    speculative: SP.Speculative | None = None
+    """`--speculative-config` resolved for the model and version (vramctl.core.engines.vllm_speculative); None
+    without it. Not in `to_json`."""
+
     @property
     def state_blocks(self) -> int:
-        return mamba_cache.state_blocks_per_request(self.mamba_cache_mode, self.prefill_checkpoint_blocks)
+        extra = self.speculative.state_blocks if self.speculative is not None else 0
+        return mamba_cache.state_blocks_per_request(self.mamba_cache_mode, self.prefill_checkpoint_blocks) + extra
+
+    @property
+    def drafter_kv_layers(self) -> int:
+        return self.speculative.drafter_kv_layers if self.speculative is not None else 0
 
     def to_json(self) -> dict[str, Any]:
         out = {
@@ -324,6 +334,7 @@ def resolve_settings(model: ModelSpec, gpu: GpuSpec, settings: ServeSettings, ve
             class_caches_all=model.state_space is not None and model.state_space.kind in ("mamba1", "mamba2"),
         ),
         cudagraph_mode=None if settings.enforce_eager else graphs,
+        speculative=SP.resolve(model, version, settings.speculative_method, settings.num_speculative_tokens),
         prefill_checkpoint_blocks=int(
             model.state_space is not None
             and model.state_space.kind == "mamba2"
