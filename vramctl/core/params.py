@@ -557,6 +557,14 @@ def mtp_layer_rank_bytes(spec: ModelSpec, tp: int = 1, ep: int = 1) -> int:
     high = serving_dtype_bytes(spec)
     hidden = spec.hidden_size
     attention = sum(_tensor_bytes(spec, t, tp) for t in _attention_tensors(spec))
+    if spec.architecture.startswith(("Qwen3Next", "Qwen3_5")) and not spec.attention_out_gate:
+        # Qwen3-Next / Qwen3.5 full attention: q_proj also emits the output gate (2 × heads × head_dim rows) and
+        # q / k RMSNorms of head_dim (qwen3_next.py Qwen3NextAttention, vLLM 0.32.0); the hybrid spec leaves them
+        # to its exact parameter total, the MTP layer needs them here
+        q_dim = spec.num_attention_heads * spec.head_dim
+        attention += _tensor_bytes(spec, _Linear(q_dim, hidden, "col"), tp)
+        if not spec.qk_norm:
+            attention += _tensor_bytes(spec, _Vector(2 * spec.head_dim, "rep"), tp)
     dense, experts, router, shared = _ffn_tensors(spec, spec.num_hidden_layers - 1)
     if ep > 1 and experts:
         ffn = _expert_bytes_ep(spec, experts, ep) + sum(_tensor_bytes(spec, t, tp) for t in (*dense, *router, *shared))

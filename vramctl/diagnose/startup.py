@@ -594,7 +594,9 @@ class _Run:
             return
         if name in ("max_model_len",) and not isinstance(value, int):
             return
-        if isinstance(value, str) and not re.match(r"[\w/.~]", value):
+        if isinstance(value, str) and not re.match(r"[\w/.~]", value) and not (
+            name == "speculative_config" and value.startswith("{")  # the one dict-valued setting read
+        ):
             return  # a placeholder (`<model>`) or punctuation, not a value
         current = self.settings.get(name)
         if current is None or _SETTING_PRIORITY[source] > _SETTING_PRIORITY[current.source]:
