@@ -250,3 +250,16 @@ def test_read_log_reads_the_config_from_the_args_line(tmp_path: Path) -> None:
     report = parse_startup_log(log.read_text().splitlines())
     s = settings_from_report(report)
     assert (s.speculative_method, s.num_speculative_tokens, s.max_model_len) == ("mtp", 3, 262144)
+
+
+@pytest.mark.parametrize(("version", "mode", "per_request"), [("0.19.0", "none", 13 + 1 + 2), ("0.20.2", "align", 13 + 2 + 2)])
+def test_prefix_caching_of_a_mamba2_class_with_speculative_decoding(
+    capsys: pytest.CaptureFixture[str], version: str, mode: str, per_request: int
+) -> None:
+    """Falcon-H1-style (block 80, 1 + 1 groups): from 0.20 prefix caching + speculative decoding gives this Mamba2
+    class 'align' (not the unmodelled 'all'); 0.19 plans 'all' as 'none' and says so. n = 2 state blocks on top."""
+    spec = '{"method": "ngram", "num_speculative_tokens": 2}'
+    d = serve(capsys, FALCON_H1, version, "--enable-prefix-caching", "--speculative-config", spec)
+    assert (d["hybrid"]["mamba_cache_mode"], d["blocks_per_request"]) == (mode, per_request)
+    assert d["hybrid"]["conv_state_shape"][1] == 3 + 2
+    assert ("not modelled, planned with one state block" in " ".join(d["explanations"])) == (mode == "none")

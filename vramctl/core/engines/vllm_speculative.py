@@ -21,8 +21,9 @@ Sources (vLLM 0.32.0 unless a version is named; the older files read from the re
   counts them from 0.15 (`[0.15.0] vllm/v1/kv_cache_interface.py:298-300`: none 1 + n, align 2 + n; 0.10.2 - 0.14
   count one page, or cdiv(max_model_len, mamba block)); the conv state gains n columns (`conv_kernel - 1 + num_spec`,
   `MambaStateShapeCalculator`, `[0.20.2] mamba_utils.py:171-180`, 0.32.0 :204-213) for the classes that pass
-  `num_spec`: Qwen3-Next from 0.10.2, Qwen3.5 from 0.17 (every release planned), Kimi-Linear from 0.15, the Mamba2
-  hybrids from 0.20.2 (nemotron_h.py at 0.20.2; granitemoehybrid, falcon_h1, zamba2 read at 0.32.0); Mamba1 (Jamba)
+  `num_spec`: Qwen3-Next from 0.10.2, Qwen3.5 from 0.17 (every release planned), Kimi-Linear from 0.15, every Mamba2
+  layer from 0.17 (`MambaMixer2.get_state_shape` passes `self.num_spec`, `[0.17.0] / [0.20.2]
+  vllm/model_executor/layers/mamba/mamba_mixer2.py`; not in 0.12.0 / 0.14.0; 0.15 - 0.16 not read); Mamba1 (Jamba)
   and short convolution (LFM2) never.
 
 Not modelled (said in the plan's notes): a draft model's weights and KV (`eagle`, `eagle3`, `draft_model`; its
@@ -51,10 +52,15 @@ MTP_METHODS = frozenset(
 DRAFT_MODEL_METHODS = frozenset({"eagle", "eagle3", "draft_model", "medusa", "mlp_speculator", "dflash", "dspark"})
 """Methods that load a separate draft model (its weights and KV are not modelled)."""
 
+SPEC_ALIGN_FROM = (0, 20, 0)
+"""From 0.20.0, `--enable-prefix-caching` with speculative decoding gives a class with mamba prefix caching (the Mamba1
+/ Mamba2 hybrids) mamba_cache_mode 'align' instead of 'all' (`MambaModelConfig.verify_and_update_config`,
+`[0.20.2] vllm/model_executor/models/config.py:351-361`; absent in 0.19.0): vramctl.core.mamba_cache."""
+
 _CONV_SPEC_FROM = {
     "gated_delta_net": (0, 10, 2),
     "kda": (0, 15, 0),
-    "mamba2": (0, 20, 2),
+    "mamba2": (0, 17, 0),
 }
 """State kinds whose conv state gains num_speculative_tokens columns, and the first release read that does it."""
 
@@ -111,7 +117,7 @@ def notes(spec: Speculative, model: ModelSpec, mtp_weight_bytes: int) -> list[st
             f"group (num_speculative_blocks) and + {spec.conv_columns} conv-state column(s) per layer (the mamba page, "
             "and with it the attention block, can grow)."
         )
-    if spec.method in DRAFT_MODEL_METHODS or not spec.is_mtp and spec.method not in ("ngram", "ngram_gpu", "suffix"):
+    if not spec.is_mtp and spec.method not in ("ngram", "ngram_gpu", "suffix"):
         out.append(
             f"The {spec.method} draft model's weights and KV are not modelled (only the target's changes are)."
         )

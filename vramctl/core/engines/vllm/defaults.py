@@ -21,7 +21,7 @@ from vramctl.core.engines.vllm.scheduler import (
     default_scheduler_limits,
 )
 from vramctl.core.errors import BadInputError
-from vramctl.core.settings import ServeSettings
+from vramctl.core.settings import ServeSettings, parse_version
 from vramctl.core.specs import GpuSpec, ModelSpec, dtype_bytes
 from vramctl.core.units import GiB
 
@@ -332,6 +332,8 @@ def resolve_settings(model: ModelSpec, gpu: GpuSpec, settings: ServeSettings, ve
             settings.enable_prefix_caching,
             state_blocks_rule=rules_for(version).mamba_state_blocks,
             class_caches_all=model.state_space is not None and model.state_space.kind in ("mamba1", "mamba2"),
+            speculative_align=settings.num_speculative_tokens > 0
+            and parse_version(version) >= SP.SPEC_ALIGN_FROM,
         ),
         cudagraph_mode=None if settings.enforce_eager else graphs,
         speculative=SP.resolve(model, version, settings.speculative_method, settings.num_speculative_tokens),

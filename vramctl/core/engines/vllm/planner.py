@@ -7,17 +7,17 @@ from dataclasses import dataclass, replace
 from vramctl.core import kv as kvmath
 from vramctl.core.engines import vllm_features as vf
 from vramctl.core.engines import vllm_runtime as RT
+from vramctl.core.engines import vllm_speculative as SP
 from vramctl.core.engines.base import EnginePlan
 from vramctl.core.engines.vllm import estimates as est
 from vramctl.core.engines.vllm import rules as V
 from vramctl.core.engines.vllm.budget import _auto_fit, _Core, _core
 from vramctl.core.engines.vllm.defaults import AUTO_MAX_MODEL_LEN, VllmSettings, resolve_settings, validate
-from vramctl.core.engines import vllm_speculative as SP
 from vramctl.core.engines.vllm.explain import _explanations, _utilization_rows
-from vramctl.core.params import mtp_layer_rank_bytes
 from vramctl.core.engines.vllm.hybrid import _with_hybrid
 from vramctl.core.engines.vllm.kv_manager import kv_view_of_model
 from vramctl.core.engines.vllm.ledger import _ledger
+from vramctl.core.params import mtp_layer_rank_bytes
 from vramctl.core.plan_result import PlanEdge, PlanResult
 from vramctl.core.settings import ServeSettings
 from vramctl.core.specs import GpuSpec, ModelSpec, derived_warning
