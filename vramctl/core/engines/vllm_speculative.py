@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from vramctl.core.settings import parse_version
+from vramctl.core.engines.vllm.rules import rules_for
 from vramctl.core.specs import ModelSpec
 
 MTP_METHODS = frozenset(
@@ -51,19 +51,6 @@ MTP_METHODS = frozenset(
 
 DRAFT_MODEL_METHODS = frozenset({"eagle", "eagle3", "draft_model", "medusa", "mlp_speculator", "dflash", "dspark"})
 """Methods that load a separate draft model (its weights and KV are not modelled)."""
-
-SPEC_ALIGN_FROM = (0, 20, 0)
-"""From 0.20.0, `--enable-prefix-caching` with speculative decoding gives a class with mamba prefix caching (the Mamba1
-/ Mamba2 hybrids) mamba_cache_mode 'align' instead of 'all' (`MambaModelConfig.verify_and_update_config`,
-`[0.20.2] vllm/model_executor/models/config.py:351-361`; absent in 0.19.0): vramctl.core.mamba_cache."""
-
-_CONV_SPEC_FROM = {
-    "gated_delta_net": (0, 10, 2),
-    "kda": (0, 15, 0),
-    "mamba2": (0, 17, 0),
-}
-"""State kinds whose conv state gains num_speculative_tokens columns, and the first release read that does it."""
-
 
 @dataclass(frozen=True)
 class Speculative:
@@ -89,12 +76,12 @@ def resolve(model: ModelSpec, version: str, method: str | None, num_tokens: int)
     if not num_tokens:
         return None
     name = (method or ("mtp" if model.num_mtp_layers else "draft_model")).lower()
-    v = parse_version(version)
+    rules = rules_for(version)
     drafter = max(1, model.num_mtp_layers) if name in MTP_METHODS else 0
     st = model.state_space
-    state_blocks = num_tokens if st is not None and v >= (0, 15, 0) else 0
-    first = _CONV_SPEC_FROM.get(st.kind) if st is not None else None
-    conv = num_tokens if first is not None and v >= first else 0
+    # MambaSpec counts num_speculative_blocks from 0.15 (the `mode` rule)
+    state_blocks = num_tokens if st is not None and rules.mamba_state_blocks == "mode" else 0
+    conv = num_tokens if st is not None and st.kind in rules.speculative_conv_kinds else 0
     return Speculative(name, num_tokens, drafter, state_blocks, conv)
 
 

@@ -21,7 +21,7 @@ from vramctl.core.engines.vllm.scheduler import (
     default_scheduler_limits,
 )
 from vramctl.core.errors import BadInputError
-from vramctl.core.settings import ServeSettings, parse_version
+from vramctl.core.settings import ServeSettings
 from vramctl.core.specs import GpuSpec, ModelSpec, dtype_bytes
 from vramctl.core.units import GiB
 
@@ -327,14 +327,7 @@ def resolve_settings(model: ModelSpec, gpu: GpuSpec, settings: ServeSettings, ve
             settings.tensor_parallel_size, gpu, disabled=settings.disable_custom_all_reduce
         ).custom,
         peer_to_peer=gpu.vendor != "nvidia" or RT.peer_to_peer(gpu),
-        mamba_cache_mode=mamba_cache.mamba_cache_mode(
-            rules_for(version).hybrid_prefix_caching_default,
-            settings.enable_prefix_caching,
-            state_blocks_rule=rules_for(version).mamba_state_blocks,
-            class_caches_all=model.state_space is not None and model.state_space.kind in ("mamba1", "mamba2"),
-            speculative_align=settings.num_speculative_tokens > 0
-            and parse_version(version) >= SP.SPEC_ALIGN_FROM,
-        ),
+        mamba_cache_mode=_mamba_cache_mode(model, settings, version),
         cudagraph_mode=None if settings.enforce_eager else graphs,
         speculative=SP.resolve(model, version, settings.speculative_method, settings.num_speculative_tokens),
         prefill_checkpoint_blocks=int(
@@ -342,6 +335,18 @@ def resolve_settings(model: ModelSpec, gpu: GpuSpec, settings: ServeSettings, ve
             and model.state_space.kind == "mamba2"
             and rules_for(version).mamba2_prefill_checkpoint
         ),
+    )
+
+
+def _mamba_cache_mode(model: ModelSpec, settings: ServeSettings, version: str) -> str:
+    """A hybrid's mamba_cache_mode for these flags and this version (vramctl.core.mamba_cache)."""
+    rules = rules_for(version)
+    return mamba_cache.mamba_cache_mode(
+        rules.hybrid_prefix_caching_default,
+        settings.enable_prefix_caching,
+        state_blocks_rule=rules.mamba_state_blocks,
+        class_caches_all=model.state_space is not None and model.state_space.kind in ("mamba1", "mamba2"),
+        speculative_align=settings.num_speculative_tokens > 0 and rules.speculative_mamba_align,
     )
 
 
