@@ -88,7 +88,7 @@ def resolve(model: ModelSpec, version: str, method: str | None, num_tokens: int)
 def notes(spec: Speculative, model: ModelSpec, mtp_weight_bytes: int) -> list[str]:
     """The plan's lines on speculative decoding."""
     out = [
-        f"Speculative decoding ({spec.method}, {spec.num_speculative_tokens} draft tokens): "
+        f"Speculative decoding ({spec.method}, {spec.num_speculative_tokens} draft token(s)): "
         + (
             f"{spec.drafter_kv_layers} MTP layer(s) of the checkpoint load ({mtp_weight_bytes / 2**30:.2f} GiB per "
             "rank: a full-attention decoder layer, the 2h x h projection and three norms; embedding and lm_head "
