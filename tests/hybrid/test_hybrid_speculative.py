@@ -79,6 +79,14 @@ def test_the_worked_qwen3_6_deployment_gives_the_logged_tokens(
     assert (h["full_attention_layers"], h["state_layers"], h["group_size"]) == (17, 48, 17)
     assert (d["num_blocks"], h["attention_blocks_per_request"], h["state_blocks_per_request"]) == (423, 164, 15)
     assert d["kv_tokens"] == 619_479 and round(d["max_concurrency"], 2) == 2.36
+    assert d["settings"]["speculative"] == {
+        "method": spec_method(spec), "num_speculative_tokens": 3, "drafter_kv_layers": 1, "extra_state_blocks": 3,
+        "extra_conv_columns": 3,
+    }
+
+
+def spec_method(words: list[str]) -> str:
+    return "qwen3_5_mtp" if "qwen3_5_mtp" in " ".join(words) else "mtp"
 
 
 def test_the_worked_deployment_without_speculative_decoding(capsys: pytest.CaptureFixture[str]) -> None:

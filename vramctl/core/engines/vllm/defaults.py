@@ -92,7 +92,7 @@ class VllmSettings:
 
     speculative: SP.Speculative | None = None
     """`--speculative-config` resolved for the model and version (vramctl.core.engines.vllm_speculative); None
-    without it. Not in `to_json`."""
+    without it (or with num_speculative_tokens 0). In `to_json` only when set."""
 
     @property
     def state_blocks(self) -> int:
@@ -133,6 +133,15 @@ class VllmSettings:
             out["max_num_active_seqs"] = self.max_num_active_seqs
         if self.cudagraph_mode is not None:  # likewise
             out["cudagraph_mode"] = self.cudagraph_mode
+        if self.speculative is not None:  # likewise: only with --speculative-config
+            sp = self.speculative
+            out["speculative"] = {
+                "method": sp.method,
+                "num_speculative_tokens": sp.num_speculative_tokens,
+                "drafter_kv_layers": sp.drafter_kv_layers,
+                "extra_state_blocks": sp.state_blocks,
+                "extra_conv_columns": sp.conv_columns,
+            }
         return out
 
 
