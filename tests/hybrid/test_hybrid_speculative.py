@@ -192,7 +192,7 @@ def test_a_dense_mtp_model_gets_one_more_kv_layer() -> None:
 @settings(max_examples=30, deadline=None)
 @given(
     version=hs.sampled_from(("0.11.0", "0.14.0", "0.15.0", "0.20.2", "0.28.0", "0.32.0")),
-    config=hs.sampled_from((QWEN_NEXT, QWEN_NEXT_MTP, FALCON_H1, "Qwen/Qwen3-8B")),
+    config=hs.sampled_from((QWEN_NEXT, QWEN_NEXT_MTP, FALCON_H1, "Qwen/Qwen3-8B", "deepseek-ai/DeepSeek-V3")),
     method=hs.sampled_from(("mtp", "ngram", "eagle", "qwen3_next_mtp")),
     max_model_len=hs.integers(16, 8192),
     prefix=hs.sampled_from((None, True, False)),
@@ -271,3 +271,9 @@ def test_prefix_caching_of_a_mamba2_class_with_speculative_decoding(
     assert (d["hybrid"]["mamba_cache_mode"], d["blocks_per_request"]) == (mode, per_request)
     assert d["hybrid"]["conv_state_shape"][1] == 3 + 2
     assert ("not modelled, planned with one state block" in " ".join(d["explanations"])) == (mode == "none")
+
+
+def test_an_mtp_method_on_a_model_without_mtp_layers_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["plan", "Qwen/Qwen3-8B", "--gpu", "H100", "-sc", '{"method": "mtp", "num_speculative_tokens": 2}'])
+    err = capsys.readouterr().err
+    assert code == 2 and "no multi-token-prediction layers" in err and len(err.strip().splitlines()) == 1

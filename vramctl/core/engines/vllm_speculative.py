@@ -37,6 +37,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from vramctl.core.engines.vllm.rules import rules_for
+from vramctl.core.errors import BadInputError
 from vramctl.core.specs import ModelSpec
 
 MTP_METHODS = frozenset(
@@ -77,7 +78,16 @@ def resolve(model: ModelSpec, version: str, method: str | None, num_tokens: int)
         return None
     name = (method or ("mtp" if model.num_mtp_layers else "draft_model")).lower()
     rules = rules_for(version)
-    drafter = max(1, model.num_mtp_layers) if name in MTP_METHODS else 0
+    drafter = 0
+    if name in MTP_METHODS:
+        # Qwen3-Next / Qwen3.5's MTP modules default to one layer (getattr(config, ..., 1), qwen3_next_mtp.py:63,
+        # qwen3_5_mtp.py); other MTP models need the count in their config (n_predict, speculative.py:686-731)
+        drafter = model.num_mtp_layers or (1 if model.architecture.startswith(("Qwen3Next", "Qwen3_5")) else 0)
+        if not drafter:
+            raise BadInputError(
+                f"--speculative-config method {name!r}: {model.name} has no multi-token-prediction layers in its "
+                "config (num_nextn_predict_layers / mtp_num_hidden_layers); use a draft model or ngram"
+            )
     st = model.state_space
     # MambaSpec counts num_speculative_blocks from 0.15 (the `mode` rule)
     state_blocks = num_tokens if st is not None and rules.mamba_state_blocks == "mode" else 0
