@@ -436,6 +436,8 @@ def test_qa_check_and_plan_know_the_same_flags() -> None:
                 text = "'{\"mode\":\"copy\"}'"
             elif field == "compilation_config":  # sets the fields its keys name (flags.CompilationConfig)
                 text, field = "'{\"cudagraph_mode\":\"PIECEWISE\"}'", "cudagraph_mode"
+            elif field == "speculative_config":  # sets method, num_speculative_tokens, model
+                text, field = "'{\"method\":\"mtp\",\"num_speculative_tokens\":2}'", "num_speculative_tokens"
             else:
                 text = samples["len"] if "len" in field or "tokens" in field else samples["int"]
             command = f"{head} {flag} {text}"

@@ -348,6 +348,9 @@ def register(app: typer.Typer) -> None:
         optimization_level: str = typer.Option(
             None, "--optimization-level", "-O", help=flag_help("--optimization-level")
         ),
+        speculative_config: str = typer.Option(
+            None, "--speculative-config", "-sc", help=flag_help("--speculative-config", "Quote the JSON.")
+        ),
         kv_cache_memory_bytes: str = typer.Option(
             None, "--kv-cache-memory-bytes", "--kv-cache-memory", help=flag_help("--kv-cache-memory-bytes")
         ),

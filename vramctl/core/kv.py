@@ -488,6 +488,7 @@ def state_shapes(
     element_bytes: float = 2,
     mamba_cache_dtype: str = "auto",
     mamba_ssm_cache_dtype: str = "auto",
+    conv_spec_columns: int = 0,
 ) -> StateShapes:
     """vLLM's per-rank state of one Mamba2 / Gated DeltaNet layer (see the sources above).
 
@@ -517,7 +518,8 @@ def state_shapes(
     elif st.kind == "short_conv":  # `short_conv_state_shape`: the conv state only
         ssm = ()
     return StateShapes(
-        conv=(conv_dim // tp, st.conv_kernel - 1),
+        # `conv_kernel - 1 + num_spec` with speculative decoding (`conv_spec_columns`; vramctl.core.engines.vllm_speculative)
+        conv=(conv_dim // tp, st.conv_kernel - 1 + conv_spec_columns),
         ssm=ssm,
         conv_dtype_bytes=conv_bytes,
         ssm_dtype_bytes=ssm_bytes,
@@ -613,6 +615,7 @@ def hybrid_kv(
     compute_capability: str | None = None,
     mamba_cache_dtype: str = "auto",
     mamba_ssm_cache_dtype: str = "auto",
+    conv_spec_columns: int = 0,
 ) -> HybridKv:
     """The attention block size and page every layer of a hybrid shares on one rank.
 
@@ -628,6 +631,7 @@ def hybrid_kv(
         element_bytes=element,
         mamba_cache_dtype=mamba_cache_dtype,
         mamba_ssm_cache_dtype=mamba_ssm_cache_dtype,
+        conv_spec_columns=conv_spec_columns,
     )
     mamba_page = shapes.page_bytes
     align = hybrid_block_alignment(

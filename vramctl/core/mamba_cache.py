@@ -43,11 +43,16 @@ def mamba_cache_mode(
     *,
     state_blocks_rule: str = "mode",
     class_caches_all: bool = False,
+    speculative_align: bool = False,
 ) -> str:
     """`none` or `align`, or `unmodelled` (prefix caching asked for where vLLM runs mode "all", or 0.12 - 0.14's
     per-block state; planned as `none`). `align_by_default`: the version's `VllmRules.hybrid_prefix_caching_default`
     (0.28 →); `state_blocks_rule`: its `VllmRules.mamba_state_blocks`; `class_caches_all`: the model class has
-    mamba prefix caching (SupportsMambaPrefixCaching: the Mamba1 / Mamba2 hybrids)."""
+    mamba prefix caching (SupportsMambaPrefixCaching: the Mamba1 / Mamba2 hybrids); `speculative_align`: speculative
+    decoding is on and the version (0.20 →) then gives such a class 'align' instead of 'all' ("Mamba cache mode is
+    set to 'align' for %s by default when prefix caching and speculative decoding are enabled",
+    `MambaModelConfig.verify_and_update_config`, `[0.20.0] / [0.20.2] vllm/model_executor/models/config.py:351-361`;
+    not in 0.19.0)."""
     if enable_prefix_caching is False:
         return "none"
     if align_by_default:
@@ -57,7 +62,7 @@ def mamba_cache_mode(
     if state_blocks_rule == "page":
         return "none"  # 0.10.2 - 0.11: prefix caching switched off for every hybrid
     if class_caches_all:
-        return "unmodelled"
+        return "align" if speculative_align else "unmodelled"
     return "none" if state_blocks_rule == "mamba-block" else "align"
 
 

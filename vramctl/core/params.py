@@ -545,3 +545,31 @@ def weight_bytes_keeping(spec: ModelSpec, kept: Mapping[str, float]) -> int:
     packed, high = _bytes_by_part(spec), _bytes_by_part(plain)
     extra = sum((high[p] - packed[p]) * min(1.0, max(0.0, f)) for p, f in kept.items() if p in packed)
     return total + round(extra)
+
+
+def mtp_layer_rank_bytes(spec: ModelSpec, tp: int = 1, ep: int = 1) -> int:
+    """One multi-token-prediction layer on one TP rank, as vLLM loads it for an MTP speculative method: a
+    full-attention decoder layer of the target (the MLP / MoE of its last layer), the `fc` / `eh_proj` of
+    2 × hidden → hidden (ColumnParallelLinear) and three RMSNorms (`Qwen3_5MultiTokenPredictor`,
+    vllm/model_executor/models/qwen3_5_mtp.py:69-140; `DeepSeekMultiTokenPredictorLayer`, deepseek_mtp.py:76-144,
+    vLLM 0.32.0); the embedding and lm_head are the target's, shared (`_maybe_share_embeddings`,
+    vllm/v1/spec_decode/llm_base_proposer.py:1398-1399)."""
+    high = serving_dtype_bytes(spec)
+    hidden = spec.hidden_size
+    attention = sum(_tensor_bytes(spec, t, tp) for t in _attention_tensors(spec))
+    if spec.architecture.startswith(("Qwen3Next", "Qwen3_5")) and not spec.attention_out_gate:
+        # Qwen3-Next / Qwen3.5 full attention: q_proj also emits the output gate (2 × heads × head_dim rows) and
+        # q / k RMSNorms of head_dim (qwen3_next.py Qwen3NextAttention, vLLM 0.32.0); the hybrid spec leaves them
+        # to its exact parameter total, the MTP layer needs them here
+        q_dim = spec.num_attention_heads * spec.head_dim
+        attention += _tensor_bytes(spec, _Linear(q_dim, hidden, "col"), tp)
+        if not spec.qk_norm:
+            attention += _tensor_bytes(spec, _Vector(2 * spec.head_dim, "rep"), tp)
+    dense, experts, router, shared = _ffn_tensors(spec, spec.num_hidden_layers - 1)
+    if ep > 1 and experts:
+        ffn = _expert_bytes_ep(spec, experts, ep) + sum(_tensor_bytes(spec, t, tp) for t in (*dense, *router, *shared))
+    else:
+        ffn = sum(_tensor_bytes(spec, t, tp) for t in (*dense, *experts, *router, *shared))
+    fc = _tensor_bytes(spec, _Linear(hidden, 2 * hidden, "col"), tp)
+    norms = (spec.norms_per_layer + 3) * _norm_size(spec) * high
+    return attention + ffn + fc + norms

@@ -163,6 +163,7 @@ class _Reading:
         self.stray: list[str] = []
         self.notes: list[str] = []
         self.rest: list[str] = []
+        self.spec_dotted: dict[str, Any] = {}
         self.i = 0
 
     def _value(self, flag: str, eq: str, inline: str) -> str:
@@ -192,6 +193,16 @@ class _Reading:
                 name = "O"
             if self.engine == "vllm" and flag == "-O":
                 self._optimization(word, flag, eq, inline)
+            elif self.engine == "vllm" and flag.partition(".")[0] in ("--speculative-config", "-sc") and "." in flag:
+                # `--speculative-config.num_speculative_tokens 3`: vLLM's FlexibleArgumentParser gathers the dotted
+                # keys of one flag into one JSON dict (vllm/utils/argparse_utils.py, v0.32.0); read once at the end
+                key = flag.partition(".")[2].replace("-", "_")
+                text = self._value(flag, eq, inline)
+                self.raw_flags.append((name, text))
+                try:
+                    self.spec_dotted[key] = json.loads(text)
+                except json.JSONDecodeError:
+                    self.spec_dotted[key] = text
             elif self.engine == "vllm" and _is_compilation_config(flag):
                 cc_value = self._value(flag, eq, inline)
                 self.raw_flags.append((name, cc_value))
@@ -200,6 +211,9 @@ class _Reading:
                 self._known(flag, name, eq, inline)
             else:
                 self._unknown(flag, name, eq, inline)
+        if self.spec_dotted:
+            parsed = flags.by_name("--speculative-config").parse(dict(self.spec_dotted), "--speculative-config")
+            self.changes.extend(parsed.changes())
 
     def _optimization(self, word: str, flag: str, eq: str, inline: str) -> None:
         """`-O N` / `-ON` / `-O=N`: the optimization level (0.12 →; before, the compilation level, resolved by the

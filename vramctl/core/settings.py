@@ -101,6 +101,13 @@ class ServeSettings:
     """vLLM `--sleep-mode-offload-cudagraph` (0.32 →): sleep also backs the graph pool up to the host."""
     kv_offloading_backend: str | None = None
     """vLLM `--kv-offloading-backend`: None = `native`; `lmcache` leaves the capacity to the LMCache server."""
+    speculative_method: str | None = None
+    """vLLM `--speculative-config` `method` (`mtp`, `qwen3_next_mtp`, `deepseek_mtp`, `eagle`, `eagle3`, `ngram`,
+    `draft_model`, …); None: no speculative decoding (vramctl.core.engines.vllm_speculative)."""
+    num_speculative_tokens: int = 0
+    """`--speculative-config` `num_speculative_tokens` (0: none)."""
+    speculative_model: str | None = None
+    """`--speculative-config` `model`: the draft model (EAGLE / draft_model); not loaded by vramctl."""
     kv_cache_memory_suggestion: bool = False
     """vramctl `plan --kv-cache-memory-suggestion`: predict vLLM's `--kv-cache-memory=` log line and vramctl's."""
     # --- SGLang ----------------------------------------------------------------------------------------

@@ -297,6 +297,7 @@ _SETTINGS_NEEDLES = (
 _COMMAND_NEEDLES = ("vllm serve", "sglang.launch_server", "api_server", "vllm-openai", "docker run", "python")
 _KV_RE = re.compile(r"\b([a-z_][a-z0-9_]*)=('[^']*'|\"[^\"]*\"|[^,\s)]+)")
 _DICT_RE = re.compile(r"'([a-z_][a-z0-9_]*)':\s*('[^']*'|\"[^\"]*\"|[^,}]+)")
+_SPEC_DICT_RE = re.compile(r"'speculative_config':\s*(\{[^{}]*\})")
 _FLAG_RE = re.compile(r"(?<![\w-])--([a-z][a-z0-9_\-.]*)(?:[= ]+(?!-)([^\s\\`'\"]+|'[^']*'|\"[^\"]*\"))?")
 _SERVE_MODEL_RE = re.compile(r"\bvllm serve\s+(?!-)([^\s\\`]+)")
 _WRAP_TAIL_RE = re.compile(r"(?:takes|take|is|:)\s*$")
@@ -595,7 +596,9 @@ class _Run:
             return
         if name in ("max_model_len",) and not isinstance(value, int):
             return
-        if isinstance(value, str) and not re.match(r"[\w/.~]", value):
+        if isinstance(value, str) and not re.match(r"[\w/.~]", value) and not (
+            name == "speculative_config" and value.startswith("{")  # the one dict-valued setting read
+        ):
             return  # a placeholder (`<model>`) or punctuation, not a value
         current = self.settings.get(name)
         if current is None or _SETTING_PRIORITY[source] > _SETTING_PRIORITY[current.source]:
@@ -693,7 +696,11 @@ class _Parser:
             pairs = _KV_RE.findall(raw.split("Namespace(", 1)[1])
         elif "non-default args:" in raw:
             source = "non-default-args"
-            pairs = _DICT_RE.findall(raw.split("non-default args:", 1)[1])
+            tail = raw.split("non-default args:", 1)[1]
+            pairs = [(k, v) for k, v in _DICT_RE.findall(tail) if k != "speculative_config"]
+            m = _SPEC_DICT_RE.search(tail)  # a nested dict: `'speculative_config': {'method': 'mtp', …}`
+            if m:
+                pairs.append(("speculative_config", repr(m.group(1))))
         elif "Chunked prefill is enabled with max_num_batched_tokens=" in raw:
             m = re.search(r"max_num_batched_tokens=(\d+)", raw)
             if m:
@@ -1753,6 +1760,16 @@ def settings_from_report(
     stated: set[str] = set()
     for entry in flag_entries(engine):
         if not (entry.in_logs and entry.is_setting) or entry.target in _NOT_PLANNED_FROM_LOGS.get(engine, ()):
+            continue
+        if entry.kind == "speculative-config":  # one JSON flag, three fields (vramctl.core.engines.flags)
+            item = report.settings.get(entry.target)
+            try:
+                parsed = entry.parse(item.value, entry.name) if item is not None and item.value else None
+            except BadInputError:
+                parsed = None
+            if parsed is not None:
+                changes.update(parsed.changes())
+                stated.update(field for field, _ in parsed.changes())
             continue
         value = _logged_value(report, entry)
         default = getattr(defaults, entry.target)

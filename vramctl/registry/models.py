@@ -1728,7 +1728,15 @@ def spec_from_config(
             cfg,
             "num_nextn_predict_layers",
             where,
-            default=get_int(cfg, "num_mtp_modules", where, default=0, minimum=0),
+            default=get_int(
+                cfg,
+                "num_mtp_modules",
+                where,
+                # Qwen3-Next / Qwen3.5 `mtp_num_hidden_layers` (vLLM qwen3_5_mtp.py: getattr(..., 1) when the
+                # checkpoint has an MTP head; absent: none)
+                default=get_int(cfg, "mtp_num_hidden_layers", where, default=0, minimum=0),
+                minimum=0,
+            ),
             minimum=0,
         ),
         vision_params=vision_params,

@@ -21,6 +21,7 @@ One spelling of a value works everywhere:
 
 from __future__ import annotations
 
+import ast
 import json
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
@@ -32,7 +33,7 @@ from vramctl.core.units import GB, GiB, as_float, parse_bytes, parse_number
 EngineName = Literal["vllm", "sglang"]
 FlagKind = Literal[
     "count", "max-model-len", "float", "bool", "str", "bytes", "gib", "gb", "counts", "loader-mode",
-    "compilation-config",
+    "compilation-config", "speculative-config",
 ]
 
 V: tuple[EngineName, ...] = ("vllm",)
@@ -95,7 +96,7 @@ class EngineFlag:
     def setting_changes(self, parsed: Any) -> list[tuple[str, Any]]:
         """The ServeSettings fields a parsed value sets: its target, or for `--compilation-config` the fields its
         keys set (`CompilationConfig.changes`)."""
-        if isinstance(parsed, CompilationConfig):
+        if isinstance(parsed, (CompilationConfig, SpeculativeConfig)):
             return parsed.changes()
         return [(self.target, parsed)]
 
@@ -284,6 +285,72 @@ def parse_compilation_config(value: Any, where: str = "--compilation-config") ->
     )
 
 
+@dataclass(frozen=True)
+class SpeculativeConfig:
+    """vLLM's `--speculative-config` (`SpeculativeConfig`, vllm/config/speculative.py; v0.32.0 read): the keys that
+    change the memory plan. `method` (`mtp`, `qwen3_next_mtp`, `qwen3_5_mtp`, `deepseek_mtp`, `eagle`, `eagle3`,
+    `ngram`, `draft_model`, …; vLLM infers it from `model` when absent), `num_speculative_tokens` (N) and the draft
+    `model`; `ignored`: the other keys."""
+
+    method: str | None = None
+    num_speculative_tokens: int = 0
+    model: str | None = None
+    ignored: tuple[str, ...] = ()
+
+    def changes(self) -> list[tuple[str, Any]]:
+        """The ServeSettings fields this config sets."""
+        return [
+            ("speculative_method", self.method),
+            ("num_speculative_tokens", self.num_speculative_tokens),
+            ("speculative_model", self.model),
+        ]
+
+
+_SPEC_TOKENS_LIMIT = 64
+"""More draft tokens than any recipe uses: a typo, refused rather than planned."""
+
+
+def parse_speculative_config(value: Any, where: str = "--speculative-config") -> SpeculativeConfig:
+    """`--speculative-config JSON` (or a mapping): method, num_speculative_tokens and the draft model
+    (`SpeculativeConfig`). vLLM refuses a config without `num_speculative_tokens` unless its draft model says
+    (`n_predict`); vramctl needs the number, so it refuses that too."""
+    data = value
+    if isinstance(value, str):
+        try:
+            data = json.loads(value)
+        except ValueError:
+            try:  # read-log: an args line prints the dict as Python writes it ({'method': 'mtp', …})
+                data = ast.literal_eval(value.strip())
+            except (ValueError, SyntaxError, MemoryError, RecursionError):
+                raise BadInputError(f"{where} {value!r}: not a JSON object") from None
+    if not isinstance(data, dict):
+        raise BadInputError(f"{where} {value!r}: not a JSON object")
+    config = {str(k).replace("-", "_"): v for k, v in data.items()}
+    method = config.pop("method", None)
+    model = config.pop("model", None)
+    tokens = config.pop("num_speculative_tokens", None)
+    if tokens is None:
+        raise BadInputError(
+            f"{where}: num_speculative_tokens is missing (vramctl does not read it from the draft model's "
+            "n_predict); write it, e.g. '{\"method\": \"mtp\", \"num_speculative_tokens\": 3}'"
+        )
+    count = parse_count(tokens, f"{where}.num_speculative_tokens")
+    if count < 0 or count > _SPEC_TOKENS_LIMIT:
+        raise BadInputError(
+            f"{where}.num_speculative_tokens {count}: expected 0 to {_SPEC_TOKENS_LIMIT} draft tokens"
+        )
+    if method is not None and (not isinstance(method, str) or not method.strip()):
+        raise BadInputError(f"{where}.method {method!r}: not a method name (mtp, eagle, ngram, …)")
+    if model is not None and not isinstance(model, str):
+        raise BadInputError(f"{where}.model {model!r}: not a model name or path")
+    return SpeculativeConfig(
+        method=method.strip().lower() if isinstance(method, str) else None,
+        num_speculative_tokens=count,
+        model=model,
+        ignored=tuple(config),
+    )
+
+
 PARSERS: dict[FlagKind, Callable[[Any, str], Any]] = {
     "count": parse_count,
     "max-model-len": parse_max_model_len,
@@ -296,6 +363,7 @@ PARSERS: dict[FlagKind, Callable[[Any, str], Any]] = {
     "counts": parse_counts,
     "loader-mode": parse_loader_mode,
     "compilation-config": parse_compilation_config,
+    "speculative-config": parse_speculative_config,
 }
 
 
@@ -410,6 +478,10 @@ REGISTRY: tuple[EngineFlag, ...] = (
        "vLLM 0.12 →: -O0 no CUDA graphs, -O1 piecewise graphs, -O2 / -O3 full and piecewise (the default); "
        "before 0.12 -O is the compilation config (a level changes no memory term).",
        aliases={"-O": V}),
+    _f("--speculative-config", "speculative-config", V, "speculative_config",
+       'vLLM speculative decoding, JSON: {"method": "mtp", "num_speculative_tokens": 3} (mtp, qwen3_next_mtp, '
+       "deepseek_mtp, eagle, eagle3, ngram, draft_model, …): MTP layers' weights and KV, a hybrid's extra state "
+       "blocks and conv columns.", aliases={"-sc": V}, in_logs=True),
     # vLLM 0.30 → 0.33 features (vramctl.core.engines.vllm_features)
     _f("--load-format", "str", BOTH, "load_format",
        "vLLM: ipc_cache = weights held by a `vllm preload` daemon (0.30 →); other formats change nothing."),

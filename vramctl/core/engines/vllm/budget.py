@@ -29,6 +29,7 @@ from vramctl.core.engines.vllm.kv_manager import (
     lora_slots_of,
 )
 from vramctl.core.errors import BadInputError
+from vramctl.core.params import mtp_layer_rank_bytes
 from vramctl.core.specs import DerivedCheckpoint, GpuSpec, ModelSpec, dtype_bytes
 from vramctl.core.units import GiB, vllm_format_gib
 from vramctl.core.verdicts import (
@@ -186,6 +187,10 @@ def _weights_per_stage(
             model, tp=tp, pp=pp, dtype=s.dtype, ep=s.expert_parallel_size, load_change=load_change
         )
     )
+    if s.speculative is not None and s.speculative.is_mtp:
+        # the MTP layers load on the last stage (vramctl.core.engines.vllm_speculative)
+        mtp = s.speculative.drafter_kv_layers * mtp_layer_rank_bytes(model, tp, s.expert_parallel_size)
+        weights = (*weights[:-1], weights[-1] + mtp)
     if s.weights_outside_budget:  # mapped from a weight-cache daemon (vramctl.core.engines.vllm_external_weights)
         weights = tuple(0 for _ in weights)
     slots = lora_slots_of(model, s)
@@ -300,7 +305,7 @@ def _core(
     rules = V.rules_for(s.version)
     version = rules.version_tuple
     requested = math.ceil(capacity * s.gpu_memory_utilization)
-    kv_model = kv_view_of_model(model, s.version)
+    kv_model = kv_view_of_model(model, s.version, s.drafter_kv_layers)
     pp = s.pipeline_parallel_size
     weights, load_change, rope, slots = _weights_per_stage(model, gpu, s)
     band = derived_weight_band(model)

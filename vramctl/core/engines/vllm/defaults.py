@@ -10,6 +10,7 @@ from typing import Any
 from vramctl.core import kv as kvmath
 from vramctl.core import lora, mamba_cache
 from vramctl.core.engines import vllm_runtime as RT
+from vramctl.core.engines import vllm_speculative as SP
 from vramctl.core.engines.vllm import rules as V
 from vramctl.core.engines.vllm.kv_manager import compute_dtype as _compute_dtype
 from vramctl.core.engines.vllm.kv_manager import hybrid_kv_for as _hybrid_kv
@@ -95,9 +96,18 @@ class VllmSettings:
     rank (`kv.state_only_kv`); 0 for every other model, whose page is block_size × the attention bytes per token.
     Not in `to_json`."""
 
+    speculative: SP.Speculative | None = None
+    """`--speculative-config` resolved for the model and version (vramctl.core.engines.vllm_speculative); None
+    without it (or with num_speculative_tokens 0). In `to_json` only when set."""
+
     @property
     def state_blocks(self) -> int:
-        return mamba_cache.state_blocks_per_request(self.mamba_cache_mode, self.prefill_checkpoint_blocks)
+        extra = self.speculative.state_blocks if self.speculative is not None else 0
+        return mamba_cache.state_blocks_per_request(self.mamba_cache_mode, self.prefill_checkpoint_blocks) + extra
+
+    @property
+    def drafter_kv_layers(self) -> int:
+        return self.speculative.drafter_kv_layers if self.speculative is not None else 0
 
     def to_json(self) -> dict[str, Any]:
         out = {
@@ -129,6 +139,15 @@ class VllmSettings:
             out["max_num_active_seqs"] = self.max_num_active_seqs
         if self.cudagraph_mode is not None:  # likewise
             out["cudagraph_mode"] = self.cudagraph_mode
+        if self.speculative is not None:  # likewise: only with --speculative-config
+            sp = self.speculative
+            out["speculative"] = {
+                "method": sp.method,
+                "num_speculative_tokens": sp.num_speculative_tokens,
+                "drafter_kv_layers": sp.drafter_kv_layers,
+                "extra_state_blocks": sp.state_blocks,
+                "extra_conv_columns": sp.conv_columns,
+            }
         return out
 
 
@@ -227,13 +246,7 @@ def _state_pool(
 ) -> tuple[int, int, str]:
     """(block size, state page of a model without attention layers or 0, mamba_cache_mode) for a model with state
     layers (docs/hybrid.md); (block, 0, mode) unchanged for any other model."""
-    rules = rules_for(version)
-    mode = mamba_cache.mamba_cache_mode(
-        rules.hybrid_prefix_caching_default and not model.is_attention_free,
-        settings.enable_prefix_caching,
-        state_blocks_rule=rules.mamba_state_blocks,
-        class_caches_all=model.state_space is not None and model.state_space.kind in ("mamba1", "mamba2"),
-    )
+    mode = _mamba_cache_mode(model, settings, version)
     if model.is_state_only:
         if model.is_attention_free and settings.enable_prefix_caching:
             raise BadInputError(
@@ -359,11 +372,25 @@ def resolve_settings(model: ModelSpec, gpu: GpuSpec, settings: ServeSettings, ve
         mamba_cache_mode=mode,
         state_page_bytes=state_page,
         cudagraph_mode=None if settings.enforce_eager else graphs,
+        speculative=SP.resolve(model, version, settings.speculative_method, settings.num_speculative_tokens),
         prefill_checkpoint_blocks=int(
             model.state_space is not None
             and model.state_space.kind == "mamba2"
             and rules_for(version).mamba2_prefill_checkpoint
         ),
+    )
+
+
+def _mamba_cache_mode(model: ModelSpec, settings: ServeSettings, version: str) -> str:
+    """A hybrid's mamba_cache_mode for these flags and this version (vramctl.core.mamba_cache)."""
+    rules = rules_for(version)
+    return mamba_cache.mamba_cache_mode(
+        # attention-free models keep prefix caching off by default (ModelConfig.is_prefix_caching_supported)
+        rules.hybrid_prefix_caching_default and not model.is_attention_free,
+        settings.enable_prefix_caching,
+        state_blocks_rule=rules.mamba_state_blocks,
+        class_caches_all=model.state_space is not None and model.state_space.kind in ("mamba1", "mamba2"),
+        speculative_align=settings.num_speculative_tokens > 0 and rules.speculative_mamba_align,
     )
 
 

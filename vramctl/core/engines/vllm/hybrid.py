@@ -9,6 +9,7 @@ from vramctl.core import kv as kvmath
 from vramctl.core.engines.vllm import messages as M
 from vramctl.core.engines.vllm.budget import _Core
 from vramctl.core.engines.vllm.kv_manager import hybrid_kv_for as _hybrid_kv
+from vramctl.core.engines.vllm.kv_manager import kv_view_of_model
 from vramctl.core.engines.vllm.kv_manager import state_only_kv_for as _state_only_kv
 from vramctl.core.ledger import (
     KV_CACHE,
@@ -102,7 +103,8 @@ def _with_hybrid(
     if model.is_state_only:
         return _with_state_only(result, model, settings, core)
     hkv = _hybrid_kv(model, gpu, settings, s.version)
-    kinds = kvmath.stage_layer_kinds(model, s.pipeline_parallel_size)[core.binding.index]
+    kv_model = kv_view_of_model(model, s.version, s.drafter_kv_layers)
+    kinds = kvmath.stage_layer_kinds(kv_model, s.pipeline_parallel_size)[core.binding.index]
     layout = kvmath.stage_layout(kinds)
     attention_groups = sum(1 for g in layout.groups if g.kind != kvmath.STATE_GROUP)
     state_groups = len(layout.groups) - attention_groups

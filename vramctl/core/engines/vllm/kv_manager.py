@@ -8,7 +8,9 @@ from typing import TYPE_CHECKING
 
 from vramctl.core import kv as kvmath
 from vramctl.core import lora
+from vramctl.core.engines import vllm_speculative as SP
 from vramctl.core.engines.vllm import rules as V
+from vramctl.core.errors import BadInputError
 from vramctl.core.settings import ServeSettings, parse_version
 from vramctl.core.specs import FULL_ATTENTION, STATE_KINDS, GpuSpec, ModelSpec, dtype_bytes
 from vramctl.core.weights import stage_rank_weight_bytes
@@ -29,14 +31,28 @@ def compute_dtype(model: ModelSpec, dtype: str) -> str:
 
 
 
-def kv_view_of_model(model: ModelSpec, version: str) -> ModelSpec:
+def kv_view_of_model(model: ModelSpec, version: str, drafter_layers: int = 0) -> ModelSpec:
     """The model as the version's KV manager sees it: V0, and V1 before the hybrid allocator (0.10), size
     sliding-window layers of a hybrid model as full attention (datapoint 119: "V0 sizes KV as if every layer were
-    full attention"; `unify_hybrid_kv_cache_specs`)."""
+    full attention"; `unify_hybrid_kv_cache_specs`). `drafter_layers`: a speculative drafter's full-attention
+    layers (MTP), which join the KV groups as layers of the target's shape after its own
+    (vramctl.core.engines.vllm_speculative)."""
     hybrid = model.num_sliding_layers and model.num_full_layers
     rules = V.rules_for(version)
     if model.num_sliding_layers and (rules.v0 or (hybrid and not rules.hybrid_kv_manager)):
-        return replace(model, layer_types=(FULL_ATTENTION,) * model.num_hidden_layers, sliding_window=None)
+        model = replace(model, layer_types=(FULL_ATTENTION,) * model.num_hidden_layers, sliding_window=None)
+    if drafter_layers:
+        kinds = model.attention_kinds()
+        if len(kinds) != model.num_hidden_layers:  # Falcon-H1 / Zamba2 list two kinds for some layers
+            raise BadInputError(
+                f"--speculative-config: an MTP drafter on {model.name} (attention beside the state mixer in one "
+                "layer) is not modelled"
+            )
+        model = replace(
+            model,
+            layer_types=(*kinds, *(FULL_ATTENTION,) * drafter_layers),
+            num_hidden_layers=model.num_hidden_layers + drafter_layers,
+        )
     return model
 
 
@@ -148,9 +164,12 @@ def state_only_kv_for(
 
 
 def hybrid_kv_for(model: ModelSpec, gpu: GpuSpec, settings: ServeSettings, version: str) -> kvmath.HybridKv:
-    """vLLM's page-size unification for this model, card and flags (`vramctl.core.kv.hybrid_kv`)."""
+    """vLLM's page-size unification for this model, card and flags (`vramctl.core.kv.hybrid_kv`); with
+    `--speculative-config` the conv states' extra columns (vramctl.core.engines.vllm_speculative)."""
+    spec = SP.resolve(model, version, settings.speculative_method, settings.num_speculative_tokens)
     return kvmath.hybrid_kv(
         model,
+        conv_spec_columns=spec.conv_columns if spec is not None else 0,
         tp=settings.tensor_parallel_size,
         kv_cache_dtype=settings.kv_cache_dtype or "auto",
         model_dtype=compute_dtype(model, settings.dtype),

@@ -7,6 +7,7 @@ from dataclasses import dataclass, replace
 from vramctl.core import kv as kvmath
 from vramctl.core.engines import vllm_features as vf
 from vramctl.core.engines import vllm_runtime as RT
+from vramctl.core.engines import vllm_speculative as SP
 from vramctl.core.engines.base import EnginePlan
 from vramctl.core.engines.vllm import estimates as est
 from vramctl.core.engines.vllm import rules as V
@@ -16,6 +17,7 @@ from vramctl.core.engines.vllm.explain import _explanations, _utilization_rows
 from vramctl.core.engines.vllm.hybrid import _with_hybrid
 from vramctl.core.engines.vllm.kv_manager import kv_view_of_model
 from vramctl.core.engines.vllm.ledger import _ledger
+from vramctl.core.params import mtp_layer_rank_bytes
 from vramctl.core.plan_result import PlanEdge, PlanResult
 from vramctl.core.settings import ServeSettings
 from vramctl.core.specs import GpuSpec, ModelSpec, derived_warning
@@ -110,6 +112,11 @@ def plan_vllm(
         warnings.insert(0, derived_warning(model))
     if auto_note:
         notes.insert(0, auto_note)
+    if s.speculative is not None:
+        mtp = s.speculative.drafter_kv_layers * mtp_layer_rank_bytes(
+            model, s.tensor_parallel_size, s.expert_parallel_size
+        ) if s.speculative.is_mtp else 0
+        notes.extend(SP.notes(s.speculative, model, mtp))
     if fallback:
         notes.insert(
             0,
@@ -118,7 +125,7 @@ def plan_vllm(
             f"(defaults, profiling, graphs) as of {V.V0_RULES_VERSION}",
         )
         s = replace(s, version=version)
-    kv_model = kv_view_of_model(model, rules_version)
+    kv_model = kv_view_of_model(model, rules_version, s.drafter_kv_layers)
     result = PlanResult(
         engine="vllm",
         engine_version=version,

@@ -253,6 +253,18 @@ class VllmRules:
     prefix caching (SupportsMambaPrefixCaching: the Mamba1 / Mamba2 hybrids, `[0.20.2]` bamba, falcon_h1,
     granitemoehybrid, jamba, nemotron_h, zamba2) and `align` for the others (Gated DeltaNet, KDA, short
     convolution) (`[0.15.0] vllm/model_executor/models/config.py:332-336`, `[0.20.2] :351-371`)."""
+    speculative_conv_kinds: tuple[str, ...]
+    """State kinds whose conv state gains num_speculative_tokens columns (`conv_kernel - 1 + num_spec`,
+    `MambaStateShapeCalculator`, `[0.20.2] mamba_utils.py:171-180`, `[0.32.0] :204-213`): Gated DeltaNet from 0.10.2
+    (qwen3_next.py passes `num_spec`; Qwen3.5 from its first release), KDA from 0.15 (`[0.15.0] kimi_linear.py`),
+    Mamba2 from 0.17 (`MambaMixer2.get_state_shape` passes `self.num_spec`, `[0.17.0] / [0.20.2]
+    layers/mamba/mamba_mixer2.py`; not in 0.12.0 / 0.14.0, 0.15 - 0.16 not read). Mamba1 and short convolution never
+    (vramctl.core.engines.vllm_speculative)."""
+    speculative_mamba_align: bool
+    """`--enable-prefix-caching` with speculative decoding gives a class with mamba prefix caching (the Mamba1 /
+    Mamba2 hybrids) mamba_cache_mode 'align' instead of 'all' (`MambaModelConfig.verify_and_update_config`: "Mamba
+    cache mode is set to 'align' for %s by default when prefix caching and speculative decoding are enabled",
+    `[0.20.2] vllm/model_executor/models/config.py:351-361`; in 0.20.0, not in 0.19.0)."""
     hybrid_prefix_caching_default: bool
     """Hybrids get prefix caching by default, in mamba_cache_mode 'align' (two state blocks per request and state
     group): from 0.28 (`[0.32.0] vllm/engine/arg_utils.py` `_set_default_chunked_prefill_and_prefix_caching_args`,
@@ -390,6 +402,10 @@ def _rules_for_tuple(text: str, v: Version) -> VllmRules:
         has_auto_fit=v >= (0, 12, 0),
         has_max_num_active_seqs=v >= (0, 31, 0),
         mamba_state_blocks="page" if v < (0, 12, 0) else "mamba-block" if v < (0, 15, 0) else "mode",
+        speculative_conv_kinds=("gated_delta_net",)
+        + (("kda",) if v >= (0, 15, 0) else ())
+        + (("mamba2",) if v >= (0, 17, 0) else ()),
+        speculative_mamba_align=v >= (0, 20, 0),
         hybrid_prefix_caching_default=v >= (0, 28, 0),
         mamba2_prefill_checkpoint=v >= (0, 32, 0),
         mamba_seqs_within_blocks=v >= (0, 23, 0),
