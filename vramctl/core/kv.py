@@ -652,6 +652,7 @@ def state_only_kv(
     model_dtype: str | None = None,
     mamba_cache_dtype: str = "auto",
     mamba_ssm_cache_dtype: str = "auto",
+    conv_spec_columns: int = 0,
 ) -> HybridKv:
     """The pool of a model with state layers and no attention layer (vLLM V1): no attention page to unify with, so
     the page is one layer's unpadded state and the MambaSpec block size is `cache_config.mamba_block_size`.
@@ -669,6 +670,7 @@ def state_only_kv(
         element_bytes=element,
         mamba_cache_dtype=mamba_cache_dtype,
         mamba_ssm_cache_dtype=mamba_ssm_cache_dtype,
+        conv_spec_columns=conv_spec_columns,
     )
     return HybridKv(shapes, 0, shapes.page_bytes, 0, block_size, block_size, False, attention_free=True)
 

@@ -145,6 +145,21 @@ def _largest_fitting_len(
 
 
 
+def _conv_spec_columns(model: ModelSpec, settings: ServeSettings, version: str) -> int:
+    """With `--speculative-config`, the conv states' extra columns (vramctl.core.engines.vllm_speculative)."""
+    spec = SP.resolve(model, version, settings.speculative_method, settings.num_speculative_tokens)
+    return spec.conv_columns if spec is not None else 0
+
+
+def _ssm_cache_dtype(model: ModelSpec, settings: ServeSettings, version: str) -> str:
+    """The flag wins; only `auto` goes through the model's hook (Nemotron-H's float32)."""
+    if settings.mamba_ssm_cache_dtype not in (None, "", "auto"):
+        return str(settings.mamba_ssm_cache_dtype)
+    return V.default_mamba_ssm_cache_dtype(
+        model.architecture, model.state_space.ssm_dtype if model.state_space else None, version
+    )
+
+
 def state_only_kv_for(
     model: ModelSpec, settings: ServeSettings, block_size: int, version: str
 ) -> kvmath.HybridKv:
@@ -155,21 +170,17 @@ def state_only_kv_for(
         tp=settings.tensor_parallel_size,
         model_dtype=compute_dtype(model, settings.dtype),
         mamba_cache_dtype=settings.mamba_cache_dtype or "auto",
-        mamba_ssm_cache_dtype=settings.mamba_ssm_cache_dtype
-        if settings.mamba_ssm_cache_dtype not in ("", "auto")
-        else V.default_mamba_ssm_cache_dtype(
-            model.architecture, model.state_space.ssm_dtype if model.state_space else None, version
-        ),
+        mamba_ssm_cache_dtype=_ssm_cache_dtype(model, settings, version),
+        conv_spec_columns=_conv_spec_columns(model, settings, version),
     )
 
 
 def hybrid_kv_for(model: ModelSpec, gpu: GpuSpec, settings: ServeSettings, version: str) -> kvmath.HybridKv:
     """vLLM's page-size unification for this model, card and flags (`vramctl.core.kv.hybrid_kv`); with
     `--speculative-config` the conv states' extra columns (vramctl.core.engines.vllm_speculative)."""
-    spec = SP.resolve(model, version, settings.speculative_method, settings.num_speculative_tokens)
     return kvmath.hybrid_kv(
         model,
-        conv_spec_columns=spec.conv_columns if spec is not None else 0,
+        conv_spec_columns=_conv_spec_columns(model, settings, version),
         tp=settings.tensor_parallel_size,
         kv_cache_dtype=settings.kv_cache_dtype or "auto",
         model_dtype=compute_dtype(model, settings.dtype),
@@ -177,10 +188,5 @@ def hybrid_kv_for(model: ModelSpec, gpu: GpuSpec, settings: ServeSettings, versi
         version=parse_version(version),
         compute_capability=gpu.compute_capability,
         mamba_cache_dtype=settings.mamba_cache_dtype or "auto",
-        # the flag wins; only `auto` goes through the model's hook (Nemotron-H's float32)
-        mamba_ssm_cache_dtype=settings.mamba_ssm_cache_dtype
-        if settings.mamba_ssm_cache_dtype not in ("", "auto")
-        else V.default_mamba_ssm_cache_dtype(
-            model.architecture, model.state_space.ssm_dtype if model.state_space else None, version
-        ),
+        mamba_ssm_cache_dtype=_ssm_cache_dtype(model, settings, version),
     )
