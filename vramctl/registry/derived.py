@@ -262,25 +262,9 @@ def _derived_bytes(base: ModelSpec, quantised: ModelSpec, config: dict[str, Any]
     return weights, (top - bottom) // 2 + round(LAYOUT_BAND * weights)
 
 
-def derived_config(name: str) -> dict[str, Any] | None:
-    """The config a derived plan is built from (the base's config.json fields + the inferred quantization_config),
-    for `--hf-overrides`; None when `derive_from_name` would return None."""
-    found = match_name(name)
-    if found is None or model_at(found.base_path).quantization:
-        return None
-    scheme = scheme_for(found.words, found.group, moe=model_at(found.base_path).moe is not None)
-    if scheme is None:
-        return None
-    config = copy.deepcopy(dict(MODELS.document(found.base_path)["config"]))
-    config["quantization_config"] = copy.deepcopy(scheme.quantization_config)
-    return config
-
-
-def derive_from_name(name: str, why: str) -> ModelSpec | None:
-    """The bundled base of a pre-quantised checkpoint's name with the marker's quantisation applied (see the module
-    docstring), or None when the name is not `<bundled name><marker>` or the marker names no single method."""
-    from vramctl.registry.models import spec_from_config
-
+def _matched(name: str) -> tuple[NameMatch, ModelSpec, Scheme, dict[str, Any]] | None:
+    """(the name's match, the bundled base, the marker's scheme, the base's config with that quantization_config), or
+    None when the name is not `<bundled unquantised name><marker of one method>`."""
     found = match_name(name)
     if found is None:
         return None
@@ -290,9 +274,27 @@ def derive_from_name(name: str, why: str) -> ModelSpec | None:
     scheme = scheme_for(found.words, found.group, moe=base.moe is not None)
     if scheme is None:
         return None
-    doc = MODELS.document(found.base_path)
-    config = copy.deepcopy(dict(doc["config"]))
+    config = copy.deepcopy(dict(MODELS.document(found.base_path)["config"]))
     config["quantization_config"] = copy.deepcopy(scheme.quantization_config)
+    return found, base, scheme, config
+
+
+def derived_config(name: str) -> dict[str, Any] | None:
+    """The config a derived plan is built from (the base's config.json fields + the inferred quantization_config),
+    for `--hf-overrides`; None when `derive_from_name` would return None."""
+    matched = _matched(name)
+    return None if matched is None else matched[3]
+
+
+def derive_from_name(name: str, why: str) -> ModelSpec | None:
+    """The bundled base of a pre-quantised checkpoint's name with the marker's quantisation applied (see the module
+    docstring), or None when the name is not `<bundled name><marker>` or the marker names no single method."""
+    from vramctl.registry.models import spec_from_config
+
+    matched = _matched(name)
+    if matched is None:
+        return None
+    found, base, scheme, config = matched
     where = f"{base.name} (bundled) + {scheme.method}"
     checkpoint = name.strip().split("@", 1)[0]
     quantised = spec_from_config(config, where=where, name=checkpoint, param_count=base.param_count)
