@@ -72,3 +72,23 @@ def test_command_errors_are_one_line(tmp_path: Path) -> None:
     alone = _read_log(tmp_path, EXCERPT, "--command", "vllm serve Qwen/Qwen3-8B")
     assert alone.returncode == 2 and "--command: only used with --compare-plan" in alone.stderr
 
+
+
+def test_engine_config_line_speculative_repr(tmp_path: Path) -> None:
+    """V1's engine-config line prints `speculative_config=SpeculativeConfig(method=…, model=…, num_spec_tokens=N)`;
+    read as the same settings the non-default args line's dict gives (it ranks above that line)."""
+    args = (
+        "(APIServer pid=1) INFO 12-03 08:40:19 [api_utils.py:286] non-default args: {'model': 'Qwen/Qwen3-8B', "
+        "'speculative_config': {'method': 'qwen3_next_mtp', 'num_speculative_tokens': 2}}\n"
+    )
+    engine = (
+        "(EngineCore pid=2) INFO 12-03 08:40:29 [core.py:133] Initializing a V1 LLM engine (v0.32.0) with config: "
+        "model='Qwen/Qwen3-8B', speculative_config=SpeculativeConfig(method='mtp', model='Qwen/Qwen3-8B', "
+        "num_spec_tokens=2), tokenizer='Qwen/Qwen3-8B', max_seq_len=1024\n"
+    )
+    log = tmp_path / "startup.log"
+    log.write_text(args + engine + EXCERPT)
+    settings = parse_startup_log(iter_log_lines(log)).settings
+    assert settings["speculative_config"].value == "{'num_speculative_tokens': 2, 'method': 'mtp'}"
+    log.write_text(engine.replace("SpeculativeConfig(method='mtp', model='Qwen/Qwen3-8B', num_spec_tokens=2)", "None"))
+    assert "speculative_config" not in parse_startup_log(iter_log_lines(log)).settings

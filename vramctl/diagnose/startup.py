@@ -298,6 +298,24 @@ _COMMAND_NEEDLES = ("vllm serve", "sglang.launch_server", "api_server", "vllm-op
 _KV_RE = re.compile(r"\b([a-z_][a-z0-9_]*)=('[^']*'|\"[^\"]*\"|[^,\s)]+)")
 _DICT_RE = re.compile(r"'([a-z_][a-z0-9_]*)':\s*('[^']*'|\"[^\"]*\"|[^,}]+)")
 _SPEC_DICT_RE = re.compile(r"'speculative_config':\s*(\{[^{}]*\})")
+_SPEC_REPR_RE = re.compile(r"speculative_config=SpeculativeConfig\((?P<body>[^()]*)\)")
+
+
+def _engine_config_speculative(body: str) -> str | None:
+    """The engine-config line's `speculative_config=SpeculativeConfig(method='mtp', model=…, num_spec_tokens=2)`
+    (vLLM V1 `Initializing a V1 LLM engine … with config:`, SpeculativeConfig.__repr__, 0.32.0) as the dict the
+    non-default args line prints; None without one (or `speculative_config=None`)."""
+    m = _SPEC_REPR_RE.search(body)
+    if m is None:
+        return None
+    fields = dict(re.findall(r"(\w+)=('[^']*'|\d+)", m.group("body")))
+    tokens = fields.get("num_spec_tokens")
+    if tokens is None or not tokens.isdigit():
+        return None
+    config: dict[str, object] = {"num_speculative_tokens": int(tokens)}
+    if fields.get("method"):
+        config["method"] = fields["method"].strip("'")
+    return repr(config)
 _FLAG_RE = re.compile(r"(?<![\w-])--([a-z][a-z0-9_\-.]*)(?:[= ]+(?!-)([^\s\\`'\"]+|'[^']*'|\"[^\"]*\"))?")
 _SERVE_MODEL_RE = re.compile(r"\bvllm serve\s+(?!-)([^\s\\`]+)")
 _WRAP_TAIL_RE = re.compile(r"(?:takes|take|is|:)\s*$")
@@ -686,7 +704,10 @@ class _Parser:
         if "with config:" in raw:
             source = "engine-config"
             body = raw.split("with config:", 1)[1]
-            pairs = _KV_RE.findall(body)
+            pairs = [(k, v) for k, v in _KV_RE.findall(body) if k != "speculative_config"]
+            spec = _engine_config_speculative(body)
+            if spec is not None:
+                pairs.append(("speculative_config", spec))
         elif "server_args=ServerArgs(" in raw or "server_args:" in raw:
             source = "server-args"
             pairs = _KV_RE.findall(raw.split("server_args", 1)[1])
