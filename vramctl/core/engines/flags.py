@@ -252,22 +252,33 @@ def parse_cudagraph_mode(value: Any, where: str) -> str:
     return text
 
 
-def parse_compilation_config(value: Any, where: str = "--compilation-config") -> CompilationConfig:
-    """`--compilation-config JSON` (or a mapping, or a bare level number): the keys that change the memory plan
-    (`CompilationConfig`)."""
+def _json_object(value: Any, where: str, *, python_literal: bool = False) -> dict[str, Any]:
+    """A flag's JSON object (a string, or a mapping already) with `-` in its keys read as `_`; with
+    `python_literal`, also a dict as Python prints it. Anything else is one BadInputError line."""
     data = value
-    if isinstance(value, int) and not isinstance(value, bool):
-        return CompilationConfig(level=value)
     if isinstance(value, str):
-        if value.strip().isdigit():
-            return CompilationConfig(level=int(value.strip()))
         try:
             data = json.loads(value)
         except ValueError:
-            raise BadInputError(f"{where} {value!r}: not a JSON object") from None
+            try:
+                if not python_literal:
+                    raise ValueError(value)
+                data = ast.literal_eval(value.strip())
+            except (ValueError, SyntaxError, MemoryError, RecursionError):
+                raise BadInputError(f"{where} {value!r}: not a JSON object") from None
     if not isinstance(data, dict):
         raise BadInputError(f"{where} {value!r}: not a JSON object")
-    config = {str(k).replace("-", "_"): v for k, v in data.items()}
+    return {str(k).replace("-", "_"): v for k, v in data.items()}
+
+
+def parse_compilation_config(value: Any, where: str = "--compilation-config") -> CompilationConfig:
+    """`--compilation-config JSON` (or a mapping, or a bare level number): the keys that change the memory plan
+    (`CompilationConfig`)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return CompilationConfig(level=value)
+    if isinstance(value, str) and value.strip().isdigit():
+        return CompilationConfig(level=int(value.strip()))
+    config = _json_object(value, where)
     sizes = config.pop("cudagraph_capture_sizes", None)
     largest = config.pop("max_cudagraph_capture_size", None)
     mode = config.pop("cudagraph_mode", None)
@@ -314,18 +325,8 @@ def parse_speculative_config(value: Any, where: str = "--speculative-config") ->
     """`--speculative-config JSON` (or a mapping): method, num_speculative_tokens and the draft model
     (`SpeculativeConfig`). vLLM refuses a config without `num_speculative_tokens` unless its draft model says
     (`n_predict`); vramctl needs the number, so it refuses that too."""
-    data = value
-    if isinstance(value, str):
-        try:
-            data = json.loads(value)
-        except ValueError:
-            try:  # read-log: an args line prints the dict as Python writes it ({'method': 'mtp', …})
-                data = ast.literal_eval(value.strip())
-            except (ValueError, SyntaxError, MemoryError, RecursionError):
-                raise BadInputError(f"{where} {value!r}: not a JSON object") from None
-    if not isinstance(data, dict):
-        raise BadInputError(f"{where} {value!r}: not a JSON object")
-    config = {str(k).replace("-", "_"): v for k, v in data.items()}
+    # read-log: an args line prints the dict as Python writes it ({'method': 'mtp', …})
+    config = _json_object(value, where, python_literal=True)
     method = config.pop("method", None)
     model = config.pop("model", None)
     tokens = config.pop("num_speculative_tokens", None)
