@@ -232,3 +232,37 @@ def test_the_docs_count_the_bundled_profiles() -> None:
     models = len(list((root / "profiles" / "models").glob("*.yaml")))
     gpus = len(list((root / "profiles" / "gpus").glob("*.yaml")))
     assert (int(found[1]), int(found[2])) == (models, gpus)
+
+
+@pytest.mark.parametrize(
+    ("typed", "gpu_id"),
+    [
+        ("RTX 4060 Ti 16GB", "rtx-4060-ti"),
+        ("a100 80g", "a100-80gb"),
+        ("A100 40GB", "a100-40gb"),
+        ("h100 94gb", "h100-nvl"),
+        ("v100-16g", "v100-16gb"),
+        ("Tesla V100 32GB", "v100-32gb"),
+        ("Tesla V100-SXM2-16GB", "v100-16gb"),
+    ],
+)
+def test_gpu_named_with_its_memory_size(typed: str, gpu_id: str) -> None:
+    """A board name with its memory appended (nvidia-smi, cloud catalogues) finds the variant with that memory."""
+    assert load_gpu(typed).name == gpu_id
+
+
+@pytest.mark.parametrize("typed", ["RTX 4060 Ti 8GB", "rtx-5060-ti-8gb", "l4 48gb"])
+def test_gpu_named_with_another_memory_size_is_refused(typed: str) -> None:
+    """Never a plan of a card with other memory: an 8 GB 4060 Ti planned as the 16 GB board would say "fits"."""
+    from vramctl.core.errors import BadInputError
+
+    with pytest.raises(BadInputError, match=r"has \d+ GB, not \d+ GB; pass --gpu \S+ only for that board, or --gpu-memory"):
+        load_gpu(typed)
+
+
+def test_unknown_gpu_suggests_the_variants_of_what_was_typed_first() -> None:
+    from vramctl.core.errors import UnknownNameError
+
+    with pytest.raises(UnknownNameError) as caught:
+        load_gpu("v100")
+    assert caught.value.suggestions[:2] == ("v100-16gb", "v100-32gb")

@@ -74,7 +74,10 @@ class ProfileCatalog:
             scored = [
                 (difflib.SequenceMatcher(None, key, normalize(c)).ratio(), c) for c in self.names_of(path)
             ]
-            best.append(max(scored, key=lambda item: (item[0], -len(item[1]))))
+            top = max(scored, key=lambda item: (item[0], -len(item[1])))
+            # a profile one of whose names starts with what was typed (`v100` → `v100-16gb`) comes first
+            prefix = any(normalize(c).startswith(key + "-") for c in self.names_of(path))
+            best.append((top[0] + (1.0 if prefix else 0.0), top[1]))
         best.sort(key=lambda item: -item[0])
         return [candidate for _, candidate in best[:n]]
 

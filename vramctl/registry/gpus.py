@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import re
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 from vramctl.core.errors import BadInputError, UnknownNameError
 from vramctl.core.specs import GpuSpec
-from vramctl.core.units import GB, MiB, format_gib
+from vramctl.core.units import GB, GiB, MiB, format_gib
 from vramctl.registry._catalog import GPUS
+from vramctl.registry.names import normalize
 from vramctl.registry._fields import get_float, get_int, get_mapping, get_sources, get_str, get_str_list
 
 TB = 10**12
@@ -119,8 +121,55 @@ def load_gpu(name: str) -> GpuSpec:
         )
     path = GPUS.find(name)
     if path is None:
+        path = _find_by_memory_size(name)
+    if path is None:
         raise UnknownNameError("GPU", name, GPUS.suggest(name))
     return _gpu_at(path)
+
+
+_MEMORY_SUFFIX = re.compile(r"^(?P<board>.+?)-?(?P<gb>\d{1,3})-?(?:gb|gib|g)$")
+
+
+def _board_gib(gpu: GpuSpec) -> float:
+    return (gpu.nvidia_smi_total_mib or 0) / 1024 or gpu.cuda_total_bytes / GiB
+
+
+def _has_memory(gpu: GpuSpec, stated_gib: int) -> bool:
+    return abs(_board_gib(gpu) - stated_gib) <= 0.1 * stated_gib
+
+
+def _find_by_memory_size(name: str) -> Path | None:
+    """`RTX 4060 Ti 16GB`, `a100 80g`, `v100-32gb`: a board name with its memory size appended, as nvidia-smi and
+    cloud catalogues write it. The board's profile answers when its memory is that size (nvidia-smi's total within
+    10 % of the stated GB); when the bundled board has another size the name is refused in one line saying so —
+    never a plan of a card with other memory (a 4060 Ti 8GB planned as the 16 GB board would say "fits" wrongly)."""
+    match = _MEMORY_SUFFIX.match(normalize(name))
+    if match is None:
+        return None
+    board = match.group("board")
+    stated_gib = int(match.group("gb"))
+    path = GPUS.find(board)
+    if path is not None and _has_memory(_gpu_at(path), stated_gib):
+        return path
+    # another bundled variant of the board with that memory (`h100 94gb` is the H100 NVL, `v100 16g` the 16 GB V100)
+    variants = [
+        other
+        for other in GPUS.paths()
+        if other != path
+        and any(normalize(n).startswith(board) for n in GPUS.names_of(other))
+        and _has_memory(_gpu_at(other), stated_gib)
+    ]
+    if len(variants) == 1:
+        return variants[0]
+    if path is None:
+        return None
+    gpu = _gpu_at(path)
+    board_gib = _board_gib(gpu)
+    raise BadInputError(
+        f"--gpu {name}: the bundled {gpu.display_name} has {board_gib:.0f} GB, not {stated_gib} GB; pass --gpu "
+        f"{gpu.name} only for that board, or --gpu-memory with the total your card reports (torch.cuda.mem_get_info()"
+        " or the engine's log) for this one"
+    )
 
 
 def list_gpus() -> list[GpuSpec]:
