@@ -413,6 +413,12 @@ def register(app: typer.Typer) -> None:
         sleep_mode_offload_cudagraph: Optional[bool] = typer.Option(
             None, "--sleep-mode-offload-cudagraph/--no-sleep-mode-offload-cudagraph", help=flag_help("--sleep-mode-offload-cudagraph"), show_default=False
         ),
+        enable_extensible_kv_cache: Optional[bool] = typer.Option(
+            None,
+            "--enable-extensible-kv-cache/--no-enable-extensible-kv-cache",
+            help=flag_help("--enable-extensible-kv-cache"),
+            show_default=False,
+        ),
         kv_cache_memory_suggestion: bool = typer.Option(
             False,
             "--kv-cache-memory-suggestion",

@@ -13,7 +13,7 @@ Engine = Literal["vllm", "sglang", "both"]
 Entrypoint = Literal["server", "llm"]
 """vLLM's defaults differ between `vllm serve` (OpenAI server) and the `LLM` class (arg_utils.py:2940-3039)."""
 
-LATEST_VLLM_VERSION = "0.33.0"
+LATEST_VLLM_VERSION = "0.34.0"
 LATEST_SGLANG_VERSION = "0.5.23"
 
 
@@ -45,6 +45,9 @@ class ServeSettings:
     block_size: int | None = None
     enforce_eager: bool = False
     kv_cache_memory_bytes: int | None = None
+    enable_extensible_kv_cache: bool | None = None
+    """vLLM `--enable-extensible-kv-cache` / `--no-enable-extensible-kv-cache` (0.34 →): None = the release's
+    default (on for CUDA / ROCm without --kv-cache-memory-bytes; vramctl.core.engines.vllm.rules)."""
     enable_chunked_prefill: bool | None = None
     enable_prefix_caching: bool | None = None
     """vLLM `--enable-prefix-caching` / `--no-enable-prefix-caching`: None = the version's default (on; for hybrids

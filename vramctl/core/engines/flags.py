@@ -495,6 +495,10 @@ REGISTRY: tuple[EngineFlag, ...] = (
        "vLLM 0.30 →: sleep also frees NCCL communicators.", negatable=True),
     _f("--sleep-mode-offload-cudagraph", "bool", V, "sleep_mode_offload_cudagraph",
        "vLLM 0.32 →: sleep also offloads the graph pool.", negatable=True),
+    # vLLM 0.34 (vllm/config/cache.py: enable_extensible_kv_cache)
+    _f("--enable-extensible-kv-cache", "bool", V, "enable_extensible_kv_cache",
+       "vLLM 0.34 →: size the KV pool after warm-up and graph capture (default on CUDA / ROCm; "
+       "--no-enable-extensible-kv-cache: the profile estimate, u 0.92).", negatable=True),
     # --- SGLang (python/sglang/srt/server_args.py, SGLang 0.5.23) --------------------------------------------------
     _f("--context-length", "count", S, "max_model_len", "SGLang context length.", in_logs=True),
     _f("--mem-fraction-static", "float", S, "mem_fraction_static", "SGLang's static memory fraction.",

@@ -97,6 +97,22 @@ def _subtraction(version: str, _: RuleContext) -> str:
     }[vr.subtraction_kind(version)]
 
 
+def _extensible(version: str, ctx: RuleContext) -> bool:
+    return vr.rules_for(version).extensible_kv_cache and ctx.gpu.vendor in ("nvidia", "amd")
+
+
+def _default_utilization(version: str, ctx: RuleContext) -> str:
+    if _extensible(version, ctx):
+        return f"{vr.EXTENSIBLE_DEFAULT_UTILIZATION:.2f} (extensible KV cache; 0.92 without it)"
+    return f"{vr.default_gpu_memory_utilization(version):.2f}"
+
+
+def _kv_sizing(version: str, ctx: RuleContext) -> str:
+    if _extensible(version, ctx):
+        return "extensible: measured after warm-up and graph capture, a margin and the transient peak kept free"
+    return "the profile estimate"
+
+
 def _scheduler(version: str, ctx: RuleContext) -> str:
     tokens, seqs = vr.default_scheduler_limits(
         ctx.gpu, version, ctx.entrypoint, max_model_len=ctx.max_model_len
@@ -144,9 +160,28 @@ VLLM_RULES: tuple[VersionRule, ...] = (
         "default-utilization",
         "default --gpu-memory-utilization",
         (SLACK, KV_CACHE),
-        "vllm/config/cache.py (0.90 until 0.19, 0.92 from 0.20.0, PR #38284)",
-        lambda v, _: f"{vr.default_gpu_memory_utilization(v):.2f}",
+        "vllm/config/cache.py (0.90 until 0.19, 0.92 from 0.20.0, PR #38284; 0.34.0: lines 186, 494-501, 1.0 with "
+        "the extensible KV cache)",
+        _default_utilization,
         ("gpu_memory_utilization",),
+    ),
+    VersionRule(
+        "vllm",
+        "kv-sizing",
+        "how the KV pool is sized",
+        (KV_CACHE, SLACK, "verdict"),
+        "vllm/v1/worker/extensible_kv_cache.py:592-618 and vllm/config/vllm.py:3180-3263 (0.34.0); "
+        "vllm/v1/worker/gpu_worker.py determine_available_memory before",
+        _kv_sizing,
+    ),
+    VersionRule(
+        "vllm",
+        "default-block-size",
+        "default KV block size (before the attention backend raises it)",
+        (KV_CACHE,),
+        "vllm/config/cache.py:185 (16 through 0.33.0, 64 in 0.34.0)",
+        lambda v, _: str(vr.default_block_size(v)),
+        ("block_size",),
     ),
     VersionRule(
         "vllm",

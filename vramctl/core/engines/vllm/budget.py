@@ -5,6 +5,16 @@ vLLM's subtraction by version (`vllm/v1/worker/gpu_worker.py` (vLLM v0.33.0), vL
     requested = ceil(total × u)                                   (`vllm/v1/worker/utils.py:716-772`)
     kv        = requested − weights − activation peak − non-torch growth − [graph estimate, ≥0.20]
     blocks    = kv // bytes_per_block, minimum over ranks          (`kv_cache_planning.py:681`, `:1580-1594`)
+
+The extensible KV cache (0.34 →, on by default: `rules.extensible_kv_cache`) sizes the pool after warm-up and graph
+capture from the memory then free (`measure_kv_cache_bytes`, `vllm/v1/worker/extensible_kv_cache.py:592-618`
+(0.34.0); `finalize_extensible_kv_cache`, `vllm/v1/core/kv_cache_planning.py:1864-1906` (0.34.0)):
+
+    used      = weights + non-torch growth + captured graph pool    (init free − free after warm-up − committed KV)
+    reserve   = activation peak + [graph estimate]                  (`peak_activation_memory`, `gpu_worker.py:771-773`,
+                                                                     kept free in full: `gpu_worker.py:946-948` (0.34.0))
+    margin    = max(1 GiB (3 on ROCm), 0.75 × reserve)              (`extensible_kv_cache.py:64-65` (0.34.0))
+    kv        = min(requested − used, init free − used − margin) − reserve, at most the profiled pool above
     concurrency = blocks / blocks_per_request; tokens = int(concurrency × max_model_len)
 
 """
@@ -62,6 +72,9 @@ class _Stage:
     kv_bytes: int
     bytes_per_block: int
     num_blocks: int
+    held_back: int = 0
+    """The extensible KV cache (0.34 →): what its sizing keeps free beyond the terms (the margin, the graph estimate
+    in the reserve, requested − init free); 0 otherwise."""
 
 
 def _stage_budget(
@@ -76,6 +89,8 @@ def _stage_budget(
     cal: est.Calibration,
     others_charged: int = 0,
     edge: int = 0,
+    init_free: int | None = None,
+    rocm: bool = False,
 ) -> _Stage:
     """One pipeline stage's budget. `edge` +1 / −1 moves every estimated term to the top / bottom of its ± band
     (the pessimistic / optimistic edge of the plan); 0 is the estimate itself."""
@@ -121,13 +136,65 @@ def _stage_budget(
             _at_edge(e, edge) for e in (activation, non_torch, outside, graph)
         )
     graph_charged = graph.bytes if (s.estimate_cudagraphs and s.cudagraph_capture_sizes) else 0
+    held_back = 0
     if s.kv_cache_memory_bytes is not None:
         kv_bytes = s.kv_cache_memory_bytes
     else:
         kv_bytes = requested - weights - activation.bytes - non_torch.bytes - graph_charged - others_charged
+        if s.extensible_kv_cache and init_free is not None:
+            kv_bytes, held_back = _extensible_kv(
+                kv_bytes,
+                requested,
+                init_free - outside.bytes,
+                weights,
+                activation,
+                non_torch,
+                graph,
+                graph_charged,
+                rocm=rocm,
+            )
+            graph_charged = graph.bytes
     bpb = _stage_bytes_per_block(kv_model, s, stage)
     blocks = max(0, kv_bytes // bpb) if kv_bytes > 0 else 0
-    return _Stage(stage, weights, activation, non_torch, outside, graph, graph_charged, kv_bytes, bpb, blocks)
+    return _Stage(
+        stage, weights, activation, non_torch, outside, graph, graph_charged, kv_bytes, bpb, blocks, held_back
+    )
+
+
+EXTENSIBLE_MARGIN_FLOOR_BYTES = 1 * GiB
+"""`KV_CACHE_MARGIN_FLOOR_BYTES` on CUDA (`vllm/v1/worker/extensible_kv_cache.py:64` (0.34.0); 3 GiB on ROCm)."""
+EXTENSIBLE_MARGIN_FLOOR_ROCM_BYTES = 3 * GiB
+EXTENSIBLE_MARGIN_FRACTION = 0.75
+"""`KV_CACHE_MARGIN_FRACTION` (`extensible_kv_cache.py:65` (0.34.0))."""
+
+
+def _extensible_kv(
+    profiled: int,
+    requested: int,
+    init_free: int,
+    weights: int,
+    activation: est.Estimate,
+    non_torch: est.Estimate,
+    graph: est.Estimate,
+    graph_estimate: int,
+    *,
+    rocm: bool = False,
+) -> tuple[int, int]:
+    """(KV bytes, held back) of the extensible KV cache: `measure_kv_cache_bytes` (`extensible_kv_cache.py:592-618`
+    (0.34.0)) with the measured terms replaced by their estimates. What warm-up and capture leave allocated (weights,
+    non-torch growth, the captured graph pool) is `used`; the transient kept free is the profiled activation peak
+    plus the graph estimate (`peak_activation_memory`, the reserve warm-up starts from, `gpu_worker.py:946-948`
+    (0.34.0)) — the warm-up's own peak and torch's reservation growth are taken as no larger. The pool never exceeds
+    the reserved capacity the profile sized (`finalize_extensible_kv_cache`, `kv_cache_planning.py:1883-1884`
+    (0.34.0))."""
+    used = weights + non_torch.bytes + graph.bytes
+    reserve = activation.bytes + graph_estimate
+    floor = EXTENSIBLE_MARGIN_FLOOR_ROCM_BYTES if rocm else EXTENSIBLE_MARGIN_FLOOR_BYTES
+    margin = max(floor, int(reserve * EXTENSIBLE_MARGIN_FRACTION))
+    kv = min(requested - used, init_free - used - margin) - reserve
+    kv = min(kv, profiled)
+    held_back = requested - kv - weights - activation.bytes - non_torch.bytes - graph.bytes
+    return kv, held_back
 
 
 def _at_edge(e: est.Estimate, edge: int) -> est.Estimate:
@@ -248,7 +315,9 @@ def _verdict(p: _Pool) -> tuple[Verdict, str]:
     s, rules = p.s, p.rules
     snapshot_free = None if s.free_memory_bytes is None else s.free_memory_bytes - p.binding.outside.bytes
     profiled = s.kv_cache_memory_bytes is None
-    if snapshot_free is not None and profiled and snapshot_free < p.requested:
+    # the extensible KV cache (0.34 →) skips the free-memory check: the budget is only a cap
+    # (`vllm/v1/worker/utils.py:783-797` (0.34.0))
+    if snapshot_free is not None and profiled and not s.extensible_kv_cache and snapshot_free < p.requested:
         if not rules.checks_free_memory and not p.others_charged:
             return GPU_UTIL_EXCEEDS_FREE, M.no_free_memory_check(s.version, p.requested, snapshot_free)
         if rules.checks_free_memory:
@@ -326,6 +395,8 @@ def _core(
             cal=cal,
             others_charged=others_charged,
             edge=edge,
+            init_free=capacity - other,
+            rocm=gpu.vendor == "amd",
         )
         for i in range(pp)
     )
@@ -384,7 +455,8 @@ def _core(
         non_kv_bytes=binding.weights
         + binding.activation.bytes
         + binding.non_torch.bytes
-        + binding.graph_charged,
+        + binding.graph_charged
+        + binding.held_back,
         lora=slots,
         load_change=load_change,
         rope_bytes=rope,

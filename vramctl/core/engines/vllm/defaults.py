@@ -83,6 +83,9 @@ class VllmSettings:
     0.15-0.27 for the classes without mamba 'all' mode) holds two, `none` one; `unmodelled` (mode 'all', or 0.12-0.14's
     per-block state) is planned as `none` (vramctl/core/mamba_cache.py).
     Not in `to_json` (every other plan's JSON unchanged): `hybrid.mamba_cache_mode` reports it."""
+    extensible_kv_cache: bool = False
+    """vLLM 0.34 →: the pool is sized after warm-up and graph capture from the memory then free
+    (`rules.extensible_kv_cache`). In `to_json` only when on."""
     cudagraph_mode: str | None = None
     """The CUDA-graph mode set by `--compilation-config` / `-O N` (`rules.cudagraph_mode`); None: the release's
     default regime. In `to_json` only when set."""
@@ -137,6 +140,8 @@ class VllmSettings:
         }
         if self.max_num_active_seqs is not None:  # only when given: other plans' JSON is unchanged
             out["max_num_active_seqs"] = self.max_num_active_seqs
+        if self.extensible_kv_cache:  # likewise: vLLM 0.34 → only
+            out["extensible_kv_cache"] = True
         if self.cudagraph_mode is not None:  # likewise
             out["cudagraph_mode"] = self.cudagraph_mode
         if self.speculative is not None:  # likewise: only with --speculative-config
@@ -231,13 +236,15 @@ def validate(model: ModelSpec, gpu: GpuSpec, settings: ServeSettings) -> None:
 
 
 def default_block_size_for(model: ModelSpec, gpu: GpuSpec, version: str) -> int:
-    """16, except MLA on FlashMLA (Hopper, 64) and CUTLASS MLA (data-center Blackwell, 128) (`vllm/config/cache.py` (vLLM v0.33.0))."""
+    """The release's default (16 through 0.33, 64 from 0.34: `rules.default_block_size`), raised for MLA on FlashMLA
+    (Hopper, 64) and CUTLASS MLA (data-center Blackwell, 128) (`vllm/config/cache.py` (vLLM v0.33.0);
+    `get_preferred_block_size`, `vllm/v1/attention/backend.py:158-166` (0.34.0))."""
     if model.is_mla and not V.is_v0(version) and gpu.compute_capability:
         major = gpu.compute_capability.split(".")[0]
         if major == "9":
-            return 64
+            return max(64, V.default_block_size(version))
         if major == "10":
-            return 128
+            return max(128, V.default_block_size(version))
     return V.default_block_size(version)
 
 
@@ -264,9 +271,15 @@ def _state_pool(
 
 def resolve_settings(model: ModelSpec, gpu: GpuSpec, settings: ServeSettings, version: str) -> VllmSettings:
     defaults: list[str] = []
+    extensible = V.extensible_kv_cache(
+        version,
+        requested=settings.enable_extensible_kv_cache,
+        kv_cache_memory_bytes=settings.kv_cache_memory_bytes,
+        vendor=gpu.vendor,
+    )
     u = settings.gpu_memory_utilization
     if u is None:
-        u = V.default_gpu_memory_utilization(version)
+        u = V.EXTENSIBLE_DEFAULT_UTILIZATION if extensible else V.default_gpu_memory_utilization(version)
         defaults.append("gpu_memory_utilization")
     mml = settings.max_model_len
     if mml is None or mml == AUTO_MAX_MODEL_LEN:
@@ -372,6 +385,7 @@ def resolve_settings(model: ModelSpec, gpu: GpuSpec, settings: ServeSettings, ve
         mamba_cache_mode=mode,
         state_page_bytes=state_page,
         cudagraph_mode=None if settings.enforce_eager else graphs,
+        extensible_kv_cache=extensible,
         speculative=SP.resolve(model, version, settings.speculative_method, settings.num_speculative_tokens),
         prefill_checkpoint_blocks=int(
             model.state_space is not None

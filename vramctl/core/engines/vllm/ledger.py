@@ -90,7 +90,9 @@ def _ledger(core: _Core, kv_band: int = 0) -> Ledger:
                 TermSource.ESTIMATED,
                 st.graph.formula,
                 st.graph.uncertainty_bytes,
-                "charged to the budget (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1)"
+                "measured after capture by the extensible KV cache's sizing (vLLM 0.34 →)"
+                if s.extensible_kv_cache and charged
+                else "charged to the budget (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1)"
                 if charged
                 else "not charged to the budget in this version/setting: taken from the headroom above u",
             )
@@ -103,6 +105,11 @@ def _ledger(core: _Core, kv_band: int = 0) -> Ledger:
             TermSource.GIVEN if kv_given else TermSource.DERIVED,
             "--kv-cache-memory-bytes (profiling skipped; ignores gpu_memory_utilization)"
             if kv_given
+            else "extensible KV cache (vLLM 0.34 →): min(requested − used, free at start − used − margin) − reserve; "
+            "used = weights + non-torch growth + graph pool, reserve = activation peak"
+            + (" + graph estimate" if s.estimate_cudagraphs else "")
+            + f", margin = max(1 GiB, 0.75 × reserve); {st.held_back / GiB:.2f} GiB held back beyond the terms"
+            if s.extensible_kv_cache
             else "requested − weights − activation peak − non-torch growth"
             + (" − graph estimate" if st.graph_charged else ""),
             0 if kv_given else kv_band,
@@ -118,6 +125,9 @@ def _ledger(core: _Core, kv_band: int = 0) -> Ledger:
         residual_formula=(
             "total − every other term (with --kv-cache-memory-bytes the utilisation plays no part)"
             if kv_given
+            else f"total − every other term: the extensible KV cache's margin and reserve ({st.held_back / GiB:.2f} "
+            "GiB) and (1 − u) × total, what lives outside the budget"
+            if s.extensible_kv_cache
             else f"total − every other term: (1 − u) × total = {(core.capacity - core.requested) / GiB:.2f} GiB "
             "held back, less what lives outside the budget"
         ),

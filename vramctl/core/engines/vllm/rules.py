@@ -1,7 +1,8 @@
 """vLLM's rules by version: every version switch vramctl applies, in one object (`VllmRules`, from `rules_for`).
 
 Every switch cites the vLLM source file:line it comes from (https://github.com/vllm-project/vllm; unlabelled lines
-are vLLM 0.33.0 at commit 4ba787ec9, `[0.11.0]`-style labels are older wheels, `[0.32.0]` the CPU wheel). This is
+are vLLM 0.33.0 at commit 4ba787ec9, `[0.11.0]`-style labels are older wheels, `[0.32.0]` the CPU wheel; lines
+marked `(0.34.0)` are the 0.34.0 wheel). This is
 the one module of vramctl that compares vLLM versions: the rest of the package (`defaults`, `kv_manager`,
 `budget`, `explain`, `messages`, ...) and `vramctl.core.plan` ask a `VllmRules` which way a switch goes. Adding a
 vLLM release means editing `rules_for` (and `messages` if a wording changed).
@@ -322,6 +323,18 @@ class VllmRules:
     yarn_unscaled_max_len: bool
     """`_get_and_verify_max_len` leaves yarn-family lengths unscaled from 0.30 (`vllm/config/model.py:2468-2492`);
     0.29 derived original_max_position_embeddings × factor (vramctl.core.engines.vllm_yarn)."""
+    extensible_kv_cache: bool
+    """The extensible KV cache (0.34 →), on by default on CUDA and ROCm unless `--kv-cache-memory-bytes` (or
+    `num_gpu_blocks_override`) is given (`vllm/config/vllm.py:3180-3263` (0.34.0), `vllm/config/cache.py:395-406`
+    (0.34.0)): the pool is sized after warm-up and graph capture from the memory then free (`measure_kv_cache_bytes`,
+    `vllm/v1/worker/extensible_kv_cache.py:592-618` (0.34.0)), no longer from the profile estimate alone, and
+    `--gpu-memory-utilization` defaults to 1.0 (`resolved_gpu_memory_utilization`, `vllm/config/cache.py:494-501`
+    (0.34.0)); `request_memory` skips the free-memory check (`vllm/v1/worker/utils.py:783-797` (0.34.0)).
+    Off (`--no-enable-extensible-kv-cache`), 0.34 sizes the pool as 0.33 did (vramctl.core.engines.vllm.budget)."""
+    block_size_default: int
+    """`CacheConfig.DEFAULT_BLOCK_SIZE`: 16 through 0.33 (`vllm/config/cache.py:185`), 64 from 0.34
+    (`vllm/config/cache.py:185` (0.34.0)); attention backends may raise it (`get_preferred_block_size`,
+    `vllm/v1/attention/backend.py:158-166` (0.34.0): the default when the backend supports it)."""
     known_range: Literal["known", "newer", "older"]
     """Where the version lies against the versions vramctl models (`OLDEST_VLLM_VERSION` to
     `LATEST_VLLM_VERSION`): outside, the nearest known rules apply and the plan says so."""
@@ -423,6 +436,8 @@ def _rules_for_tuple(text: str, v: Version) -> VllmRules:
         suggestion_double_counts_graphs=v >= (0, 28, 0),
         suggestion_log_debug=(0, 11, 0) <= v < (0, 26, 0),
         yarn_unscaled_max_len=v >= (0, 30, 0),
+        extensible_kv_cache=v >= (0, 34, 0),
+        block_size_default=64 if v >= (0, 34, 0) else 16,
         known_range="newer"
         if v > parse_version(LATEST_VLLM_VERSION)
         else "older"
@@ -540,9 +555,36 @@ def graph_regime_for(version: str, mode: str | None) -> GraphRegime:
 
 
 def default_block_size(version: str) -> int:
-    """`CacheConfig.DEFAULT_BLOCK_SIZE = 16` (`vllm/config/cache.py:185`); backends may raise it."""
-    del version
-    return 16
+    """`VllmRules.block_size_default` (`CacheConfig.DEFAULT_BLOCK_SIZE`); backends may raise it."""
+    return rules_for(version).block_size_default
+
+
+EXTENSIBLE_DEFAULT_UTILIZATION = 1.0
+"""`--gpu-memory-utilization` when unset with the extensible KV cache on (`resolved_gpu_memory_utilization`,
+`vllm/config/cache.py:494-501` (0.34.0)); 0.92 (`DEFAULT_GPU_MEMORY_UTILIZATION`, `:186`) with it off."""
+
+
+def extensible_kv_cache(version: str, *, requested: bool | None, kv_cache_memory_bytes: int | None, vendor: str) -> bool:
+    """Whether the pool is an extensible KV cache (`VllmRules.extensible_kv_cache`): `--enable-extensible-kv-cache`
+    (`requested`, None: not given) where the release has it, on CUDA and ROCm, without `--kv-cache-memory-bytes`
+    (`_resolve_extensible_kv_cache`, `vllm/config/vllm.py:3180-3263` (0.34.0)). Asking for it where it cannot run is
+    vLLM's error ("enable_extensible_kv_cache: it sizes the KV cache from measured memory, which
+    kv_cache_memory_bytes overrides.", `:3262-3263`)."""
+    if not rules_for(version).extensible_kv_cache:
+        if requested:
+            raise BadInputError(
+                f"--enable-extensible-kv-cache: vLLM {version} has no extensible KV cache (added in 0.34.0); vLLM "
+                "would stop with 'unrecognized arguments'"
+            )
+        return False
+    unsupported = None
+    if vendor not in ("nvidia", "amd"):
+        unsupported = "it is only supported on CUDA and ROCm"
+    elif kv_cache_memory_bytes is not None:
+        unsupported = "it sizes the KV cache from measured memory, which kv_cache_memory_bytes overrides"
+    if requested and unsupported is not None:
+        raise BadInputError(f"--enable-extensible-kv-cache: enable_extensible_kv_cache: {unsupported}. (vLLM's error)")
+    return requested is not False and unsupported is None
 
 
 VllmSemantics = VllmRules
