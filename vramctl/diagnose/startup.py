@@ -863,6 +863,7 @@ _BUDGET_KEYS = frozenset(
         "non_torch",
         "activation_peak",
         "kv_cache",
+        "kv_cache_extended",
         "kv_tokens",
         "num_gpu_blocks",
         "load_begin_avail",
@@ -1143,7 +1144,8 @@ def _vllm_terms(b: _Builder, semantics: str | None, variant: str | None) -> tupl
     # ---- KV cache: exact bytes when logged, else the logged GiB, else requested − the other terms
     in_use = f("kv_cache_in_use")
     kv_obs = in_use if in_use is not None and in_use.uncertainty == 0 else (f("kv_cache") or in_use)
-    kv_obs = kv_obs or f("kv_available_at_error")
+    # vLLM 0.34's extensible KV cache: the pool committed after warm-up (the lines above state the reserved capacity)
+    kv_obs = f("kv_cache_extended") or kv_obs or f("kv_available_at_error")
     if kv_obs is not None:
         note = "negative: the engine refused to start" if kv_obs.value < 0 else ""
         if kv_obs.key == "kv_available_at_error":

@@ -80,6 +80,14 @@ FACTS: dict[str, FactInfo] = {
     ),
     "kv_cache": FactInfo(Kind.SIZE, "memory for the KV cache", kv_phase=True),
     "kv_cache_in_use": FactInfo(Kind.SIZE, "KV cache memory in use (suggestion line)"),
+    "kv_cache_extended": FactInfo(
+        Kind.SIZE, "KV cache the extensible KV cache committed after warm-up and capture (vLLM 0.34 →)", kv_phase=True
+    ),
+    "free_after_warmup": FactInfo(Kind.SIZE, "free memory after warm-up and graph capture (extensible KV cache)"),
+    "kv_transient_reserve": FactInfo(
+        Kind.SIZE, "memory the extensible KV cache keeps free for transient activations"
+    ),
+    "kv_warmup_peak": FactInfo(Kind.SIZE, "allocated transient peak the extensible KV cache measured"),
     "kv_cache_memory_to_requested": FactInfo(Kind.SIZE, "--kv-cache-memory that fits the requested memory"),
     "kv_cache_memory_to_gpu": FactInfo(Kind.SIZE, "--kv-cache-memory that fills the GPU"),
     "cuda_graph_estimate": FactInfo(Kind.SIZE, "profiled CUDA-graph memory estimate"),
@@ -454,6 +462,29 @@ VLLM_FORMATS: tuple[LineFormat, ...] = (
         r"Available KV cache memory[:*\s]+(?P<kv_cache>{NUM})" + _GIB,
         "vLLM ≥0.8.5 V1 gpu_worker.py:772-775 (0.33.0)",
         min_version=(0, 8, 5),
+        variant="V1",
+    ),
+    # ---- the extensible KV cache (0.34 →): sized after warm-up and capture; "Available KV cache memory" above is
+    # then only the reserved capacity
+    _f(
+        "extensible-memory-after-warmup",
+        "vllm",
+        "Memory after warmup:",
+        r"Memory after warmup: (?P<free_after_warmup>{NUM}) GiB free, {NUM} GiB committed to the KV cache, "
+        r"(?P<kv_transient_reserve>{NUM}) GiB kept for transient activations \((?P<kv_warmup_peak>{NUM}) GiB "
+        r"allocated at peak, {NUM} GiB of torch reservation growth\); {NUM} KV cache blocks \({NUM} GiB\) fit "
+        r"within the requested (?P<requested_memory>{NUM}) GiB",
+        "vLLM ≥0.34 v1/worker/extensible_kv_cache.py:693-705 (0.34.0) measure_kv_cache_blocks",
+        min_version=(0, 34, 0),
+        variant="V1",
+    ),
+    _f(
+        "extensible-extended",
+        "vllm",
+        "Extended KV cache to",
+        r"Extended KV cache to (?P<num_gpu_blocks>{NUM}) blocks \((?P<kv_cache_extended>{NUM}) GiB\)",
+        "vLLM ≥0.34 v1/worker/extensible_kv_cache.py:536-540 (0.34.0) extend_kv_cache: the committed pool",
+        min_version=(0, 34, 0),
         variant="V1",
     ),
     _f(

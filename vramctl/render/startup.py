@@ -70,7 +70,11 @@ def _kv_rows(report: StartupReport) -> list[tuple[str, str, str]]:
 
     if report.kv_cache_bytes is not None:
         kv_key = next(
-            (k for k in ("kv_cache", "kv_cache_in_use", "kv_available_at_error") if k in report.facts),
+            (
+                k
+                for k in ("kv_cache_extended", "kv_cache", "kv_cache_in_use", "kv_available_at_error")
+                if k in report.facts
+            ),
             "kv_cache",
         )
         rows.append(("KV cache", _gib(report.kv_cache_bytes), line_of(kv_key)))

@@ -339,8 +339,15 @@ def _verdict(p: _Pool) -> tuple[Verdict, str]:
             return KV_POOL_OVERCOMMIT, M.kv_pool_overcommit(
                 s.kv_cache_memory_bytes, max(p.weights), p.capacity - p.other, over
             )
+    # 0.34's hint by sizing mode; the extensible pool is checked again after warm-up (`shrink_kv_cache_configs`,
+    # `vllm/v1/core/kv_cache_planning.py:1827-1862` (0.34.0))
+    hint = M.kv_memory_hint(
+        extensible=s.extensible_kv_cache,
+        utilization=s.gpu_memory_utilization,
+        after_warmup=s.extensible_kv_cache,
+    )
     if p.available <= 0 or p.num_blocks <= 0:
-        return NO_KV_CACHE_MEMORY, M.no_cache_memory_error(s.version)
+        return NO_KV_CACHE_MEMORY, M.no_cache_memory_error(s.version, hint)
     if rules.v0 and p.num_blocks * s.block_size < s.max_model_len:
         return KV_TOO_SMALL, M.v0_kv_too_small(s.max_model_len, p.num_blocks * s.block_size)
     if not rules.v0 and p.needed > p.available:
@@ -350,6 +357,7 @@ def _verdict(p: _Pool) -> tuple[Verdict, str]:
             available=M.gib_text(p.available, s.version),
             estimated=p.fit_len,
             version=s.version,
+            hint=hint,
         )
     if (
         p.has_state
@@ -479,7 +487,15 @@ def _auto_fit(
     where = f"{vllm_format_gib(max(0, available))} GiB GPU"
     if core.verdict in (GPU_UTIL_EXCEEDS_FREE, WEIGHTS_DO_NOT_FIT, NO_KV_CACHE_MEMORY, KV_POOL_OVERCOMMIT):
         return core, None
+    # the extensible KV cache (0.34 →) fits the length again after graph capture and warm-up and logs that fit
+    # (`_auto_fit_max_model_len(after_warmup=True)`, `vllm/v1/core/kv_cache_planning.py:1427-1514` (0.34.0))
+    after_warmup = s.extensible_kv_cache
     if core.verdict == FITS:
+        if after_warmup:
+            return core, (
+                f"Auto-fit max_model_len: using max_model_len={s.max_model_len}, which fits in the KV cache memory "
+                f"left after CUDA graph capture and warmup ({where})."
+            )
         return core, (
             f"Auto-fit max_model_len: full model context length {s.max_model_len} fits in available KV cache memory "
             f"({where})"
@@ -490,11 +506,34 @@ def _auto_fit(
             core,
             verdict=NO_KV_CACHE_MEMORY,
             verdict_message="Cannot auto-fit max_model_len: not enough GPU memory available to serve even a single "
-            "token. Try increasing `gpu_memory_utilization`.",
+            + (
+                "token. CUDA graph capture and warmup left no memory for the KV cache. Increase "
+                "`gpu_memory_utilization`, reduce the memory CUDA graphs take (fewer or smaller capture sizes in the "
+                "compilation config), or use more GPUs."
+                if after_warmup
+                else "token. Try increasing `gpu_memory_utilization`."
+            ),
         )
         return failed, None
     fitted = _core(model, gpu, replace(s, max_model_len=fit), capacity, cal, edge)
+    if after_warmup:
+        left = f"{where} left for the KV cache after CUDA graph capture and warmup"
+        if fit >= AUTO_FIT_SHORT_MAX_MODEL_LEN:
+            return fitted, f"--max-model-len auto reduced max_model_len from {s.max_model_len} to {fit} ({left})."
+        hint = (
+            "Increase `gpu_memory_utilization` or set --max-model-len explicitly."
+            if s.gpu_memory_utilization < 1.0
+            else "Use more GPUs or set --max-model-len explicitly."
+        )
+        return fitted, (
+            f"--max-model-len auto reduced max_model_len from {s.max_model_len} to {fit} ({left}). Requests longer "
+            f"than {fit} tokens will be rejected. {hint}"
+        )
     return fitted, (
         f"Auto-fit max_model_len: reduced from {s.max_model_len} to {fit} to fit in available KV cache memory "
         f"({where})"
     )
+
+
+AUTO_FIT_SHORT_MAX_MODEL_LEN = 8192
+"""vLLM 0.34 warns when auto-fit leaves fewer tokens (`vllm/v1/core/kv_cache_planning.py:59-61` (0.34.0))."""

@@ -18,7 +18,7 @@ from vramctl.core.ledger import (
 from vramctl.core.settings import LATEST_VLLM_VERSION
 from vramctl.core.specs import GpuSpec, ModelSpec
 from vramctl.core.units import GiB
-from vramctl.core.utilization import UtilizationRow, utilization_trade
+from vramctl.core.utilization import UtilizationRow, margin_risk, utilization_trade
 from vramctl.core.verdicts import (
     FITS,
 )
@@ -50,6 +50,24 @@ def _utilization_rows(
     for row in rows:
         at_u = replace(s, gpu_memory_utilization=row.utilization)
         here = core if row.current else _core(model, gpu, at_u, core.capacity, cal)
+        if s.extensible_kv_cache:
+            # the extensible KV cache's margin and reserve do not scale with u: each row's pool is the replan's
+            # (budget._extensible_kv), not requested − a fixed non-KV sum
+            st = here.binding
+            free = core.capacity - st.kv_bytes - st.weights - st.activation.bytes - st.non_torch.bytes - st.graph.bytes
+            risk, note = margin_risk(free, core.capacity)
+            row = replace(
+                row,
+                held_back_bytes=free,
+                risk="no-kv" if here.num_blocks <= 0 else risk,
+                note=row.note if here.num_blocks <= 0 else note + " (kept free by the extensible KV cache's sizing)",
+                kv_bytes=here.binding.kv_bytes,
+                num_blocks=here.num_blocks,
+                kv_tokens=here.kv_tokens,
+                max_concurrency=here.concurrency,
+                delta_kv_bytes=max(0, here.binding.kv_bytes) - max(0, core.binding.kv_bytes),
+                delta_concurrency=here.concurrency - core.concurrency,
+            )
         if row.risk != "no-kv" and here.verdict != FITS:
             row = replace(
                 row,
@@ -117,6 +135,25 @@ def _explanations(model: ModelSpec, gpu: GpuSpec, core: _Core, ledger: Ledger) -
                 f"--kv-cache-memory-bytes {s.kv_cache_memory_bytes / GiB:.2f} GiB plus the estimated other terms "
                 f"({(footprint - st.kv_bytes) / GiB:.2f} GiB) exceed the card's {core.capacity / GiB:.2f} GiB: expect "
                 "an out-of-memory error at KV allocation or graph capture."
+            )
+    if s.extensible_kv_cache:
+        notes.append(
+            f"vLLM {s.version} sizes the KV pool as an extensible KV cache (the default on CUDA / ROCm from 0.34; "
+            "--no-enable-extensible-kv-cache for the profile estimate): after warm-up and graph capture it takes "
+            "min(requested − used, free at start − used − margin) − reserve, where used is the weights, non-torch "
+            "growth and the captured graph pool, reserve the profiled activation peak"
+            + (" plus the graph estimate" if s.estimate_cudagraphs else "")
+            + " and margin max(1 GiB, 0.75 × reserve) (vllm/v1/worker/extensible_kv_cache.py:592-618, 0.34.0). "
+            "Not modelled: the warm-up's own transient peak and torch's reservation growth (taken as no larger "
+            "than the profiled peak), the sampler warm-up after capture (vllm/v1/worker/gpu_worker.py:1179-1194, "
+            "0.34.0), and the fall-back to the profile estimate where the driver lacks virtual-memory management."
+        )
+        if (gpu.compute_capability or "").startswith("10.") and not s.enforce_eager:
+            notes.append(
+                "vLLM 0.34 on compute capability 10.x captures wider default CUDA-graph grids (prefill graphs up to "
+                "8192 tokens, decode graphs up to max_num_seqs requests: `_split_cudagraph_capture_sizes`, "
+                "vllm/config/vllm.py:2558-2737, 0.34.0); vramctl keeps the shared capture sizes, so the graph "
+                "pool may be underestimated there."
             )
     sub = V.subtraction_kind(s.version)
     notes.append(

@@ -1,5 +1,6 @@
 """vLLM's messages, verbatim by version: the errors it raises and the log lines vramctl reproduces
-(`vllm/v1/worker/gpu_worker.py` (vLLM v0.33.0), `vllm/v1/core/kv_cache_utils.py` (vLLM v0.33.0))."""
+(`vllm/v1/worker/gpu_worker.py` (vLLM v0.33.0), `vllm/v1/core/kv_cache_utils.py` (vLLM v0.33.0); the 0.34 hints in
+`vllm/v1/core/kv_cache_planning.py` (0.34.0))."""
 
 from __future__ import annotations
 
@@ -18,8 +19,38 @@ def free_memory_error(
     )
 
 
-def no_cache_memory_error(version: str) -> str:
-    """`kv_cache_planning.py:56-64`; ≤0.11.0 stopped after "…initializing the engine."."""
+_CONSERVING = "See https://docs.vllm.ai/en/latest/configuration/conserving_memory/ for more details."
+
+
+def kv_memory_hint(*, extensible: bool, utilization: float, after_warmup: bool) -> str:
+    """vLLM 0.34's `_more_kv_cache_memory_hint` (`vllm/v1/core/kv_cache_planning.py:63-96` (0.34.0)): how to make
+    room for the KV cache, by sizing mode; `after_warmup`: the pool was sized after graph capture and warm-up."""
+    if not extensible:
+        return (
+            "Try increasing `gpu_memory_utilization` when initializing the engine (this flag also controls CPU "
+            "memory reservation on the CPU backend, despite its name)."
+        )
+    used_by = "the model, its activations, CUDA graphs and warmup" if after_warmup else "the model and its activations"
+    graphs_hint = (
+        " CUDA graphs take less with fewer or smaller capture sizes in the compilation config." if after_warmup else ""
+    )
+    if utilization < 1.0:
+        return (
+            f"The KV cache gets what is left after {used_by} within `gpu_memory_utilization`={utilization}; "
+            "increase it (with the extensible KV cache it defaults to 1.0) or decrease `max_model_len` or "
+            f"`max_num_seqs`.{graphs_hint}"
+        )
+    return (
+        f"The extensible KV cache already takes all device memory left after {used_by}; decrease `max_model_len` "
+        f"or `max_num_seqs`, or the model needs a device with more memory.{graphs_hint}"
+    )
+
+
+def no_cache_memory_error(version: str, hint: str | None = None) -> str:
+    """`kv_cache_planning.py:56-64`; ≤0.11.0 stopped after "…initializing the engine."; 0.34 puts `hint`
+    (`kv_memory_hint`) in the middle (`vllm/v1/core/kv_cache_planning.py:106-112` (0.34.0))."""
+    if rules_for(version).extensible_kv_cache and hint is not None:
+        return f"No available memory for the cache blocks. {hint} {_CONSERVING}"
     base = "No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when initializing the engine"
     if not rules_for(version).new_wordings:
         return base + "."
@@ -30,15 +61,22 @@ def no_cache_memory_error(version: str) -> str:
 
 
 def one_request_error(
-    *, max_model_len: int, needed: str, available: str, estimated: int, version: str
+    *, max_model_len: int, needed: str, available: str, estimated: int, version: str, hint: str | None = None
 ) -> str:
     """`kv_cache_planning.py:66-87` ("To serve at least one request…"); ≤0.11.0 wording in
-    `[0.11.0] kv_cache_utils.py:716-723`."""
+    `[0.11.0] kv_cache_utils.py:716-723`; 0.34 ends with `hint` (`kv_memory_hint`,
+    `vllm/v1/core/kv_cache_planning.py:113-132` (0.34.0))."""
     estimated_msg = (
         f"Based on the available memory, the estimated maximum model length is {estimated}. "
         if estimated > 0
         else ""
     )
+    if rules_for(version).extensible_kv_cache and hint is not None:
+        return (
+            f"To serve at least one request with the model's max seq len ({max_model_len}), ({needed} GiB KV cache "
+            f"is needed, which is larger than the available KV cache memory ({available} GiB). {estimated_msg}"
+            f"{hint} Decreasing `max_model_len` also reduces what is needed. {_CONSERVING}"
+        )
     if not rules_for(version).new_wordings:
         return (
             f"To serve at least one request with the models's max seq len ({max_model_len}), ({needed} GiB KV cache "
