@@ -10,6 +10,7 @@ import pytest
 
 from vramctl.cli.main import main
 from vramctl.core.plan import default_block_size_for
+from vramctl.core.settings import ServeSettings
 from vramctl.measure.device import DeviceInfo
 from vramctl.measure.profiler import ProfileRequest, resolve
 from vramctl.registry import load_gpu, load_model
@@ -32,15 +33,20 @@ def test_plan_and_check_agree_on_the_vllm_host_tier(
     assert planned == checked
 
 
-@pytest.mark.parametrize(("model", "gpu", "block"), [("deepseek-v2-lite-chat", "h100-sxm", 64),
-                                                       ("deepseek-v2-lite-chat", "b200", 128),
-                                                       ("deepseek-v2-lite-chat", "a100-80gb", 16),
-                                                       ("llama-3-8b", "h100-sxm", 16)])
-def test_profile_resolves_plans_block_size(model: str, gpu: str, block: int) -> None:
+@pytest.mark.parametrize(("model", "gpu", "version", "block"), [("deepseek-v2-lite-chat", "h100-sxm", "0.33.0", 64),
+                                                                  ("deepseek-v2-lite-chat", "b200", "0.33.0", 128),
+                                                                  ("deepseek-v2-lite-chat", "a100-80gb", "0.33.0", 16),
+                                                                  ("llama-3-8b", "h100-sxm", "0.33.0", 16),
+                                                                  # 0.34: CacheConfig.DEFAULT_BLOCK_SIZE 64
+                                                                  ("deepseek-v2-lite-chat", "a100-80gb", "0.34.0", 64),
+                                                                  ("deepseek-v2-lite-chat", "b200", "0.34.0", 128),
+                                                                  ("llama-3-8b", "h100-sxm", "0.34.0", 64)])
+def test_profile_resolves_plans_block_size(model: str, gpu: str, version: str, block: int) -> None:
     spec, card = load_model(model), load_gpu(gpu)
-    assert default_block_size_for(spec, card, "0.33.0") == block
+    assert default_block_size_for(spec, card, version) == block
     info = DeviceInfo(kind="cuda", name=card.display_name, compute_capability=card.compute_capability)
-    resolved = resolve(ProfileRequest(spec=spec), info, card.cuda_total_bytes)
+    settings = ServeSettings(engine_version=version)
+    resolved = resolve(ProfileRequest(spec=spec, settings=settings), info, card.cuda_total_bytes)
     assert resolved.block_size == block
 
 

@@ -46,6 +46,8 @@ def test_vllm_plan_numbers_from_the_formulas(capsys: pytest.CaptureFixture[str])
         "32768",
         "--kv-cache-memory-bytes",
         "10GiB",
+        "--engine-version",
+        "0.33.0",
     )
     assert (d["block_size"], d["bytes_per_block"], d["num_blocks"]) == (272, 3_342_336, 3212)
     assert (d["blocks_per_request"], d["max_concurrency"], d["kv_tokens"]) == (127, 25.2913, 828_746)
@@ -65,6 +67,24 @@ def test_vllm_plan_numbers_from_the_formulas(capsys: pytest.CaptureFixture[str])
     terms = d["terms"]
     assert sum(t["bytes"] for t in terms.values()) == d["capacity_bytes"]
     assert "Gated DeltaNet state" in terms["kv_cache"]["note"]
+
+
+def test_vllm_034_aligns_the_hybrid_block_to_its_default_block(capsys: pytest.CaptureFixture[str]) -> None:
+    # vLLM 0.34: the alignment is max(kernel alignment, cache_config.block_size) = 64, its default block
+    # (vllm/config/cache.py:185, vllm/platforms/interface.py:1079-1086): block 64 × cdiv(274,432, 64 × 1,024) = 320;
+    # page 320 × 1,024 = 327,680 B; 12 × 327,680 = 3,932,160 B per block → 10 GiB // that = 2,730 blocks; per
+    # 32,768-token request cdiv(32,768, 320) = 103 + 6 state blocks = 109 → 25.0459x, int(25.0459 × 32,768) tokens.
+    d = run_json(
+        capsys, QWEN, "--gpu", "H200", "-tp", "4", "--max-model-len", "32768", "--kv-cache-memory-bytes", "10GiB"
+    )
+    assert d["engine_version"] == "0.34.0"
+    assert (d["block_size"], d["bytes_per_block"], d["num_blocks"]) == (320, 3_932_160, 2730)
+    assert (d["blocks_per_request"], d["max_concurrency"], d["kv_tokens"]) == (109, 25.0459, 820_703)
+    h = d["hybrid"]
+    assert h["mamba_page_padding_pct"] == 19.4
+    assert h["log_lines"][0] == (
+        "Setting attention block size to 320 tokens to ensure that attention page size is >= mamba page size."
+    )
 
 
 @pytest.mark.parametrize(
@@ -99,7 +119,7 @@ def test_prefix_caching_decides_the_state_blocks_per_request(
 
 
 def test_vllm_text_shows_the_state_term(capsys: pytest.CaptureFixture[str]) -> None:
-    code = main(["plan", NEMOTRON, "--gpu", "H100", "--max-model-len", "131072"])
+    code = main(["plan", NEMOTRON, "--gpu", "H100", "--max-model-len", "131072", "--engine-version", "0.33.0"])
     out = capsys.readouterr().out
     assert code == 0
     flat = " ".join(out.split())
@@ -111,7 +131,7 @@ def test_vllm_text_shows_the_state_term(capsys: pytest.CaptureFixture[str]) -> N
 
 
 def test_nemotron_ssm_dtype_by_version(capsys: pytest.CaptureFixture[str]) -> None:
-    new = run_json(capsys, NEMOTRON, "--gpu", "H100")["hybrid"]
+    new = run_json(capsys, NEMOTRON, "--gpu", "H100", "--engine-version", "0.33.0")["hybrid"]
     assert (new["ssm_state_dtype_bytes"], new["state_page_bytes"], new["attention_block_size"]) == (
         4,
         5_316_608,

@@ -102,6 +102,8 @@ def test_plan_end_to_end(capsys: pytest.CaptureFixture[str]) -> None:
         [
             "plan",
             str(FALCON),
+            "--engine-version",  # the worked numbers: 0.33's default block (16) and hybrid alignment
+            "0.33.0",
             "--gpu",
             "H100",
             "--max-model-len",

@@ -79,7 +79,7 @@ def test_mamba1_state_bytes_per_layer(tp: int, width: int) -> None:
 
 
 def test_plan_end_to_end(capsys: pytest.CaptureFixture[str]) -> None:
-    args = ["--gpu", "H100", "-tp", "2", "--max-model-len", "65536", "--kv-cache-memory-bytes", "20GiB"]
+    args = ["--engine-version", "0.33.0", "--gpu", "H100", "-tp", "2", "--max-model-len", "65536", "--kv-cache-memory-bytes", "20GiB"]
     code = main(["plan", str(JAMBA), *args, "--json"])
     out = capsys.readouterr()
     assert code == 0, out.err

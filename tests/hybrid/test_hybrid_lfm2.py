@@ -74,7 +74,7 @@ def test_conv_state_only(tp: int, channels: int) -> None:
 
 
 def test_plan_end_to_end(capsys: pytest.CaptureFixture[str]) -> None:
-    args = ["--gpu", "L4", "--max-model-len", "32768", "--kv-cache-memory-bytes", "4GiB"]
+    args = ["--engine-version", "0.33.0", "--gpu", "L4", "--max-model-len", "32768", "--kv-cache-memory-bytes", "4GiB"]
     code = main(["plan", str(LFM2), *args, "--json"])
     out = capsys.readouterr()
     assert code == 0, out.err

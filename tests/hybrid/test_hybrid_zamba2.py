@@ -80,7 +80,7 @@ def test_state_bytes_per_layer() -> None:
 
 def test_plan_end_to_end(capsys: pytest.CaptureFixture[str]) -> None:
     # 242 blocks: below the L4's default max_num_seqs, which vLLM ≥ 0.23 refuses under full CUDA graphs
-    args = ["--gpu", "L4", "--max-model-len", "4096", "--kv-cache-memory-bytes", "2GiB", "--max-num-seqs", "128"]
+    args = ["--engine-version", "0.33.0", "--gpu", "L4", "--max-model-len", "4096", "--kv-cache-memory-bytes", "2GiB", "--max-num-seqs", "128"]
     code = main(["plan", str(ZAMBA2), *args, "--json"])
     out = capsys.readouterr()
     assert code == 0, out.err

@@ -27,11 +27,13 @@ def test_embedded_default_with_the_seed_kv_size_is_exact(capsys: pytest.CaptureF
     assert code == 0
     assert d["model"]["name"] == "meta-llama/Meta-Llama-3-8B-Instruct"
     assert d["gpu"]["name"] == "h100-sxm"
-    assert d["engine"] == "vllm" and d["engine_version"] == "0.33.0"
+    assert d["engine"] == "vllm" and d["engine_version"] == "0.34.0"
     assert d["settings"]["max_model_len"] == 8192 and d["settings"]["max_num_batched_tokens"] == 8192
     assert d["kv_bytes_per_token"] == 131_072
-    assert d["block_size"] == 16
-    assert d["num_blocks"] == 27_852
+    # 0.34's default block of 64 tokens: 54.4 GiB // 8 MiB = 6,963 blocks (27,852 blocks of 16 on 0.33); the same
+    # 445,632 tokens either way
+    assert d["block_size"] == 64
+    assert d["num_blocks"] == 6_963
     assert d["kv_tokens"] == 445_632
     assert round(d["max_concurrency"], 1) == 54.4
     assert d["terms"]["kv_cache"]["source"] == "given"
@@ -39,7 +41,7 @@ def test_embedded_default_with_the_seed_kv_size_is_exact(capsys: pytest.CaptureF
 
 
 def test_embedded_default_estimates_near_the_seed_and_says_why(capsys: pytest.CaptureFixture[str]) -> None:
-    code, d = run_json(capsys)
+    code, d = run_json(capsys, "--engine-version", "0.33.0")  # the seed's numbers are the profile estimate's
     assert code == 0
     kv_gib = d["kv_cache_bytes"] / GiB
     assert 50 < kv_gib < 56  # the seed logs 54.4 GiB
@@ -135,7 +137,7 @@ def test_kv_too_small_names_the_largest_fitting_length(capsys: pytest.CaptureFix
 
 
 def test_free_memory_check(capsys: pytest.CaptureFixture[str]) -> None:
-    code, d = run_json(capsys, "--free-memory", "60GiB")
+    code, d = run_json(capsys, "--free-memory", "60GiB", "--engine-version", "0.33.0")
     assert code == 1
     assert d["verdict"] == "gpu-util-exceeds-free-memory"
     assert d["verdict_message"].startswith("Free memory on device cuda:0 (")
@@ -234,6 +236,13 @@ def test_gpu_memory_override_for_an_unlisted_card(capsys: pytest.CaptureFixture[
     code, d = run_json(capsys, "--gpu-memory", "79.18GiB")
     assert code == 0
     assert d["gpu"]["total_bytes"] == round(79.18 * GiB)
+    # 0.34's extensible KV cache skips the check (vllm/v1/worker/utils.py:783-797): the pool shrinks instead
+    code, full = run_json(capsys)
+    code, shared = run_json(capsys, "--free-memory", "60GiB")
+    assert code == 0 and shared["verdict"] == "fits"
+    assert shared["kv_cache_bytes"] < full["kv_cache_bytes"] - 15 * GiB
+    code, off = run_json(capsys, "--free-memory", "60GiB", "--no-enable-extensible-kv-cache")
+    assert code == 1 and off["verdict"] == "gpu-util-exceeds-free-memory"
 
 
 def test_host_tier_vllm_offload(capsys: pytest.CaptureFixture[str]) -> None:
@@ -246,6 +255,9 @@ def test_max_model_len_auto_fits_the_pool(capsys: pytest.CaptureFixture[str]) ->
     code, d = run_json(capsys, "llama-3.1-8b", "--gpu", "l4", "--max-model-len", "auto")
     assert code == 0
     assert 0 < d["max_model_len"] < 131072
+    # 0.34 logs the fit after graph capture and warm-up (vllm/v1/core/kv_cache_planning.py:1494-1514)
+    assert d["explanations"][0].startswith("--max-model-len auto reduced max_model_len from 131072 to ")
+    code, d = run_json(capsys, "llama-3.1-8b", "--gpu", "l4", "--max-model-len", "auto", "--engine-version", "0.33.0")
     assert d["explanations"][0].startswith("Auto-fit max_model_len: reduced from 131072 to ")
     code, d = run_json(capsys, "llama-3.1-8b", "--gpu", "h100-sxm", "--max-model-len", "-1")
     assert code == 0 and d["max_model_len"] == 131072

@@ -44,13 +44,18 @@ def test_enforce_eager_has_no_graph_term() -> None:
 
 def test_default_utilization_by_version() -> None:
     assert _plan(engine_version="0.19.0").settings.gpu_memory_utilization == 0.90
-    assert _plan().settings.gpu_memory_utilization == 0.92
+    assert _plan(engine_version="0.33.0").settings.gpu_memory_utilization == 0.92
+    # 0.34: 1.0 with the extensible KV cache (the default on CUDA), 0.92 without it (vllm/config/cache.py:494-501)
+    assert _plan().settings.gpu_memory_utilization == 1.0
+    assert _plan(enable_extensible_kv_cache=False).settings.gpu_memory_utilization == 0.92
 
 
 def test_kv_cache_memory_bytes_ignores_utilization() -> None:
     a = _plan(kv_cache_memory_bytes=40 * GiB, gpu_memory_utilization=0.5)
     b = _plan(kv_cache_memory_bytes=40 * GiB, gpu_memory_utilization=0.95)
-    assert a.num_blocks == b.num_blocks == 40 * GiB // (2 * 1024 * 1024)
+    # Llama-3-8B: 128 KiB of KV per token (the default block: 16 tokens through 0.33, 64 from 0.34)
+    assert a.bytes_per_block == a.settings.block_size * 128 * 1024
+    assert a.num_blocks == b.num_blocks == 40 * GiB // a.bytes_per_block
     assert a.verdict == "fits"
 
 
@@ -79,7 +84,7 @@ def test_pipeline_parallel_min_over_stages() -> None:
     # also runs the lm_head and the sampler warm-up, so it has the fewest blocks and binds.
     assert any("Pipeline stages hold [27, 27, 26]" in n for n in r.explanations)
     assert r.binding_stage == 2
-    assert r.bytes_per_block == 26 * bytes_per_block(m, block_size=16, tp=2) // 80
+    assert r.bytes_per_block == 26 * bytes_per_block(m, block_size=r.settings.block_size, tp=2) // 80
 
 
 def test_v0_sizes_hybrid_layers_as_full_attention() -> None:
@@ -90,7 +95,8 @@ def test_v0_sizes_hybrid_layers_as_full_attention() -> None:
     old = plan_vllm(gemma, H100, ServeSettings(max_model_len=32768, engine_version="0.8.5"))
     # Window groups are capped: one request needs fewer bytes with the hybrid manager.
     assert new.blocks_per_request * new.bytes_per_block < old.blocks_per_request * old.bytes_per_block
-    assert new.bytes_per_block * 62 == old.bytes_per_block * 10  # groups of 10 layers vs all 62
+    # groups of 10 layers vs all 62 (per token: the default block is 64 tokens from 0.34, 16 before)
+    assert new.bytes_per_block * 62 * old.settings.block_size == old.bytes_per_block * 10 * new.settings.block_size
 
 
 def test_mla_block_size_on_hopper_and_replicated_kv() -> None:

@@ -23,12 +23,20 @@ def test_vllm_mamba_ssm_cache_dtype_overrides_nemotrons_float32_hook(
 ) -> None:
     """Nemotron-H's hook turns `auto` into float32 (1,312-token blocks on one H100); a bfloat16 SSM state is
     half the bytes, so the unified block halves too (672 = the smallest multiple of 16 holding the page)."""
+    v033 = ("--engine-version", "0.33.0")
+    hooked = _plan(capsys, "--gpu", "h100-sxm", *v033, "--", "vllm", "serve", NEMOTRON)
+    halved = _plan(
+        capsys, "--gpu", "h100-sxm", *v033, "--", "vllm", "serve", NEMOTRON, "--mamba-ssm-cache-dtype", "bfloat16"
+    )
+    assert (hooked["block_size"], halved["block_size"]) == (1312, 672)
+    assert halved["kv_tokens"] > hooked["kv_tokens"]
+    # 0.34 aligns to its default block of 64 (max(kernel alignment, cache_config.block_size),
+    # vllm/platforms/interface.py:1079-1086): the smallest multiples of 64 holding the pages
     hooked = _plan(capsys, "--gpu", "h100-sxm", "--", "vllm", "serve", NEMOTRON)
     halved = _plan(
         capsys, "--gpu", "h100-sxm", "--", "vllm", "serve", NEMOTRON, "--mamba-ssm-cache-dtype", "bfloat16"
     )
-    assert (hooked["block_size"], halved["block_size"]) == (1312, 672)
-    assert halved["kv_tokens"] > hooked["kv_tokens"]
+    assert (hooked["block_size"], halved["block_size"]) == (1344, 704)
 
 
 def test_sglang_mamba_flags(capsys: pytest.CaptureFixture[str]) -> None:

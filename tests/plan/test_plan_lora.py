@@ -82,8 +82,11 @@ def _plan(capsys: pytest.CaptureFixture[str], *args: str) -> dict:  # type: igno
 
 
 def test_plan_books_the_slots_with_the_weights(capsys: pytest.CaptureFixture[str]) -> None:
-    base = _plan(capsys, LLAMA)
-    with_lora = _plan(capsys, LLAMA, "--enable-lora", "--max-loras", "4", "--max-lora-rank", "64")
+    # 0.33's profile estimate: the pool loses exactly the slots and the graphs (0.34: below)
+    base = _plan(capsys, LLAMA, "--engine-version", "0.33.0")
+    with_lora = _plan(
+        capsys, LLAMA, "--enable-lora", "--max-loras", "4", "--max-lora-rank", "64", "--engine-version", "0.33.0"
+    )
     assert with_lora["terms"]["weights"]["bytes"] - base["terms"]["weights"]["bytes"] == 1_342_177_280
     # the slots, and (0.12 →, graph estimate charged by default) the second graph set of cudagraph_specialize_lora
     graphs = with_lora["terms"]["cuda_graph"]["bytes"] - base["terms"]["cuda_graph"]["bytes"]
@@ -93,6 +96,12 @@ def test_plan_books_the_slots_with_the_weights(capsys: pytest.CaptureFixture[str
     assert (s["enable_lora"], s["max_loras"], s["max_lora_rank"]) == (True, 4, 64)
     assert base["settings"]["max_loras"] is None
     assert any(n.startswith("--enable-lora: 4 adapter slot(s) at rank 64") for n in with_lora["explanations"])
+    # 0.34's extensible KV cache also keeps the graph estimate in its reserve (and a margin of 0.75 × the reserve):
+    # the pool loses the slots, the captured graphs and the larger reserve
+    base = _plan(capsys, LLAMA)
+    with_lora = _plan(capsys, LLAMA, "--enable-lora", "--max-loras", "4", "--max-lora-rank", "64")
+    graphs = with_lora["terms"]["cuda_graph"]["bytes"] - base["terms"]["cuda_graph"]["bytes"]
+    assert base["kv_cache_bytes"] - with_lora["kv_cache_bytes"] >= 1_342_177_280 + 2 * graphs
 
 
 def test_max_loras_without_enable_lora_changes_nothing(capsys: pytest.CaptureFixture[str]) -> None:

@@ -534,7 +534,8 @@ def hybrid_block_alignment(
     16 (FlashAttention / FlashInfer / Triton accept multiples of 16); 32 on compute capability 10.x with head_dim
     256 under FlashInfer ("head size 256 and block size 16 is not supported on blackwell", config.py from 0.11);
     from 0.12 `_align_hybrid_block_size` also takes max(alignment, cache_config.block_size), so a larger user
-    --block-size becomes the alignment (0.12 is vramctl's reading of when interface.py took this over).
+    --block-size becomes the alignment (0.12 is vramctl's reading of when interface.py took this over), and so does
+    0.34's default block of 64.
     """
     align = 16
     rules = rules_for(version)
@@ -545,8 +546,11 @@ def hybrid_block_alignment(
         and model.head_dim == 256
     ):
         align = 32
-    if rules.hybrid_align_user_block and user_block_size is not None:
-        align = max(align, user_block_size)
+    if rules.hybrid_align_user_block:
+        # cache_config.block_size: the user's, else the release's default (64 from 0.34, `vllm/config/cache.py:185`
+        # (0.34.0); `kernel_block_alignment_size = max(..., cache_config.block_size)`,
+        # `vllm/platforms/interface.py:1079-1086` (0.34.0))
+        align = max(align, user_block_size if user_block_size is not None else rules.block_size_default)
     if model.is_mla:
         # "TRTLLM/FlashInfer MLA decode kernels require the physical number of kernel blocks to be aligned to
         # 128 / kernel_block_size": an MLA hybrid (Kimi-Linear) aligns to at least 128 (`_align_hybrid_block_size`,
@@ -638,7 +642,7 @@ def hybrid_kv(
         model, version=version, user_block_size=user_block_size, compute_capability=compute_capability
     )
     minimum = align * cdiv(mamba_page, align * token)
-    current = user_block_size if user_block_size is not None else 16
+    current = user_block_size if user_block_size is not None else rules_for(version).block_size_default
     raised = user_block_size is None or current < minimum
     block = minimum if raised else current
     return HybridKv(shapes, token, mamba_page, align, minimum, block, raised)

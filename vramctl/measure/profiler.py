@@ -33,6 +33,7 @@ from typing import Any
 
 from vramctl.core import kv as kvmath
 from vramctl.core.engines import vllm as vllm_rules
+from vramctl.core.engines.vllm.budget import extensible_kv_bytes
 from vramctl.core.errors import BadInputError
 from vramctl.core.ledger import (
     ACTIVATION_PEAK,
@@ -219,6 +220,17 @@ def resolve(request: ProfileRequest, info: DeviceInfo, total_bytes: int) -> Reso
         dtype=s.dtype,
         mem_fraction_static=s.mem_fraction_static,
         num_layers=request.num_layers,
+    )
+
+
+def _extensible(request: ProfileRequest, resolved: Resolved, device_kind: str) -> bool:
+    """vLLM 0.34's extensible KV cache sizes this run's pool (`rules.extensible_kv_cache`): CUDA devices only."""
+    s = request.settings
+    return device_kind == "cuda" and vllm_rules.extensible_kv_cache(
+        resolved.engine_version,
+        requested=s.enable_extensible_kv_cache,
+        kv_cache_memory_bytes=s.kv_cache_memory_bytes,
+        vendor="nvidia",
     )
 
 
@@ -433,7 +445,9 @@ def profile_rank(
         init = backend.snapshot()
         snap = init
         requested = math.ceil(init.total_bytes * resolved.gpu_memory_utilization)
-        if init.free_bytes < requested:
+        # vLLM 0.34's extensible KV cache skips this check: the budget is only a cap
+        # (`vllm/v1/worker/utils.py:783-797` (0.34.0))
+        if init.free_bytes < requested and not _extensible(request, resolved, backend.kind):
             raise StartupMemoryError(
                 vllm_rules.free_memory_error(
                     device=dev,
@@ -751,8 +765,22 @@ def derive(
     sem = vllm_rules.semantics(resolved.engine_version)
     notes: list[str] = []
 
+    extensible = _extensible(request, resolved, info.kind)
+
     def kv_of(r: RankMeasurement) -> tuple[int, int]:
         applied = r.cuda_graph_estimate_bytes if resolved.estimate_cudagraphs else 0
+        if extensible:
+            # vLLM 0.34's extensible KV cache (vramctl.core.engines.vllm.budget.extensible_kv_bytes): the pool is
+            # sized after capture from what stays allocated (consumed + the graph pool), keeping the profiled
+            # transient (+ the applied estimate) and a margin free; at most the profiled pool
+            graph = r.cuda_graph_actual_bytes or r.cuda_graph_estimate_bytes if resolved.capture_sizes else 0
+            kv = extensible_kv_bytes(
+                r.requested_bytes,
+                r.init.free_bytes,
+                r.total_consumed_bytes + graph,
+                r.transient_peak_bytes + applied,
+            )
+            return min(kv, r.requested_bytes - r.non_kv_bytes - applied), graph
         if sem.subtraction == "consumed":
             non_kv = r.non_kv_bytes
         else:

@@ -168,6 +168,15 @@ EXTENSIBLE_MARGIN_FRACTION = 0.75
 """`KV_CACHE_MARGIN_FRACTION` (`extensible_kv_cache.py:65` (0.34.0))."""
 
 
+def extensible_kv_bytes(requested: int, init_free: int, used: int, reserve: int, *, rocm: bool = False) -> int:
+    """`measure_kv_cache_bytes` (`vllm/v1/worker/extensible_kv_cache.py:592-618` (0.34.0)): `used` what stays
+    allocated after warm-up and capture, `reserve` the transient kept free (the larger of the recorded peak and torch's
+    reservation growth); the margin is max(1 GiB (3 on ROCm), 0.75 × reserve). May be negative (no KV)."""
+    floor = EXTENSIBLE_MARGIN_FLOOR_ROCM_BYTES if rocm else EXTENSIBLE_MARGIN_FLOOR_BYTES
+    margin = max(floor, int(reserve * EXTENSIBLE_MARGIN_FRACTION))
+    return min(requested - used, init_free - used - margin) - reserve
+
+
 def _extensible_kv(
     profiled: int,
     requested: int,
@@ -189,10 +198,7 @@ def _extensible_kv(
     (0.34.0))."""
     used = weights + non_torch.bytes + graph.bytes
     reserve = activation.bytes + graph_estimate
-    floor = EXTENSIBLE_MARGIN_FLOOR_ROCM_BYTES if rocm else EXTENSIBLE_MARGIN_FLOOR_BYTES
-    margin = max(floor, int(reserve * EXTENSIBLE_MARGIN_FRACTION))
-    kv = min(requested - used, init_free - used - margin) - reserve
-    kv = min(kv, profiled)
+    kv = min(extensible_kv_bytes(requested, init_free, used, reserve, rocm=rocm), profiled)
     held_back = requested - kv - weights - activation.bytes - non_torch.bytes - graph.bytes
     return kv, held_back
 

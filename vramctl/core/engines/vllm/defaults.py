@@ -271,16 +271,7 @@ def _state_pool(
 
 def resolve_settings(model: ModelSpec, gpu: GpuSpec, settings: ServeSettings, version: str) -> VllmSettings:
     defaults: list[str] = []
-    extensible = V.extensible_kv_cache(
-        version,
-        requested=settings.enable_extensible_kv_cache,
-        kv_cache_memory_bytes=settings.kv_cache_memory_bytes,
-        vendor=gpu.vendor,
-    )
-    u = settings.gpu_memory_utilization
-    if u is None:
-        u = V.EXTENSIBLE_DEFAULT_UTILIZATION if extensible else V.default_gpu_memory_utilization(version)
-        defaults.append("gpu_memory_utilization")
+    extensible, u = _sizing_mode(gpu, settings, version, defaults)
     mml = settings.max_model_len
     if mml is None or mml == AUTO_MAX_MODEL_LEN:
         mml = model.vllm_max_model_len
@@ -393,6 +384,22 @@ def resolve_settings(model: ModelSpec, gpu: GpuSpec, settings: ServeSettings, ve
             and rules_for(version).mamba2_prefill_checkpoint
         ),
     )
+
+
+def _sizing_mode(gpu: GpuSpec, settings: ServeSettings, version: str, defaults: list[str]) -> tuple[bool, float]:
+    """(the extensible KV cache on, gpu_memory_utilization): 1.0 by default with the extensible KV cache (0.34 →),
+    the release's default otherwise (`rules.extensible_kv_cache`, `rules.EXTENSIBLE_DEFAULT_UTILIZATION`)."""
+    extensible = V.extensible_kv_cache(
+        version,
+        requested=settings.enable_extensible_kv_cache,
+        kv_cache_memory_bytes=settings.kv_cache_memory_bytes,
+        vendor=gpu.vendor,
+    )
+    u = settings.gpu_memory_utilization
+    if u is None:
+        u = V.EXTENSIBLE_DEFAULT_UTILIZATION if extensible else V.default_gpu_memory_utilization(version)
+        defaults.append("gpu_memory_utilization")
+    return extensible, u
 
 
 def _mamba_cache_mode(model: ModelSpec, settings: ServeSettings, version: str) -> str:
