@@ -63,7 +63,9 @@ def test_profile_json_has_plans_schema_and_sums(
     assert out["num_blocks"] == out["kv_cache_bytes"] // out["bytes_per_block"]
     # layers × block × kv heads × head dim × K,V × 4 bytes: FAST serves with an explicit --dtype float32, and
     # vLLM's auto KV dtype is the served dtype (only --dtype auto downcasts a float32 checkpoint to 16 bits)
-    assert out["bytes_per_block"] == 4 * 16 * 2 * 64 * 2 * 4
+    # the block: vLLM 0.34's default of 64 tokens (a multiple of the CPU backend's 32; 16 through 0.33)
+    assert out["settings"]["block_size"] == 64
+    assert out["bytes_per_block"] == 4 * 64 * 2 * 64 * 2 * 4
     assert out["settings"]["max_num_batched_tokens"] == 256
     assert out["settings"]["cudagraph_capture_sizes"] == []
     # SGLang's auto KV dtype is the served dtype too (model_runner: kv_cache_dtype "auto" → model_config.dtype)

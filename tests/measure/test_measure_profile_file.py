@@ -43,7 +43,8 @@ def test_round_trip_json_and_yaml(saved_profile: Path, tmp_path: Path) -> None:
     assert "tiny-llama" in pf.model_name
     assert pf.device_kind == "cpu"
     assert pf.suggest_input.total_bytes == 2 * 1024**3
-    assert pf.suggest_input.bytes_per_block == 65536  # fp32 cache: the profile runs with --dtype float32
+    # fp32 cache (the profile runs with --dtype float32), blocks of 64 tokens (vLLM 0.34's default)
+    assert pf.suggest_input.bytes_per_block == 4 * 64 * 2 * 64 * 2 * 4
     as_yaml = tmp_path / "p.yml"
     save_profile(_doc(saved_profile), as_yaml)
     again = load_profile(as_yaml)

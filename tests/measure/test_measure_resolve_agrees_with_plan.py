@@ -57,10 +57,15 @@ def test_profile_resolves_what_plan_resolves(model: str, gpu_name: str, settings
 
 
 def test_mla_block_size_follows_the_card() -> None:
-    assert _resolved("deepseek-v2-lite", "h100-sxm", ServeSettings()).block_size == 64
+    v033 = ServeSettings(engine_version="0.33.0")
+    assert _resolved("deepseek-v2-lite", "h100-sxm", v033).block_size == 64
+    assert _resolved("deepseek-v2-lite", "b200", v033).block_size == 128
+    assert _resolved("deepseek-v2-lite", "a100-80gb", v033).block_size == 16
+    assert _resolved("llama-3-8b", "h100-sxm", v033).block_size == 16
+    # 0.34: the default block is 64 (vllm/config/cache.py:185); CUTLASS MLA still raises it to 128
     assert _resolved("deepseek-v2-lite", "b200", ServeSettings()).block_size == 128
-    assert _resolved("deepseek-v2-lite", "a100-80gb", ServeSettings()).block_size == 16
-    assert _resolved("llama-3-8b", "h100-sxm", ServeSettings()).block_size == 16
+    assert _resolved("deepseek-v2-lite", "a100-80gb", ServeSettings()).block_size == 64
+    assert _resolved("llama-3-8b", "h100-sxm", ServeSettings()).block_size == 64
 
 
 def test_capture_sizes_above_the_token_budget_are_dropped_as_plan_drops_them() -> None:

@@ -23,7 +23,7 @@ def test_two_gloo_ranks(capsys: pytest.CaptureFixture[str], tiny_model_dir: str)
     for r in ranks:
         assert r["weight_tensor_bytes"] == (2 * 5_771_776 - 9 * 256 * 4) // 2 + 9 * 256 * 4
     # KV heads per rank: max(1, 2 // 2) = 1 → half the bytes per block of tp=1 (4-byte elements: --dtype float32)
-    assert out["bytes_per_block"] == 4 * 16 * 1 * 64 * 2 * 4
+    assert out["bytes_per_block"] == 4 * 64 * 1 * 64 * 2 * 4  # blocks of 64 tokens (vLLM 0.34's default)
     assert out["settings"]["tensor_parallel_size"] == 2
     # vLLM's CPU default scales with the world size: 2048 · ws tokens, unless given (FAST gives 256)
     assert out["settings"]["max_num_batched_tokens"] == 256
@@ -47,7 +47,8 @@ def test_validate_a_tp_shard_alone(capsys: pytest.CaptureFixture[str], tiny_mode
     code = main(["validate", tiny_model_dir, *FAST, "-tp", "2", "--kv-cache-memory-bytes", "32MiB", "--json"])
     out = json.loads(capsys.readouterr().out)
     assert code == 0 and out["passed"]
-    assert out["bytes_per_block"] == 4 * 16 * 1 * 64 * 2 * 4  # one KV head per rank, fp32 (--dtype float32)
+    # one KV head per rank, fp32 (--dtype float32), blocks of 64 tokens (vLLM 0.34's default)
+    assert out["bytes_per_block"] == 4 * 64 * 1 * 64 * 2 * 4
     assert out["num_blocks"] == 32 * 1024 * 1024 // out["bytes_per_block"]
     assert any("rank 0's shard" in note for note in out["notes"])
 

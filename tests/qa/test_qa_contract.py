@@ -109,15 +109,16 @@ def test_qa_plan_json_contract(args: list[str], capsys: pytest.CaptureFixture[st
 def test_qa_plan_seed_numbers_by_hand(capsys: pytest.CaptureFixture[str]) -> None:
     """Llama-3-8B, --kv-cache-memory-bytes 54.4GiB (the seed): per token 32 layers × 8 KV heads × 128 dims ×
     2 (K and V) × 2 B = 131,072 B; a 16-token block 2,097,152 B; blocks = floor(54.4 × 2^30 / 2,097,152) =
-    floor(27,852.8) = 27,852; tokens 27,852 × 16 = 445,632; concurrency 27,852 / (8192 / 16 = 512) = 54.398."""
-    _, d = plan_json(capsys, "--kv-cache-memory-bytes", "54.4GiB")
+    floor(27,852.8) = 27,852; tokens 27,852 × 16 = 445,632; concurrency 27,852 / (8192 / 16 = 512) = 54.398.
+    vLLM 0.33's block of 16 tokens (0.34's is 64: tests/plan/test_plan_cli.py)."""
+    _, d = plan_json(capsys, "--kv-cache-memory-bytes", "54.4GiB", "--engine-version", "0.33.0")
     assert d["kv_bytes_per_token"] == 32 * 8 * 128 * 2 * 2 == 131_072
     assert d["bytes_per_block"] == 16 * 131_072
     assert d["num_blocks"] == int(54.4 * 2**30) // (16 * 131_072) == 27_852
     assert d["kv_tokens"] == 27_852 * 16 == 445_632
     assert d["max_concurrency"] == pytest.approx(27_852 / 512, abs=1e-4)
     # fp8 KV: one byte per element, half the bytes per token, twice the blocks in the same bytes.
-    _, f = plan_json(capsys, "--kv-cache-memory-bytes", "54.4GiB", "--kv-cache-dtype", "fp8")
+    _, f = plan_json(capsys, "--kv-cache-memory-bytes", "54.4GiB", "--kv-cache-dtype", "fp8", "--engine-version", "0.33.0")
     assert f["bytes_per_block"] == d["bytes_per_block"] // 2
     assert f["num_blocks"] == int(54.4 * 2**30) // (16 * 65_536) == 55_705
 
@@ -145,7 +146,7 @@ def test_qa_plan_70b_tensor_parallel_by_hand(capsys: pytest.CaptureFixture[str])
         _, d = plan_json(capsys, "llama-3-70b", "-tp", str(tp))
         weights.append(d["terms"]["weights"]["bytes"])
         assert d["kv_bytes_per_token"] == 80 * (8 // tp) * 128 * 2 * 2
-        assert d["bytes_per_block"] == 16 * d["kv_bytes_per_token"]
+        assert d["bytes_per_block"] == d["block_size"] * d["kv_bytes_per_token"]
     assert all(b < a for a, b in itertools.pairwise(weights))
     assert weights[3] == pytest.approx(weights[0] / 8, rel=0.01)
 
@@ -161,12 +162,18 @@ def test_qa_plan_mla_latent_replicated_by_hand(capsys: pytest.CaptureFixture[str
 
 
 def test_qa_plan_enforce_eager_drops_the_graph_term(capsys: pytest.CaptureFixture[str]) -> None:
-    _, graphs = plan_json(capsys)
-    _, eager = plan_json(capsys, "--enforce-eager")
+    _, graphs = plan_json(capsys, "--engine-version", "0.33.0")
+    _, eager = plan_json(capsys, "--enforce-eager", "--engine-version", "0.33.0")
     assert graphs["terms"]["cuda_graph"]["bytes"] > 0
     assert eager["terms"].get("cuda_graph", {"bytes": 0})["bytes"] == 0
     assert eager["settings"]["cudagraph_capture_sizes"] == []
     assert eager["kv_cache_bytes"] == graphs["kv_cache_bytes"] + graphs["terms"]["cuda_graph"]["bytes"]
+    # 0.34's extensible KV cache: the captured pool and the graph estimate in its reserve (both the graph term here)
+    # come back, and the margin (0.75 × the reserve above 1 GiB) shrinks with the reserve
+    _, graphs = plan_json(capsys)
+    _, eager = plan_json(capsys, "--enforce-eager")
+    graph = graphs["terms"]["cuda_graph"]["bytes"]
+    assert graphs["kv_cache_bytes"] + 2 * graph <= eager["kv_cache_bytes"] <= graphs["kv_cache_bytes"] + 4 * graph
 
 
 def test_qa_plan_serve_commands_from_the_brief(capsys: pytest.CaptureFixture[str]) -> None:
@@ -244,10 +251,10 @@ def test_qa_plan_largest_fitting_len_by_hand(capsys: pytest.CaptureFixture[str])
     the longest request that fits is floor((KV − block) / block) × 16 tokens."""
     code, d = plan_json(capsys, "llama-3.1-8b", "--gpu", "l4", "--max-model-len", "131072")
     assert code == 1 and d["verdict"] == "kv-cache-too-small-for-max-model-len"
-    bpb = d["bytes_per_block"]
-    assert bpb == 16 * 131_072
+    bpb, block = d["bytes_per_block"], d["block_size"]
+    assert bpb == block * 131_072
     assert d["num_blocks"] == d["kv_cache_bytes"] // bpb
-    assert d["max_model_len_fit"] == (d["kv_cache_bytes"] - bpb) // bpb * 16
+    assert d["max_model_len_fit"] == (d["kv_cache_bytes"] - bpb) // bpb * block
     assert "16.0 GiB KV cache is needed" in d["verdict_message"]
     assert f"estimated maximum model length is {d['max_model_len_fit']}" in d["verdict_message"]
 
