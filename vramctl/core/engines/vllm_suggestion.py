@@ -11,7 +11,7 @@ From 0.28.0 `peak_activation_memory` = transient headroom + the *applied* CUDA-g
 default from 0.20) the graph pool is counted twice: once estimated, once captured. 0.20.0, 0.21.0 and 0.26.0 set
 `peak_activation_memory = torch_peak_increase` (`gpu_worker.py:406` / `:428` / `:526`) and count it once (PR #37426
 had fixed the first double count; the accounting rewrite PR #49208 brought it back, vLLM issue #57936). The open fix
-is PR #57983; no release through 0.33.0 contains it. With VLLM_ENABLE_STARTUP_PLAN=1 (0.31 →,
+is PR #57983; no release through 0.34.0 contains it (`gpu_worker.py:771-773`, `:1135-1140` (0.34.0)). With VLLM_ENABLE_STARTUP_PLAN=1 (0.31 →,
 `maybe_save_startup_plan`) the short value is also persisted and reused at the next start.
 
 The message is logged at INFO in 0.10.2 and from 0.26 (DEBUG in 0.11 – 0.21: `logger.debug(msg)`, 0.20.0/0.21.0).
@@ -29,10 +29,10 @@ from vramctl.core.suggest import VLLM_REDUNDANCY_BYTES, SuggestInput, suggest_kv
 from vramctl.core.units import vllm_format_gib
 
 DOUBLE_COUNT_FIXED_IN: str | None = None
-"""The first release with PR #57983 (None: not released as of 0.33.0)."""
+"""The first release with PR #57983 (None: not released as of 0.34.0)."""
 CITATION = (
     "vllm/v1/worker/gpu_worker.py compile_or_warm_up_model (0.33.0: lines 1012-1068; peak_activation_memory at "
-    "lines 748-749); vLLM issue #57936, open fix PR #57983"
+    "lines 748-749; 0.34.0: lines 1121-1178, 771-773); vLLM issue #57936, open fix PR #57983"
 )
 
 
