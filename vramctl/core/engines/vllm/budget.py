@@ -75,6 +75,9 @@ class _Stage:
     held_back: int = 0
     """The extensible KV cache (0.34 →): what its sizing keeps free beyond the terms (the margin, the graph estimate
     in the reserve, requested − init free); 0 otherwise."""
+    reserved_blocks: int = 0
+    """The extensible KV cache (0.34 →): the capacity the profile estimate reserved, in blocks; the runner is built,
+    and its graphs checked, against it before the pool shrinks to `num_blocks`; 0 otherwise."""
 
 
 def _stage_budget(
@@ -136,12 +139,13 @@ def _stage_budget(
             _at_edge(e, edge) for e in (activation, non_torch, outside, graph)
         )
     graph_charged = graph.bytes if (s.estimate_cudagraphs and s.cudagraph_capture_sizes) else 0
-    held_back = 0
+    held_back = reserved = 0
     if s.kv_cache_memory_bytes is not None:
         kv_bytes = s.kv_cache_memory_bytes
     else:
         kv_bytes = requested - weights - activation.bytes - non_torch.bytes - graph_charged - others_charged
         if s.extensible_kv_cache and init_free is not None:
+            reserved = kv_bytes
             kv_bytes, held_back = _extensible_kv(
                 kv_bytes,
                 requested,
@@ -156,8 +160,20 @@ def _stage_budget(
             graph_charged = graph.bytes
     bpb = _stage_bytes_per_block(kv_model, s, stage)
     blocks = max(0, kv_bytes // bpb) if kv_bytes > 0 else 0
+    reserved_blocks = max(0, reserved // bpb)
     return _Stage(
-        stage, weights, activation, non_torch, outside, graph, graph_charged, kv_bytes, bpb, blocks, held_back
+        stage,
+        weights,
+        activation,
+        non_torch,
+        outside,
+        graph,
+        graph_charged,
+        kv_bytes,
+        bpb,
+        blocks,
+        held_back,
+        reserved_blocks,
     )
 
 
@@ -370,11 +386,18 @@ def _verdict(p: _Pool) -> tuple[Verdict, str]:
         and rules.mamba_seqs_within_blocks
         and not s.enforce_eager
         and V.graph_regime_for(s.version, s.cudagraph_mode) == "full-and-piecewise"
-        and s.max_num_seqs > p.num_blocks
+        and s.max_num_seqs > _graph_check_blocks(p)
     ):
         # the pool is too small for the flags: one Mamba block per decode sequence under full CUDA graphs
-        return KV_TOO_SMALL, M.mamba_blocks_error(s.max_num_seqs, p.num_blocks)
+        return KV_TOO_SMALL, M.mamba_blocks_error(s.max_num_seqs, _graph_check_blocks(p))
     return FITS, ""
+
+
+def _graph_check_blocks(p: _Pool) -> int:
+    """The blocks `resolve_cudagraph_mode_and_sizes` checks max_num_seqs against (`vllm/config/compilation.py:1659-1681`
+    (0.34.0)): the pool; with the extensible KV cache the reserved capacity, since the runner captures before the
+    pool is sized (`initialize_kv_cache`, `vllm/v1/worker/gpu/model_runner.py:644-800` (0.34.0))."""
+    return p.binding.reserved_blocks if p.s.extensible_kv_cache else p.num_blocks
 
 
 def _core(
