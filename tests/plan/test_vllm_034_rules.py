@@ -184,3 +184,13 @@ def test_utilisation_trade_replans_each_row(capsys: pytest.CaptureFixture[str]) 
     assert rows[0.9]["held_back_bytes"] == at["capacity_bytes"] - at["kv_cache_bytes"] - terms + at[
         "outside_budget_bytes"
     ]
+
+
+def test_weights_must_fit_what_is_free_at_start(capsys: pytest.CaptureFixture[str]) -> None:
+    # u = 1.0 requests the whole card and no check bounds it by free memory: the weights meet the free memory
+    new = _plan(capsys, "llama-3-70b", "--gpu", "h100-sxm", code=1)
+    assert new["verdict"] == "weights-do-not-fit"
+    free = (new["capacity_bytes"] - new["outside_budget_bytes"]) / GiB
+    assert f"exceed the free memory ({free:.2f} GiB)" in new["verdict_message"]
+    old = _plan(capsys, "llama-3-70b", "--gpu", "h100-sxm", "--engine-version", "0.33.0", code=1)
+    assert "exceed the requested budget (72.85 GiB)" in old["verdict_message"]

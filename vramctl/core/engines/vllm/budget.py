@@ -352,8 +352,13 @@ def _verdict(p: _Pool) -> tuple[Verdict, str]:
                 version=s.version,
             )
     limit = p.requested if profiled else p.capacity - p.other
+    budget_binds = profiled
+    if profiled and s.extensible_kv_cache:
+        # no free-memory check bounds the request (0.34 →): the weights must fit in what is free at start
+        free = p.capacity - p.other - p.binding.outside.bytes
+        limit, budget_binds = min(limit, free), p.requested <= free
     if max(p.weights) > limit:
-        return WEIGHTS_DO_NOT_FIT, M.weights_do_not_fit(max(p.weights), limit, profiled=profiled)
+        return WEIGHTS_DO_NOT_FIT, M.weights_do_not_fit(max(p.weights), limit, profiled=budget_binds)
     if s.kv_cache_memory_bytes is not None:
         # Certain, not an estimate: the weights, the given pool and the CUDA context alone exceed the card.
         over = max(st.weights + st.kv_bytes + st.outside.bytes for st in p.stages) - (p.capacity - p.other)
