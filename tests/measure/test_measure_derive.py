@@ -200,3 +200,21 @@ def test_sglang_numbers_from_the_same_readings() -> None:
     assert s.kv_cache_bytes == int(69 * GiB - 79 * GiB * (1 - 0.8))
     assert s.cell_bytes_per_token == 4 * 2 * 64 * 2 * 2
     assert s.max_total_num_tokens == s.kv_cache_bytes // s.cell_bytes_per_token
+
+
+def test_vllm_034_extensible_sizing_on_a_cuda_device() -> None:
+    """vLLM 0.34's extensible KV cache (`measure_kv_cache_bytes`, vllm/v1/worker/extensible_kv_cache.py:592-618):
+    u 1.0 requests the whole card; used = consumed + the captured graph pool, reserve = transient + the applied graph
+    estimate, margin = max(1 GiB, 0.75 × reserve): kv = min(requested − used, init free − used − margin) − reserve."""
+    request = ProfileRequest(spec=tiny_dense())
+    r = replace(_rank(), requested_bytes=TOTAL)
+    result = derive(request, _resolved(engine_version="0.34.0", gpu_memory_utilization=1.0, block_size=64), CUDA, [r])
+    used = 12 * GiB + 256 * MiB  # consumed + the captured pool (the actual capture, half the estimate here)
+    reserve = 1 * GiB + 512 * MiB
+    margin = max(GiB, int(reserve * 0.75))
+    assert result.kv_cache_bytes == min(TOTAL - used, 79 * GiB - used - margin) - reserve
+    assert result.num_blocks == result.kv_cache_bytes // result.bytes_per_block
+    # on a CPU device, or with --no-enable-extensible-kv-cache, the profile estimate as before
+    off = ProfileRequest(spec=tiny_dense(), settings=request.settings.with_changes(enable_extensible_kv_cache=False))
+    plain = derive(off, _resolved(engine_version="0.34.0", gpu_memory_utilization=1.0, block_size=64), CUDA, [r])
+    assert plain.kv_cache_bytes == TOTAL - (12 * GiB + 1 * GiB) - 512 * MiB

@@ -220,7 +220,9 @@ class VllmRules:
     """Tokens a sliding-window request may still need beyond its window (`vllm/config/vllm.py:588-609`;
     `[0.32.0] vllm/config/vllm.py:577-597` max_concurrent_batches):
     max_num_batched_tokens itself ≤0.11; two batches (pp + … on the V1 runner) 0.12-0.32; pp + 1 batches on the
-    V2 model runner, the default from 0.33 (`vllm/v1/kv_cache_interface.py`)."""
+    V2 model runner, the default from 0.33 (`vllm/v1/kv_cache_interface.py`) and the only one from 0.34
+    (`vllm/v1/worker/gpu_model_runner.py` removed; `_make_model_runner`, `vllm/v1/worker/gpu_worker.py:579-588`
+    (0.34.0))."""
     reserves_null_block: bool
     """The block pool holds one block back as the null block (`[0.32.0] vllm/v1/core/block_pool.py:187`), and the
     one-request check plans against the usable blocks (`[0.32.0] vllm/v1/core/kv_cache_utils.py:1104-1130`);
