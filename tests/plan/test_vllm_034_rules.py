@@ -194,3 +194,14 @@ def test_weights_must_fit_what_is_free_at_start(capsys: pytest.CaptureFixture[st
     assert f"exceed the free memory ({free:.2f} GiB)" in new["verdict_message"]
     old = _plan(capsys, "llama-3-70b", "--gpu", "h100-sxm", "--engine-version", "0.33.0", code=1)
     assert "exceed the requested budget (72.85 GiB)" in old["verdict_message"]
+
+
+def test_diff_without_the_extensible_cache_names_only_the_block(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["diff", "llama-3-8b", "--from", "0.33", "--to", "0.34", "--json"]
+    assert main(args) == 0
+    keys = {r["key"] for r in json.loads(capsys.readouterr().out)["rules"]}
+    assert keys == {"default-utilization", "kv-sizing", "default-block-size"}
+    assert main([*args, "--to-flags=--no-enable-extensible-kv-cache"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert {r["key"] for r in d["rules"]} == {"default-block-size"}
+    assert d["kv_change_bytes"] == 0

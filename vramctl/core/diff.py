@@ -239,6 +239,7 @@ def _rule_context(result: Any, other: Any) -> RuleContext:
         defaults_used=frozenset(both),
         features=features_in_use(result) | features_in_use(other),  # vramctl.core.engines.vllm_features
         mxfp4_moe=str(getattr(result.model, "quantization", None) or "").lower() == "mxfp4",
+        extensible_off=not any(bool(getattr(r.settings, "extensible_kv_cache", False)) for r in (result, other)),
     )
 
 

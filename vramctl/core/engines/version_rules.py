@@ -46,6 +46,9 @@ class RuleContext:
     `ipc_cache`, `ipc_cache_copy`, `sleep`, `kv_offload`, `kv_cache_memory_suggestion`, `yarn`."""
     mxfp4_moe: bool = False
     """The checkpoint's experts are MXFP4 (gpt-oss): the MoE kernel vLLM picks moves the weights term."""
+    extensible_off: bool = False
+    """Neither plan runs vLLM 0.34's extensible KV cache (`--no-enable-extensible-kv-cache`, `--kv-cache-memory-bytes`):
+    the sizing rules then read as the profile estimate on both sides."""
 
 
 @dataclass(frozen=True)
@@ -98,7 +101,7 @@ def _subtraction(version: str, _: RuleContext) -> str:
 
 
 def _extensible(version: str, ctx: RuleContext) -> bool:
-    return vr.rules_for(version).extensible_kv_cache and ctx.gpu.vendor in ("nvidia", "amd")
+    return vr.rules_for(version).extensible_kv_cache and ctx.gpu.vendor in ("nvidia", "amd") and not ctx.extensible_off
 
 
 def _default_utilization(version: str, ctx: RuleContext) -> str:
