@@ -22,12 +22,13 @@ from vramctl.core.engines.vllm.scheduler import (
     default_scheduler_limits,
 )
 from vramctl.core.errors import BadInputError
-from vramctl.core.settings import ServeSettings
+from vramctl.core.settings import LATEST_VLLM_VERSION, ServeSettings
 from vramctl.core.specs import GpuSpec, ModelSpec, dtype_bytes
 from vramctl.core.units import GiB
 
 VALID_BLOCK_SIZES = (1, 8, 16, 32, 64, 128, 256)
-"""`CacheConfig.block_size` accepts these (vllm/config/cache.py, BlockSize)."""
+"""The block sizes every vLLM from 0.11.1 to 0.17 accepts (`VllmRules.block_sizes` is the per-version list `plan`
+checks); `profile` / `suggest` / `validate` build their own KV pool and keep to these."""
 _ABSURD_TOKENS = 1 << 26
 AUTO_MAX_MODEL_LEN = -1
 """`--max-model-len auto` (or -1): vLLM fits the length to the KV pool (0.12 →)."""
@@ -188,15 +189,20 @@ def validate(model: ModelSpec, gpu: GpuSpec, settings: ServeSettings) -> None:
             f"--free-memory {settings.free_memory_bytes / GiB:.2f} GiB: more than the card's total "
             f"{capacity / GiB:.2f} GiB"
         )
-    # a state-only pool without prefix caching has a block of max_model_len (vLLM 0.32 takes any positive size;
-    # the engine tier passes the block size vLLM reports back as --block-size)
+    # a state-only pool without prefix caching has a block of max_model_len (the engine tier passes the block size
+    # vLLM reports back as --block-size), so it is exempt from the version's list
+    version = settings.engine_version or LATEST_VLLM_VERSION
+    accepted = rules_for(version).block_sizes
+    _check_positive(settings.block_size, "--block-size", upper=1 << 20)
     if (
         settings.block_size is not None
-        and settings.block_size not in VALID_BLOCK_SIZES
+        and accepted is not None
+        and settings.block_size not in accepted
         and not model.is_state_only
     ):
         raise BadInputError(
-            f"--block-size {settings.block_size}: vLLM accepts {', '.join(str(b) for b in VALID_BLOCK_SIZES)}"
+            f"--block-size {settings.block_size}: vLLM {version} accepts {', '.join(str(b) for b in accepted)}"
+            " (any positive size from 0.18.0)"
         )
     kvmath.check_tensor_parallel(model, settings.tensor_parallel_size)
     if settings.pipeline_parallel_size > model.num_hidden_layers:

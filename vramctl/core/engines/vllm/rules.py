@@ -322,6 +322,12 @@ class VllmRules:
     yarn_unscaled_max_len: bool
     """`_get_and_verify_max_len` leaves yarn-family lengths unscaled from 0.30 (`vllm/config/model.py:2468-2492`);
     0.29 derived original_max_position_embeddings × factor (vramctl.core.engines.vllm_yarn)."""
+    block_sizes: tuple[int, ...] | None
+    """The `--block-size` values the version accepts; None: any positive size. `choices=[8, 16, 32]` to 0.6.3 and
+    in 0.6.5 (`vllm/engine/arg_utils.py`), `[8, 16, 32, 64, 128]` in 0.6.4 and 0.6.6-0.8.4, `BlockSize = Literal[1, 8, 16, 32, 64, 128]`
+    0.8.5-0.11.0 (`vllm/config.py`, then `vllm/config/cache.py`; argparse's choices come from the Literal), with 256
+    from 0.11.1 to 0.17.0, and `block_size: SkipValidation[int]` from 0.18.0 (`vllm/config/cache.py:36`;
+    `Field(gt=0)` at 0.33.0). Read from the PyPI wheels of each version."""
     known_range: Literal["known", "newer", "older"]
     """Where the version lies against the versions vramctl models (`OLDEST_VLLM_VERSION` to
     `LATEST_VLLM_VERSION`): outside, the nearest known rules apply and the plan says so."""
@@ -423,6 +429,15 @@ def _rules_for_tuple(text: str, v: Version) -> VllmRules:
         suggestion_double_counts_graphs=v >= (0, 28, 0),
         suggestion_log_debug=(0, 11, 0) <= v < (0, 26, 0),
         yarn_unscaled_max_len=v >= (0, 30, 0),
+        block_sizes=(8, 16, 32)
+        if v < (0, 6, 4) or v[:3] == (0, 6, 5)
+        else (8, 16, 32, 64, 128)
+        if v < (0, 8, 5)
+        else (1, 8, 16, 32, 64, 128)
+        if v < (0, 11, 1)
+        else (1, 8, 16, 32, 64, 128, 256)
+        if v < (0, 18, 0)
+        else None,
         known_range="newer"
         if v > parse_version(LATEST_VLLM_VERSION)
         else "older"
