@@ -1351,9 +1351,9 @@ def _decide(
         )
         cause, confidence, refined = "version-regression", "medium", True
         names["previous_version"], names["new_version"] = old_version, new_version
-    phase_inferred = planned is not None and ctx_phase is None and phase != "context"
+    phase_inferred = planned is not None and phase not in ("context", ctx_phase)
     if phase_inferred:
-        why.append(f"phase {phase} inferred from the plan: no frame or progress line in the log places the failure")
+        why.append(f"phase {phase} inferred from the plan: no frame or progress line in the log places the failure there")
     if phase == "context":
         phase = ctx_phase or sig.default_phase or "unknown"
         if ctx_phase is None and sig.default_phase is not None:
