@@ -253,32 +253,3 @@ def test_the_docs_print_the_planned_deployment_table() -> None:
 
     docs = (Path(__file__).resolve().parents[2] / "docs" / "explain-oom.md").read_text(encoding="utf-8")
     assert markdown_table(TABLE) in docs, "docs/explain-oom.md: the planned-deployment table is out of date"
-
-
-# ------------------------------------------------------------------------------------- the loader's bar at 100 %
-
-
-def _bar_log(tmp_path: Path, last_percent: int) -> Path:
-    done = last_percent * 4 // 100
-    path = tmp_path / f"bar_{last_percent}.log"
-    path.write_text(
-        "INFO 10-08 17:37:09 weight_utils.py:242] Using model weights format ['*.safetensors']\n"
-        "Loading safetensors checkpoint shards:   0% Completed | 0/4 [00:00<?, ?it/s]\n"
-        f"Loading safetensors checkpoint shards: {last_percent:3d}% Completed | {done}/4 [00:02<00:00,  1.86it/s]\n"
-        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
-        "23.64 GiB of which 1.00 GiB is free. Of the allocated memory 20.00 GiB is allocated by PyTorch, and "
-        "512.00 MiB is reserved by PyTorch but unallocated.\n",
-        encoding="utf-8",
-    )
-    return path
-
-
-def test_an_oom_after_the_loader_bar_reached_100_percent_is_past_loading(tmp_path: Path) -> None:
-    """vLLM's shard bar at 100 % means every shard was read into the model: the profile run follows."""
-    d = diagnose(_bar_log(tmp_path, 100))
-    assert d.phase == "profiling" and d.cause == "batch-budget-too-large"
-
-
-def test_an_oom_while_the_loader_bar_is_running_is_weight_loading(tmp_path: Path) -> None:
-    d = diagnose(_bar_log(tmp_path, 75))
-    assert d.phase == "weights-load" and d.cause == "weights-do-not-fit"
