@@ -64,11 +64,19 @@ revisable = st.sampled_from(sorted(PLAN_MAY_REVISE - {"host-oom-killer"}))
 
 
 @settings(max_examples=200, deadline=None)
-@given(total=totals, util=utils, over=st.floats(min_value=1.001, max_value=5.0), phase=st.sampled_from(START_PHASES), decided=st.sampled_from(sorted(PLAN_MAY_REVISE)))
+@given(
+    total=totals,
+    util=utils,
+    over=st.floats(min_value=1.001, max_value=5.0),
+    phase=st.sampled_from(START_PHASES),
+    decided=st.sampled_from(sorted(PLAN_MAY_REVISE)),
+)
 def test_weights_per_rank_above_the_whole_card_are_weights_do_not_fit(
     total: int, util: float, over: float, phase: str | None, decided: str
 ) -> None:
-    record = _record(weights=int(total * over), total=total, budget=int(total * util), kv=-1, phase=phase, decided=decided)
+    record = _record(
+        weights=int(total * over), total=total, budget=int(total * util), kv=-1, phase=phase, decided=decided
+    )
     d = decide(record, TABLE, default=decided)
     assert d.cause == "weights-do-not-fit" and d.phase == "weights-load"
     assert d.confidence == "medium"
@@ -76,22 +84,40 @@ def test_weights_per_rank_above_the_whole_card_are_weights_do_not_fit(
 
 
 @settings(max_examples=200, deadline=None)
-@given(total=totals, util=utils, share=st.floats(min_value=0.0, max_value=0.999), phase=st.sampled_from(START_PHASES), decided=revisable)
+@given(
+    total=totals,
+    util=utils,
+    share=st.floats(min_value=0.0, max_value=0.999),
+    phase=st.sampled_from(START_PHASES),
+    decided=revisable,
+)
 def test_weights_above_the_budget_but_within_the_card_are_a_low_guess(
     total: int, util: float, share: float, phase: str | None, decided: str
 ) -> None:
     budget = int(total * util)
     weights = budget + 1 + int((total - budget - 1) * share)
-    d = decide(_record(weights=weights, total=total, budget=budget, kv=-1, phase=phase, decided=decided), TABLE, default=decided)
+    d = decide(
+        _record(weights=weights, total=total, budget=budget, kv=-1, phase=phase, decided=decided),
+        TABLE,
+        default=decided,
+    )
     assert (d.cause, d.confidence) == ("weights-do-not-fit", "low")
 
 
 @settings(max_examples=100, deadline=None)
 @given(total=totals, util=utils, share=st.floats(min_value=0.0, max_value=0.999))
-def test_a_kill_is_the_weights_only_when_they_exceed_the_whole_card(total: int, util: float, share: float) -> None:
+def test_a_kill_is_the_weights_only_when_they_exceed_the_whole_card(
+    total: int, util: float, share: float
+) -> None:
     budget = int(total * util)
-    weights = budget + 1 + int((total - budget - 1) * share)  # above the budget, within the card: host RAM may be it
-    d = decide(_record(weights=weights, total=total, budget=budget, kv=-1, decided="host-oom-killer"), TABLE, default="host-oom-killer")
+    weights = (
+        budget + 1 + int((total - budget - 1) * share)
+    )  # above the budget, within the card: host RAM may be it
+    d = decide(
+        _record(weights=weights, total=total, budget=budget, kv=-1, decided="host-oom-killer"),
+        TABLE,
+        default="host-oom-killer",
+    )
     assert d.rule == -1
 
 
@@ -107,27 +133,59 @@ def test_an_engine_past_loading_had_its_weights_loaded(total: int, over: float, 
 
 
 @settings(max_examples=100, deadline=None)
-@given(total=totals, over=st.floats(min_value=1.001, max_value=5.0), request_gib=st.integers(min_value=1, max_value=4))
-def test_a_request_the_free_memory_would_hold_is_no_capacity_failure(total: int, over: float, request_gib: int) -> None:
-    numbers = {"requested_bytes": request_gib * GiB, "free_bytes": (request_gib + 1) * GiB, "total_bytes": total}
+@given(
+    total=totals,
+    over=st.floats(min_value=1.001, max_value=5.0),
+    request_gib=st.integers(min_value=1, max_value=4),
+)
+def test_a_request_the_free_memory_would_hold_is_no_capacity_failure(
+    total: int, over: float, request_gib: int
+) -> None:
+    numbers = {
+        "requested_bytes": request_gib * GiB,
+        "free_bytes": (request_gib + 1) * GiB,
+        "total_bytes": total,
+    }
     record = _record(weights=int(total * over), total=total, budget=total, kv=-1, numbers=numbers)
     assert decide(record, TABLE).rule == -1
 
 
 @settings(max_examples=200, deadline=None)
-@given(total=totals, util=utils, wshare=st.floats(min_value=0.05, max_value=1.0), phase=st.sampled_from(START_PHASES))
-def test_a_kv_cache_that_cannot_hold_max_model_len(total: int, util: float, wshare: float, phase: str | None) -> None:
+@given(
+    total=totals,
+    util=utils,
+    wshare=st.floats(min_value=0.05, max_value=1.0),
+    phase=st.sampled_from(START_PHASES),
+)
+def test_a_kv_cache_that_cannot_hold_max_model_len(
+    total: int, util: float, wshare: float, phase: str | None
+) -> None:
     budget = int(total * util)
-    record = _record(weights=int(budget * wshare), total=total, budget=budget, kv=GiB, mml_fits=0, phase=phase)
+    record = _record(
+        weights=int(budget * wshare), total=total, budget=budget, kv=GiB, mml_fits=0, phase=phase
+    )
     d = decide(record, TABLE)
     assert (d.cause, d.phase, d.confidence) == ("kv-cache-too-small-for-max-model-len", "kv-alloc", "low")
     # with the allocator's request logged, the failure is that allocation, not the start-up check
-    logged = _record(weights=int(budget * wshare), total=total, budget=budget, kv=GiB, mml_fits=0, phase=phase, numbers={"requested_bytes": GiB})
+    logged = _record(
+        weights=int(budget * wshare),
+        total=total,
+        budget=budget,
+        kv=GiB,
+        mml_fits=0,
+        phase=phase,
+        numbers={"requested_bytes": GiB},
+    )
     assert decide(logged, TABLE).rule == -1
 
 
 @settings(max_examples=100, deadline=None)
-@given(total=totals, util=utils, wshare=st.floats(min_value=0.05, max_value=1.0), kv=st.integers(min_value=-50 * GiB, max_value=0))
+@given(
+    total=totals,
+    util=utils,
+    wshare=st.floats(min_value=0.05, max_value=1.0),
+    kv=st.integers(min_value=-50 * GiB, max_value=0),
+)
 def test_no_kv_budget_left_after_weights_that_fit(total: int, util: float, wshare: float, kv: int) -> None:
     budget = int(total * util)
     d = decide(_record(weights=int(budget * wshare), total=total, budget=budget, kv=kv), TABLE)
@@ -135,12 +193,20 @@ def test_no_kv_budget_left_after_weights_that_fit(total: int, util: float, wshar
 
 
 @settings(max_examples=200, deadline=None)
-@given(total=totals, util=utils, wshare=st.floats(min_value=0.0, max_value=1.0), kv_gib=st.integers(min_value=1, max_value=100), phase=st.sampled_from((*START_PHASES, *PAST_LOADING)))
+@given(
+    total=totals,
+    util=utils,
+    wshare=st.floats(min_value=0.0, max_value=1.0),
+    kv_gib=st.integers(min_value=1, max_value=100),
+    phase=st.sampled_from((*START_PHASES, *PAST_LOADING)),
+)
 def test_a_deployment_the_plan_says_starts_is_left_to_the_wording(
     total: int, util: float, wshare: float, kv_gib: int, phase: str | None
 ) -> None:
     budget = int(total * util)
-    record = _record(weights=int(budget * wshare), total=total, budget=budget, kv=kv_gib * GiB, mml_fits=1, phase=phase)
+    record = _record(
+        weights=int(budget * wshare), total=total, budget=budget, kv=kv_gib * GiB, mml_fits=1, phase=phase
+    )
     assert decide(record, TABLE).rule == -1
 
 
@@ -158,7 +224,15 @@ def test_planned_facts_are_never_high_confidence(
     weights: int, total: int, util: float, kv: int, mml: int | None, phase: str | None, decided: str
 ) -> None:
     """Plan's numbers are inferences, not the log's: "low" or "medium" only, and every reason says so."""
-    record = _record(weights=weights, total=total, budget=int(total * util), kv=kv, mml_fits=mml, phase=phase, decided=decided)
+    record = _record(
+        weights=weights,
+        total=total,
+        budget=int(total * util),
+        kv=kv,
+        mml_fits=mml,
+        phase=phase,
+        decided=decided,
+    )
     d = decide(record, TABLE, default=decided)
     assert d.confidence in ("low", "medium")
     if d.rule >= 0:
@@ -204,9 +278,13 @@ def test_a_bare_oom_of_a_model_larger_than_the_card_is_the_weights(tmp_path: Pat
     assert facts["planned_weights_per_rank_bytes"] > facts["device_total_bytes"] == facts["total_bytes"]
     assert facts["planned_model"] == "Qwen/Qwen2-72B-Instruct" and facts["planned_tp"] == 1
     assert facts["planned_starts"] == 0 and isinstance(facts["planned_kv_bytes"], int)
-    assert any(w.startswith("planned, not read from the log") and "GiB of weights per rank" in w for w in d["why"])
+    assert any(
+        w.startswith("planned, not read from the log") and "GiB of weights per rank" in w for w in d["why"]
+    )
     first = d["fixes"][0]
-    assert first["flag"] == "--tensor-parallel-size" and isinstance(first["value"], int) and first["value"] > 1
+    assert (
+        first["flag"] == "--tensor-parallel-size" and isinstance(first["value"], int) and first["value"] > 1
+    )
     assert "checked with plan" in first["reason"]
 
 

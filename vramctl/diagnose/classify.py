@@ -1353,7 +1353,7 @@ def _decide(
         names["previous_version"], names["new_version"] = old_version, new_version
     phase_inferred = planned is not None and phase not in ("context", ctx_phase)
     if phase_inferred:
-        why.append(f"phase {phase} inferred from the plan: no frame or progress line in the log places the failure there")
+        why.append(f"phase {phase} inferred from the plan: no frame or progress line places the failure there")
     if phase == "context":
         phase = ctx_phase or sig.default_phase or "unknown"
         if ctx_phase is None and sig.default_phase is not None:

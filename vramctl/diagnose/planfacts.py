@@ -28,11 +28,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vramctl.diagnose.facts import FactValue
 
-__all__ = ["PLAN_FACTS", "plan_facts"]
+if TYPE_CHECKING:
+    from vramctl.diagnose.catalogue import Catalogue
+
+__all__ = ["PLAN_FACTS", "PLAN_MAY_REVISE", "PLAN_TABLE", "facts_of_plan", "plan_facts", "revise"]
 
 PLAN_FACTS = (
     "device_total_bytes",
@@ -121,7 +124,7 @@ PLAN_TABLE = "planned-deployment"
 
 
 def revise(
-    catalogue: Any, names: dict[str, Any], cause: str, source: object, bytes_read: int
+    catalogue: Catalogue, names: dict[str, Any], cause: str, source: object, bytes_read: int
 ) -> tuple[str, str, str, str] | None:
     """(cause, phase, confidence, why) when the planned deployment decides a low-confidence `cause`, else None.
 
