@@ -819,6 +819,8 @@ def _match_signature(sig: Signature, hit: Hit) -> dict[str, FactValue] | None:
 class _Analyser:
     def __init__(self, cat: Catalogue) -> None:
         self.cat = cat
+        self.plan_source: str | os.PathLike[str] | None = None
+        """The log's path when its deployment may be planned (planfacts.py); None for a stream."""
         self.root: _Incident | None = None
         self.fallback: _Incident | None = None
         self.current: _Incident | None = None
@@ -1314,6 +1316,16 @@ def _decide(
                 cat, sig, names, ctx_phase, inv_facts, an.inventory_index, (cause, phase, confidence, why, refined)
             )
             own_fixes = sig.cause == "not-oom" and cause != "not-oom"
+    # the wording did not decide: the deployment the log describes, planned, may (vramctl/diagnose/planfacts.py)
+    planned = None
+    if confidence == "low" and an.plan_source is not None:
+        from vramctl.diagnose.planfacts import revise
+
+        planned = revise(cat, names, cause, an.plan_source, stats.bytes_read)
+        if planned is not None:
+            cause, phase, confidence, plan_why = planned
+            why.append(plan_why)
+            refined = True
     # the same small failure again and again: something is never given back
     # (the same numbers again, not just the same words)
     if sig.repeat is not None and not refined and root.facts:
@@ -1339,7 +1351,9 @@ def _decide(
         )
         cause, confidence, refined = "version-regression", "medium", True
         names["previous_version"], names["new_version"] = old_version, new_version
-    phase_inferred = False
+    phase_inferred = planned is not None and phase not in ("context", ctx_phase)
+    if phase_inferred:
+        why.append(f"phase {phase} inferred from the plan: no frame or progress line places the failure there")
     if phase == "context":
         phase = ctx_phase or sig.default_phase or "unknown"
         if ctx_phase is None and sig.default_phase is not None:
@@ -1730,6 +1744,8 @@ def diagnose(source: str | os.PathLike[str] | BinaryIO, *, catalogue: Catalogue 
     cat = catalogue if catalogue is not None else load_catalogue()
     stats = ScanStats()
     analyser = _Analyser(cat)
+    if isinstance(source, (str, os.PathLike)) and str(source) != "-":
+        analyser.plan_source = source
     warnings: list[str] = []
     name = (
         "<stdin>"
