@@ -846,6 +846,7 @@ class _Analyser:
         self.hint_keys = {word: name for name, words in cat.hints.items() for word in words}
         self.global_hint_keys = {word: name for name, words in cat.global_hints.items() for word in words}
         self.global_hints: dict[str, int] = {}  # hint -> first line
+        self.global_hint_text: dict[str, str] = {}  # hint -> its first line's text
         self.marker_keys = {key: m for key, (m, _) in cat.marker_phrases.items()}
         self.marker_rank = {key: rank for key, (_, rank) in cat.marker_phrases.items()}
         self.version_keys = {key: v for v in cat.versions for key in v.keys}
@@ -914,8 +915,9 @@ class _Analyser:
             if hint is not None:
                 self._context(_Context(number, "hint", hint, text=short))
             ghint = self.global_hint_keys.get(key)
-            if ghint is not None:
-                self.global_hints.setdefault(ghint, number)
+            if ghint is not None and ghint not in self.global_hints:
+                self.global_hints[ghint] = number
+                self.global_hint_text[ghint] = short
             mark = self.marker_keys.get(key)
             if mark is not None:
                 marker = _Context(number, "marker", key, phase=mark.phase, text=short, done=mark.done)
@@ -1081,7 +1083,8 @@ class _Analyser:
             if top is not None:
                 extra.append((self.fallback, top))
         if root is None:
-            return _no_failure(self, stats, warnings, source)
+            death = _startup_death(self, stats, warnings, source)
+            return death if death is not None else _no_failure(self, stats, warnings, source)
         return _decide(self, root, extra + self.other, stats, warnings, source)
 
 
@@ -1305,6 +1308,8 @@ def _decide(
     ctx_phase, ctx_item = _context_phase(an, incident, root.line)
     names = _names(an, incident, root, ctx_phase, engine)
     names["lines_to_end"] = max(0, stats.lines - incident.end)  # a cut-off log ends inside its failure
+    # a traceback frame (not a progress line or a guess) placed the failure: words never move it elsewhere
+    names["phase_by_frame"] = ctx_item is not None and ctx_item.kind == "frame"
     cause, phase, confidence, why, refined = _resolve(cat, sig, names, ctx_phase)
     own_fixes = False  # the signature's own fixes stand beside the label's (they carry its numbers)
     if cause == "not-oom" and an.inventory_index is not None:
@@ -1669,6 +1674,89 @@ def _evidence(
             seen_texts.add(text)
             out.append(Evidence(line, text[:400]))
     return tuple(out)
+
+
+STARTUP_DEATH_CAUSE = "host-oom-killer"
+"""What a process that went away during start-up without an error line of its own is (`_startup_death`)."""
+
+
+def _startup_death(an: _Analyser, stats: ScanStats, warnings: list[str], source: str) -> Diagnosis | None:
+    """A start-up the report says ended, in a log that stops inside it with no error line: a process killed.
+
+    The log holds no failure line, its last progress line is inside a start-up phase (device check, weights,
+    profiling, KV sizing, capture) and nothing shows the engine serving, and the report's words say the server
+    never came up or its process went away (`words_start_died`: "can't start", "the server task ended", "exited
+    without any error"), not that it stalled (`words_stall`: "stuck", "hangs"). Every memory failure an engine or
+    PyTorch detects raises and logs an exception; a process that disappears without one was sent SIGKILL, which on
+    Linux, unasked, is the kernel's or a container's OOM killer (host RAM: the checkpoint streams through it while
+    loading, torch.compile's workers use it while profiling). `host-oom-killer`, low: the log does not show the kill.
+    A log that reaches serving, a stall, and words without start-up progress lines stay "no failure".
+    """
+    if "words_start_died" not in an.global_hints or "words_stall" in an.global_hints or not an.markers:
+        return None
+    last = an.markers[-1]
+    if last.done == "graph-capture" or any(m.phase == "serving" for m in an.markers):
+        return None
+    phase = last.phase
+    if phase not in ("startup-check", "weights-load", "profiling", "kv-alloc", "graph-capture"):
+        return None
+    cat = an.cat
+    engine = an.engine()
+    version = an.engine_version[1] if an.engine_version is not None else None
+    names: dict[str, Any] = {name: value for name, (_, value) in an.global_facts.items()}
+    names[_phase_name(phase)] = True
+    names["engine_known"] = engine is not None
+    info = cat.causes.get(STARTUP_DEATH_CAUSE)
+    fixes: list[FixAdvice] = []
+    if info is not None:
+        for fix in info.fixes:
+            advice = _apply_fix(fix, names, engine)
+            if advice is not None and len(fixes) < 5:
+                fixes.append(advice)
+    fixes = complete_fixes(
+        STARTUP_DEATH_CAUSE,
+        phase,
+        names,
+        engine,
+        fixes,
+        lambda a, f, v, r: FixAdvice(action=a, flag=f, value=v, reason=r),
+    )[:5]
+    words_line = an.global_hints["words_start_died"]
+    why = (
+        f"the report says the start-up ended (line {words_line}) and the log stops in phase {phase} "
+        f"(line {last.line}) with no error line: a process that dies without an exception of its own was killed "
+        "(SIGKILL), which unasked is the kernel's or a container's OOM killer (host RAM)",
+    )
+    evidence = tuple(
+        sorted(
+            (
+                Evidence(words_line, an.global_hint_text.get("words_start_died", "")[:300]),
+                Evidence(last.line, (last.text or "")[:300]),
+            ),
+            key=lambda e: e.line,
+        )
+    )
+    facts = {k: v for k, v in names.items() if isinstance(v, (int, float, str)) and not isinstance(v, bool)}
+    return Diagnosis(
+        cause=STARTUP_DEATH_CAUSE,
+        phase=phase,
+        confidence="low",
+        summary=info.summary if info is not None else STARTUP_DEATH_CAUSE,
+        why=why,
+        evidence=evidence,
+        facts=facts,
+        fixes=tuple(fixes),
+        do_not=tuple(info.do_not[:1]) if info is not None else (),
+        other_failures=(),
+        engine=engine,
+        engine_version=version,
+        signature="startup-death",
+        phase_inferred=True,
+        lines_read=stats.lines,
+        bytes_read=stats.bytes_read,
+        warnings=tuple(warnings),
+        source=source,
+    )
 
 
 def _no_failure(an: _Analyser, stats: ScanStats, warnings: list[str], source: str) -> Diagnosis:
