@@ -185,3 +185,35 @@ def test_a_cut_traceback_in_weight_loading_keeps_its_reading() -> None:
     # counterpart: the same cut with nothing naming another failure stays the weights' low guess
     d = diagnose_text("Server fails at start with this traceback\n" + CUT)
     assert d.cause == "weights-do-not-fit"
+
+
+# ---------------------------------------------------------------- a utilisation no start-up can meet
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Cannot load a 3B model on a 16 GB card when gpu_memory_utilization=1",
+        "vllm serve org/model-3b --gpu-memory-utilization 1.0 fails to start, no error message",
+        "can't start the server with gpu_memory_utilisation=0.99",
+    ],
+)
+def test_a_failed_start_at_a_utilisation_no_card_can_free_is_the_startup_budget(text: str) -> None:
+    # vLLM wants utilisation x total free at start-up; its own CUDA context is already in use, so >= 0.99 never fits
+    d = diagnose_text(text)
+    assert d.cause == "gpu-util-exceeds-free-memory"
+    assert d.confidence == "low"
+    assert any(f.flag == "--gpu-memory-utilization" and f.value is not None for f in d.fixes)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "vllm serve org/model-3b --gpu-memory-utilization 0.9 fails to start, no error message",
+        "We run with gpu_memory_utilization=1 and it works fine.",
+        "Startup hangs with gpu_memory_utilization=1, stuck after the banner",
+    ],
+)
+def test_a_utilisation_without_a_failed_start_or_a_possible_one_is_no_failure(text: str) -> None:
+    # counterpart: a possible utilisation, no report of a failed start, a stall
+    assert not diagnose_text(text).is_memory_failure

@@ -1083,8 +1083,10 @@ class _Analyser:
             if top is not None:
                 extra.append((self.fallback, top))
         if root is None:
-            death = _startup_death(self, stats, warnings, source)
-            return death if death is not None else _no_failure(self, stats, warnings, source)
+            told = _startup_death(self, stats, warnings, source) or _impossible_utilization(
+                self, stats, warnings, source
+            )
+            return told if told is not None else _no_failure(self, stats, warnings, source)
         return _decide(self, root, extra + self.other, stats, warnings, source)
 
 
@@ -1679,6 +1681,9 @@ def _evidence(
 STARTUP_DEATH_CAUSE = "host-oom-killer"
 """What a process that went away during start-up without an error line of its own is (`_startup_death`)."""
 
+IMPOSSIBLE_UTILIZATION = 0.99
+"""A vLLM `gpu_memory_utilization` no start-up can meet (`_impossible_utilization`)."""
+
 
 def _startup_death(an: _Analyser, stats: ScanStats, warnings: list[str], source: str) -> Diagnosis | None:
     """A start-up the report says ended, in a log that stops inside it with no error line: a process killed.
@@ -1700,13 +1705,61 @@ def _startup_death(an: _Analyser, stats: ScanStats, warnings: list[str], source:
     phase = last.phase
     if phase not in ("startup-check", "weights-load", "profiling", "kv-alloc", "graph-capture"):
         return None
+    words_line = an.global_hints["words_start_died"]
+    why = (
+        f"the report says the start-up ended (line {words_line}) and the log stops in phase {phase} "
+        f"(line {last.line}) with no error line: a process that dies without an exception of its own was killed "
+        "(SIGKILL), which unasked is the kernel's or a container's OOM killer (host RAM)"
+    )
+    return _told_failure(an, stats, warnings, source, STARTUP_DEATH_CAUSE, phase, why, last, "startup-death")
+
+
+def _impossible_utilization(
+    an: _Analyser, stats: ScanStats, warnings: list[str], source: str
+) -> Diagnosis | None:
+    """A start-up the report says failed, with a `gpu_memory_utilization` no start-up can meet, and no error line.
+
+    vLLM reserves `gpu_memory_utilization` x the card's total for itself and checks at start-up that the card has
+    that much free (vllm/v1/worker/gpu_worker.py `init_device`: "Free memory on device … is less than desired GPU
+    memory utilization"); the process's own CUDA context (hundreds of MiB) is already in use by then, so a share of
+    0.99 or more can never be met, and before that check existed the profiler left nothing for activations. With a
+    report that the server could not start or load (`words_start_died`) and no stall, the setting is the failure:
+    `gpu-util-exceeds-free-memory`, low (the log does not show the check). A log that reached serving stays as it is.
+    """
+    if "words_start_died" not in an.global_hints or "words_stall" in an.global_hints:
+        return None
+    if any(m.phase == "serving" for m in an.markers):
+        return None
+    util = an.global_facts.get("gpu_memory_utilization")
+    if util is None or not isinstance(util[1], (int, float)) or util[1] < IMPOSSIBLE_UTILIZATION:
+        return None
+    why = (
+        f"the report says the start-up failed (line {an.global_hints['words_start_died']}) and the utilisation is "
+        f"{util[1]:g} (line {util[0]}): vLLM wants that share of the card free at start-up, which its own CUDA "
+        "context already makes impossible"
+    )
+    return _told_failure(an, stats, warnings, source, "gpu-util-exceeds-free-memory", "startup-check", why, None, "impossible-utilization")
+
+
+def _told_failure(
+    an: _Analyser,
+    stats: ScanStats,
+    warnings: list[str],
+    source: str,
+    cause: str,
+    phase: str,
+    why: str,
+    marker: _Context | None,
+    signature: str,
+) -> Diagnosis:
+    """A failure that no line of the log prints, decided from the report's words and the log's facts (`low`)."""
     cat = an.cat
     engine = an.engine()
     version = an.engine_version[1] if an.engine_version is not None else None
     names: dict[str, Any] = {name: value for name, (_, value) in an.global_facts.items()}
     names[_phase_name(phase)] = True
     names["engine_known"] = engine is not None
-    info = cat.causes.get(STARTUP_DEATH_CAUSE)
+    info = cat.causes.get(cause)
     fixes: list[FixAdvice] = []
     if info is not None:
         for fix in info.fixes:
@@ -1714,7 +1767,7 @@ def _startup_death(an: _Analyser, stats: ScanStats, warnings: list[str], source:
             if advice is not None and len(fixes) < 5:
                 fixes.append(advice)
     fixes = complete_fixes(
-        STARTUP_DEATH_CAUSE,
+        cause,
         phase,
         names,
         engine,
@@ -1722,35 +1775,24 @@ def _startup_death(an: _Analyser, stats: ScanStats, warnings: list[str], source:
         lambda a, f, v, r: FixAdvice(action=a, flag=f, value=v, reason=r),
     )[:5]
     words_line = an.global_hints["words_start_died"]
-    why = (
-        f"the report says the start-up ended (line {words_line}) and the log stops in phase {phase} "
-        f"(line {last.line}) with no error line: a process that dies without an exception of its own was killed "
-        "(SIGKILL), which unasked is the kernel's or a container's OOM killer (host RAM)",
-    )
-    evidence = tuple(
-        sorted(
-            (
-                Evidence(words_line, an.global_hint_text.get("words_start_died", "")[:300]),
-                Evidence(last.line, (last.text or "")[:300]),
-            ),
-            key=lambda e: e.line,
-        )
-    )
+    evidence = [Evidence(words_line, an.global_hint_text.get("words_start_died", "")[:300])]
+    if marker is not None and marker.line != words_line:
+        evidence.append(Evidence(marker.line, (marker.text or "")[:300]))
     facts = {k: v for k, v in names.items() if isinstance(v, (int, float, str)) and not isinstance(v, bool)}
     return Diagnosis(
-        cause=STARTUP_DEATH_CAUSE,
+        cause=cause,
         phase=phase,
         confidence="low",
-        summary=info.summary if info is not None else STARTUP_DEATH_CAUSE,
-        why=why,
-        evidence=evidence,
+        summary=info.summary if info is not None else cause,
+        why=(why,),
+        evidence=tuple(sorted(evidence, key=lambda e: e.line)),
         facts=facts,
         fixes=tuple(fixes),
         do_not=tuple(info.do_not[:1]) if info is not None else (),
         other_failures=(),
         engine=engine,
         engine_version=version,
-        signature="startup-death",
+        signature=signature,
         phase_inferred=True,
         lines_read=stats.lines,
         bytes_read=stats.bytes_read,
