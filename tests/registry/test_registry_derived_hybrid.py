@@ -47,7 +47,9 @@ def _autoround_checkpoint_bytes(cfg: dict[str, Any], *, with_mtp: bool) -> int:
     key, value = kh * kd, vh * vd
     attention = _int4(2 * heads * hd, h) + 2 * _int4(kv * hd, h) + _int4(h, heads * hd) + 2 * 2 * hd
     mixer = _int4(2 * key + value, h) + _int4(value, h) + _int4(h, value)  # in_proj_qkv, in_proj_z, out_proj
-    mixer += 2 * (2 * vh * h + (2 * key + value) * kern + 2 * vh + vd)  # in_proj_a/b, conv1d, dt_bias, A_log, norm
+    mixer += 2 * (
+        2 * vh * h + (2 * key + value) * kern + 2 * vh + vd
+    )  # in_proj_a/b, conv1d, dt_bias, A_log, norm
     mlp = 2 * _int4(inter, h) + _int4(h, inter)
     norms = 2 * 2 * h
     total = n_full * attention + n_linear * mixer + n * (mlp + norms)
@@ -128,7 +130,9 @@ def test_plan_of_the_derived_checkpoint_as_served(tmp_path: Path) -> None:
         "8192", "--enable-prefix-caching", "--speculative-config", '{"method": "mtp", "num_speculative_tokens": 3}',
         "--engine-version", "0.20.1", "--json",
     ]  # fmt: skip
-    proc = subprocess.run([sys.executable, "-m", "vramctl", *args], capture_output=True, text=True, env=env, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "vramctl", *args], capture_output=True, text=True, env=env, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert out["model"]["derived_from"]["base"] == "Qwen/Qwen3.6-27B"
