@@ -24,6 +24,7 @@ from vramctl.core.params import mtp_layer_rank_bytes, state_mixer_linear_params
 from vramctl.registry import list_models, load_model
 from vramctl.registry._catalog import MODELS
 from vramctl.registry.derived import LAYOUT_BAND, derive_from_name
+from vramctl.registry.models import spec_from_config
 
 GiB = 2**30
 LOGGED_CHECKPOINT_GIB = 17.69
@@ -139,3 +140,31 @@ def test_plan_of_the_derived_checkpoint_as_served(tmp_path: Path) -> None:
     weights = out["terms"]["weights"]["bytes"] / GiB
     assert abs(weights - (LOGGED_CHECKPOINT_GIB / 2 + 1 / 32)) <= 0.015 * weights
     assert out["kv_tokens"] > 600_000
+
+
+@pytest.mark.parametrize(
+    ("quantization_config", "mtp_16_bit"),
+    [
+        ({"quant_method": "auto-round", "bits": 4, "group_size": 128, "sym": True,
+          "block_name_to_quantize": "model.language_model.layers,mtp.layers"}, False),
+        ({"quant_method": "auto-round", "bits": 4, "group_size": 128, "sym": True,
+          "block_name_to_quantize": ["model.language_model.layers"]}, True),
+        ({"quant_method": "auto-round", "bits": 4, "group_size": 128, "sym": True}, False),  # no block list: all packed
+        ({"quant_method": "gptq", "bits": 4, "group_size": 128, "dynamic": {"-:.*mtp.*": {}}}, True),
+        ({"quant_method": "gptq", "bits": 4, "group_size": 128}, False),
+    ],
+)  # fmt: skip
+def test_the_mtp_layers_precision_follows_the_quantization_config(
+    quantization_config: dict[str, Any], mtp_16_bit: bool
+) -> None:
+    """vLLM builds the MTP layers unquantised when the config leaves them out (INCConfig's block list, GPTQ's
+    `dynamic` "-:" entries, qwen3_5_mtp.py): the MTP layer `--speculative-config mtp` loads is charged in 16 bits."""
+    cfg = {**_base_config(), "quantization_config": quantization_config}
+    spec = spec_from_config(cfg, where="config.json", name="x")
+    assert spec.mtp_unquantised is mtp_16_bit
+    plain = spec_from_config(_base_config(), where="config.json", name="x")
+    mtp = mtp_layer_rank_bytes(spec, 2)
+    if mtp_16_bit:
+        assert mtp == mtp_layer_rank_bytes(plain, 2)
+    else:
+        assert mtp < 0.4 * mtp_layer_rank_bytes(plain, 2)

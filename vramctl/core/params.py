@@ -567,6 +567,9 @@ def mtp_layer_rank_bytes(spec: ModelSpec, tp: int = 1, ep: int = 1) -> int:
     vllm/model_executor/models/qwen3_5_mtp.py:69-140; `DeepSeekMultiTokenPredictorLayer`, deepseek_mtp.py:76-144,
     vLLM 0.32.0); the embedding and lm_head are the target's, shared (`_maybe_share_embeddings`,
     vllm/v1/spec_decode/llm_base_proposer.py:1398-1399)."""
+    if spec.mtp_unquantised and spec.quantization:
+        # the checkpoint leaves its MTP layers in 16 bits (ModelSpec.mtp_unquantised): vLLM builds them unquantised
+        spec = replace(spec, quantization=None, quant_bits=None, quant_group_size=None)
     high = serving_dtype_bytes(spec)
     hidden = spec.hidden_size
     attention = sum(_tensor_bytes(spec, t, tp) for t in _attention_tensors(spec))
