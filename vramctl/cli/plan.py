@@ -85,6 +85,7 @@ def run_plan(
     """Build the settings from the positional words / serve command and the options; plan. Returns
     (PlanResult, model name used, notes about the command)."""
     from vramctl import registry
+    from vramctl.core.engines.vllm_speculative import needs_draft_model
     from vramctl.core.plan import plan
     from vramctl.core.serve_command import parse_serve_command, split_words
 
@@ -203,6 +204,10 @@ def run_plan(
     if allow_long:
         settings = settings.with_changes(allow_long_max_model_len=True)
     model = registry.load_model(model_name, revision=revision, offline=offline, hf_overrides=overrides)
+    if settings.engine != "sglang" and needs_draft_model(settings.speculative_method, settings.speculative_model):
+        assert settings.speculative_model is not None
+        draft = registry.load_draft_model(settings.speculative_model, offline=offline)
+        settings = settings.with_changes(speculative_draft=draft)
     gpu_name = options.get("gpu")
     if gpu_name is None and settings.gpu_memory_bytes is not None:
         gpu = registry.gpu_from_capacity(settings.gpu_memory_bytes)

@@ -306,6 +306,7 @@ class SpeculativeConfig:
     method: str | None = None
     num_speculative_tokens: int = 0
     model: str | None = None
+    draft_tensor_parallel_size: int | None = None
     ignored: tuple[str, ...] = ()
 
     def changes(self) -> list[tuple[str, Any]]:
@@ -314,6 +315,7 @@ class SpeculativeConfig:
             ("speculative_method", self.method),
             ("num_speculative_tokens", self.num_speculative_tokens),
             ("speculative_model", self.model),
+            ("speculative_draft_tensor_parallel_size", self.draft_tensor_parallel_size),
         ]
 
 
@@ -342,12 +344,18 @@ def parse_speculative_config(value: Any, where: str = "--speculative-config") ->
         )
     if method is not None and (not isinstance(method, str) or not method.strip()):
         raise BadInputError(f"{where}.method {method!r}: not a method name (mtp, eagle, ngram, …)")
-    if model is not None and not isinstance(model, str):
+    if model is not None and (not isinstance(model, str) or not model.strip()):
         raise BadInputError(f"{where}.model {model!r}: not a model name or path")
+    draft_tp = config.pop("draft_tensor_parallel_size", None)
+    if draft_tp is not None:
+        draft_tp = parse_count(draft_tp, f"{where}.draft_tensor_parallel_size")
+        if draft_tp < 1:
+            raise BadInputError(f"{where}.draft_tensor_parallel_size {draft_tp}: must be at least 1")
     return SpeculativeConfig(
         method=method.strip().lower() if isinstance(method, str) else None,
         num_speculative_tokens=count,
-        model=model,
+        model=model.strip() if isinstance(model, str) else None,
+        draft_tensor_parallel_size=draft_tp,
         ignored=tuple(config),
     )
 
