@@ -257,3 +257,20 @@ def test_a_draft_of_another_width_on_a_sliding_window_target_is_refused(tmp_path
     draft = folder(tmp_path, "eagle3-head", EAGLE3_CONFIG)  # 8 KV heads x 128
     with pytest.raises(BadInputError, match="not modelled"):
         SP.resolve_settings(target, "0.32.0", spec_settings(draft, "eagle3"))
+
+
+def test_check_spec_loads_the_draft_beside_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    folder(tmp_path, "head", EAGLE3_CONFIG)
+    spec = tmp_path / "deploy.yaml"
+    spec.write_text(
+        f"model: {TARGET}\ngpu: h100-sxm\nflags:\n  max-model-len: 8192\n  speculative-config: "
+        "'{\"method\": \"eagle3\", \"model\": \"./head\", \"num_speculative_tokens\": 3}'\n"
+    )
+    code, out, err = run(capsys, "check", str(spec), "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    plan = data["engines"][0]
+    assert plan["bytes_per_token"] == 135_168
+    spec.write_text(spec.read_text().replace("./head", "./missing-head"))
+    code, _, err = run(capsys, "check", str(spec))
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "cannot be loaded" in err

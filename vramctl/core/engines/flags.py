@@ -489,8 +489,8 @@ REGISTRY: tuple[EngineFlag, ...] = (
        aliases={"-O": V}),
     _f("--speculative-config", "speculative-config", V, "speculative_config",
        'vLLM speculative decoding, JSON: {"method": "mtp", "num_speculative_tokens": 3} (mtp, qwen3_next_mtp, '
-       "deepseek_mtp, eagle, eagle3, ngram, draft_model, …): MTP layers' weights and KV, a hybrid's extra state "
-       "blocks and conv columns.", aliases={"-sc": V}, in_logs=True),
+       "deepseek_mtp, eagle, eagle3, ngram, draft_model, …): MTP layers' or the draft model's (`model`, loaded like "
+       "MODEL) weights and KV, a hybrid's extra state blocks and conv columns.", aliases={"-sc": V}, in_logs=True),
     # vLLM 0.30 → 0.33 features (vramctl.core.engines.vllm_features)
     _f("--load-format", "str", BOTH, "load_format",
        "vLLM: ipc_cache = weights held by a `vllm preload` daemon (0.30 →); other formats change nothing."),
