@@ -274,3 +274,41 @@ def test_check_spec_loads_the_draft_beside_it(tmp_path: Path, capsys: pytest.Cap
     spec.write_text(spec.read_text().replace("./head", "./missing-head"))
     code, _, err = run(capsys, "check", str(spec))
     assert code == 2 and len(err.strip().splitlines()) == 1 and "cannot be loaded" in err
+
+
+# --- SGLang: --speculative-draft-model-path ------------------------------------------------------------------------
+def sglang_plan(capsys: pytest.CaptureFixture[str], *flags: str) -> dict[str, Any]:
+    code, out, err = run(capsys, "plan", "--json", "--gpu", "h100-sxm", "--engine-version", "0.5.23", "--",
+                         "python", "-m", "sglang.launch_server", "--model-path", TARGET, "--context-length", "8192",
+                         "--tp", "2", *flags)
+    assert code == 0, err
+    data: dict[str, Any] = json.loads(out)
+    return data
+
+
+def test_sglang_draft_model_path_grows_the_cell_and_the_weights(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    plain = sglang_plan(capsys)
+    head = folder(tmp_path, "head", EAGLE3_CONFIG)
+    eagle3 = sglang_plan(capsys, "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", head)
+    # TP 2: the target's cell 32 layers x 2 x 4 heads x 128 x 2 B = 65,536; SGLang's cell x (1 + 1 / 32)
+    assert (plain["kv_bytes_per_token"], eagle3["kv_bytes_per_token"]) == (65_536, 67_584)
+    grown = eagle3["terms"]["weights"]["bytes"] - plain["terms"]["weights"]["bytes"]
+    assert grown == -(-849_635_328 // 2)  # the head's bytes at TP 1 (the test above), over 2 ranks
+    standalone = sglang_plan(
+        capsys, "--speculative-algorithm", "STANDALONE", "--speculative-draft-model-path", SMALL
+    )
+    assert standalone["kv_bytes_per_token"] == 65_536 * 3 // 2  # x (1 + 16 / 32): SGLang's width-blind rule
+    grown = standalone["terms"]["weights"]["bytes"] - plain["terms"]["weights"]["bytes"]
+    assert grown == -(-(2_471_628_800 + rope_cache_bytes(load_model(SMALL), "auto")) // 2)
+
+
+def test_sglang_unknown_draft_is_one_line_exit_2(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    code, _, err = run(capsys, "plan", "--gpu", "h100-sxm", "--", "python", "-m", "sglang.launch_server",
+                       "--model-path", TARGET, "--speculative-algorithm", "EAGLE",
+                       "--speculative-draft-model-path", "nobody/no-such-eagle-xyz")
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "cannot be loaded" in err

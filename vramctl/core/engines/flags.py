@@ -529,6 +529,9 @@ REGISTRY: tuple[EngineFlag, ...] = (
     _f("--speculative-algorithm", "str", S, "options.speculative_algorithm", "SGLang speculative decoding."),
     _f("--speculative-num-draft-tokens", "count", S, "options.speculative_num_draft_tokens",
        "SGLang draft tokens."),
+    _f("--speculative-draft-model-path", "str", S, "options.speculative_draft_model_path",
+       "SGLang EAGLE / EAGLE3 / STANDALONE draft, loaded like MODEL: its layers grow the KV cell, its weights are "
+       "charged from 0.5.18.", aliases={"--speculative-draft-model": S}),
     _f("--attention-backend", "str", S, "options.attention_backend", "SGLang attention backend."),
     _f("--enable-memory-saver", "bool", S, "options.enable_memory_saver", "SGLang memory saver."),
     _f("--swa-full-tokens-ratio", "float", S, "options.swa_full_tokens_ratio", "SGLang SWA pool ratio."),
