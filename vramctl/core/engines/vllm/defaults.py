@@ -142,13 +142,18 @@ class VllmSettings:
             out["cudagraph_mode"] = self.cudagraph_mode
         if self.speculative is not None:  # likewise: only with --speculative-config
             sp = self.speculative
-            out["speculative"] = {
+            speculative: dict[str, Any] = {
                 "method": sp.method,
                 "num_speculative_tokens": sp.num_speculative_tokens,
                 "drafter_kv_layers": sp.drafter_kv_layers,
                 "extra_state_blocks": sp.state_blocks,
                 "extra_conv_columns": sp.conv_columns,
             }
+            if sp.draft is not None:  # only with a counted draft model
+                speculative["draft_model"] = sp.draft.name
+                speculative["draft_tensor_parallel_size"] = sp.draft_tensor_parallel_size
+                speculative["draft_layers"] = sp.draft_layers
+            out["speculative"] = speculative
         return out
 
 
@@ -378,7 +383,7 @@ def resolve_settings(model: ModelSpec, gpu: GpuSpec, settings: ServeSettings, ve
         mamba_cache_mode=mode,
         state_page_bytes=state_page,
         cudagraph_mode=None if settings.enforce_eager else graphs,
-        speculative=SP.resolve(model, version, settings.speculative_method, settings.num_speculative_tokens),
+        speculative=SP.resolve_settings(model, version, settings),
         prefill_checkpoint_blocks=int(
             model.state_space is not None
             and model.state_space.kind == "mamba2"
