@@ -162,7 +162,15 @@ def test_frozen_set_labels_are_valid_and_new() -> None:
     assert not seen & set(urls)
 
 
-HELD_OUT = ("index.yaml", "fresh2.yaml", "fresh3.yaml", "fresh4.yaml", "fresh5.yaml", "fresh6.yaml")
+HELD_OUT = (
+    "index.yaml",
+    "fresh2.yaml",
+    "fresh3.yaml",
+    "fresh4.yaml",
+    "fresh5.yaml",
+    "fresh6.yaml",
+    "fresh7.yaml",
+)
 
 
 @pytest.mark.parametrize(
@@ -172,6 +180,7 @@ HELD_OUT = ("index.yaml", "fresh2.yaml", "fresh3.yaml", "fresh4.yaml", "fresh5.y
         ("fresh4.yaml", 35, 27, True),
         ("fresh5.yaml", 40, 30, True),
         ("fresh6.yaml", 39, 27, True),
+        ("fresh7.yaml", 22, 13, True),
     ],
 )
 def test_held_out_label_file_is_valid(name: str, min_cases: int, min_failures: int, even_only: bool) -> None:

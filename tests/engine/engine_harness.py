@@ -303,11 +303,16 @@ def vramctl_json(args: list[str], *, timeout_s: float = 300) -> tuple[int, dict[
 
 
 def load_cases() -> list[dict[str, Any]]:
-    """cases.yaml: the servers checks 1 and 3 share."""
+    """cases.yaml: the servers checks 1 and 3 share. `{configs}` in an argument is this folder's configs/ (a draft
+    model's path in `--speculative-config`)."""
     import yaml
 
     data = yaml.safe_load((HERE / "cases.yaml").read_text())
-    return list(data["cases"])
+    cases = list(data["cases"])
+    for case in cases:
+        if case.get("args"):
+            case["args"] = [str(a).replace("{configs}", str(CONFIGS)) for a in case["args"]]
+    return cases
 
 
 def case_by_id(case_id: str) -> dict[str, Any]:

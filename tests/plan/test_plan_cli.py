@@ -210,7 +210,7 @@ def test_sglang_command(capsys: pytest.CaptureFixture[str]) -> None:
         (["-tp", "3"], "must be divisible by tensor parallel size (3)"),
         (["-tp", "0"], "--tensor-parallel-size"),
         (["Qwen/Qwen2.5-14B-Instruct", "-tp", "5"], "KV heads"),
-        (["--block-size", "7"], "--block-size"),
+        (["--engine-version", "0.17.0", "--block-size", "7"], "--block-size 7: vLLM 0.17.0 accepts"),
         (["--kv-cache-memory-bytes", "-5GiB"], "--kv-cache-memory-bytes"),
         (["--kv-cache-memory-bytes", "54.4 parsecs"], "--kv-cache-memory-bytes"),
         (["--free-memory", "900GiB"], "--free-memory"),

@@ -106,3 +106,53 @@ def test_error_texts_are_vllms() -> None:
         max_model_len=131072, needed="16.0", available="3.0", estimated=24000, version="0.33.0"
     )
     assert "the estimated maximum model length is 24000. " in text
+
+
+@pytest.mark.parametrize(
+    ("version", "accepted"),
+    [
+        ("0.6.3", (8, 16, 32)),
+        ("0.6.4", (8, 16, 32, 64, 128)),
+        ("0.6.5", (8, 16, 32)),
+        ("0.7.3", (8, 16, 32, 64, 128)),
+        ("0.8.5", (1, 8, 16, 32, 64, 128)),
+        ("0.11.0", (1, 8, 16, 32, 64, 128)),
+        ("0.11.1", (1, 8, 16, 32, 64, 128, 256)),
+        ("0.17.0", (1, 8, 16, 32, 64, 128, 256)),
+        ("0.18.0", None),
+        ("0.33.0", None),
+    ],
+)
+def test_block_sizes_each_version_accepts(version: str, accepted: tuple[int, ...] | None) -> None:
+    """Read from each version's wheel: argparse choices, then the BlockSize Literal, then any positive int."""
+    from vramctl.core.engines.vllm.rules import rules_for
+
+    assert rules_for(version).block_sizes == accepted
+
+
+@pytest.mark.parametrize(
+    ("version", "block", "message"),
+    [
+        ("0.12.0", 48, "--block-size 48: vLLM 0.12.0 accepts 1, 8, 16, 32, 64, 128, 256 (any positive size from 0.18.0)"),
+        ("0.10.2", 256, "--block-size 256: vLLM 0.10.2 accepts 1, 8, 16, 32, 64, 128"),
+        ("0.33.0", 0, "--block-size 0: must be positive"),
+    ],
+)
+def test_plan_refuses_a_block_size_the_version_refuses(
+    version: str, block: int, message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from vramctl.cli.main import main
+
+    assert main(["plan", "--engine-version", version, "--block-size", str(block)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+
+
+def test_any_positive_block_size_plans_from_0_18(capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from vramctl.cli.main import main
+
+    assert main(["plan", "--engine-version", "0.33.0", "--block-size", "48", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["settings"]["block_size"] == 48

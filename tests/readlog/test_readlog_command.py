@@ -92,3 +92,18 @@ def test_engine_config_line_speculative_repr(tmp_path: Path) -> None:
     assert settings["speculative_config"].value == "{'num_speculative_tokens': 2, 'method': 'mtp'}"
     log.write_text(engine.replace("SpeculativeConfig(method='mtp', model='Qwen/Qwen3-8B', num_spec_tokens=2)", "None"))
     assert "speculative_config" not in parse_startup_log(iter_log_lines(log)).settings
+
+
+def test_engine_config_line_keeps_a_draft_models_name(tmp_path: Path) -> None:
+    """A draft method's repr names the draft (`model='…'`), which the plan beside the log loads and counts."""
+    engine = (
+        "(EngineCore pid=2) INFO 12-03 08:40:29 [core.py:133] Initializing a V1 LLM engine (v0.32.0) with config: "
+        "model='meta-llama/Llama-3.1-8B-Instruct', speculative_config=SpeculativeConfig(method='draft_model', "
+        "model='meta-llama/Llama-3.2-1B-Instruct', num_spec_tokens=3), max_seq_len=1024\n"
+    )
+    log = tmp_path / "startup.log"
+    log.write_text(engine + EXCERPT)
+    settings = parse_startup_log(iter_log_lines(log)).settings
+    assert settings["speculative_config"].value == (
+        "{'num_speculative_tokens': 3, 'method': 'draft_model', 'model': 'meta-llama/Llama-3.2-1B-Instruct'}"
+    )

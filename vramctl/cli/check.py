@@ -117,7 +117,8 @@ def register(app: typer.Typer) -> None:
 
         from vramctl.cli.engine_flags import read_memory
         from vramctl.core.check import parse_spec, run_check
-        from vramctl.registry import gpu_from_capacity, load_gpu, load_model
+        from vramctl.core.engines.vllm_speculative import needs_draft_model
+        from vramctl.registry import gpu_from_capacity, load_draft_model, load_gpu, load_model
 
         if json_out and markdown:
             raise BadInputError("--json and --markdown: pick one output format")
@@ -132,6 +133,14 @@ def register(app: typer.Typer) -> None:
             model = load_model(model_relative_to_spec(spec.model, spec_path))
         except VramctlError as exc:
             raise BadInputError(f"{source}: model: {exc}") from None
+        s = spec.settings
+        if s.engine != "sglang" and needs_draft_model(s.speculative_method, s.speculative_model):
+            assert s.speculative_model is not None
+            try:
+                draft = load_draft_model(model_relative_to_spec(s.speculative_model, spec_path))
+            except VramctlError as exc:
+                raise BadInputError(f"{source}: {exc}") from None
+            spec = replace(spec, settings=s.with_changes(speculative_draft=draft))
         try:
             gpu = load_gpu(spec.gpu) if spec.gpu is not None else None
         except VramctlError as exc:

@@ -85,6 +85,9 @@ def run_plan(
     """Build the settings from the positional words / serve command and the options; plan. Returns
     (PlanResult, model name used, notes about the command)."""
     from vramctl import registry
+    from vramctl.core.engines.sglang.speculative import draft_numbers as sglang_draft_numbers
+    from vramctl.core.engines.sglang.speculative import needs_draft as needs_sglang_draft
+    from vramctl.core.engines.vllm_speculative import needs_draft_model
     from vramctl.core.plan import plan
     from vramctl.core.serve_command import parse_serve_command, split_words
 
@@ -203,6 +206,19 @@ def run_plan(
     if allow_long:
         settings = settings.with_changes(allow_long_max_model_len=True)
     model = registry.load_model(model_name, revision=revision, offline=offline, hf_overrides=overrides)
+    if settings.engine != "sglang" and needs_draft_model(settings.speculative_method, settings.speculative_model):
+        assert settings.speculative_model is not None
+        draft = registry.load_draft_model(settings.speculative_model, offline=offline)
+        settings = settings.with_changes(speculative_draft=draft)
+    if sglang_options is not None and needs_sglang_draft(
+        sglang_options.speculative_algorithm, sglang_options.speculative_draft_model_path
+    ):
+        draft = registry.load_draft_model(sglang_options.speculative_draft_model_path, offline=offline)
+        layers, draft_bytes = sglang_draft_numbers(model, sglang_options.speculative_algorithm, draft)
+        sglang_options = sglang_options.with_changes(
+            speculative_draft_layers=sglang_options.speculative_draft_layers or layers,
+            speculative_draft_weight_bytes=sglang_options.speculative_draft_weight_bytes or draft_bytes,
+        )
     gpu_name = options.get("gpu")
     if gpu_name is None and settings.gpu_memory_bytes is not None:
         gpu = registry.gpu_from_capacity(settings.gpu_memory_bytes)

@@ -78,8 +78,9 @@ def _compare(
     engine_version: str | None = None,
     command: ServeCommand | None = None,
 ) -> Comparison:
+    from vramctl.core.engines.vllm_speculative import needs_draft_model
     from vramctl.core.plan import plan
-    from vramctl.registry import gpu_from_capacity, load_gpu, load_model
+    from vramctl.registry import gpu_from_capacity, load_draft_model, load_gpu, load_model
 
     name = model_name
     if name is None:
@@ -121,6 +122,13 @@ def _compare(
     version = _engine_version(report, engine_version)
     fallback = command.changes if command is not None else ()
     settings = settings_from_report(report, engine_version=version, fallback=fallback)
+    if needs_draft_model(settings.speculative_method, settings.speculative_model):
+        assert settings.speculative_model is not None
+        try:  # the draft the log names, counted as plan counts it
+            settings = settings.with_changes(speculative_draft=load_draft_model(settings.speculative_model))
+        except VramctlError as exc:
+            said = f"{exc}: planned without the draft's weights and KV"
+            note = f"{note}; {said}" if note else said
     result = plan(model, gpu, settings)
     comparison = compare_with_plan(report, result, settings)
     if fallback:

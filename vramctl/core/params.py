@@ -313,7 +313,12 @@ def _cdiv(a: int, b: int) -> int:
 NVFP4_GROUP = 16
 """NVFP4 (ModelOpt `modelopt_fp4`, compressed-tensors `nvfp4-pack-quantized`): 16 E2M1 values share one FP8 scale,
 plus one float32 global scale per tensor."""
-_ZERO_POINT_METHODS = ("awq", "gptq", "awq_marlin", "gptq_marlin")
+_ZERO_POINT_METHODS = ("awq", "gptq", "awq_marlin", "gptq_marlin", "auto-round", "auto_round")
+"""Int-packed methods whose checkpoints store packed zero points per group. auto-round's int formats
+(`packing_format` auto_round:auto_gptq, auto_round) keep GPTQ's qweight / scales / qzeros tensors, symmetric or not,
+without g_idx: the checkpoint size vLLM logs for Lorbus/Qwen3.6-27B-int4-AutoRound ("Checkpoint size: 17.69 GiB",
+weight_utils.py, noonghunna/club-3090 issues #104 and #142) is this layout's 17.69 GiB (17.60 without the zeros,
+17.70 with g_idx)."""
 
 
 def _fp4_scale_group(quant: str, bits: int, group: int | None) -> int:
@@ -547,6 +552,14 @@ def weight_bytes_keeping(spec: ModelSpec, kept: Mapping[str, float]) -> int:
     return total + round(extra)
 
 
+_MTP_FC_KEPT = frozenset({"auto-round", "auto_round", "modelopt_fp4"})
+"""Methods whose MTP `fc` / `eh_proj` vLLM loads in 16 bits: ModelOpt NVFP4 (forced, `fc_quant = None`,
+vllm/model_executor/models/qwen3_5_mtp.py:89-105, 0.32.0) and auto-round, which packs the Linears inside the blocks
+it names (`block_name_to_quantize`: the decoder and MTP layers) and leaves the fc between them in 16 bits (INCConfig,
+vllm/model_executor/layers/quantization/inc/config_parser.py; the public Qwen3.6-27B AutoRound checkpoints list
+`mtp.fc` among their 16-bit tensors)."""
+
+
 def mtp_layer_rank_bytes(spec: ModelSpec, tp: int = 1, ep: int = 1) -> int:
     """One multi-token-prediction layer on one TP rank, as vLLM loads it for an MTP speculative method: a
     full-attention decoder layer of the target (the MLP / MoE of its last layer), the `fc` / `eh_proj` of
@@ -554,6 +567,9 @@ def mtp_layer_rank_bytes(spec: ModelSpec, tp: int = 1, ep: int = 1) -> int:
     vllm/model_executor/models/qwen3_5_mtp.py:69-140; `DeepSeekMultiTokenPredictorLayer`, deepseek_mtp.py:76-144,
     vLLM 0.32.0); the embedding and lm_head are the target's, shared (`_maybe_share_embeddings`,
     vllm/v1/spec_decode/llm_base_proposer.py:1398-1399)."""
+    if spec.mtp_unquantised and spec.quantization:
+        # the checkpoint leaves its MTP layers in 16 bits (ModelSpec.mtp_unquantised): vLLM builds them unquantised
+        spec = replace(spec, quantization=None, quant_bits=None, quant_group_size=None)
     high = serving_dtype_bytes(spec)
     hidden = spec.hidden_size
     attention = sum(_tensor_bytes(spec, t, tp) for t in _attention_tensors(spec))
@@ -571,5 +587,47 @@ def mtp_layer_rank_bytes(spec: ModelSpec, tp: int = 1, ep: int = 1) -> int:
     else:
         ffn = sum(_tensor_bytes(spec, t, tp) for t in (*dense, *experts, *router, *shared))
     fc = _tensor_bytes(spec, _Linear(hidden, 2 * hidden, "col"), tp)
+    if (spec.quantization or "").lower() in _MTP_FC_KEPT:
+        fc = _tensor_bytes(spec, _Linear(hidden, 2 * hidden, "col", quantised=False), tp)
     norms = (spec.norms_per_layer + 3) * _norm_size(spec) * high
     return attention + ffn + fc + norms
+
+
+def state_mixer_linear_params(spec: ModelSpec) -> int | None:
+    """Parameters of the Linear projections of one state layer's mixer of a hybrid — the weights a quantiser that
+    quantises every decoder Linear packs — or None for a pure-attention model or a mixer kind whose split is not
+    written here (KDA, Mamba1).
+
+    - Gated DeltaNet (Qwen3-Next / Qwen3.5, vLLM qwen3_next.py / qwen3_5.py `QwenGatedDeltaNetAttention`):
+      in_proj_qkvz (hidden → 2 × key + 2 × value; the checkpoint's in_proj_qkv + in_proj_z) and out_proj
+      (value → hidden). in_proj_ba (hidden → 2 × value heads) is left out: the public int4 checkpoints keep it in
+      16 bits (vLLM `Qwen3_5Model.packed_modules_mapping` loads it as its own fused Linear), and conv1d, dt_bias,
+      A_log and the gated norm are not Linear weights;
+    - Mamba2 (`MambaMixer2`): in_proj (hidden → 2 × inner + 2 × groups × state + heads) and out_proj (inner →
+      hidden);
+    - LFM2 short convolution (`ShortConv`): in_proj (hidden → 3 × conv width) and out_proj (width → hidden).
+    """
+    st = spec.state_space
+    if st is None:
+        return None
+    h = spec.hidden_size
+    if st.kind == "gated_delta_net":
+        key_dim = st.n_groups * st.state_size
+        value_dim = st.num_heads * st.head_dim
+        return h * (2 * key_dim + 2 * value_dim) + value_dim * h
+    if st.kind == "mamba2":
+        inner = st.intermediate_size
+        return h * (2 * inner + 2 * st.n_groups * st.state_size + st.num_heads) + inner * h
+    if st.kind == "short_conv":
+        return h * 3 * st.intermediate_size + st.intermediate_size * h
+    return None
+
+
+def gated_query_params(spec: ModelSpec) -> int:
+    """Parameters of the output-gate rows of q_proj in every attention layer that the layout formula does not book
+    (`attention_out_gate` 0): Qwen3-Next / Qwen3.5 `Qwen3NextAttention` sizes q_proj num_heads × head_dim × 2 (the
+    query and its gate, vLLM qwen3_next.py, reused by qwen3_5.py). Part of q_proj, so quantised with it."""
+    if spec.attention_out_gate or not spec.architecture.startswith(("Qwen3Next", "Qwen3_5")):
+        return 0
+    attention_layers = spec.num_hidden_layers - spec.num_state_layers
+    return attention_layers * spec.hidden_size * spec.num_attention_heads * spec.head_dim

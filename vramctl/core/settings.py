@@ -7,7 +7,10 @@ name them (the engines' own flag names). Engine modules resolve the None fields 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from vramctl.core.engines.vllm_speculative import DraftModel
 
 Engine = Literal["vllm", "sglang", "both"]
 Entrypoint = Literal["server", "llm"]
@@ -110,7 +113,12 @@ class ServeSettings:
     num_speculative_tokens: int = 0
     """`--speculative-config` `num_speculative_tokens` (0: none)."""
     speculative_model: str | None = None
-    """`--speculative-config` `model`: the draft model (EAGLE / draft_model); not loaded by vramctl."""
+    """`--speculative-config` `model`: the draft model's name or path (EAGLE / draft_model)."""
+    speculative_draft_tensor_parallel_size: int | None = None
+    """`--speculative-config` `draft_tensor_parallel_size` (None: the target's TP)."""
+    speculative_draft: DraftModel | None = None
+    """The draft model loaded from `speculative_model` (the CLI loads it through the registry); None: not loaded,
+    and the plan says its weights and KV are not counted."""
     kv_cache_memory_suggestion: bool = False
     """vramctl `plan --kv-cache-memory-suggestion`: predict vLLM's `--kv-cache-memory=` log line and vramctl's."""
     # --- SGLang ----------------------------------------------------------------------------------------

@@ -247,6 +247,9 @@ class ModelSpec:
     num_mtp_layers: int = 0
     """Multi-token-prediction layers in the checkpoint that a plain serve does not load (DeepSeek-V3, GLM-4.5
     `num_nextn_predict_layers`; MiniMax-M2 `num_mtp_modules`)."""
+    mtp_unquantised: bool = False
+    """A quantised checkpoint whose MTP layers vLLM builds in 16 bits (its quantization_config leaves them out:
+    `vramctl.registry.models._mtp_unquantised`); False: in the checkpoint's method, like the decoder."""
     mlp_gated: bool = True
     """gate + up + down (SwiGLU/GeGLU); False: fc1 + fc2 (OPT, GPT-2)."""
     norm_bias: bool = False

@@ -819,6 +819,8 @@ def _match_signature(sig: Signature, hit: Hit) -> dict[str, FactValue] | None:
 class _Analyser:
     def __init__(self, cat: Catalogue) -> None:
         self.cat = cat
+        self.plan_source: str | os.PathLike[str] | None = None
+        """The log's path when its deployment may be planned (planfacts.py); None for a stream."""
         self.root: _Incident | None = None
         self.fallback: _Incident | None = None
         self.current: _Incident | None = None
@@ -846,6 +848,7 @@ class _Analyser:
         self.hint_keys = {word: name for name, words in cat.hints.items() for word in words}
         self.global_hint_keys = {word: name for name, words in cat.global_hints.items() for word in words}
         self.global_hints: dict[str, int] = {}  # hint -> first line
+        self.global_hint_text: dict[str, str] = {}  # hint -> its first line's text
         self.marker_keys = {key: m for key, (m, _) in cat.marker_phrases.items()}
         self.marker_rank = {key: rank for key, (_, rank) in cat.marker_phrases.items()}
         self.version_keys = {key: v for v in cat.versions for key in v.keys}
@@ -914,8 +917,9 @@ class _Analyser:
             if hint is not None:
                 self._context(_Context(number, "hint", hint, text=short))
             ghint = self.global_hint_keys.get(key)
-            if ghint is not None:
-                self.global_hints.setdefault(ghint, number)
+            if ghint is not None and ghint not in self.global_hints:
+                self.global_hints[ghint] = number
+                self.global_hint_text[ghint] = short
             mark = self.marker_keys.get(key)
             if mark is not None:
                 marker = _Context(number, "marker", key, phase=mark.phase, text=short, done=mark.done)
@@ -1081,7 +1085,10 @@ class _Analyser:
             if top is not None:
                 extra.append((self.fallback, top))
         if root is None:
-            return _no_failure(self, stats, warnings, source)
+            told = _startup_death(self, stats, warnings, source) or _impossible_utilization(
+                self, stats, warnings, source
+            )
+            return told if told is not None else _no_failure(self, stats, warnings, source)
         return _decide(self, root, extra + self.other, stats, warnings, source)
 
 
@@ -1305,6 +1312,8 @@ def _decide(
     ctx_phase, ctx_item = _context_phase(an, incident, root.line)
     names = _names(an, incident, root, ctx_phase, engine)
     names["lines_to_end"] = max(0, stats.lines - incident.end)  # a cut-off log ends inside its failure
+    # a traceback frame (not a progress line or a guess) placed the failure: words never move it elsewhere
+    names["phase_by_frame"] = ctx_item is not None and ctx_item.kind == "frame"
     cause, phase, confidence, why, refined = _resolve(cat, sig, names, ctx_phase)
     own_fixes = False  # the signature's own fixes stand beside the label's (they carry its numbers)
     if cause == "not-oom" and an.inventory_index is not None:
@@ -1314,6 +1323,16 @@ def _decide(
                 cat, sig, names, ctx_phase, inv_facts, an.inventory_index, (cause, phase, confidence, why, refined)
             )
             own_fixes = sig.cause == "not-oom" and cause != "not-oom"
+    # the wording did not decide: the deployment the log describes, planned, may (vramctl/diagnose/planfacts.py)
+    planned = None
+    if confidence == "low" and an.plan_source is not None:
+        from vramctl.diagnose.planfacts import revise
+
+        planned = revise(cat, names, cause, an.plan_source, stats.bytes_read)
+        if planned is not None:
+            cause, phase, confidence, plan_why = planned
+            why.append(plan_why)
+            refined = True
     # the same small failure again and again: something is never given back
     # (the same numbers again, not just the same words)
     if sig.repeat is not None and not refined and root.facts:
@@ -1339,7 +1358,9 @@ def _decide(
         )
         cause, confidence, refined = "version-regression", "medium", True
         names["previous_version"], names["new_version"] = old_version, new_version
-    phase_inferred = False
+    phase_inferred = planned is not None and phase not in ("context", ctx_phase)
+    if phase_inferred:
+        why.append(f"phase {phase} inferred from the plan: no frame or progress line places the failure there")
     if phase == "context":
         phase = ctx_phase or sig.default_phase or "unknown"
         if ctx_phase is None and sig.default_phase is not None:
@@ -1671,6 +1692,129 @@ def _evidence(
     return tuple(out)
 
 
+STARTUP_DEATH_CAUSE = "host-oom-killer"
+"""What a process that went away during start-up without an error line of its own is (`_startup_death`)."""
+
+IMPOSSIBLE_UTILIZATION = 0.99
+"""A vLLM `gpu_memory_utilization` no start-up can meet (`_impossible_utilization`)."""
+
+
+def _startup_death(an: _Analyser, stats: ScanStats, warnings: list[str], source: str) -> Diagnosis | None:
+    """A start-up the report says ended, in a log that stops inside it with no error line: a process killed.
+
+    The log holds no failure line, its last progress line is inside a start-up phase (device check, weights,
+    profiling, KV sizing, capture) and nothing shows the engine serving, and the report's words say the server
+    never came up or its process went away (`words_start_died`: "can't start", "the server task ended", "exited
+    without any error"), not that it stalled (`words_stall`: "stuck", "hangs"). Every memory failure an engine or
+    PyTorch detects raises and logs an exception; a process that disappears without one was sent SIGKILL, which on
+    Linux, unasked, is the kernel's or a container's OOM killer (host RAM: the checkpoint streams through it while
+    loading, torch.compile's workers use it while profiling). `host-oom-killer`, low: the log does not show the kill.
+    A log that reaches serving, a stall, and words without start-up progress lines stay "no failure".
+    """
+    if "words_start_died" not in an.global_hints or "words_stall" in an.global_hints or not an.markers:
+        return None
+    last = an.markers[-1]
+    if last.done == "graph-capture" or any(m.phase == "serving" for m in an.markers):
+        return None
+    phase = last.phase
+    if phase not in ("startup-check", "weights-load", "profiling", "kv-alloc", "graph-capture"):
+        return None
+    words_line = an.global_hints["words_start_died"]
+    why = (
+        f"the report says the start-up ended (line {words_line}) and the log stops in phase {phase} "
+        f"(line {last.line}) with no error line: a process that dies without an exception of its own was killed "
+        "(SIGKILL), which unasked is the kernel's or a container's OOM killer (host RAM)"
+    )
+    return _told_failure(an, stats, warnings, source, STARTUP_DEATH_CAUSE, phase, why, last, "startup-death")
+
+
+def _impossible_utilization(
+    an: _Analyser, stats: ScanStats, warnings: list[str], source: str
+) -> Diagnosis | None:
+    """A start-up the report says failed, with a `gpu_memory_utilization` no start-up can meet, and no error line.
+
+    vLLM reserves `gpu_memory_utilization` x the card's total for itself and checks at start-up that the card has
+    that much free (vllm/v1/worker/gpu_worker.py `init_device`: "Free memory on device … is less than desired GPU
+    memory utilization"); the process's own CUDA context (hundreds of MiB) is already in use by then, so a share of
+    0.99 or more can never be met, and before that check existed the profiler left nothing for activations. With a
+    report that the server could not start or load (`words_start_died`) and no stall, the setting is the failure:
+    `gpu-util-exceeds-free-memory`, low (the log does not show the check). A log that reached serving stays as it is.
+    """
+    if "words_start_died" not in an.global_hints or "words_stall" in an.global_hints:
+        return None
+    if any(m.phase == "serving" for m in an.markers):
+        return None
+    util = an.global_facts.get("gpu_memory_utilization")
+    if util is None or not isinstance(util[1], (int, float)) or util[1] < IMPOSSIBLE_UTILIZATION:
+        return None
+    why = (
+        f"the report says the start-up failed (line {an.global_hints['words_start_died']}) and the utilisation is "
+        f"{util[1]:g} (line {util[0]}): vLLM wants that share of the card free at start-up, which its own CUDA "
+        "context already makes impossible"
+    )
+    return _told_failure(an, stats, warnings, source, "gpu-util-exceeds-free-memory", "startup-check", why, None, "impossible-utilization")
+
+
+def _told_failure(
+    an: _Analyser,
+    stats: ScanStats,
+    warnings: list[str],
+    source: str,
+    cause: str,
+    phase: str,
+    why: str,
+    marker: _Context | None,
+    signature: str,
+) -> Diagnosis:
+    """A failure that no line of the log prints, decided from the report's words and the log's facts (`low`)."""
+    cat = an.cat
+    engine = an.engine()
+    version = an.engine_version[1] if an.engine_version is not None else None
+    names: dict[str, Any] = {name: value for name, (_, value) in an.global_facts.items()}
+    names[_phase_name(phase)] = True
+    names["engine_known"] = engine is not None
+    info = cat.causes.get(cause)
+    fixes: list[FixAdvice] = []
+    if info is not None:
+        for fix in info.fixes:
+            advice = _apply_fix(fix, names, engine)
+            if advice is not None and len(fixes) < 5:
+                fixes.append(advice)
+    fixes = complete_fixes(
+        cause,
+        phase,
+        names,
+        engine,
+        fixes,
+        lambda a, f, v, r: FixAdvice(action=a, flag=f, value=v, reason=r),
+    )[:5]
+    words_line = an.global_hints["words_start_died"]
+    evidence = [Evidence(words_line, an.global_hint_text.get("words_start_died", "")[:300])]
+    if marker is not None and marker.line != words_line:
+        evidence.append(Evidence(marker.line, (marker.text or "")[:300]))
+    facts = {k: v for k, v in names.items() if isinstance(v, (int, float, str)) and not isinstance(v, bool)}
+    return Diagnosis(
+        cause=cause,
+        phase=phase,
+        confidence="low",
+        summary=info.summary if info is not None else cause,
+        why=(why,),
+        evidence=tuple(sorted(evidence, key=lambda e: e.line)),
+        facts=facts,
+        fixes=tuple(fixes),
+        do_not=tuple(info.do_not[:1]) if info is not None else (),
+        other_failures=(),
+        engine=engine,
+        engine_version=version,
+        signature=signature,
+        phase_inferred=True,
+        lines_read=stats.lines,
+        bytes_read=stats.bytes_read,
+        warnings=tuple(warnings),
+        source=source,
+    )
+
+
 def _no_failure(an: _Analyser, stats: ScanStats, warnings: list[str], source: str) -> Diagnosis:
     engine = an.engine()
     version = an.engine_version[1] if an.engine_version is not None else None
@@ -1730,6 +1874,8 @@ def diagnose(source: str | os.PathLike[str] | BinaryIO, *, catalogue: Catalogue 
     cat = catalogue if catalogue is not None else load_catalogue()
     stats = ScanStats()
     analyser = _Analyser(cat)
+    if isinstance(source, (str, os.PathLike)) and str(source) != "-":
+        analyser.plan_source = source
     warnings: list[str] = []
     name = (
         "<stdin>"

@@ -8,7 +8,10 @@
 - the **settings** the log printed (`gpu_memory_utilization`, `max_num_seqs`, ...),
 - **hints**: words around the failure that name who allocated (`pinned`, `sampler`, `logprobs`, `multimodal`,
   `kv_alloc`, `non_torch`, `host_memory`, `bus_error`, ...),
-- the engine.
+- the engine,
+- the **planned deployment** (`vramctl/diagnose/planfacts.py`): `planned_weights_per_rank_bytes`,
+  `device_total_bytes`, `planned_budget_bytes`, `planned_kv_bytes`, `max_model_len_fits`, ... from `plan` of the
+  deployment the log describes, used by the `planned-deployment` table when the wording decided with low confidence.
 
 The tables are data (`decisions:` in catalogue.yaml, printed in docs/explain-oom.md): ordered rules, the first
 whose condition holds decides. The catalogue maps each engine's wording to facts; the same table decides for every
@@ -37,6 +40,10 @@ NUMBER_FACTS = (
     "this_process_bytes",
     "other_process_bytes",
     "weights_bytes",
+    "device_total_bytes",
+    "planned_budget_bytes",
+    "planned_weights_per_rank_bytes",
+    "planned_kv_bytes",
 )
 
 
@@ -52,6 +59,10 @@ class FactRecord:
     markers: frozenset[str] = frozenset()
     """Phases the progress lines reached before the failure (`kv_alloc` once the KV cache was sized)."""
     engine: str | None = None
+    decided: str | None = None
+    """The label a table already gave (the `planned-deployment` table revises a low-confidence one: `cause_<label>`)."""
+    words: Mapping[str, str] = field(default_factory=dict)
+    """Word facts (`planned_model`, `planned_verdict`): named in an explanation, never compared."""
 
     def names(self) -> dict[str, object]:
         """The names a rule may use (the same names explain-oom builds from a log)."""
@@ -65,6 +76,9 @@ class FactRecord:
             out["phase_unknown"] = True
         else:
             out["phase_" + self.phase.replace("-", "_")] = True
+        if self.decided is not None:
+            out["cause_" + self.decided.replace("-", "_")] = True
+        out.update(self.words)
         out["engine_known"] = self.engine is not None
         if self.engine is not None:
             out["engine_" + self.engine] = True

@@ -19,6 +19,7 @@ an error: the other fixes stand.
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -40,6 +41,18 @@ class PlanFix:
 
 
 def _deployment(path: str, total_bytes: int | None) -> tuple[Any, Any, Any, str] | None:
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return None
+    return _deployment_of(path, stat.st_size, stat.st_mtime_ns, total_bytes)
+
+
+@functools.lru_cache(maxsize=8)
+def _deployment_of(
+    path: str, size: int, mtime_ns: int, total_bytes: int | None
+) -> tuple[Any, Any, Any, str] | None:
+    """The reconstruction, once per log version (the planned facts and the plan-checked fix both ask for it)."""
     from vramctl.core.errors import VramctlError
     from vramctl.diagnose.reader import iter_matching_lines
     from vramctl.diagnose.startup import parse_startup_log, settings_from_report, startup_prefilter
@@ -53,7 +66,7 @@ def _deployment(path: str, total_bytes: int | None) -> tuple[Any, Any, Any, str]
     model = None
     for candidate in (name, name.rstrip("/").rsplit("/", 1)[-1]):
         try:
-            model = load_model(candidate)
+            model = load_model(candidate, offline=True)  # never the network: the registry and the local cache
             break
         except (VramctlError, OSError, ValueError):
             continue

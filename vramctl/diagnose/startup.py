@@ -30,6 +30,7 @@ from vramctl.core.engines.flags import entries as flag_entries
 from vramctl.core.engines.vllm.rules import V0_RULES_VERSION
 from vramctl.core.engines.vllm.rules import rules_for as vllm_rules_for
 from vramctl.core.engines.vllm_features import charged_non_torch_bytes
+from vramctl.core.engines.vllm_speculative import MTP_METHODS
 from vramctl.core.errors import BadInputError
 from vramctl.core.ledger import (
     ACTIVATION_PEAK,
@@ -315,6 +316,8 @@ def _engine_config_speculative(body: str) -> str | None:
     config: dict[str, object] = {"num_speculative_tokens": int(tokens)}
     if fields.get("method"):
         config["method"] = fields["method"].strip("'")
+    if fields.get("model") and config.get("method") not in MTP_METHODS:
+        config["model"] = fields["model"].strip("'")  # a draft model (an MTP method names the target itself)
     return repr(config)
 _FLAG_RE = re.compile(r"(?<![\w-])--([a-z][a-z0-9_\-.]*)(?:[= ]+(?!-)([^\s\\`'\"]+|'[^']*'|\"[^\"]*\"))?")
 _SERVE_MODEL_RE = re.compile(r"\bvllm serve\s+(?!-)([^\s\\`]+)")

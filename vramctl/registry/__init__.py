@@ -2,6 +2,7 @@
 
 Public API (stable; other layers import only these):
     load_model(name_or_path: str) -> ModelSpec      # HF id, alias, or path to config.json / folder / HF snapshot
+    load_draft_model(name_or_path: str) -> DraftModel  # a `--speculative-config` draft (EAGLE / draft_model)
     load_gpu(name: str) -> GpuSpec                  # `h100-sxm`, `a100-80gb`, `l4`, `mi300x`, ...
     gpu_from_capacity(total_bytes: int) -> GpuSpec  # an unlisted card from `--gpu-memory 79.18GiB`
     list_models() -> list[ModelSpec]
@@ -12,7 +13,7 @@ Unknown names raise UnknownNameError with the closest matches.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vramctl.core.errors import BadInputError, ConfigUnavailableError, UnknownNameError
 from vramctl.core.specs import GpuSpec, ModelSpec
@@ -23,12 +24,16 @@ from vramctl.registry.local import find_in_hf_cache, load_local_model, looks_lik
 from vramctl.registry.models import spec_from_config
 from vramctl.registry.names import described_suggestion
 
+if TYPE_CHECKING:
+    from vramctl.core.engines.vllm_speculative import DraftModel
+
 __all__ = [
     "GpuSpec",
     "ModelSpec",
     "gpu_from_capacity",
     "list_gpus",
     "list_models",
+    "load_draft_model",
     "load_gpu",
     "load_model",
     "spec_from_config",
@@ -61,6 +66,26 @@ def load_model(
 
         result = replace(result, derived=spec.derived, sources=(*result.sources, *spec.sources[1:]))
     return result
+
+
+def load_draft_model(name_or_path: str, *, offline: bool = False) -> DraftModel:
+    """The draft model a `--speculative-config` names in `model`, found as `load_model` finds a model (bundled, a
+    local folder, the HF cache, the Hub unless offline), with the EAGLE keys of its config (`draft_vocab_size`,
+    the aux hidden states). Any failure is one line naming the way out: a local folder with its config.json."""
+    from vramctl.core.engines.vllm_speculative import draft_from_config
+
+    where = f"--speculative-config model {name_or_path!r}"
+    try:
+        spec = _load_model(name_or_path, offline=offline)
+        try:
+            config, _ = _raw_config(name_or_path, revision=None, offline=offline)
+        except BadInputError:
+            config = {}  # a spec derived from its name: no config.json, the EAGLE keys at their defaults
+    except BadInputError as exc:
+        reason = str(exc).split("; closest bundled:")[0]  # a target-sized neighbour is no draft
+        way_out = "" if "local" in reason else '; give a local folder with its config.json as "model"'
+        raise BadInputError(f"{where}: the draft model cannot be loaded: {reason}{way_out}") from None
+    return draft_from_config(name_or_path, spec, config)
 
 
 def _raw_config(name_or_path: str, *, revision: str | None, offline: bool) -> tuple[dict[str, Any], str]:

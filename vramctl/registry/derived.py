@@ -25,7 +25,15 @@ import re
 from dataclasses import dataclass, replace
 from typing import Any
 
-from vramctl.core.params import _rank_bytes, bnb_double_quant_saving, quant_part_bytes, weight_bytes_from_spec
+from vramctl.core.params import (
+    _rank_bytes,
+    bnb_double_quant_saving,
+    gated_query_params,
+    quant_part_bytes,
+    serving_dtype_bytes,
+    state_mixer_linear_params,
+    weight_bytes_from_spec,
+)
 from vramctl.core.specs import DerivedCheckpoint, ModelSpec, exact_numbers_hint
 from vramctl.core.units import format_gib
 from vramctl.registry._catalog import MODELS
@@ -56,6 +64,11 @@ class Scheme:
     method: str
     quantization_config: dict[str, Any]
     defaults: str
+    state_mixers: bool | None = None
+    """A hybrid's state-mixer projections (Gated DeltaNet in_proj_qkvz / out_proj, Mamba in_proj / out_proj): True when
+    the quantiser's default recipe packs them like every other Linear of the decoder blocks; None when recipes differ
+    (llm-compressor's examples ignore `linear_attn` for some models and not others), so the estimate sits halfway
+    and the band covers both."""
 
 
 def _compressed_tensors(weights: dict[str, Any], ignore: list[str], fmt: str) -> dict[str, Any]:
@@ -90,7 +103,11 @@ def scheme_for(words: frozenset[str], group: int | None, *, moe: bool) -> Scheme
             f"GPTQ int{bits}, group {g}",
             {"quant_method": "gptq", "bits": bits, "group_size": g, "desc_act": False, "sym": True},
             "transformers GPTQConfig defaults group_size 128, desc_act False, sym True (src/transformers/utils/"
-            "quantization_config.py); lm_head not quantised (GPTQModel / AutoGPTQ lm_head=False)",
+            "quantization_config.py); lm_head not quantised (GPTQModel / AutoGPTQ lm_head=False); every Linear of "
+            "the decoder blocks packed, a hybrid's Gated DeltaNet in_proj_qkv / in_proj_z / out_proj included "
+            "(in_proj_a / in_proj_b, the vision tower and the MTP module in 16 bits, as the public GPTQModel "
+            "Qwen3.5 / 3.6 checkpoints list them)",
+            state_mixers=True,
         )
     if "autoround" in words or {"auto", "round"} <= words:
         bits, g = (8 if eight else 4), group or 128
@@ -99,8 +116,12 @@ def scheme_for(words: frozenset[str], group: int | None, *, moe: bool) -> Scheme
             {"quant_method": "auto-round", "bits": bits, "group_size": g, "sym": True,
              "packing_format": "auto_round:auto_gptq"},
             "intel/auto-round AutoRound defaults bits 4, group_size 128, sym True (auto_round/autoround.py); lm_head "
-            "kept in 16 bits by default; vLLM serves it through AutoRoundConfig (vllm/model_executor/layers/"
-            "quantization/auto_round.py)",
+            "kept in 16 bits by default; every Linear of the text decoder blocks packed, a hybrid's Gated DeltaNet "
+            "in_proj_qkv / in_proj_z / out_proj included, the vision tower not ('By default, AutoRound only "
+            "quantizes the text module of VLMs', auto_round/mllm/README.md); vLLM serves it through AutoRoundConfig "
+            "(vllm/model_executor/layers/quantization/auto_round.py; INCConfig, quantization/inc/inc.py, 0.32: a "
+            "Linear is packed when its prefix is in block_name_to_quantize)",
+            state_mixers=True,
         )  # fmt: skip
     if "w4a16" in words:
         g = group or 128
@@ -226,9 +247,17 @@ def match_name(name: str) -> NameMatch | None:
     return None
 
 
-def _derived_bytes(base: ModelSpec, quantised: ModelSpec, config: dict[str, Any]) -> tuple[int, int]:
-    """(weight bytes, band): the base's exact 16-bit total with the formula's Linear layers quantised; what the
-    formula does not see as Linear layers (a vision tower, hybrid state mixers) halfway between kept and quantised."""
+def _derived_bytes(
+    base: ModelSpec, quantised: ModelSpec, config: dict[str, Any], state_mixers: bool | None = None
+) -> tuple[int, int]:
+    """(weight bytes, band): the base's exact 16-bit total with the formula's Linear layers quantised.
+
+    What the dense formula does not book (the base's exact total minus the formula's) is split where the layout is
+    known: a gated attention's q_proj gate rows (`gated_query_params`) are packed with the attention; a hybrid's
+    state-mixer projections (`state_mixer_linear_params`) are packed when the scheme's default recipe packs them
+    (`Scheme.state_mixers`) and otherwise sit halfway between kept and packed, as does the rest (conv weights,
+    norms, a projection a recipe may keep). The vision tower is in the formula, in 16 bits (kept by the quantisers'
+    default recipes)."""
     from vramctl.registry.models import _kept_parts
 
     plain = replace(quantised, quantization=None, quant_bits=None, quant_group_size=None, weight_bytes=0)
@@ -244,12 +273,19 @@ def _derived_bytes(base: ModelSpec, quantised: ModelSpec, config: dict[str, Any]
         packed[part] = round(packed[part] * (1 - fraction) + high[part] * fraction)
     linear_16, linear_q = sum(high.values()), sum(packed.values())
     ratio = linear_q / linear_16 if linear_16 else 1.0
+    attention_ratio = packed["attention"] / high["attention"] if high["attention"] else ratio
     exact = base.weight_bytes or formula_total
-    outside = max(0, exact - formula_total)  # vision tower, state mixers: quantised by some recipes, not others
-    top = exact - linear_16 + linear_q
+    outside = max(0, exact - formula_total)  # state mixers, gate rows, conv weights: see the docstring
+    element = serving_dtype_bytes(plain)
+    gate = min(outside, gated_query_params(base) * element)
+    mixers = min(outside - gate, base.num_state_layers * (state_mixer_linear_params(base) or 0) * element)
+    unsure = outside - gate - (mixers if state_mixers else 0)  # halfway between kept and packed
+    top = exact - linear_16 + linear_q - round(gate * (1 - attention_ratio))
+    if state_mixers:
+        top -= round(mixers * (1 - ratio))
     if (quantised.quantization or "") == "bitsandbytes" and quantised.quant_bits == 4:
         top -= bnb_double_quant_saving(quantised)
-    bottom = top - round(outside * (1 - ratio))
+    bottom = top - round(unsure * (1 - ratio))
     ends = _rank_bytes(plain, 1, False)
     kept = ends.embedding + ends.lm_head  # 16 bits in every recipe
     floor = kept + round((exact - kept) * ratio)  # everything but the embeddings quantised
@@ -298,7 +334,7 @@ def derive_from_name(name: str, why: str) -> ModelSpec | None:
     where = f"{base.name} (bundled) + {scheme.method}"
     checkpoint = name.strip().split("@", 1)[0]
     quantised = spec_from_config(config, where=where, name=checkpoint, param_count=base.param_count)
-    weights, band = _derived_bytes(base, quantised, config)
+    weights, band = _derived_bytes(base, quantised, config, scheme.state_mixers)
     derived = DerivedCheckpoint(
         checkpoint=checkpoint,
         base=base.name,

@@ -11,8 +11,8 @@ from vramctl.core.errors import BadInputError, UnknownNameError
 from vramctl.core.specs import GpuSpec
 from vramctl.core.units import GB, GiB, MiB, format_gib
 from vramctl.registry._catalog import GPUS
-from vramctl.registry.names import normalize
 from vramctl.registry._fields import get_float, get_int, get_mapping, get_sources, get_str, get_str_list
+from vramctl.registry.names import normalize
 
 TB = 10**12
 SAME_CARD_TOLERANCE = 0.005

@@ -681,6 +681,33 @@ def _double_quant(config: Mapping[str, Any]) -> bool:
     )
 
 
+def _mtp_unquantised(config: Mapping[str, Any]) -> bool:
+    """Whether vLLM builds a quantised checkpoint's MTP layers in 16 bits, by its quantization_config:
+
+    - GPTQ: a `dynamic` entry "-:PATTERN" naming `mtp` excludes them (vLLM qwen3_5_mtp.py
+      `Qwen3_5MultiTokenPredictor.__init__`: `vllm_config.quant_config = None` for the MTP layers, 0.32.0);
+    - auto-round: a Linear is packed only when its prefix starts with an entry of `block_name_to_quantize` /
+      `to_quant_block_names` (vLLM INCConfig, quantization/inc/config_parser.py `get_layer_config`, 0.32.0), so a
+      block list without an `mtp` entry leaves the MTP layers in 16 bits (the uploads differ: some list
+      `mtp.layers`, some keep the MTP block in BF16)."""
+    quant = config.get("quantization_config")
+    if not isinstance(quant, dict):
+        return False
+    method = str(quant.get("quant_method") or "").lower()
+    if method.startswith("gptq"):
+        dynamic = quant.get("dynamic")
+        return isinstance(dynamic, dict) and any(
+            isinstance(k, str) and k.startswith("-:") and "mtp" in k for k in dynamic
+        )
+    if method in ("auto-round", "auto_round", "intel/auto-round", "inc"):
+        blocks = quant.get("block_name_to_quantize", quant.get("to_quant_block_names"))
+        if isinstance(blocks, str):
+            blocks = blocks.split(",")
+        if isinstance(blocks, list) and blocks:
+            return not any(isinstance(b, str) and b.strip().startswith("mtp") for b in blocks)
+    return False
+
+
 def _kept_parts(config: Mapping[str, Any], spec: ModelSpec) -> dict[str, float]:
     """part → fraction of its layers a quantisation config leaves in 16 bits (its `ignore` /
     `modules_to_not_convert` / `exclude_modules`). A pattern or a layer-agnostic name keeps the part in every
@@ -1739,6 +1766,7 @@ def spec_from_config(
             ),
             minimum=0,
         ),
+        mtp_unquantised=quant.method is not None and _mtp_unquantised(cfg),
         vision_params=vision_params,
         vision_layers=vision_layers,
         vision_hidden_size=vision_hidden,

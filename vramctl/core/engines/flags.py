@@ -306,6 +306,7 @@ class SpeculativeConfig:
     method: str | None = None
     num_speculative_tokens: int = 0
     model: str | None = None
+    draft_tensor_parallel_size: int | None = None
     ignored: tuple[str, ...] = ()
 
     def changes(self) -> list[tuple[str, Any]]:
@@ -314,6 +315,7 @@ class SpeculativeConfig:
             ("speculative_method", self.method),
             ("num_speculative_tokens", self.num_speculative_tokens),
             ("speculative_model", self.model),
+            ("speculative_draft_tensor_parallel_size", self.draft_tensor_parallel_size),
         ]
 
 
@@ -342,12 +344,18 @@ def parse_speculative_config(value: Any, where: str = "--speculative-config") ->
         )
     if method is not None and (not isinstance(method, str) or not method.strip()):
         raise BadInputError(f"{where}.method {method!r}: not a method name (mtp, eagle, ngram, …)")
-    if model is not None and not isinstance(model, str):
+    if model is not None and (not isinstance(model, str) or not model.strip()):
         raise BadInputError(f"{where}.model {model!r}: not a model name or path")
+    draft_tp = config.pop("draft_tensor_parallel_size", None)
+    if draft_tp is not None:
+        draft_tp = parse_count(draft_tp, f"{where}.draft_tensor_parallel_size")
+        if draft_tp < 1:
+            raise BadInputError(f"{where}.draft_tensor_parallel_size {draft_tp}: must be at least 1")
     return SpeculativeConfig(
         method=method.strip().lower() if isinstance(method, str) else None,
         num_speculative_tokens=count,
-        model=model,
+        model=model.strip() if isinstance(model, str) else None,
+        draft_tensor_parallel_size=draft_tp,
         ignored=tuple(config),
     )
 
@@ -481,8 +489,8 @@ REGISTRY: tuple[EngineFlag, ...] = (
        aliases={"-O": V}),
     _f("--speculative-config", "speculative-config", V, "speculative_config",
        'vLLM speculative decoding, JSON: {"method": "mtp", "num_speculative_tokens": 3} (mtp, qwen3_next_mtp, '
-       "deepseek_mtp, eagle, eagle3, ngram, draft_model, …): MTP layers' weights and KV, a hybrid's extra state "
-       "blocks and conv columns.", aliases={"-sc": V}, in_logs=True),
+       "deepseek_mtp, eagle, eagle3, ngram, draft_model, …): MTP layers' or the draft model's (`model`, loaded like "
+       "MODEL) weights and KV, a hybrid's extra state blocks and conv columns.", aliases={"-sc": V}, in_logs=True),
     # vLLM 0.30 → 0.33 features (vramctl.core.engines.vllm_features)
     _f("--load-format", "str", BOTH, "load_format",
        "vLLM: ipc_cache = weights held by a `vllm preload` daemon (0.30 →); other formats change nothing."),
@@ -525,6 +533,9 @@ REGISTRY: tuple[EngineFlag, ...] = (
     _f("--speculative-algorithm", "str", S, "options.speculative_algorithm", "SGLang speculative decoding."),
     _f("--speculative-num-draft-tokens", "count", S, "options.speculative_num_draft_tokens",
        "SGLang draft tokens."),
+    _f("--speculative-draft-model-path", "str", S, "options.speculative_draft_model_path",
+       "SGLang EAGLE / EAGLE3 / STANDALONE draft, loaded like MODEL: its layers grow the KV cell, its weights are "
+       "charged from 0.5.18.", aliases={"--speculative-draft-model": S}),
     _f("--attention-backend", "str", S, "options.attention_backend", "SGLang attention backend."),
     _f("--enable-memory-saver", "bool", S, "options.enable_memory_saver", "SGLang memory saver."),
     _f("--swa-full-tokens-ratio", "float", S, "options.swa_full_tokens_ratio", "SGLang SWA pool ratio."),

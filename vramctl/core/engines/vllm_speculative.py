@@ -26,19 +26,50 @@ Sources (vLLM 0.32.0 unless a version is named; the older files read from the re
   vllm/model_executor/layers/mamba/mamba_mixer2.py`; not in 0.12.0 / 0.14.0; 0.15 - 0.16 not read); Mamba1 (Jamba)
   and short convolution (LFM2) never.
 
-Not modelled (said in the plan's notes): a draft model's weights and KV (`eagle`, `eagle3`, `draft_model`; its
-layers join the pool only when their page matches), the CUDA-graph capture sizes scaled by 1 + n
-(`VllmConfig._set_cudagraph_sizes`, vllm/config/vllm.py:2340-2440), the rejection sampler's and the drafter's
-activation buffers in the profile run, and `max_num_scheduled_tokens` (vllm/config/vllm.py:2254-2290).
+- a separate draft model (`eagle`, `eagle3`, `draft_model`): vLLM builds it with the target's dtype
+  (`SpeculativeConfig.__post_init__`, vllm/config/speculative.py) on `draft_tensor_parallel_size` ranks (default the
+  target's TP; only 1 or the target's TP, `_verify_and_get_draft_tp` :1712-1743; `draft_model` needs the target's,
+  `DraftModelProposer._raise_if_draft_tp_mismatch`, vllm/v1/spec_decode/draft_model.py:63-79). Without `method`,
+  vLLM picks `eagle` for a draft named `*eagle-*` and `eagle3` for `*eagle3*` (speculative.py:1329-1337).
+  `draft_model` loads the whole draft and shares nothing (`_maybe_share_embeddings` / `_maybe_share_lm_head`
+  overridden to pass, draft_model.py:115-122). EAGLE heads (`EagleLlamaForCausalLM`, llama_eagle.py;
+  `Eagle3LlamaForCausalLM`, llama_eagle3.py): `num_hidden_layers` decoder layers of the draft's config, an `fc`
+  (ReplicatedLinear, whole on every rank) of 2h -> h (EAGLE) or num_aux x target_hidden -> h (EAGLE-3, 3 aux states
+  by default), EAGLE-3's first layer reads 2h into its qkv (`qkv_input_size`, llama_eagle3.py:82) and adds a
+  `hidden_norm`; EAGLE has no final norm and no input_layernorm in layer 0; EAGLE-3 has its own lm_head of
+  `draft_vocab_size` rows and a `d2t` map (int64) when that differs from the target's vocab. The embedding is the
+  target's when the checkpoint has none or an identical one and the widths match, on one pipeline stage only
+  (`_maybe_share_embeddings`, llm_base_proposer.py:1416-1506; the same rule in `EagleProposer.load_model` of the
+  earlier vllm/v1/spec_decode/eagle.py): vramctl counts it shared (a draft with its own, distinct embedding holds
+  one more vocab x h / tp, said in the notes); EAGLE's lm_head is always the target's.
+- the draft's KV: its attention layers are collected with the target's (`_draft_attn_layer_names`,
+  llm_base_proposer.py:1319-1338). Layers of the target's per-rank KV width join the groups as more full-attention
+  layers (as MTP's do). Other widths on a target whose layers are all full attention make one group of mixed pages
+  (`UniformTypeKVCacheSpecs`, `get_kv_cache_groups`, vllm/v1/core/kv_cache_utils.py:2159-2191; page = the sum of the
+  layers' pages): vramctl counts them as the whole number of target-width layers they equal (Llama-3.2-1B's 16
+  layers of 8 x 64 = 8 layers of Llama-3.1-8B's 8 x 128) and refuses what is not a whole number, or a hybrid /
+  sliding-window / MLA target with a draft of another width (padded pages, `unify_kv_cache_spec_page_size`).
+- ngram / suffix draft from the prompt or a suffix tree: no weights, no KV.
+
+Not modelled (said in the plan's notes): the CUDA-graph capture sizes scaled by 1 + n
+(`VllmConfig._set_cudagraph_sizes`, vllm/config/vllm.py:2340-2440) and the drafter's own graphs (captured in
+`_dummy_run` when the target's mode is PIECEWISE, gpu_model_runner.py:5856-5900), the rejection sampler's and the
+drafter's activation buffers in the profile run (`_dummy_run` runs `drafter.dummy_run(num_tokens)` after the target's
+forward), and `max_num_scheduled_tokens` (vllm/config/vllm.py:2254-2290).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
 
 from vramctl.core.engines.vllm.rules import rules_for
 from vramctl.core.errors import BadInputError
+from vramctl.core.params import VOCAB_PADDING, mtp_layer_rank_bytes, rank_weight_bytes, serving_dtype_bytes
+from vramctl.core.settings import ServeSettings
 from vramctl.core.specs import ModelSpec
+from vramctl.core.weights import rope_cache_bytes, stage_rank_weight_bytes
 
 MTP_METHODS = frozenset(
     {
@@ -51,7 +82,85 @@ MTP_METHODS = frozenset(
 """`MTPModelTypes`, vllm/config/speculative.py:38-60 (v0.32.0)."""
 
 DRAFT_MODEL_METHODS = frozenset({"eagle", "eagle3", "draft_model", "medusa", "mlp_speculator", "dflash", "dspark"})
-"""Methods that load a separate draft model (its weights and KV are not modelled)."""
+"""Methods that load a separate draft model."""
+
+MODELLED_DRAFT_METHODS = frozenset({"eagle", "eagle3", "draft_model"})
+"""The draft-model methods whose weights and KV vramctl counts (the rest: said not modelled)."""
+
+NO_WEIGHT_METHODS = frozenset({"ngram", "ngram_gpu", "suffix"})
+"""Drafts from the prompt (n-gram lookup) or a suffix tree: no draft weights, no KV."""
+
+
+@dataclass(frozen=True)
+class DraftModel:
+    """The draft model named in `--speculative-config` `model`, as the registry loaded it (a bundled profile, a
+    local folder, the HF cache or the Hub), with the EAGLE keys of its config.json."""
+
+    name: str
+    spec: ModelSpec
+    draft_vocab_size: int | None = None
+    """EAGLE-3's reduced lm_head (`draft_vocab_size`); None: the vocab size."""
+    num_aux_hidden_states: int = 3
+    """EAGLE-3's aux hidden states fed to `fc` (`num_aux_hidden_states`, or the length of
+    `eagle_config.eagle_aux_hidden_state_layer_ids`; 3 by default, llama_eagle3.py)."""
+    use_aux_hidden_state: bool = True
+    """`eagle_config.use_aux_hidden_state` (False: no `fc`, the last hidden state as in EAGLE)."""
+    target_hidden_size: int | None = None
+    """`target_hidden_size` when the draft's hidden size differs from the target's."""
+
+
+def _positive(config: Mapping[str, Any], key: str, where: str) -> int | None:
+    value = config.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise BadInputError(f"{where}: {key} {value!r} is not a positive integer")
+    return value
+
+
+def draft_from_config(name: str, spec: ModelSpec, config: Mapping[str, Any]) -> DraftModel:
+    """The DraftModel of a loaded spec and its config.json (the EAGLE keys llama_eagle3.py reads)."""
+    where = f"--speculative-config model {name}"
+    eagle = config.get("eagle_config")
+    eagle = eagle if isinstance(eagle, Mapping) else {}
+    aux = _positive(config, "num_aux_hidden_states", where)
+    if aux is None:
+        ids = eagle.get("eagle_aux_hidden_state_layer_ids")
+        aux = len(ids) if isinstance(ids, list) and ids else 3
+    use_aux = eagle.get("use_aux_hidden_state", True)
+    return DraftModel(
+        name=name,
+        spec=spec,
+        draft_vocab_size=_positive(config, "draft_vocab_size", where),
+        num_aux_hidden_states=aux,
+        use_aux_hidden_state=use_aux is not False,
+        target_hidden_size=_positive(config, "target_hidden_size", where),
+    )
+
+
+def draft_method(method: str | None, model: str | None) -> str | None:
+    """vLLM's method for a config naming `model`: `draft_model` unless given, then `eagle` for a name with `eagle-`
+    and `eagle3` for one with `eagle3` (SpeculativeConfig.__post_init__, vllm/config/speculative.py:1130-1139,
+    1329-1337, v0.32.0); None without a model (an MTP or n-gram method, or no speculative decoding)."""
+    name = method.lower() if method else None
+    if model is None or name in MTP_METHODS or name in NO_WEIGHT_METHODS:
+        return name
+    if model.strip().lower() in ("ngram", "[ngram]"):
+        return "ngram"
+    if name in (None, "draft_model"):
+        lowered = model.lower()
+        if "eagle-" in lowered:
+            return "eagle"
+        if "eagle3" in lowered:
+            return "eagle3"
+        return "draft_model"
+    return name
+
+
+def needs_draft_model(method: str | None, model: str | None) -> bool:
+    """Whether vramctl loads `model` as a draft to count it (eagle, eagle3, draft_model)."""
+    return model is not None and draft_method(method, model) in MODELLED_DRAFT_METHODS
+
 
 @dataclass(frozen=True)
 class Speculative:
@@ -60,25 +169,78 @@ class Speculative:
     method: str
     num_speculative_tokens: int
     drafter_kv_layers: int
-    """Full-attention layers the drafter adds to the KV groups (MTP: the checkpoint's MTP layers)."""
+    """Full-attention layers of the target's shape the drafter adds to the KV groups (MTP: the checkpoint's MTP
+    layers; a draft model: its attention layers, as the whole number of target-width layers they equal)."""
     state_blocks: int
     """Extra state blocks per request and state group (`num_speculative_blocks`, counted from vLLM 0.15)."""
     conv_columns: int
     """Extra columns of every conv state."""
+    draft: DraftModel | None = None
+    """The separate draft model loaded and counted (eagle, eagle3, draft_model); None otherwise."""
+    draft_tensor_parallel_size: int = 1
+    """The ranks the draft model is split over (`draft_tensor_parallel_size`)."""
+    draft_layers: int = 0
+    """The draft model's own attention layers (before the width conversion of `drafter_kv_layers`)."""
 
     @property
     def is_mtp(self) -> bool:
         return self.method in MTP_METHODS
 
 
-def resolve(model: ModelSpec, version: str, method: str | None, num_tokens: int) -> Speculative | None:
+def _kv_width(spec: ModelSpec, tp: int) -> int:
+    """K (or V) elements per token of one attention layer on one rank: KV heads split by tp (one head each when tp
+    exceeds them), × head_dim."""
+    return max(1, spec.num_key_value_heads // tp) * spec.head_dim
+
+
+def _draft_kv_layers(model: ModelSpec, draft: DraftModel, tp: int, draft_tp: int) -> int:
+    """The draft's attention layers as target-width full-attention layers (the module docstring)."""
+    d = draft.spec
+    where = f"--speculative-config model {draft.name}"
+    if d.mla is not None or d.state_space is not None or d.num_sliding_layers:
+        raise BadInputError(
+            f"{where}: a draft with MLA, state or sliding-window layers is not modelled; plan without the draft"
+        )
+    layers = d.num_hidden_layers
+    own, target = _kv_width(d, draft_tp), _kv_width(model, tp)
+    if own == target and model.mla is None:
+        return layers
+    mixed = model.mla is not None or model.state_space is not None or model.num_sliding_layers
+    if mixed or (layers * own) % target:
+        raise BadInputError(
+            f"{where}: its KV layers ({d.num_key_value_heads} heads x {d.head_dim}) differ from {model.name}'s and "
+            "would share a padded page with them; that layout is not modelled (use a draft of the target's KV shape)"
+        )
+    return layers * own // target
+
+
+def resolve(
+    model: ModelSpec,
+    version: str,
+    method: str | None,
+    num_tokens: int,
+    *,
+    draft_model: str | None = None,
+    draft: DraftModel | None = None,
+    tensor_parallel_size: int = 1,
+    draft_tensor_parallel_size: int | None = None,
+) -> Speculative | None:
     """None without speculative decoding (no config, or num_speculative_tokens 0: vLLM then drafts nothing and its
-    layers' `num_speculative_blocks` are 0)."""
+    layers' `num_speculative_blocks` are 0). `draft`: the loaded `draft_model` when the method loads one (without
+    it, its weights and KV are said not counted)."""
     if not num_tokens:
         return None
-    name = (method or ("mtp" if model.num_mtp_layers else "draft_model")).lower()
+    name = draft_method(method, draft_model) or ("mtp" if model.num_mtp_layers else "draft_model")
+    if name in DRAFT_MODEL_METHODS and draft_model is None:
+        # vLLM: "num_speculative_tokens was provided but without speculative model." (speculative.py:1186-1190)
+        raise BadInputError(
+            f"--speculative-config method {name!r} needs the draft model: add \"model\": \"ORG/NAME\" or a local "
+            "folder (vLLM refuses it without one)"
+        )
     rules = rules_for(version)
     drafter = 0
+    tp = tensor_parallel_size
+    draft_tp = tp
     if name in MTP_METHODS:
         # Qwen3-Next / Qwen3.5's MTP modules default to one layer (getattr(config, ..., 1), qwen3_next_mtp.py:63,
         # qwen3_5_mtp.py); other MTP models need the count in their config (n_predict, speculative.py:686-731)
@@ -88,25 +250,159 @@ def resolve(model: ModelSpec, version: str, method: str | None, num_tokens: int)
                 f"--speculative-config method {name!r}: {model.name} has no multi-token-prediction layers in its "
                 "config (num_nextn_predict_layers / mtp_num_hidden_layers); use a draft model or ngram"
             )
+    elif name in DRAFT_MODEL_METHODS and draft_tensor_parallel_size is not None:
+        allowed = (tp,) if name == "draft_model" else (1, tp)
+        if draft_tensor_parallel_size not in allowed:
+            raise BadInputError(
+                f"--speculative-config.draft_tensor_parallel_size {draft_tensor_parallel_size}: vLLM takes "
+                + (f"only the target's {tp} for draft_model" if name == "draft_model" else f"1 or the target's {tp}")
+            )
+        draft_tp = draft_tensor_parallel_size
+    if draft is not None and name not in MODELLED_DRAFT_METHODS:
+        draft = None
+    draft_layers = 0
+    if draft is not None:
+        if name == "draft_model" and draft.spec.vocab_size != model.vocab_size:
+            # verify_equal_vocab_size_if_draft_model, vllm/config/speculative.py:1870-1888
+            raise BadInputError(
+                f"--speculative-config model {draft.name}: vocab_size {draft.spec.vocab_size} is not the target's "
+                f"{model.vocab_size} (vLLM: 'Target and draft model should have the same vocabulary size')"
+            )
+        draft_layers = draft.spec.num_hidden_layers
+        drafter = _draft_kv_layers(model, draft, tp, draft_tp)
     st = model.state_space
     # MambaSpec counts num_speculative_blocks from 0.15 (the `mode` rule)
     state_blocks = num_tokens if st is not None and rules.mamba_state_blocks == "mode" else 0
     conv = num_tokens if st is not None and st.kind in rules.speculative_conv_kinds else 0
-    return Speculative(name, num_tokens, drafter, state_blocks, conv)
+    return Speculative(name, num_tokens, drafter, state_blocks, conv, draft, draft_tp, draft_layers)
 
 
-def notes(spec: Speculative, model: ModelSpec, mtp_weight_bytes: int) -> list[str]:
+def resolve_settings(model: ModelSpec, version: str, settings: ServeSettings) -> Speculative | None:
+    """`resolve` for the serve flags."""
+    return resolve(
+        model,
+        version,
+        settings.speculative_method,
+        settings.num_speculative_tokens,
+        draft_model=settings.speculative_model,
+        draft=settings.speculative_draft,
+        tensor_parallel_size=settings.tensor_parallel_size,
+        draft_tensor_parallel_size=settings.speculative_draft_tensor_parallel_size,
+    )
+
+
+@dataclass(frozen=True)
+class DraftWeights:
+    """A draft model's bytes on one rank, part by part."""
+
+    layers: int
+    embedding: int
+    lm_head: int
+    extra: int
+    """EAGLE's fc, EAGLE-3's wider first qkv, hidden_norm and d2t map, the final norm."""
+    shared_embedding: int
+    """The embedding vLLM shares with the target (not counted): what a distinct own copy would add."""
+
+    @property
+    def total(self) -> int:
+        return self.layers + self.embedding + self.lm_head + self.extra
+
+
+def _padded_rows(vocab: int, tp: int) -> int:
+    return -(-(-(-vocab // VOCAB_PADDING) * VOCAB_PADDING) // tp)
+
+
+def draft_weights(
+    model: ModelSpec, spec: Speculative, *, dtype: str, pipeline_parallel_size: int = 1
+) -> DraftWeights | None:
+    """The draft model's bytes on one rank (module docstring); None without a counted draft."""
+    draft = spec.draft
+    if draft is None:
+        return None
+    d, tp = draft.spec, spec.draft_tensor_parallel_size
+    if spec.method == "draft_model":
+        # the whole checkpoint, as a model of its own, in the target's dtype
+        # the whole checkpoint, as a model of its own, in the target's dtype, with its rotary cache (another
+        # get_rope key than the target's when its head size or length differs)
+        total = stage_rank_weight_bytes(d, tp=tp, pp=1, dtype=dtype)[0]
+        rank = rank_weight_bytes(d, tp, pad_vocab=True)
+        rope = rope_cache_bytes(d, dtype)
+        return DraftWeights(total - rank.embedding - rank.lm_head, rank.embedding, rank.lm_head, rope, 0)
+    # the head in the target's dtype, unquantised (EAGLE heads ship in 16 bits)
+    served = dtype if dtype not in ("", "auto") else d.torch_dtype
+    plain = replace(
+        d, weight_bytes=0, tie_word_embeddings=False, quantization=None, quant_bits=None, quant_group_size=None,
+        torch_dtype=served,
+    )
+    element = serving_dtype_bytes(plain)
+    rank = rank_weight_bytes(plain, tp, pad_vocab=True)
+    h = d.hidden_size
+    norm = h * element
+    embedding = rank.embedding
+    shares = pipeline_parallel_size == 1 and h == model.hidden_size
+    shared = embedding if shares else 0
+    if shares:
+        embedding = 0
+    if spec.method == "eagle":
+        # no final norm, no input_layernorm in layer 0 (disable_input_layernorm), fc 2h -> h whole on each rank;
+        # the lm_head is the target's
+        extra = 2 * h * h * element - norm
+        return DraftWeights(sum(rank.layers), embedding, 0, extra, shared)
+    # eagle3: layer 0's qkv reads 2h (one more h x (q + k + v) on this rank), hidden_norm, fc, final norm,
+    # lm_head of draft_vocab rows, d2t (int64) when the draft vocab differs
+    q = -(-d.num_attention_heads * d.head_dim // tp)
+    kv = 2 * _kv_width(d, tp)
+    extra = (q + kv) * h * element + norm + norm
+    if draft.use_aux_hidden_state:
+        extra += draft.num_aux_hidden_states * (draft.target_hidden_size or model.hidden_size) * h * element
+    vocab = draft.draft_vocab_size or d.vocab_size
+    lm_head = _padded_rows(vocab, tp) * h * element
+    if vocab != model.vocab_size:
+        extra += vocab * 8
+    return DraftWeights(sum(rank.layers), embedding, lm_head, extra, shared)
+
+
+def drafter_rank_bytes(model: ModelSpec, spec: Speculative, *, dtype: str, tp: int, ep: int = 1, pp: int = 1) -> int:
+    """What the drafter loads on one rank of the last stage: the MTP layers, or a draft model's weights."""
+    if spec.is_mtp:
+        return spec.drafter_kv_layers * mtp_layer_rank_bytes(model, tp, ep)
+    weights = draft_weights(model, spec, dtype=dtype, pipeline_parallel_size=pp)
+    return weights.total if weights is not None else 0
+
+
+def notes(spec: Speculative, model: ModelSpec, drafter_bytes: int, *, dtype: str = "auto", pp: int = 1) -> list[str]:
     """The plan's lines on speculative decoding."""
-    out = [
-        f"Speculative decoding ({spec.method}, {spec.num_speculative_tokens} draft token(s)): "
-        + (
-            f"{spec.drafter_kv_layers} MTP layer(s) of the checkpoint load ({mtp_weight_bytes / 2**30:.2f} GiB per "
+    gib = 2**30
+    if spec.is_mtp:
+        what = (
+            f"{spec.drafter_kv_layers} MTP layer(s) of the checkpoint load ({drafter_bytes / gib:.2f} GiB per "
             "rank: a full-attention decoder layer, the 2h x h projection and three norms; embedding and lm_head "
             f"shared) and add {spec.drafter_kv_layers} full-attention layer(s) to the KV groups"
-            if spec.is_mtp
-            else "no MTP layers"
         )
-        + "."
+    elif spec.draft is not None:
+        w = draft_weights(model, spec, dtype=dtype, pipeline_parallel_size=pp)
+        assert w is not None
+        d = spec.draft.spec
+        what = (
+            f"the draft {spec.draft.name} loads {drafter_bytes / gib:.2f} GiB per rank (draft TP "
+            f"{spec.draft_tensor_parallel_size}: {spec.draft_layers} layer(s) {w.layers / gib:.2f}, embedding "
+            f"{w.embedding / gib:.2f}, lm_head {w.lm_head / gib:.2f}, other {w.extra / gib:.2f} GiB)"
+            + (
+                f"; its embedding is counted shared with the target (vLLM shares it when the checkpoint has none or "
+                f"an identical copy; a distinct one adds {w.shared_embedding / gib:.2f} GiB)"
+                if w.shared_embedding
+                else ""
+            )
+            + ("; the lm_head is the target's" if spec.method == "eagle" else "")
+            + f", and its {spec.draft_layers} attention layer(s) ({d.num_key_value_heads} KV heads x {d.head_dim}) "
+            f"join the KV groups as {spec.drafter_kv_layers} layer(s) of the target's width (tokens and blocks fall)"
+        )
+    elif spec.method in NO_WEIGHT_METHODS:
+        what = "drafts from the prompt / a suffix tree: no draft weights and no draft KV"
+    else:
+        what = "no MTP layers"
+    out = [
+        f"Speculative decoding ({spec.method}, {spec.num_speculative_tokens} draft token(s)): {what}."
     ]
     if model.state_space is not None:
         out.append(
@@ -114,12 +410,13 @@ def notes(spec: Speculative, model: ModelSpec, mtp_weight_bytes: int) -> list[st
             f"group (num_speculative_blocks) and + {spec.conv_columns} conv-state column(s) per layer (the mamba page, "
             "and with it the attention block, can grow)."
         )
-    if not spec.is_mtp and spec.method not in ("ngram", "ngram_gpu", "suffix"):
+    if not spec.is_mtp and spec.draft is None and spec.method not in NO_WEIGHT_METHODS:
         out.append(
-            f"The {spec.method} draft model's weights and KV are not modelled (only the target's changes are)."
+            f"The {spec.method} draft model's weights and KV are not counted (only the target's changes are)."
         )
     out.append(
-        "Not modelled: CUDA-graph sizes scaled by 1 + num_speculative_tokens, the rejection sampler's and the "
-        "drafter's activation buffers."
+        "Not modelled: CUDA-graph sizes scaled by 1 + num_speculative_tokens"
+        + (" and the drafter's own graphs" if spec.draft is not None else "")
+        + ", the rejection sampler's and the drafter's activation buffers."
     )
     return out

@@ -27,6 +27,9 @@ class SglangOptions:
     """Layers of an EAGLE / standalone draft that reuses the target's attention shape (EAGLE: usually 1)."""
     speculative_draft_weight_bytes: int | None = None
     """The draft model's checkpoint bytes (charged to the KV budget from 0.5.18)."""
+    speculative_draft_model_path: str | None = None
+    """`--speculative-draft-model-path`: the CLI loads it and sets the two fields above
+    (vramctl.core.engines.sglang.speculative)."""
     post_capture_kv_sizing: bool = False
     """Env `SGLANG_ENABLE_POST_CAPTURE_KV_SIZING=1` (default off; `python/sglang/srt/model_executor/model_runner.py` (SGLang v0.5.23))."""
     attention_backend: str | None = None

@@ -27,6 +27,7 @@ from dataclasses import dataclass, replace
 from vramctl.core import kv as kvmath
 from vramctl.core import lora
 from vramctl.core.engines import vllm_runtime as RT
+from vramctl.core.engines import vllm_speculative as SP
 from vramctl.core.engines.vllm import estimates as est
 from vramctl.core.engines.vllm import messages as M
 from vramctl.core.engines.vllm import rules as V
@@ -39,7 +40,6 @@ from vramctl.core.engines.vllm.kv_manager import (
     lora_slots_of,
 )
 from vramctl.core.errors import BadInputError
-from vramctl.core.params import mtp_layer_rank_bytes
 from vramctl.core.specs import DerivedCheckpoint, GpuSpec, ModelSpec, dtype_bytes
 from vramctl.core.units import GiB, vllm_format_gib
 from vramctl.core.verdicts import (
@@ -276,10 +276,10 @@ def _weights_per_stage(
             model, tp=tp, pp=pp, dtype=s.dtype, ep=s.expert_parallel_size, load_change=load_change
         )
     )
-    if s.speculative is not None and s.speculative.is_mtp:
-        # the MTP layers load on the last stage (vramctl.core.engines.vllm_speculative)
-        mtp = s.speculative.drafter_kv_layers * mtp_layer_rank_bytes(model, tp, s.expert_parallel_size)
-        weights = (*weights[:-1], weights[-1] + mtp)
+    if s.speculative is not None:
+        # the MTP layers / the draft model load on the last stage (vramctl.core.engines.vllm_speculative)
+        drafter = SP.drafter_rank_bytes(model, s.speculative, dtype=s.dtype, tp=tp, ep=s.expert_parallel_size, pp=pp)
+        weights = (*weights[:-1], weights[-1] + drafter)
     if s.weights_outside_budget:  # mapped from a weight-cache daemon (vramctl.core.engines.vllm_external_weights)
         weights = tuple(0 for _ in weights)
     slots = lora_slots_of(model, s)

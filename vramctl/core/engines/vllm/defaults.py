@@ -22,12 +22,13 @@ from vramctl.core.engines.vllm.scheduler import (
     default_scheduler_limits,
 )
 from vramctl.core.errors import BadInputError
-from vramctl.core.settings import ServeSettings
+from vramctl.core.settings import LATEST_VLLM_VERSION, ServeSettings
 from vramctl.core.specs import GpuSpec, ModelSpec, dtype_bytes
 from vramctl.core.units import GiB
 
 VALID_BLOCK_SIZES = (1, 8, 16, 32, 64, 128, 256)
-"""`CacheConfig.block_size` accepts these (vllm/config/cache.py, BlockSize)."""
+"""The block sizes every vLLM from 0.11.1 to 0.17 accepts (`VllmRules.block_sizes` is the per-version list `plan`
+checks); `profile` / `suggest` / `validate` build their own KV pool and keep to these."""
 _ABSURD_TOKENS = 1 << 26
 AUTO_MAX_MODEL_LEN = -1
 """`--max-model-len auto` (or -1): vLLM fits the length to the KV pool (0.12 →)."""
@@ -146,13 +147,18 @@ class VllmSettings:
             out["cudagraph_mode"] = self.cudagraph_mode
         if self.speculative is not None:  # likewise: only with --speculative-config
             sp = self.speculative
-            out["speculative"] = {
+            speculative: dict[str, Any] = {
                 "method": sp.method,
                 "num_speculative_tokens": sp.num_speculative_tokens,
                 "drafter_kv_layers": sp.drafter_kv_layers,
                 "extra_state_blocks": sp.state_blocks,
                 "extra_conv_columns": sp.conv_columns,
             }
+            if sp.draft is not None:  # only with a counted draft model
+                speculative["draft_model"] = sp.draft.name
+                speculative["draft_tensor_parallel_size"] = sp.draft_tensor_parallel_size
+                speculative["draft_layers"] = sp.draft_layers
+            out["speculative"] = speculative
         return out
 
 
@@ -193,15 +199,20 @@ def validate(model: ModelSpec, gpu: GpuSpec, settings: ServeSettings) -> None:
             f"--free-memory {settings.free_memory_bytes / GiB:.2f} GiB: more than the card's total "
             f"{capacity / GiB:.2f} GiB"
         )
-    # a state-only pool without prefix caching has a block of max_model_len (vLLM 0.32 takes any positive size;
-    # the engine tier passes the block size vLLM reports back as --block-size)
+    # a state-only pool without prefix caching has a block of max_model_len (the engine tier passes the block size
+    # vLLM reports back as --block-size), so it is exempt from the version's list
+    version = settings.engine_version or LATEST_VLLM_VERSION
+    accepted = rules_for(version).block_sizes
+    _check_positive(settings.block_size, "--block-size", upper=1 << 20)
     if (
         settings.block_size is not None
-        and settings.block_size not in VALID_BLOCK_SIZES
+        and accepted is not None
+        and settings.block_size not in accepted
         and not model.is_state_only
     ):
         raise BadInputError(
-            f"--block-size {settings.block_size}: vLLM accepts {', '.join(str(b) for b in VALID_BLOCK_SIZES)}"
+            f"--block-size {settings.block_size}: vLLM {version} accepts {', '.join(str(b) for b in accepted)}"
+            " (any positive size from 0.18.0)"
         )
     kvmath.check_tensor_parallel(model, settings.tensor_parallel_size)
     if settings.pipeline_parallel_size > model.num_hidden_layers:
@@ -377,7 +388,7 @@ def resolve_settings(model: ModelSpec, gpu: GpuSpec, settings: ServeSettings, ve
         state_page_bytes=state_page,
         cudagraph_mode=None if settings.enforce_eager else graphs,
         extensible_kv_cache=extensible,
-        speculative=SP.resolve(model, version, settings.speculative_method, settings.num_speculative_tokens),
+        speculative=SP.resolve_settings(model, version, settings),
         prefill_checkpoint_blocks=int(
             model.state_space is not None
             and model.state_space.kind == "mamba2"

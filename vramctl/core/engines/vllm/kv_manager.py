@@ -147,7 +147,7 @@ def _largest_fitting_len(
 
 def _conv_spec_columns(model: ModelSpec, settings: ServeSettings, version: str) -> int:
     """With `--speculative-config`, the conv states' extra columns (vramctl.core.engines.vllm_speculative)."""
-    spec = SP.resolve(model, version, settings.speculative_method, settings.num_speculative_tokens)
+    spec = SP.resolve_settings(model, version, settings)
     return spec.conv_columns if spec is not None else 0
 
 

@@ -17,7 +17,6 @@ from vramctl.core.engines.vllm.explain import _explanations, _utilization_rows
 from vramctl.core.engines.vllm.hybrid import _with_hybrid
 from vramctl.core.engines.vllm.kv_manager import kv_view_of_model
 from vramctl.core.engines.vllm.ledger import _ledger
-from vramctl.core.params import mtp_layer_rank_bytes
 from vramctl.core.plan_result import PlanEdge, PlanResult
 from vramctl.core.settings import ServeSettings
 from vramctl.core.specs import GpuSpec, ModelSpec, derived_warning
@@ -113,10 +112,11 @@ def plan_vllm(
     if auto_note:
         notes.insert(0, auto_note)
     if s.speculative is not None:
-        mtp = s.speculative.drafter_kv_layers * mtp_layer_rank_bytes(
-            model, s.tensor_parallel_size, s.expert_parallel_size
-        ) if s.speculative.is_mtp else 0
-        notes.extend(SP.notes(s.speculative, model, mtp))
+        drafter = SP.drafter_rank_bytes(
+            model, s.speculative, dtype=s.dtype, tp=s.tensor_parallel_size, ep=s.expert_parallel_size,
+            pp=s.pipeline_parallel_size,
+        )
+        notes.extend(SP.notes(s.speculative, model, drafter, dtype=s.dtype, pp=s.pipeline_parallel_size))
     if fallback:
         notes.insert(
             0,

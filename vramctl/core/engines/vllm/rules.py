@@ -337,6 +337,12 @@ class VllmRules:
     """`CacheConfig.DEFAULT_BLOCK_SIZE`: 16 through 0.33 (`vllm/config/cache.py:185`), 64 from 0.34
     (`vllm/config/cache.py:185` (0.34.0)); attention backends may raise it (`get_preferred_block_size`,
     `vllm/v1/attention/backend.py:158-166` (0.34.0): the default when the backend supports it)."""
+    block_sizes: tuple[int, ...] | None
+    """The `--block-size` values the version accepts; None: any positive size. `choices=[8, 16, 32]` to 0.6.3 and
+    in 0.6.5 (`vllm/engine/arg_utils.py`), `[8, 16, 32, 64, 128]` in 0.6.4 and 0.6.6-0.8.4, `BlockSize = Literal[1, 8, 16, 32, 64, 128]`
+    0.8.5-0.11.0 (`vllm/config.py`, then `vllm/config/cache.py`; argparse's choices come from the Literal), with 256
+    from 0.11.1 to 0.17.0, and `block_size: SkipValidation[int]` from 0.18.0 (`vllm/config/cache.py:36`;
+    `Field(gt=0)` at 0.33.0). Read from the PyPI wheels of each version."""
     known_range: Literal["known", "newer", "older"]
     """Where the version lies against the versions vramctl models (`OLDEST_VLLM_VERSION` to
     `LATEST_VLLM_VERSION`): outside, the nearest known rules apply and the plan says so."""
@@ -440,6 +446,15 @@ def _rules_for_tuple(text: str, v: Version) -> VllmRules:
         yarn_unscaled_max_len=v >= (0, 30, 0),
         extensible_kv_cache=v >= (0, 34, 0),
         block_size_default=64 if v >= (0, 34, 0) else 16,
+        block_sizes=(8, 16, 32)
+        if v < (0, 6, 4) or v[:3] == (0, 6, 5)
+        else (8, 16, 32, 64, 128)
+        if v < (0, 8, 5)
+        else (1, 8, 16, 32, 64, 128)
+        if v < (0, 11, 1)
+        else (1, 8, 16, 32, 64, 128, 256)
+        if v < (0, 18, 0)
+        else None,
         known_range="newer"
         if v > parse_version(LATEST_VLLM_VERSION)
         else "older"
