@@ -126,7 +126,7 @@ def derivable(checkpoint: str) -> bool:
 
 PLANNED = (0, 1)
 """`vramctl plan` exit codes with a plan on stdout: fits, does not fit (docs/exit-codes.md)."""
-_VERSION = re.compile(r"\b(\d+\.\d+(?:\.\d+)?)")
+_VERSION = re.compile(r"\b(\d+\.\d+(?:\.\d+)?)(?![x\d])")  # not "0.2x" (a series, no version)
 
 
 def stated_flags(point: dict[str, Any]) -> list[str]:
@@ -230,10 +230,19 @@ def compare(
         cmd += ["--gpu-memory", str(plan["gpu_memory"])]
     elif plan.get("gpu"):
         cmd += ["--gpu", str(plan["gpu"])]
-    if plan.get("version"):  # the version the thread states where the log excerpt does not
-        cmd += ["--engine-version", str(plan["version"])]
+    version = str(plan.get("version") or "")
+    if not version and (point or {}).get("engine") != "sglang":
+        # the index's version field (what the thread or the log states), as the plan path reads it: without it a
+        # log whose excerpt names no version would be compared with the newest vLLM's rules
+        found = _VERSION.search(str((point or {}).get("version") or ""))
+        version = found.group(1) if found else ""
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env, timeout=120)
+    # read-log refuses a version other than one the log states itself: then the log's own is used
+    attempts = [[*cmd, "--engine-version", version], cmd] if version else [cmd]
+    for attempt in attempts:
+        proc = subprocess.run(attempt, capture_output=True, text=True, cwd=ROOT, env=env, timeout=120)
+        if proc.returncode == 0:
+            break
     if proc.returncode != 0:
         return {"error": (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]}
     data = json.loads(proc.stdout)
