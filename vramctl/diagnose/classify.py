@@ -183,6 +183,17 @@ class Diagnosis:
         }
 
 
+def _fix_advice(action: str, flag: str, value: str, reason: str) -> FixAdvice:
+    return FixAdvice(action=action, flag=flag, value=value, reason=reason)
+
+
+def _completed_fixes(
+    cause: str, phase: str, names: dict[str, Any], engine: str | None, fixes: list[FixAdvice]
+) -> list[FixAdvice]:
+    """The fixes with a number where the label's knobs give one (fixvalues.complete_fixes), at most five."""
+    return complete_fixes(cause, phase, names, engine, fixes, _fix_advice)[:5]
+
+
 # --------------------------------------------------------------------------------------------------
 # 0. The source inventory (vramctl/diagnose/inventory.yaml) beneath the catalogue
 
@@ -1424,14 +1435,7 @@ def _decide(
         if len(fixes) >= 5:
             break
     if cause not in ("not-oom", "no-failure"):
-        fixes = complete_fixes(
-            cause,
-            phase,
-            names,
-            engine,
-            fixes,
-            lambda a, f, v, r: FixAdvice(action=a, flag=f, value=v, reason=r),
-        )[:5]
+        fixes = _completed_fixes(cause, phase, names, engine, fixes)
     do_not_src = list(sig.do_not) if (not refined or cause == sig.cause) else []
     if info is not None and not do_not_src:
         do_not_src.extend(info.do_not)
@@ -1780,14 +1784,7 @@ def _told_failure(
             advice = _apply_fix(fix, names, engine)
             if advice is not None and len(fixes) < 5:
                 fixes.append(advice)
-    fixes = complete_fixes(
-        cause,
-        phase,
-        names,
-        engine,
-        fixes,
-        lambda a, f, v, r: FixAdvice(action=a, flag=f, value=v, reason=r),
-    )[:5]
+    fixes = _completed_fixes(cause, phase, names, engine, fixes)
     words_line = an.global_hints["words_start_died"]
     evidence = [Evidence(words_line, an.global_hint_text.get("words_start_died", "")[:300])]
     if marker is not None and marker.line != words_line:
@@ -1921,7 +1918,7 @@ def _with_log_settings_fix(result: Diagnosis, source: object) -> Diagnosis:
         result.fixes,
         source,
         MAX_PLAN_LOG_BYTES,
-        lambda a, f, v, r: FixAdvice(action=a, flag=f, value=v, reason=r),
+        _fix_advice,
     )
     return result if fixes is None else dataclasses.replace(result, fixes=tuple(fixes[:5]))
 
