@@ -142,6 +142,10 @@ def stated_flags(point: dict[str, Any]) -> list[str]:
             words += [flag, str(point[key])]
     if point.get("enforce_eager"):
         words += ["--enforce-eager"]
+    if point.get("entrypoint") and point.get("engine") != "sglang":
+        # the offline LLM class has its own scheduler defaults (`_set_default_args_v1`, [0.8.5]
+        # vllm/engine/arg_utils.py:1596-1621): a run through it is planned as one
+        words += ["--entrypoint", str(point["entrypoint"])]
     return words
 
 

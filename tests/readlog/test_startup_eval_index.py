@@ -136,3 +136,18 @@ def test_without_logs_a_point_is_planned_from_the_index_and_scored(
     result = json.loads((tmp_path / "r.json").read_text())
     assert set(result["points"]) == {"d1"}
     assert result["splits"]["heldout"]["kv_abs_error_gib"]["n"] == 1
+
+
+def test_a_stated_entry_point_reaches_the_plan() -> None:
+    """A point run through the offline `LLM` class (`entrypoint: llm`, from the thread) is planned with that entry
+    point's scheduler defaults (`_set_default_args_v1`, `[0.8.5] vllm/engine/arg_utils.py:1596-1621`): on a card of
+    ≥ 70 GiB the LLM class batches 16384 tokens where the server batches 8192, so its activation peak is larger."""
+    script = _eval_script()
+    point = {"id": "d2", "engine": "vllm", "version": "0.8.2", "max_model_len": 32768, "entrypoint": "llm"}
+    assert script.stated_flags(point)[-2:] == ["--entrypoint", "llm"]
+    assert "--entrypoint" not in script.stated_flags({**point, "entrypoint": None})
+    point["logged"] = {"available_kv_gib": 60.0}
+    plan = {"model": "Qwen/Qwen3-8B", "gpu": "h100-sxm"}
+    llm = script.plan_only(point, plan, "Qwen/Qwen3-8B")["kv_cache"][1]
+    server = script.plan_only({**point, "entrypoint": None}, plan, "Qwen/Qwen3-8B")["kv_cache"][1]
+    assert llm < server
