@@ -26,7 +26,6 @@ reconstruct gives no facts, never an error.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -55,17 +54,9 @@ PLAN_FACTS = (
 
 def plan_facts(source: object, facts: Mapping[str, Any], bytes_read: int) -> dict[str, FactValue]:
     """The planned deployment's facts for the log at `source`, or {} when it cannot be planned offline."""
-    from vramctl.diagnose.planfix import MAX_PLAN_LOG_BYTES, deployment, fits
+    from vramctl.diagnose.planfix import deployment_of_log, fits
 
-    if not isinstance(source, (str, os.PathLike)) or str(source) == "-":
-        return {}
-    if bytes_read > MAX_PLAN_LOG_BYTES or not os.path.isfile(source):
-        return {}
-    total = facts.get("total_bytes")
-    try:
-        found = deployment(str(source), total if isinstance(total, int) and total > 0 else None)
-    except Exception:  # the reconstruction is an extra: a log it cannot read gives no planned facts
-        return {}
+    found = deployment_of_log(source, facts, bytes_read)
     if found is None:
         return {}
     model, gpu, settings, name = found

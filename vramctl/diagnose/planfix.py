@@ -21,10 +21,19 @@ from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["MAX_PLAN_LOG_BYTES", "PLAN_LABELS", "PlanFix", "deployment", "fits", "plan_checked_fix"]
+__all__ = [
+    "MAX_PLAN_LOG_BYTES",
+    "PLAN_LABELS",
+    "PlanFix",
+    "deployment",
+    "deployment_of_log",
+    "fits",
+    "plan_checked_fix",
+]
 
 PLAN_LABELS = frozenset({"kv-cache-too-small-for-max-model-len", "no-kv-cache-memory", "weights-do-not-fit"})
 MAX_PLAN_LOG_BYTES = 64 << 20
@@ -91,6 +100,21 @@ def _fits(model: Any, gpu: Any, settings: Any) -> Any | None:
 
 deployment = _deployment
 """(model, gpu, settings, model name) of the deployment a log describes, or None (also used by explicitkv.py)."""
+
+
+def deployment_of_log(source: object, facts: Mapping[str, Any], bytes_read: int) -> tuple[Any, Any, Any, str] | None:
+    """`deployment` for a diagnosed log: only a file path (not stdin, not a stream) of at most `MAX_PLAN_LOG_BYTES`,
+    with the incident's `total_bytes` as the device total where the log's start-up lines give none; None on any
+    failure (the reconstruction is an extra: a log it cannot read gives no plan-checked answer, never an error)."""
+    if not isinstance(source, (str, os.PathLike)) or str(source) == "-":
+        return None
+    if bytes_read > MAX_PLAN_LOG_BYTES or not os.path.isfile(source):
+        return None
+    total = facts.get("total_bytes")
+    try:
+        return _deployment(str(source), total if isinstance(total, int) and total > 0 else None)
+    except Exception:
+        return None
 fits = _fits
 """The plan of a deployment, or None when the planner refuses its settings."""
 
@@ -99,15 +123,9 @@ def plan_checked_fix(
     source: object, cause: str, engine: str | None, facts: dict[str, Any], bytes_read: int
 ) -> PlanFix | None:
     """The plan-checked value for `cause`, or None when the deployment cannot be reconstructed or no value fits."""
-    if cause not in PLAN_LABELS or not isinstance(source, (str, os.PathLike)) or str(source) == "-":
+    if cause not in PLAN_LABELS:
         return None
-    if bytes_read > MAX_PLAN_LOG_BYTES or not os.path.isfile(source):
-        return None
-    total = facts.get("total_bytes")
-    try:
-        found = _deployment(str(source), total if isinstance(total, int) else None)
-    except Exception:  # the reconstruction is an extra: a log it cannot read gives no plan-checked fix
-        return None
+    found = deployment_of_log(source, facts, bytes_read)
     if found is None:
         return None
     model, gpu, settings, name = found
