@@ -149,6 +149,16 @@ def stated_flags(point: dict[str, Any]) -> list[str]:
     return words
 
 
+
+def _stated_version(plan: dict[str, Any], point: dict[str, Any]) -> str:
+    """The vLLM version to plan with: the plan mapping's, else the index's `version:` field (what the thread or the
+    log states; SGLang points keep their latest)."""
+    version = str(plan.get("version") or "")
+    if not version and point.get("engine") != "sglang":
+        found = _VERSION.search(str(point.get("version") or ""))
+        version = found.group(1) if found else ""
+    return version
+
 def plan_only(point: dict[str, Any], plan: dict[str, Any], model: str) -> dict[str, Any]:
     """Without the log: `vramctl plan --json` from the index's fields, scored against its `logged:` numbers."""
     cmd = [sys.executable, "-m", "vramctl", "plan", "--json", "--model", model]
@@ -159,10 +169,7 @@ def plan_only(point: dict[str, Any], plan: dict[str, Any], model: str) -> dict[s
     if point.get("engine") == "sglang":
         cmd += ["--engine", "sglang"]
     cmd += stated_flags(point)
-    version = str(plan.get("version") or "")
-    if not version and point.get("engine") != "sglang":
-        found = _VERSION.search(str(point.get("version") or ""))
-        version = found.group(1) if found else ""
+    version = _stated_version(plan, point)
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     attempts = [[*cmd, "--engine-version", version], cmd] if version else [cmd]
     proc = None
@@ -234,12 +241,8 @@ def compare(
         cmd += ["--gpu-memory", str(plan["gpu_memory"])]
     elif plan.get("gpu"):
         cmd += ["--gpu", str(plan["gpu"])]
-    version = str(plan.get("version") or "")
-    if not version and (point or {}).get("engine") != "sglang":
-        # the index's version field (what the thread or the log states), as the plan path reads it: without it a
-        # log whose excerpt names no version would be compared with the newest vLLM's rules
-        found = _VERSION.search(str((point or {}).get("version") or ""))
-        version = found.group(1) if found else ""
+    # without the index's version a log whose excerpt names none would be compared with the newest vLLM's rules
+    version = _stated_version(plan, point or {})
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     # read-log refuses a version other than one the log states itself: then the log's own is used
     attempts = [[*cmd, "--engine-version", version], cmd] if version else [cmd]
