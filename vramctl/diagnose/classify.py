@@ -1703,6 +1703,11 @@ IMPOSSIBLE_UTILIZATION = 0.99
 """A vLLM `gpu_memory_utilization` no start-up can meet (`_impossible_utilization`)."""
 
 
+def _told_start_died(an: _Analyser) -> bool:
+    """The report's words say the server never came up or its process went away, not that it stalled."""
+    return "words_start_died" in an.global_hints and "words_stall" not in an.global_hints
+
+
 def _startup_death(an: _Analyser, stats: ScanStats, warnings: list[str], source: str) -> Diagnosis | None:
     """A start-up the report says ended, in a log that stops inside it with no error line: a process killed.
 
@@ -1715,7 +1720,7 @@ def _startup_death(an: _Analyser, stats: ScanStats, warnings: list[str], source:
     loading, torch.compile's workers use it while profiling). `host-oom-killer`, low: the log does not show the kill.
     A log that reaches serving, a stall, and words without start-up progress lines stay "no failure".
     """
-    if "words_start_died" not in an.global_hints or "words_stall" in an.global_hints or not an.markers:
+    if not _told_start_died(an) or not an.markers:
         return None
     last = an.markers[-1]
     if last.done == "graph-capture" or any(m.phase == "serving" for m in an.markers):
@@ -1744,9 +1749,7 @@ def _impossible_utilization(
     report that the server could not start or load (`words_start_died`) and no stall, the setting is the failure:
     `gpu-util-exceeds-free-memory`, low (the log does not show the check). A log that reached serving stays as it is.
     """
-    if "words_start_died" not in an.global_hints or "words_stall" in an.global_hints:
-        return None
-    if any(m.phase == "serving" for m in an.markers):
+    if not _told_start_died(an) or any(m.phase == "serving" for m in an.markers):
         return None
     util = an.global_facts.get("gpu_memory_utilization")
     if util is None or not isinstance(util[1], (int, float)) or util[1] < IMPOSSIBLE_UTILIZATION:
@@ -1756,7 +1759,9 @@ def _impossible_utilization(
         f"{util[1]:g} (line {util[0]}): vLLM wants that share of the card free at start-up, which its own CUDA "
         "context already makes impossible"
     )
-    return _told_failure(an, stats, warnings, source, "gpu-util-exceeds-free-memory", "startup-check", why, None, "impossible-utilization")
+    return _told_failure(
+        an, stats, warnings, source, "gpu-util-exceeds-free-memory", "startup-check", why, None, "impossible-utilization"
+    )
 
 
 def _told_failure(
