@@ -217,3 +217,14 @@ def test_a_failed_start_at_a_utilisation_no_card_can_free_is_the_startup_budget(
 def test_a_utilisation_without_a_failed_start_or_a_possible_one_is_no_failure(text: str) -> None:
     # counterpart: a possible utilisation, no report of a failed start, a stall
     assert not diagnose_text(text).is_memory_failure
+
+
+def test_a_utilisation_of_one_on_vllm_0_34_is_no_startup_budget_failure() -> None:
+    # vLLM 0.34's extensible KV cache has no start-up free-memory check and u = 1.0 is its default
+    told = "vllm serve org/model-3b --gpu-memory-utilization 1.0 fails to start, no error message\n"
+    assert diagnose_text("INFO 12-01 10:00:00 [__init__.py:239] vLLM version 0.33.0\n" + told).cause == (
+        "gpu-util-exceeds-free-memory"
+    )
+    assert diagnose_text("INFO 12-01 10:00:00 [__init__.py:239] vLLM version 0.34.0\n" + told).cause != (
+        "gpu-util-exceeds-free-memory"
+    )

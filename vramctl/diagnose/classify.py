@@ -1751,6 +1751,8 @@ def _impossible_utilization(
     """
     if not _told_start_died(an) or any(m.phase == "serving" for m in an.markers):
         return None
+    if an.engine() == "vllm" and an.engine_version is not None and _sized_after_warmup(an.engine_version[1]):
+        return None  # vLLM 0.34's extensible KV cache: no free-memory check, and u = 1.0 is its default
     util = an.global_facts.get("gpu_memory_utilization")
     if util is None or not isinstance(util[1], (int, float)) or util[1] < IMPOSSIBLE_UTILIZATION:
         return None
@@ -1762,6 +1764,17 @@ def _impossible_utilization(
     return _told_failure(
         an, stats, warnings, source, "gpu-util-exceeds-free-memory", "startup-check", why, None, "impossible-utilization"
     )
+
+
+def _sized_after_warmup(version: str) -> bool:
+    """Whether this vLLM release sizes its KV cache after warm-up by default (the extensible KV cache, 0.34 →:
+    `VllmRules.extensible_kv_cache`), so that it skips the start-up free-memory check."""
+    from vramctl.core.engines.vllm.rules import rules_for
+
+    try:
+        return rules_for(version).extensible_kv_cache
+    except (BadInputError, ValueError):
+        return False
 
 
 def _told_failure(
