@@ -188,10 +188,27 @@ def _fix_advice(action: str, flag: str, value: str, reason: str) -> FixAdvice:
 
 
 def _completed_fixes(
-    cause: str, phase: str, names: dict[str, Any], engine: str | None, fixes: list[FixAdvice]
+    cause: str,
+    phase: str,
+    names: dict[str, Any],
+    engine: str | None,
+    fixes: list[FixAdvice],
+    version: str | None,
 ) -> list[FixAdvice]:
-    """The fixes with a number where the label's knobs give one (fixvalues.complete_fixes), at most five."""
-    return complete_fixes(cause, phase, names, engine, fixes, _fix_advice)[:5]
+    """The fixes with a number where the label's knobs give one (fixvalues.complete_fixes), at most five; `version`
+    (the release the log names) decides the engine's defaults."""
+    return complete_fixes(cause, phase, names, engine, fixes, _fix_advice, version)[:5]
+
+
+def _vllm_release(engine_version: tuple[str, str] | None) -> str | None:
+    """The vLLM release of an (engine, version) pair, None for another engine's: vLLM's defaults follow it."""
+    return engine_version[1] if engine_version is not None and engine_version[0] == "vllm" else None
+
+
+def _running_version(an: _Analyser, end_line: int) -> tuple[str, str] | None:
+    """(engine, version) of the run that failed: the last version printed up to `end_line`, else the log's first."""
+    running = [v for v in an.versions if v[0] <= end_line]
+    return (running[-1][1], running[-1][2]) if running else an.engine_version
 
 
 # --------------------------------------------------------------------------------------------------
@@ -883,8 +900,10 @@ class _Analyser:
         cat = self.cat
         self._engine(line.raw)
         # a line naming two versions (`sglang==0.1.17, vllm==0.4.3`): the first named wins (the line's keys are a set,
-        # whose order changes from run to run)
-        version_keys = [key for key in hit.keys if key in self.version_keys]
+        # whose order changes from run to run). Looked up in the text, not among the line's keys: the key scan keeps
+        # no phrase overlapping one it took (`Initializing a V1 LLM engine (v0.22.1)` holds the banner key and,
+        # overlapping it, the version key `LLM engine (v`)
+        version_keys = [key for key in self.version_keys if key in text]
         if len(version_keys) > 1:
             version_keys.sort(key=lambda k: (text.find(k) % (len(text) + 1), k))
         for key in version_keys:
@@ -1434,8 +1453,11 @@ def _decide(
         fixes.append(advice)
         if len(fixes) >= 5:
             break
+    # the version of the run that failed: the last one printed before the failure
+    current = _running_version(an, incident.end)
+    version = current[1] if current is not None else None
     if cause not in ("not-oom", "no-failure"):
-        fixes = _completed_fixes(cause, phase, names, engine, fixes)
+        fixes = _completed_fixes(cause, phase, names, engine, fixes, _vllm_release(current))
     do_not_src = list(sig.do_not) if (not refined or cause == sig.cause) else []
     if info is not None and not do_not_src:
         do_not_src.extend(info.do_not)
@@ -1496,10 +1518,6 @@ def _decide(
         exc = names.get("exception")
         what = f"an exception that is not about memory: {exc}" if exc else what
     summary = info.summary if info is not None else cause
-    # the version of the run that failed: the last one printed before the failure
-    running = [v for v in an.versions if v[0] <= incident.end]
-    current = (running[-1][1], running[-1][2]) if running else an.engine_version
-    version = current[1] if current is not None else None
     if current is not None and engine is None:
         engine = current[0]
     return Diagnosis(
@@ -1802,7 +1820,7 @@ def _told_failure(
             advice = _apply_fix(fix, names, engine)
             if advice is not None and len(fixes) < 5:
                 fixes.append(advice)
-    fixes = _completed_fixes(cause, phase, names, engine, fixes)
+    fixes = _completed_fixes(cause, phase, names, engine, fixes, _vllm_release(an.engine_version))
     words_line = an.global_hints["words_start_died"]
     evidence = [Evidence(words_line, an.global_hint_text.get("words_start_died", "")[:300])]
     if marker is not None and marker.line != words_line:
@@ -1937,6 +1955,7 @@ def _with_log_settings_fix(result: Diagnosis, source: object) -> Diagnosis:
         source,
         MAX_PLAN_LOG_BYTES,
         _fix_advice,
+        result.engine_version,
     )
     return result if fixes is None else dataclasses.replace(result, fixes=tuple(fixes[:5]))
 

@@ -14,8 +14,9 @@ that every (label, engine) pair gets a flag and a number:
 
 Sources (flag spellings and defaults, as each engine's CLI defines them):
 
-- vLLM: `vllm/engine/arg_utils.py` `EngineArgs` and `vllm/config/{cache,scheduler,parallel}.py` (v0.11-v0.33):
-  `--gpu-memory-utilization` 0.9, `--max-num-seqs` 256 (the `LLM` class; the API server raises it on large cards),
+- vLLM: `vllm/engine/arg_utils.py` `EngineArgs` and `vllm/config/{cache,scheduler,parallel}.py` (v0.11-v0.34):
+  `--gpu-memory-utilization` 0.9 to 0.19, 0.92 from 0.20, 1.0 with 0.34's extensible KV cache (the logged release's
+  default, from `vramctl.core.engines.vllm.rules`), `--max-num-seqs` 256 (the `LLM` class; the API server raises it on large cards),
   `--max-num-batched-tokens` 8192 (V1 API server, `_set_default_args`), `--tensor-parallel-size` 1, `--swap-space`
   4 (V0), `--max-model-len` the model's own (no fixed default).
 - SGLang: `python/sglang/srt/server_args.py` `ServerArgs` (v0.4-v0.5.x): `--mem-fraction-static` 0.88 at TP 1
@@ -56,6 +57,9 @@ class Knob:
     """The engine's documented default (None: it depends on the model or the card)."""
     stated: float | None = None
     """Without a setting or a fixed default: a value that makes the engine start, said so in the reason."""
+    default_name: str | None = None
+    """The name of a default that depends on the engine's release (`fixvalues.release_defaults` puts it in the
+    log's names); `default` is then the value used when the log names no release."""
     stated_note: str = ""
     kind: str = "float"
     """`float` (a ratio, 2 decimals), `int`, `bytes`."""
@@ -74,7 +78,9 @@ MODELS = "models"  # models kept loaded at once (Ollama)
 
 ENGINE_KNOBS: dict[str, dict[str, Knob]] = {
     "vllm": {
-        BUDGET: Knob("--gpu-memory-utilization", "gpu_memory_utilization", 0.9),
+        BUDGET: Knob(
+            "--gpu-memory-utilization", "gpu_memory_utilization", 0.9, default_name="vllm_default_utilization"
+        ),
         SEQS: Knob("--max-num-seqs", "max_num_seqs", 256, kind="int"),
         TOKENS: Knob("--max-num-batched-tokens", "max_num_batched_tokens", 8192, kind="int"),
         CONTEXT: Knob(

@@ -110,6 +110,7 @@ def refine_fixes(
     source: object,
     max_bytes: int,
     make: Any,
+    version: str | None = None,
 ) -> tuple[Any, ...] | None:
     """The fixes with a default-based number computed again from the fix-only settings the log prints, or None when
     nothing changes (no such fix, no such setting, the same answer). `make(action, flag, value, reason)`."""
@@ -125,7 +126,7 @@ def refine_fixes(
     if not extra:
         return None
     names = {**extra, **facts}
-    found = numeric_fix(cause, phase, names, engine)
+    found = numeric_fix(cause, phase, names, engine, version)
     if found is None:
         return None
     flag, value, action, reason = found

@@ -15,8 +15,9 @@ every label gets a number on every engine. A log that names no engine, or only a
 LMCache), takes vLLM's rows after its own; an Ollama log (`ollama` among the names, set by `fixsettings`) takes
 Ollama's before llama.cpp's. A row that steps a setting must move it (`moves`). Defaults, with their sources:
 
-- vLLM `--gpu-memory-utilization` 0.9 (`vllm/config/cache.py` `CacheConfig.gpu_memory_utilization`, v0.11.0;
-  `vllm/config.py` in 0.6-0.10), `--max-num-seqs` 256 (`SchedulerConfig.max_num_seqs`, the `LLM` class and
+- vLLM `--gpu-memory-utilization`: the logged release's default (`release_defaults`, from
+  `vramctl.core.engines.vllm.rules`: 0.9 to 0.19, 0.92 from 0.20, 1.0 with 0.34's extensible KV cache), 0.9 when
+  the log names no release (`vllm/config/cache.py` `CacheConfig.gpu_memory_utilization`), `--max-num-seqs` 256 (`SchedulerConfig.max_num_seqs`, the `LLM` class and
   smaller GPUs; the API server uses 1024 on 70 GiB+ cards since 0.8), `--max-num-batched-tokens` 8192 for the
   V1 API server (`EngineArgs._set_default_args_v1`, v0.11.0), `--swap-space` 4 GiB (`CacheConfig.swap_space`,
   V0), `VLLM_FLASHINFER_WORKSPACE_BUFFER_SIZE` 394 MiB (`vllm/envs.py`, v0.11.0).
@@ -123,8 +124,8 @@ class NumericFix:
     kind: str = "float"
     """`float` (2 decimals), `int`, `bytes` (an integer number of bytes) or `Gi` (a Kubernetes quantity, whole GiB)."""
     moves: str = ""
-    """`up:NAME` / `down:NAME`: the value must be above / below the log's NAME (a step that would not move it is no
-    fix: 0.95 is no raise of 0.97)."""
+    """`up:NAME` / `down:NAME` (several, space-separated): the value must be above / below the log's NAME (a step that
+    would not move it is no fix: 0.95 is no raise of 0.97)."""
 
 
 def _row(
@@ -159,9 +160,10 @@ NUMERIC_FIXES: tuple[NumericFix, ...] = (
         "gpu-util-exceeds-free-memory",
         "--gpu-memory-utilization",
         "vllm",
-        "0.8",
+        "floor2(vllm_default_utilization - 0.1)",
         "lower the utilisation so that u x total fits beside the other processes",
-        "vLLM's default 0.9 minus 0.1 (the log prints neither the utilisation nor the free memory)",
+        "{vllm_default_words} minus 0.1 (the log prints neither the utilisation nor the free memory)",
+        moves="down:vllm_default_utilization",
     ),
     _row(
         "gpu-util-exceeds-free-memory",
@@ -183,9 +185,10 @@ NUMERIC_FIXES: tuple[NumericFix, ...] = (
         "version-regression",
         "--gpu-memory-utilization",
         "vllm",
-        "0.85",
+        "floor2(vllm_default_utilization - 0.05)",
         "lower the utilisation a little (the newer stack uses more memory before the budget), or pin the version that worked",
-        "vLLM's default 0.9 minus 0.05",
+        "{vllm_default_words} minus 0.05",
+        moves="down:vllm_default_utilization",
     ),
     _row(
         "version-regression",
@@ -283,9 +286,10 @@ NUMERIC_FIXES: tuple[NumericFix, ...] = (
         "no-kv-cache-memory",
         "--gpu-memory-utilization",
         "vllm",
-        "0.95",
+        "min(0.95, floor2(vllm_default_utilization + 0.05))",
         "RAISE the utilisation: the KV cache gets what is left of the budget",
-        "vLLM's default is 0.9",
+        "{vllm_default_words} plus 0.05 (at most 0.95)",
+        moves="up:vllm_default_utilization",
     ),
     _row(
         "no-kv-cache-memory",
@@ -416,9 +420,10 @@ NUMERIC_FIXES: tuple[NumericFix, ...] = (
         "kv-pool-overcommit",
         "--gpu-memory-utilization",
         "vllm",
-        "0.87",
+        "floor2(vllm_default_utilization - 0.03)",
         "lower the utilisation a little so the pool allocation fits",
-        "vLLM's default 0.9 minus 0.03",
+        "{vllm_default_words} minus 0.03",
+        moves="down:vllm_default_utilization",
     ),
     _row(
         "kv-pool-overcommit",
@@ -586,9 +591,10 @@ NUMERIC_FIXES: tuple[NumericFix, ...] = (
         "cuda-graph-capture-oom",
         "--gpu-memory-utilization",
         "vllm",
-        "0.87",
+        "floor2(vllm_default_utilization - 0.03)",
         "lower the utilisation so the graph pool fits beside the KV cache",
-        "vLLM's default 0.9 minus 0.03",
+        "{vllm_default_words} minus 0.03",
+        moves="down:vllm_default_utilization",
     ),
     _row(
         "cuda-graph-capture-oom",
@@ -747,9 +753,10 @@ NUMERIC_FIXES: tuple[NumericFix, ...] = (
         "allocator-fragmentation",
         "--gpu-memory-utilization",
         "vllm",
-        "0.87",
+        "floor2(vllm_default_utilization - 0.03)",
         "and leave the allocator some slack: lower the utilisation a little",
-        "vLLM's default 0.9 minus 0.03",
+        "{vllm_default_words} minus 0.03",
+        moves="down:vllm_default_utilization",
     ),
     _row(
         "kv-pool-exhausted-runtime",
@@ -810,9 +817,10 @@ NUMERIC_FIXES: tuple[NumericFix, ...] = (
         "non-torch-allocation-oom",
         "--gpu-memory-utilization",
         "vllm",
-        "0.85",
+        "floor2(vllm_default_utilization - 0.05)",
         "leave memory outside the KV budget for library buffers: lower the utilisation",
-        "vLLM's default 0.9 minus 0.05",
+        "{vllm_default_words} minus 0.05",
+        moves="down:vllm_default_utilization",
     ),
     _row(
         "non-torch-allocation-oom",
@@ -1127,6 +1135,36 @@ _KIND_ACTIONS: dict[str, tuple[str, str]] = {
 }
 
 
+RELEASE_DEFAULT_NAMES = frozenset({"vllm_default_utilization"})
+"""The names `release_defaults` adds (a row over one of them is a default row, not a setting row)."""
+
+VLLM_UNNAMED_RELEASE_UTILIZATION = 0.9
+"""vLLM's `--gpu-memory-utilization` default for a log that names no release: that of 0.6-0.19 (`vllm/config.py`
+`CacheConfig`; `vllm/config/cache.py` from 0.11), the releases most logs without a version banner come from."""
+
+
+def release_defaults(names: Mapping[str, Any], engine: str | None, version: str | None) -> dict[str, Any]:
+    """`names` with the defaults that depend on the engine's release: `vllm_default_utilization` (vLLM's
+    `--gpu-memory-utilization` when unset: `VllmRules.default_utilization`, or 1.0 where the extensible KV cache
+    sizes the pool, unless the log sets `kv_cache_memory_bytes`) and `vllm_default_words` (how a reason names it).
+    A log that names no vLLM release takes `VLLM_UNNAMED_RELEASE_UTILIZATION`."""
+    util, words = VLLM_UNNAMED_RELEASE_UTILIZATION, f"vLLM's default {VLLM_UNNAMED_RELEASE_UTILIZATION:g}"
+    if version and engine in (None, "vllm", *EMBEDDING_ENGINES):
+        from vramctl.core.engines.vllm import rules as vllm_rules
+        from vramctl.core.errors import BadInputError
+
+        try:
+            rules = vllm_rules.rules_for(version)
+        except (BadInputError, ValueError):
+            rules = None
+        if rules is not None:
+            extensible = rules.extensible_kv_cache and not names.get("kv_cache_memory_bytes")
+            util = vllm_rules.EXTENSIBLE_DEFAULT_UTILIZATION if extensible else rules.default_utilization
+            shown = f"{util:.1f}" if util == int(util) else f"{util:g}"
+            words = f"vLLM {version}'s default {shown}" + (" (its extensible KV cache)" if extensible else "")
+    return {**names, "vllm_default_utilization": util, "vllm_default_words": words}
+
+
 def _knob_rows() -> tuple[NumericFix, ...]:
     """The rows of `fixknobs`: per label, the knobs it turns; per engine, its spelling, the log's setting, then the
     default (or a stated value)."""
@@ -1160,6 +1198,22 @@ def _knob_rows() -> tuple[NumericFix, ...]:
                             moves=f"{'up' if up else 'down'}:{knob.setting}",
                         )
                     )
+                if knob.default_name is not None and step != "stated":
+                    # a default that depends on the release: an expression over it, checked when the fix is made
+                    rows.append(
+                        _row(
+                            cause,
+                            knob.flag,
+                            engine,
+                            formula.replace("X", knob.default_name),
+                            action,
+                            f"{knob.flag} is {{vllm_default_words}} where the log does not print it; {words}",
+                            phases=phases,
+                            kind=row_kind,
+                            moves=f"{'up' if up else 'down'}:{knob.default_name}",
+                        )
+                    )
+                    continue
                 if knob.default is not None and step != "stated":
                     value = evaluate(compile_expression(formula.replace("X", repr(float(knob.default)))), {})
                     if (
@@ -1233,19 +1287,22 @@ def _engine_order(engine: str | None, names: Mapping[str, Any]) -> tuple[str, ..
 
 
 def _moves(row: NumericFix, value: float, names: Mapping[str, Any]) -> bool:
-    if not row.moves:
-        return True
-    direction, _, name = row.moves.partition(":")
-    current = names.get(name)
-    if not isinstance(current, (int, float)) or isinstance(current, bool):
-        return True
-    return value > current if direction == "up" else value < current
+    for condition in row.moves.split():
+        direction, _, name = condition.partition(":")
+        current = names.get(name)
+        if not isinstance(current, (int, float)) or isinstance(current, bool):
+            continue
+        if not (value > current if direction == "up" else value < current):
+            return False
+    return True
 
 
 def numeric_fix(
-    cause: str, phase: str, names: Mapping[str, Any], engine: str | None
+    cause: str, phase: str, names: Mapping[str, Any], engine: str | None, version: str | None = None
 ) -> tuple[str, str, str, str] | None:
-    """(flag, value, action, reason) of the first row of `cause` whose value the log's facts give."""
+    """(flag, value, action, reason) of the first row of `cause` whose value the log's facts give; `version` is the
+    engine release the log names (it decides the defaults of `release_defaults`)."""
+    names = release_defaults(names, engine, version)
     for who in _engine_order(engine, names):
         for row in NUMERIC_FIXES:
             if row.cause != cause or not _applies(row, who, phase):
@@ -1275,14 +1332,20 @@ def numeric_fix(
 
 
 def complete_fixes(
-    cause: str, phase: str, names: Mapping[str, Any], engine: str | None, fixes: Sequence[Any], make: Any
+    cause: str,
+    phase: str,
+    names: Mapping[str, Any],
+    engine: str | None,
+    fixes: Sequence[Any],
+    make: Any,
+    version: str | None = None,
 ) -> list[Any]:
     """The fixes, with a flag and a number added where none of them has one (`make(action, flag, value, reason)`
     builds a fix). A fix for the same flag without a value is replaced in place; otherwise the number goes second."""
     out = list(fixes)
     if any(f.flag and is_numeric_value(f.value) for f in out):
         return out
-    found = numeric_fix(cause, phase, names, engine)
+    found = numeric_fix(cause, phase, names, engine, version)
     if found is None:
         return out
     flag, value, action, reason = found
@@ -1309,6 +1372,7 @@ def _with_moves(rows: tuple[NumericFix, ...]) -> tuple[NumericFix, ...]:
     out: list[NumericFix] = []
     last: dict[tuple[str, str], str] = {}
     for row in rows:
+        key = (row.cause, row.flag)
         if not row.moves:
             for pattern, direction in _MOVES:
                 m = pattern.match(row.value)
@@ -1316,10 +1380,14 @@ def _with_moves(rows: tuple[NumericFix, ...]) -> tuple[NumericFix, ...]:
                     row = dataclasses.replace(row, moves=f"{direction}:{m.group(1)}")
                     break
             else:
-                if _NUMBER_RE.match(row.value) and (row.cause, row.flag) in last:
-                    row = dataclasses.replace(row, moves=last[(row.cause, row.flag)])
-        if row.moves:
-            last[(row.cause, row.flag)] = row.moves
+                if _NUMBER_RE.match(row.value) and key in last:
+                    row = dataclasses.replace(row, moves=last[key])
+        if row.moves.partition(":")[2] in RELEASE_DEFAULT_NAMES:
+            # a release default moved: it must also move the log's setting when the log prints it
+            if key in last and last[key] not in row.moves.split():
+                row = dataclasses.replace(row, moves=f"{row.moves} {last[key]}")
+        elif row.moves:
+            last[key] = row.moves
         out.append(row)
     return tuple(out)
 
