@@ -98,3 +98,23 @@ def test_without_a_banner_the_fix_says_it_assumed_the_common_default() -> None:
     d = diagnose_text(CAPTURE_OOM)
     fix = next(f for f in d.fixes if f.flag == "--gpu-memory-utilization")
     assert d.engine_version is None and fix.value == "0.87" and "vLLM's default 0.9" in fix.reason
+
+
+NO_KV = (
+    "INFO 11-20 09:12:04 [api_server.py:1043] vLLM API server version {v}\n"
+    "INFO 11-20 09:12:04 [cli_args.py:297] non-default args: {{'model': 'org/m-14b', 'max_model_len': 4096{extra}}}\n"
+    "ERROR 11-20 09:12:50 [core.py:396] ValueError: No available memory for the cache blocks. Try increasing "
+    "`gpu_memory_utilization` when initializing the engine.\n"
+)
+
+
+def test_no_kv_memory_without_numbers_raises_from_the_releases_default() -> None:
+    d = diagnose_text(NO_KV.format(v="0.22.1", extra=""))
+    assert d.cause == "no-kv-cache-memory"
+    fix = next(f for f in d.fixes if f.flag == "--gpu-memory-utilization")
+    assert fix.value == "0.95" and "0.22.1's default 0.92" in fix.reason
+    # the log's own 0.97: no "raise" to 0.95
+    d = diagnose_text(NO_KV.format(v="0.22.1", extra=", 'gpu_memory_utilization': 0.97"))
+    assert all(
+        f.value is None or float(f.value) > 0.97 for f in d.fixes if f.flag == "--gpu-memory-utilization"
+    ), d.fixes

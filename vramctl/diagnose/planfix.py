@@ -148,7 +148,12 @@ def plan_checked_fix(
         )
     if cause == "no-kv-cache-memory":
         key = "mem_fraction_static" if sglang else "gpu_memory_utilization"
-        current = getattr(settings, key, None) or (0.88 if sglang else 0.9)
+        current = getattr(settings, key, None)
+        if current is None and not sglang:
+            # unset: the planned release's own default (0.9 / 0.92 / 1.0), as plan resolves it
+            base = _fits(model, gpu, settings)
+            current = getattr(getattr(base, "settings", None), key, None)
+        current = current or (0.88 if sglang else 0.9)
         step = round(float(current) + 0.01, 2)
         while step <= 0.98:
             result = _fits(model, gpu, settings.with_changes(**{key: step}))
