@@ -170,6 +170,7 @@ HELD_OUT = (
     "fresh5.yaml",
     "fresh6.yaml",
     "fresh7.yaml",
+    "fresh8.yaml",
 )
 
 
@@ -181,6 +182,7 @@ HELD_OUT = (
         ("fresh5.yaml", 40, 30, True),
         ("fresh6.yaml", 39, 27, True),
         ("fresh7.yaml", 22, 13, True),
+        ("fresh8.yaml", 25, 14, True),
     ],
 )
 def test_held_out_label_file_is_valid(name: str, min_cases: int, min_failures: int, even_only: bool) -> None:
