@@ -34,10 +34,14 @@ def test_a_failure_nothing_places_in_a_colocated_trainer_is_the_shared_card(text
 
 
 def test_the_fix_names_the_trainers_own_key_with_a_number() -> None:
-    d = diagnose_text("GRPO training: OOM at step 5, my config has vllm_gpu_memory_utilization=0.8 and use_vllm=True")
+    d = diagnose_text(
+        "GRPO training: OOM at step 5, my config has vllm_gpu_memory_utilization=0.8 and use_vllm=True"
+    )
     fix = next(f for f in d.fixes if f.flag == "vllm_gpu_memory_utilization")
     assert fix.value == "0.7"  # a tenth of the card back to the trainer
-    verl = diagnose_text("PPO run dies with OOM on 4x A100 40G, actor_rollout_ref.rollout.gpu_memory_utilization=0.75")
+    verl = diagnose_text(
+        "PPO run dies with OOM on 4x A100 40G, actor_rollout_ref.rollout.gpu_memory_utilization=0.75"
+    )
     fix = next(f for f in verl.fixes if f.flag == "actor_rollout_ref.rollout.gpu_memory_utilization")
     assert fix.value == "0.65"
 
@@ -116,7 +120,9 @@ LMCACHE_ENV = "\n".join(
 
 
 def test_failing_to_allocate_beside_lmcaches_cpu_buffer_is_that_buffer() -> None:
-    d = diagnose_text("vLLM + LMCache: failing to allocate memory after a few hundred requests\n" + LMCACHE_ENV)
+    d = diagnose_text(
+        "vLLM + LMCache: failing to allocate memory after a few hundred requests\n" + LMCACHE_ENV
+    )
     assert d.is_memory_failure
     assert d.cause == "host-kv-buffer-exhausted"
 
@@ -128,11 +134,15 @@ def test_failing_to_allocate_is_a_failure_word() -> None:
 
 
 def test_a_torch_oom_beside_lmcache_keeps_the_gpu() -> None:
-    text = LMCACHE_ENV + "\n" + (
-        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
-        "79.15 GiB of which 1.00 GiB is free. Including non-PyTorch memory, this process has 78.10 GiB memory in use. "
-        "Of the allocated memory 77.00 GiB is allocated by PyTorch, and 100.00 MiB is reserved by PyTorch but "
-        "unallocated."
+    text = (
+        LMCACHE_ENV
+        + "\n"
+        + (
+            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
+            "79.15 GiB of which 1.00 GiB is free. Including non-PyTorch memory, this process has 78.10 GiB memory in use. "
+            "Of the allocated memory 77.00 GiB is allocated by PyTorch, and 100.00 MiB is reserved by PyTorch but "
+            "unallocated."
+        )
     )
     assert diagnose_text(text).cause != "host-kv-buffer-exhausted"
 
@@ -141,7 +151,9 @@ def test_a_torch_oom_beside_lmcache_keeps_the_gpu() -> None:
 
 
 def test_kv_cache_exhaustion_in_words_is_the_pool() -> None:
-    d = diagnose_text("Under load the server hits an OOM: KV cache exhaustion in the middle of long requests.")
+    d = diagnose_text(
+        "Under load the server hits an OOM: KV cache exhaustion in the middle of long requests."
+    )
     assert d.cause == "kv-pool-exhausted-runtime"
     assert d.phase == "serving"
 
@@ -150,7 +162,9 @@ def test_kv_cache_exhaustion_in_words_is_the_pool() -> None:
 
 
 def test_an_oom_kill_after_an_upgrade_is_the_host() -> None:
-    d = diagnose_text("Pods get OOM Killed every few hours after upgrading the proxy image to the new release.")
+    d = diagnose_text(
+        "Pods get OOM Killed every few hours after upgrading the proxy image to the new release."
+    )
     assert d.cause == "host-oom-killer"
 
 
@@ -205,3 +219,29 @@ def test_a_memory_leak_title_is_a_leak() -> None:
 )
 def test_words_that_only_look_like_oom_are_no_failure(text: str) -> None:
     assert not diagnose_text(text).is_memory_failure
+
+
+# ---------------------------------------------------------------- torch's process list in a container
+
+
+def _torch_oom(processes: str, allocated: str, cached: str) -> str:
+    return (
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 300.00 MiB. GPU 0 has a total capacity of "
+        f"47.50 GiB of which 60.00 MiB is free. {processes} Of the allocated memory {allocated} is allocated by "
+        f"PyTorch, and {cached} is reserved by PyTorch but unallocated."
+    )
+
+
+def test_a_listed_process_beside_this_pytorch_in_a_container_holds_the_card() -> None:
+    # no `this process has`: torch in a container cannot name itself; 30 GiB listed + 16 GiB this PyTorch's = the card
+    listed = "Process 4242 has 30.00 GiB memory in use. Process 4343 has 17.10 GiB memory in use."
+    text = _torch_oom(listed, "15.60 GiB", "200.00 MiB")
+    d = diagnose_text(text)
+    assert d.cause == "gpu-util-exceeds-free-memory"
+    assert d.confidence == "low"
+
+
+def test_a_single_listed_process_that_is_this_pytorch_is_not_another() -> None:
+    # the one listed process holds what this PyTorch reserved: itself, not a neighbour
+    text = _torch_oom("Process 4242 has 47.10 GiB memory in use.", "46.30 GiB", "200.00 MiB")
+    assert diagnose_text(text).cause != "gpu-util-exceeds-free-memory"
