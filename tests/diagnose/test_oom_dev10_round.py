@@ -245,3 +245,55 @@ def test_a_single_listed_process_that_is_this_pytorch_is_not_another() -> None:
     # the one listed process holds what this PyTorch reserved: itself, not a neighbour
     text = _torch_oom("Process 4242 has 47.10 GiB memory in use.", "46.30 GiB", "200.00 MiB")
     assert diagnose_text(text).cause != "gpu-util-exceeds-free-memory"
+
+
+# ---------------------------------------------------------------- waking a sleeping engine
+
+WAKE_TRACE = "\n".join(
+    [
+        "Traceback (most recent call last):",
+        '  File "/opt/trainer/workers/rollout.py", line 88, in generate',
+        "    self.inference_engine.wake_up()",
+        '  File "/usr/lib/python3/site-packages/vllm/entrypoints/llm.py", line 1410, in wake_up',
+        "    self.llm_engine.wake_up(tags)",
+        '  File "/usr/lib/python3/site-packages/vllm/device_allocator/cumem.py", line 231, in wake_up',
+        "    create_and_map(handle)",
+        "RuntimeError: CUDA Error: out of memory at /workspace/csrc/cumem_allocator.cpp:62",
+    ]
+)
+
+
+def test_the_allocator_failing_at_wake_up_is_memory_held_by_someone_else() -> None:
+    # wake_up re-creates exactly what the engine released at sleep: it no longer fits because someone else holds it
+    d = diagnose_text(WAKE_TRACE)
+    assert d.cause == "gpu-util-exceeds-free-memory"
+    assert d.confidence == "medium"
+
+
+def test_an_oom_told_after_a_wake_up_is_memory_held_by_someone_else() -> None:
+    d = diagnose_text(
+        "sleep() did not free anything and after wakeup the next generate fails with CUDA out of memory"
+    )
+    assert d.cause == "gpu-util-exceeds-free-memory"
+
+
+def test_a_wake_up_that_succeeded_does_not_place_a_later_oom() -> None:
+    # vLLM's own line after a successful wake-up, then an OOM inside a request's forward
+    text = "\n".join(
+        [
+            "INFO 08-02 23:48:05 [executor_base.py:227] It took 0.61 seconds to wake up tags ['weights'].",
+            "Traceback (most recent call last):",
+            '  File "/usr/lib/python3/site-packages/vllm/v1/worker/gpu_model_runner.py", line 1500, in execute_model',
+            "    hidden = self.model(input_ids)",
+            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 12.00 GiB. GPU 0 has a total capacity of "
+            "79.15 GiB of which 2.00 GiB is free. Including non-PyTorch memory, this process has 77.10 GiB memory in "
+            "use. Of the allocated memory 76.00 GiB is allocated by PyTorch, and 300.00 MiB is reserved by PyTorch but "
+            "unallocated.",
+        ]
+    )
+    assert diagnose_text(text).cause != "gpu-util-exceeds-free-memory"
+
+
+def test_the_allocators_failure_outside_a_wake_up_keeps_its_old_answer() -> None:
+    d = diagnose_text("RuntimeError: CUDA Error: out of memory at /workspace/csrc/cumem_allocator.cpp:62")
+    assert d.cause == "non-torch-allocation-oom"
