@@ -940,16 +940,19 @@ def _dense_ffn_key(config: Mapping[str, Any], is_opt: bool) -> str:
 def _mla(config: Mapping[str, Any], where: str) -> MLASpec | None:
     if config.get("kv_lora_rank") is None:
         return None
+    sparse = config.get("index_topk") is not None
     return MLASpec(
         kv_lora_rank=get_int(config, "kv_lora_rank", where),
         qk_rope_head_dim=get_int(config, "qk_rope_head_dim", where),
         qk_nope_head_dim=get_int(config, "qk_nope_head_dim", where),
         v_head_dim=get_int(config, "v_head_dim", where),
         q_lora_rank=get_opt_int(config, "q_lora_rank", where),
-        # `index_topk` is how vLLM recognises DeepSeek-V3.2's sparse attention (DeepseekV32ForCausalLM config hook)
-        indexer_head_dim=(get_opt_int(config, "index_head_dim", where) or 128)
-        if config.get("index_topk") is not None
-        else 0,
+        # `index_topk` is how vLLM recognises DeepSeek-V3.2's sparse attention (`is_v32 = hasattr(config,
+        # "index_topk")`, vllm/model_executor/models/deepseek_v2.py, v0.32.0); the Indexer reads index_n_heads /
+        # index_head_dim from the config without defaults, DeepseekV32Config's are 64 / 128
+        indexer_head_dim=(get_opt_int(config, "index_head_dim", where) or 128) if sparse else 0,
+        indexer_heads=(get_opt_int(config, "index_n_heads", where) or 64) if sparse else 0,
+        indexer_topk=get_int(config, "index_topk", where) if sparse else 0,
     )
 
 
@@ -1712,7 +1715,11 @@ def spec_from_config(
             else int(head_dim * float(_partial_rotary(cfg, model_type)))
             if isinstance(_partial_rotary(cfg, model_type), int | float)
             else head_dim,
-        ),
+        )
+        # DeepSeek-V3.2's indexer builds its own rope (`indexer_rope_emb = get_rope(..., is_neox_style=not
+        # indexer_rope_interleave)`, deepseek_v2.py, v0.32.0); get_rope keys its cache on is_neox_style, and the MLA
+        # rope is not neox-style, so a second cos/sin cache of the same size
+        * (2 if mla is not None and mla.indexer_head_dim and not cfg.get("indexer_rope_interleave") else 1),
         torch_dtype=_dtype(cfg, where),
         param_count=0,
         weight_bytes=0,
