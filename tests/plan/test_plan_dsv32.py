@@ -117,6 +117,7 @@ def test_sglang_beside_vllm(capsys: pytest.CaptureFixture[str]) -> None:
     """`--engine both` on a B200: vLLM keeps bf16 (auto) while SGLang defaults DSA to FP8 there."""
     out = _plan(capsys, "--gpu", "b200", "-tp", "8", "--engine", "both")
     assert out["kv_bytes_per_token"] == LAYERS * (LATENT * 2 + INDEXER)
+    assert out["block_size"] == 64  # FLASHMLA_SPARSE's kernel blocks (multiples of 64), not CUTLASS MLA's 128
     assert out["sglang"]["bytes_per_token"] == LAYERS * (LATENT + INDEXER)
     assert any("fp8_e4m3 (SGLang's default for auto)" in line for line in out["sglang"]["branch"])
 
