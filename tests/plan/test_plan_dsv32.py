@@ -47,7 +47,12 @@ def test_the_indexer_parameters_are_counted() -> None:
     """V3.2 = V3 + per layer wq_b (q_lora_rank → heads × head_dim) + wk (hidden → head_dim) + weights_proj
     (hidden → heads) + k_norm weight and bias."""
     v3 = load_model("deepseek-v3")
-    hidden, q_lora, heads, head_dim = CFG["hidden_size"], CFG["q_lora_rank"], CFG["index_n_heads"], CFG["index_head_dim"]
+    hidden, q_lora, heads, head_dim = (
+        CFG["hidden_size"],
+        CFG["q_lora_rank"],
+        CFG["index_n_heads"],
+        CFG["index_head_dim"],
+    )
     per_layer = q_lora * heads * head_dim + hidden * head_dim + hidden * heads + 2 * head_dim
     assert per_layer == 13_959_424
     assert load_model("deepseek-v3.2").param_count == v3.param_count + LAYERS * per_layer
@@ -132,7 +137,9 @@ def test_sglang_beside_vllm(capsys: pytest.CaptureFixture[str]) -> None:
 def test_sglang_refuses_in_one_line(
     capsys: pytest.CaptureFixture[str], args: tuple[str, ...], says: str
 ) -> None:
-    code = main(["plan", "--model", "deepseek-v3.2", "--gpu", "h200", "-tp", "8", "--engine", "sglang", *args])
+    code = main(
+        ["plan", "--model", "deepseek-v3.2", "--gpu", "h200", "-tp", "8", "--engine", "sglang", *args]
+    )
     err = capsys.readouterr().err.strip()
     assert code == 2
     assert says in err and len(err.splitlines()) == 1 and "Traceback" not in err

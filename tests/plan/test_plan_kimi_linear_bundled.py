@@ -16,7 +16,9 @@ from vramctl.cli.main import main
 from vramctl.registry import load_model
 
 ROOT = Path(__file__).resolve().parents[2]
-CFG = yaml.safe_load((ROOT / "profiles" / "models" / "kimi-linear-48b-a3b-instruct.yaml").read_text())["config"]
+CFG = yaml.safe_load((ROOT / "profiles" / "models" / "kimi-linear-48b-a3b-instruct.yaml").read_text())[
+    "config"
+]
 KDA = CFG["linear_attn_config"]
 
 
