@@ -857,6 +857,9 @@ def _moe(config: Mapping[str, Any], model_type: str, where: str) -> MoESpec | No
         offset = get_int(config, "expert_layer_offset", where, default=1, minimum=0) % freq
     if "interleave_moe_layer_step" in config:  # Llama-4: every step-th layer is MoE (Maverick: 2)
         freq = get_int(config, "interleave_moe_layer_step", where)
+        # the last of each step: `(layer_idx + 1) % interleave_moe_layer_step == 0` (vllm/model_executor/models/
+        # llama4.py:341-342, v0.32.0), so Maverick's MoE layers are 1, 3, 5, … (matters for pipeline stages)
+        offset = freq - 1
     if "moe_layer_interval" in config or "moe_layer_start_index" in config:  # ERNIE-4.5 (vLLM ernie45_moe.py)
         freq = get_int(config, "moe_layer_interval", where, default=1)
         raw_start = config.get("moe_layer_start_index", 0)
