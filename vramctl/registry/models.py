@@ -82,6 +82,11 @@ _LAYERNORM_BIAS = {"nemotron"}
 _LAYOUT_REFUSED = {
     "hrm_text": "its two recurrent stacks (num_layers_per_stack layers run H_cycles × (L_cycles + 1) times, one KV "
     "cache per step; vLLM hrm_text.py) are not modelled",
+    "gemma3n_text": "Gemma-3n's per-layer input embeddings (vocab_size_per_layer_input × layers × "
+    "hidden_size_per_layer_input), AltUp / LAuReL blocks, per-layer MLP widths and the KV its last "
+    "num_kv_shared_layers layers share (vLLM gemma3n.py) are not modelled",
+    "qwen3_omni_moe": "Qwen3-Omni's thinker (a Qwen3-MoE decoder under thinker_config.text_config) is served with "
+    "its audio encoder and vision tower (vLLM qwen3_omni_moe_thinker.py), whose weights vramctl does not count",
 }
 """Plain-attention model types whose layout one ModelSpec cannot describe (one line each)."""
 _QK_NORM_WHOLE = {"olmo2", "minimax_m2", "olmo_hybrid"}
@@ -1646,6 +1651,8 @@ def spec_from_config(
     )
     cfg = pure_mamba_names(_nemotron_h_names(cfg, where), where)
     model_type = str(cfg.get("_text_model_type") or cfg.get("model_type") or "")
+    if str(cfg.get("model_type") or "") in _LAYOUT_REFUSED:  # a wrapper refused as a whole (Qwen3-Omni)
+        model_type = str(cfg.get("model_type"))
     if model_type in _LAYOUT_REFUSED:
         raise BadInputError(
             f"{where}: model_type {model_type!r} cannot be planned: {_LAYOUT_REFUSED[model_type]}"
