@@ -140,13 +140,16 @@ def token_bytes_per_layer(
     if model.mla is not None:
         indexer = model.mla.indexer_bytes_per_token
         if indexer and key.startswith("fp8"):
-            # DeepSeek-V3.2: any fp8 KV dtype becomes the packed fp8_ds_mla layout (vllm/model_executor/models/
-            # config.py DeepseekV32ForCausalLM.verify_and_update_config)
+            # DeepSeek-V3.2: FLASHMLA_SPARSE serves any fp8 KV dtype in the packed fp8_ds_mla layout (512 fp8 + 4
+            # float32 scales + 64 bf16 rope = 656 B; `_canonicalize_sparse_mla_kv_cache_dtype`,
+            # vllm/model_executor/layers/attention/mla_attention.py, v0.32.0)
             key = "fp8_ds_mla"
         if key in _MLA_PACKED_BYTES_PER_TOKEN:
             return _MLA_PACKED_BYTES_PER_TOKEN[key] + indexer
         element = kv_dtype_bytes(model, kv_cache_dtype, model_dtype=model_dtype)
-        # the indexer's K cache is a layer of its own in the same block (one page per layer, every rank)
+        # the indexer's K cache is a layer of its own (`DeepseekV32IndexerCache`: an MLAAttentionSpec of 132 uint8,
+        # max_tp_shards 1) grouped with the MLA layers in one UniformTypeKVCacheSpecs, whose page is the sum of its
+        # layers' pages (vllm/v1/kv_cache_interface.py, v0.32.0): latent + indexer per token and layer, every rank
         return int(model.mla.latent_dim * element) + indexer
     element = kv_dtype_bytes(model, kv_cache_dtype, model_dtype=model_dtype)
     return int(kv_heads_per_rank(model, tp) * model.head_dim * 2 * element)

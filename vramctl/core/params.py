@@ -147,6 +147,8 @@ def _attention_tensors(spec: ModelSpec) -> list[_Linear | _Vector]:
         ]
         out.append(_Linear(heads * (mla.qk_nope_head_dim + mla.v_head_dim), mla.kv_lora_rank, "col"))
         out.append(_Linear(hidden, heads * mla.v_head_dim, "row"))
+        if mla.indexer_head_dim and mla.q_lora_rank:
+            out += _indexer_tensors(spec, mla.q_lora_rank)
         return out
     q_dim = heads * spec.head_dim
     kv_dim = spec.num_key_value_heads * spec.head_dim
@@ -168,6 +170,25 @@ def _attention_tensors(spec: ModelSpec) -> list[_Linear | _Vector]:
     if spec.attention_out_gate:
         out.append(_Linear(spec.attention_out_gate, hidden, "col"))
     return out
+
+
+def _indexer_tensors(spec: ModelSpec, q_lora_rank: int) -> list[_Linear | _Vector]:
+    """DeepSeek-V3.2's lightning indexer in every attention layer, as vLLM loads it (`Indexer`,
+    vllm/model_executor/models/deepseek_v2.py, v0.32.0), all replicated on every rank ("no tensor parallel, just
+    replicated"): `wq_b` q_lora_rank → index_n_heads × index_head_dim (ReplicatedLinear with the quant config:
+    block FP8 like the checkpoint); `wk` hidden → index_head_dim and `weights_proj` hidden → index_n_heads, fused
+    into one `wk_weights_proj` MergedColumnParallelLinear with quant_config=None ("FP8 wk weights are upcasted to
+    BF16 during loading"), so 16-bit; `k_norm` a LayerNorm (weight + bias) in float32. V3.2: 13,959,424 parameters
+    per layer, 0.85 B over 61 layers (0.13 % of the model)."""
+    mla = spec.mla
+    assert mla is not None
+    head_dim, heads = mla.indexer_head_dim, mla.indexer_heads or 64
+    return [
+        _Linear(heads * head_dim, q_lora_rank, "rep"),
+        _Linear(head_dim, spec.hidden_size, "rep", quantised=False),
+        _Linear(heads, spec.hidden_size, "rep", quantised=False),
+        _Vector(head_dim, "rep", element_bytes=4, count=2),
+    ]
 
 
 def _mlp_tensors(

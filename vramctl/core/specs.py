@@ -95,6 +95,11 @@ class MLASpec:
     indexer_head_dim: int = 0
     """DeepSeek-V3.2's sparse-attention indexer (config `index_topk` / `index_head_dim`): its own K cache per layer
     and token, 0 for plain MLA."""
+    indexer_heads: int = 0
+    """The indexer's query heads (`index_n_heads`, 64 in V3.2): its weights (wq_b, weights_proj) scale with them."""
+    indexer_topk: int = 0
+    """Tokens each query attends to (`index_topk`, 2048): vLLM keeps a `max_num_batched_tokens × index_topk` int32
+    buffer of the chosen indices (vramctl.core.weights.indexer_topk_buffer_bytes)."""
 
     @property
     def indexer_bytes_per_token(self) -> int:

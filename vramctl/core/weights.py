@@ -201,3 +201,13 @@ def rope_cache_bytes(model: ModelSpec, dtype: str | None = None) -> int:
         with contextlib.suppress(KeyError):  # an unknown --dtype is refused by plan's validation
             element = dtype_bytes(dtype)
     return round(model.rope_cache_elements * element)
+
+
+def indexer_topk_buffer_bytes(model: ModelSpec, max_num_batched_tokens: int) -> int:
+    """DeepSeek-V3.2's `topk_indices_buffer`: `torch.empty(max_num_batched_tokens, index_topk, dtype=int32)` built
+    once in `DeepseekV2Model.__init__` and shared by every layer's indexer (vllm/model_executor/models/
+    deepseek_v2.py, v0.32.0), on every rank, so inside "Model loading took". 64 MiB at 8,192 batched tokens and
+    index_topk 2048. 0 for models without the indexer."""
+    if model.mla is None or not model.mla.indexer_topk:
+        return 0
+    return max(0, max_num_batched_tokens) * model.mla.indexer_topk * 4

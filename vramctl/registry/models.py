@@ -82,6 +82,11 @@ _LAYERNORM_BIAS = {"nemotron"}
 _LAYOUT_REFUSED = {
     "hrm_text": "its two recurrent stacks (num_layers_per_stack layers run H_cycles × (L_cycles + 1) times, one KV "
     "cache per step; vLLM hrm_text.py) are not modelled",
+    "gemma3n_text": "Gemma-3n's per-layer input embeddings (vocab_size_per_layer_input × layers × "
+    "hidden_size_per_layer_input), AltUp / LAuReL blocks, per-layer MLP widths and the KV its last "
+    "num_kv_shared_layers layers share (vLLM gemma3n.py) are not modelled",
+    "qwen3_omni_moe": "Qwen3-Omni's thinker (a Qwen3-MoE decoder under thinker_config.text_config) is served with "
+    "its audio encoder and vision tower (vLLM qwen3_omni_moe_thinker.py), whose weights vramctl does not count",
 }
 """Plain-attention model types whose layout one ModelSpec cannot describe (one line each)."""
 _QK_NORM_WHOLE = {"olmo2", "minimax_m2", "olmo_hybrid"}
@@ -857,6 +862,9 @@ def _moe(config: Mapping[str, Any], model_type: str, where: str) -> MoESpec | No
         offset = get_int(config, "expert_layer_offset", where, default=1, minimum=0) % freq
     if "interleave_moe_layer_step" in config:  # Llama-4: every step-th layer is MoE (Maverick: 2)
         freq = get_int(config, "interleave_moe_layer_step", where)
+        # the last of each step: `(layer_idx + 1) % interleave_moe_layer_step == 0` (vllm/model_executor/models/
+        # llama4.py:341-342, v0.32.0), so Maverick's MoE layers are 1, 3, 5, … (matters for pipeline stages)
+        offset = freq - 1
     if "moe_layer_interval" in config or "moe_layer_start_index" in config:  # ERNIE-4.5 (vLLM ernie45_moe.py)
         freq = get_int(config, "moe_layer_interval", where, default=1)
         raw_start = config.get("moe_layer_start_index", 0)
@@ -940,16 +948,19 @@ def _dense_ffn_key(config: Mapping[str, Any], is_opt: bool) -> str:
 def _mla(config: Mapping[str, Any], where: str) -> MLASpec | None:
     if config.get("kv_lora_rank") is None:
         return None
+    sparse = config.get("index_topk") is not None
     return MLASpec(
         kv_lora_rank=get_int(config, "kv_lora_rank", where),
         qk_rope_head_dim=get_int(config, "qk_rope_head_dim", where),
         qk_nope_head_dim=get_int(config, "qk_nope_head_dim", where),
         v_head_dim=get_int(config, "v_head_dim", where),
         q_lora_rank=get_opt_int(config, "q_lora_rank", where),
-        # `index_topk` is how vLLM recognises DeepSeek-V3.2's sparse attention (DeepseekV32ForCausalLM config hook)
-        indexer_head_dim=(get_opt_int(config, "index_head_dim", where) or 128)
-        if config.get("index_topk") is not None
-        else 0,
+        # `index_topk` is how vLLM recognises DeepSeek-V3.2's sparse attention (`is_v32 = hasattr(config,
+        # "index_topk")`, vllm/model_executor/models/deepseek_v2.py, v0.32.0); the Indexer reads index_n_heads /
+        # index_head_dim from the config without defaults, DeepseekV32Config's are 64 / 128
+        indexer_head_dim=(get_opt_int(config, "index_head_dim", where) or 128) if sparse else 0,
+        indexer_heads=(get_opt_int(config, "index_n_heads", where) or 64) if sparse else 0,
+        indexer_topk=get_int(config, "index_topk", where) if sparse else 0,
     )
 
 
@@ -1640,6 +1651,8 @@ def spec_from_config(
     )
     cfg = pure_mamba_names(_nemotron_h_names(cfg, where), where)
     model_type = str(cfg.get("_text_model_type") or cfg.get("model_type") or "")
+    if str(cfg.get("model_type") or "") in _LAYOUT_REFUSED:  # a wrapper refused as a whole (Qwen3-Omni)
+        model_type = str(cfg.get("model_type"))
     if model_type in _LAYOUT_REFUSED:
         raise BadInputError(
             f"{where}: model_type {model_type!r} cannot be planned: {_LAYOUT_REFUSED[model_type]}"
@@ -1712,7 +1725,11 @@ def spec_from_config(
             else int(head_dim * float(_partial_rotary(cfg, model_type)))
             if isinstance(_partial_rotary(cfg, model_type), int | float)
             else head_dim,
-        ),
+        )
+        # DeepSeek-V3.2's indexer builds its own rope (`indexer_rope_emb = get_rope(..., is_neox_style=not
+        # indexer_rope_interleave)`, deepseek_v2.py, v0.32.0); get_rope keys its cache on is_neox_style, and the MLA
+        # rope is not neox-style, so a second cos/sin cache of the same size
+        * (2 if mla is not None and mla.indexer_head_dim and not cfg.get("indexer_rope_interleave") else 1),
         torch_dtype=_dtype(cfg, where),
         param_count=0,
         weight_bytes=0,

@@ -22,7 +22,7 @@ context and NCCL buffers (`context_estimate_bytes`, calibrated on the collected 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from vramctl.core.engines.sglang import messages
@@ -39,6 +39,8 @@ from vramctl.core.engines.sglang.pool import (
     MambaPool,
     cell_size,
     context_estimate_bytes,
+    dsa_defaults,
+    is_dsa,
     is_hybrid_swa,
     layers_per_stage,
     mamba_pool,
@@ -310,6 +312,11 @@ def plan_sglang(
     gpu_mem, capacity = gpu_mem_mib_for(gpu, settings)
     trace = _Trace([f"SGLang {version}: rules of {rules} ({SGLANG_REF}, the version history of its defaults)"], [])
     _version_notes(version, rules, trace)
+    if is_dsa(model):  # DeepSeek-V3.2: SGLang picks the KV dtype, backend and page size by GPU (pool.dsa_defaults)
+        dsa = dsa_defaults(settings, opts, rules, gpu.compute_capability, version)
+        settings = replace(settings, kv_cache_dtype=dsa.kv_cache_dtype, page_size=dsa.page_size)
+        opts = opts.with_changes(dsa_decode_backend=dsa.decode_backend)
+        trace.branch.append(dsa.words)
     resolved = _resolve(model, settings, opts, rules, gpu_mem, trace)
     post_capture, post_why = post_capture_kv_sizing_planned(resolved, model, settings.kv_cache_dtype)
     if rules in POST_CAPTURE_FLOOR_MIB:
@@ -565,7 +572,7 @@ def _load(
         def stage_tokens(layers_weights: tuple[int, int]) -> int:
             layers, stage_weights = layers_weights
             rest = (pre - stage_weights) / GiB - pre / GiB * (1 - mfs)
-            return int(rest * GiB) // cell_size(model, settings, opts, layers=layers)
+            return int(rest * GiB) // cell_size(model, settings, opts, layers=layers, rules=rules)
 
         if pp > 1:
             stage_index = min(range(pp), key=lambda i: stage_tokens(stages[i]))
@@ -646,7 +653,7 @@ def _pool(
             f"Hybrid: {mamba.words}; the token pool counts the {stage_layers} full-attention layers only"
         )
     budget = int(rest_gib * GiB) - graph_estimate
-    cell = _cell(model, settings, opts, stage_layers, trace)
+    cell = _cell(model, settings, opts, stage_layers, trace, rules)
     page = settings.page_size or BACKEND_PAGE_SIZE.get((opts.attention_backend or "").lower(), 1)
     if opts.device == "musa" and settings.page_size is None:
         page = 64
@@ -698,10 +705,12 @@ def _pool(
     )
 
 
-def _cell(model: ModelSpec, settings: ServeSettings, opts: SglangOptions, layers: int, trace: _Trace) -> int:
+def _cell(
+    model: ModelSpec, settings: ServeSettings, opts: SglangOptions, layers: int, trace: _Trace, rules: str
+) -> int:
     """Bytes per token per rank; an EAGLE / standalone draft's KV shares the token count
     (`python/sglang/srt/model_executor/pool_configurator.py` (SGLang v0.5.23))."""
-    cell = cell_size(model, settings, opts, layers=layers)
+    cell = cell_size(model, settings, opts, layers=layers, rules=rules)
     algo = (opts.speculative_algorithm or "").upper()
     if opts.speculative_draft_layers and algo in ("EAGLE", "EAGLE3", "STANDALONE"):
         cell += cell * opts.speculative_draft_layers // model.num_hidden_layers

@@ -33,6 +33,9 @@ class SglangOptions:
     post_capture_kv_sizing: bool = False
     """Env `SGLANG_ENABLE_POST_CAPTURE_KV_SIZING=1` (default off; `python/sglang/srt/model_executor/model_runner.py` (SGLang v0.5.23))."""
     attention_backend: str | None = None
+    dsa_decode_backend: str | None = None
+    """`--dsa-decode-backend` (`--nsa-decode-backend` before 0.5.18) of a DeepSeek-V3.2 (DSA) model; None = SGLang's
+    default for the KV dtype and GPU (`vramctl.core.engines.sglang.pool.dsa_defaults`)."""
     disable_prefill_graph: bool = False
     """`--cuda-graph-backend-prefill disabled`."""
     enable_piecewise_cuda_graph: bool = False

@@ -17,6 +17,10 @@ from vramctl.core.engines.sglang.rules import (
     NCCL_UNCERTAINTY_BYTES,
     RULES_0_4_6,
     RULES_0_5_2,
+    RULES_0_5_9,
+    RULES_0_5_17,
+    RULES_0_5_18,
+    RULES_0_5_23,
 )
 from vramctl.core.errors import BadInputError
 from vramctl.core.kv import pp_partition
@@ -53,6 +57,96 @@ def _kv_dtype_bytes(model: ModelSpec, settings: ServeSettings) -> float:
     return table[kv]
 
 
+# --- DeepSeek-V3.2 (DSA: MLA + a lightning-indexer key cache) -----------------------------------------------------
+#
+# SGLang sizes DSA models in its own way (CUDA / ROCm; the NPU pools are not modelled):
+# - defaults (0.5.9 `server_args.py` `_set_default_nsa_kv_cache_dtype` / `_set_default_nsa_backends`; 0.5.18
+#   `arg_groups/overrides.py` `_dsa_kv_cache_dtype_default` / `_dsa_split_backend_resolution` and
+#   `_deepseek_family_overrides`): --kv-cache-dtype auto → fp8_e4m3 on SM ≥ 10 (Blackwell), bfloat16 below; only
+#   bf16 / bfloat16 / fp8_e4m3 are accepted; page size 64; the decode backend: fp8 → trtllm on SM ≥ 10, flashmla_kv
+#   below; bf16 → trtllm on SM ≥ 10, fa3 below;
+# - the latent per token and layer (0.5.18 `mem_cache/kv_cache_configurator.py` `calculate_mla_kv_cache_dim`):
+#   fp8 with a non-trtllm backend stores kv_lora_rank FP8 + kv_lora_rank / 128 float32 scales + the rope in bf16
+#   (512 + 16 + 128 = 656 B); otherwise (kv_lora_rank + qk_rope_head_dim) × the KV dtype;
+# - the indexer (`DSATokenToKVPool`: index_head_dim + index_head_dim / 128 × 4 uint8 per token and layer, 132 B)
+#   in every layer that computes its own top-k (0.5.18 `pool_configurator.py` `_compute_dsa_indexer_cell_size`);
+# - the cell: 0.5.18 `pool_configurator.py::_compute_cell_size` adds the latent of `calculate_mla_kv_cache_dim`
+#   and the indexer; 0.5.9 `model_executor/model_runner_kv_cache_mixin.py` `get_cell_size_per_token` adds the
+#   indexer to (kv_lora_rank + qk_rope_head_dim) × dtype — the 656 B FP8 layout is allocated but not counted.
+DSA_PAGE_SIZE = 64
+_DSA_KV_DTYPES = {"bf16": "bfloat16", "bfloat16": "bfloat16", "fp8_e4m3": "fp8_e4m3"}
+
+
+@dataclass(frozen=True)
+class DsaDefaults:
+    """What SGLang resolves for a DSA model on a GPU: KV dtype, decode backend, page size, and the words."""
+
+    kv_cache_dtype: str
+    decode_backend: str
+    page_size: int
+    words: str
+
+
+def is_dsa(model: ModelSpec) -> bool:
+    """DeepSeek-V3.2-style sparse attention: MLA with an indexer (SGLang `is_deepseek_dsa`: config `index_topk`)."""
+    return model.mla is not None and model.mla.indexer_head_dim > 0
+
+
+def dsa_defaults(
+    settings: ServeSettings, options: SglangOptions, rules: str, compute_capability: str | None, version: str
+) -> DsaDefaults:
+    """SGLang's KV dtype, decode backend and page size for a DSA model (see the sources above); BadInputError for a
+    KV dtype SGLang refuses or a version whose DSA pool vramctl does not model."""
+    if rules in (RULES_0_4_6, RULES_0_5_2):
+        raise BadInputError(
+            f"--engine-version {version}: SGLang's DeepSeek-V3.2 (DSA) pool before 0.5.9 (0.5.3 forced DP attention "
+            "and mem_fraction_static 0.8) is not modelled; plan it with --engine-version 0.5.9 or later"
+        )
+    major = None
+    if compute_capability:
+        try:
+            major = int(compute_capability.split(".")[0])
+        except ValueError:
+            major = None
+    blackwell = major is not None and major >= 10
+    asked = settings.kv_cache_dtype.strip().lower()
+    kv = ("fp8_e4m3" if blackwell else "bfloat16") if asked in ("auto", "") else _DSA_KV_DTYPES.get(asked, "")
+    if not kv:
+        raise BadInputError(
+            f"--kv-cache-dtype {settings.kv_cache_dtype}: DeepSeek DSA only supports bf16/bfloat16 or fp8_e4m3 "
+            "kv_cache_dtype (SGLang)"
+        )
+    fp8 = kv == "fp8_e4m3"
+    backend = (options.dsa_decode_backend or "").lower() or (
+        "flashmla_kv" if fp8 and (rules == RULES_0_5_9 or not blackwell) else "trtllm" if blackwell else "fa3"
+    )
+    page = settings.page_size or DSA_PAGE_SIZE
+    gpu = f"SM{major}" if major is not None else "an unknown GPU architecture (taken as below SM10)"
+    words = (
+        f"DeepSeek DSA on {gpu}: kv_cache_dtype {kv}"
+        + (" (SGLang's default for auto)" if asked in ("auto", "") else "")
+        + f", decode backend {backend}, page size {page}"
+        + (
+            "; 0.5.9's cell counts the FP8 latent as 576 B while the pool allocates 656 B per token and layer "
+            "(the pool outgrows its budget by 80 B per token and layer)"
+            if fp8 and rules == RULES_0_5_9
+            else ""
+        )
+    )
+    return DsaDefaults(kv, backend, page, words)
+
+
+def dsa_latent_bytes(model: ModelSpec, kv_cache_dtype: str, decode_backend: str | None, rules: str) -> int:
+    """Bytes of one token's MLA latent in one layer as the cell counts it (0.5.18 `calculate_mla_kv_cache_dim` ×
+    dtype; 0.5.9 the plain latent × dtype)."""
+    assert model.mla is not None
+    mla = model.mla
+    fp8 = kv_cache_dtype.lower() in ("fp8_e4m3", "fp8")
+    if fp8 and rules in (RULES_0_5_17, RULES_0_5_18, RULES_0_5_23) and (decode_backend or "") != "trtllm":
+        return mla.kv_lora_rank + mla.kv_lora_rank // 128 * 4 + mla.qk_rope_head_dim * 2
+    return (mla.kv_lora_rank + mla.qk_rope_head_dim) * (1 if fp8 else 2)
+
+
 def layers_per_stage(num_layers: int, pp: int) -> int:
     """The largest PP stage's layer count: the stage whose cell is largest sets the MIN token count."""
     return math.ceil(num_layers / pp)
@@ -64,15 +158,22 @@ def cell_size(
     options: SglangOptions | None = None,
     *,
     layers: int | None = None,
+    rules: str = RULES_0_5_18,
 ) -> int:
     """SGLang bytes per token per rank (0.5.18 `pool_configurator.py::_compute_cell_size` L235).
 
     MHA/GQA: max(1, kv_heads // attn_tp) × 2 × head_dim × layers × dtype. MLA: (kv_lora_rank +
-    qk_rope_head_dim) × layers × dtype, not divided by TP (every rank stores the full latent).
+    qk_rope_head_dim) × layers × dtype, not divided by TP (every rank stores the full latent). DeepSeek-V3.2 (DSA):
+    the latent as `dsa_latent_bytes` counts it under `rules` + the indexer's 132 B, per layer (`settings` carry the
+    KV dtype `dsa_defaults` resolved).
     """
     opts = options or SglangOptions()
     if layers is None:
         layers = layers_per_stage(model.num_hidden_layers, settings.pipeline_parallel_size)
+    if is_dsa(model):
+        assert model.mla is not None
+        latent = dsa_latent_bytes(model, settings.kv_cache_dtype, opts.dsa_decode_backend, rules)
+        return (latent + model.mla.indexer_bytes_per_token) * layers
     dtype_bytes = _kv_dtype_bytes(model, settings)
     if model.mla is not None:
         return int((model.mla.kv_lora_rank + model.mla.qk_rope_head_dim) * layers * dtype_bytes)

@@ -54,6 +54,7 @@ from vramctl.core.verdicts import (
 from vramctl.core.weights import (
     LoadTimeChange,
     derived_weight_band,
+    indexer_topk_buffer_bytes,
     mxfp4_load_change,
     rope_cache_bytes,
     stage_rank_weight_bytes,
@@ -248,6 +249,8 @@ class _Core:
     """What vLLM's kernels add to the weights while loading them on this GPU (MXFP4 padding / scale copies)."""
     rope_bytes: int = 0
     """The rotary embeddings' cos/sin caches on every rank, booked with the weights (vramctl.core.weights)."""
+    indexer_buffer_bytes: int = 0
+    """DeepSeek-V3.2's top-k indices buffer on every rank, booked with the weights (`indexer_topk_buffer_bytes`)."""
     derived: DerivedCheckpoint | None = None
     """The model's `DerivedCheckpoint` when its weights are derived from its name (a band around them)."""
     weight_band: float = 0.0
@@ -257,8 +260,8 @@ class _Core:
 def _weights_per_stage(
     model: ModelSpec, gpu: GpuSpec, s: VllmSettings
 ) -> tuple[tuple[int, ...], LoadTimeChange | None, int, lora.LoraSlots | None]:
-    """Each stage's weight bytes on one rank, with what loading adds: MXFP4 load-time changes, the rotary caches,
-    and the `--enable-lora` slots (allocated while the model loads: part of vLLM's "Model loading took")."""
+    """Each stage's weight bytes on one rank, with what loading adds: MXFP4 load-time changes, the rotary caches
+    (and DeepSeek-V3.2's indexer top-k buffer), and the `--enable-lora` slots (allocated while the model loads: part of vLLM's "Model loading took")."""
     tp, pp = s.tensor_parallel_size, s.pipeline_parallel_size
     load_change = mxfp4_load_change(
         model,
@@ -270,8 +273,9 @@ def _weights_per_stage(
         marlin_on_hopper=V.rules_for(s.version).mxfp4_marlin_on_hopper,
     )
     rope = rope_cache_bytes(model, s.dtype)
+    topk = indexer_topk_buffer_bytes(model, s.max_num_batched_tokens)
     weights = tuple(
-        w + rope
+        w + rope + topk
         for w in stage_rank_weight_bytes(
             model, tp=tp, pp=pp, dtype=s.dtype, ep=s.expert_parallel_size, load_change=load_change
         )
@@ -502,6 +506,7 @@ def _core(
         lora=slots,
         load_change=load_change,
         rope_bytes=rope,
+        indexer_buffer_bytes=indexer_topk_buffer_bytes(model, s.max_num_batched_tokens),
         derived=model.derived,
         weight_band=band,
     )

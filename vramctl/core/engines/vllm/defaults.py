@@ -252,6 +252,11 @@ def default_block_size_for(model: ModelSpec, gpu: GpuSpec, version: str) -> int:
     `get_preferred_block_size`, `vllm/v1/attention/backend.py:158-166` (0.34.0))."""
     if model.is_mla and not V.is_v0(version) and gpu.compute_capability:
         major = gpu.compute_capability.split(".")[0]
+        if model.mla is not None and model.mla.indexer_head_dim and major in ("9", "10"):
+            # DeepSeek-V3.2 runs a sparse MLA backend: FLASHMLA_SPARSE's kernel blocks are MultipleOf(64), so
+            # `get_preferred_block_size` raises a default of 16 to 64 and keeps 64 (vllm/v1/attention/backends/mla/
+            # flashmla_sparse.py, vllm/v1/attention/backend.py, v0.32.0); CUTLASS MLA's 128 does not apply
+            return max(64, V.default_block_size(version))
         if major == "9":
             return max(64, V.default_block_size(version))
         if major == "10":

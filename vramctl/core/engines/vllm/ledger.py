@@ -46,7 +46,13 @@ def _ledger(core: _Core, kv_band: int = 0) -> Ledger:
                 if core.load_change and core.load_change.per_moe_layer_bytes
                 else ""
             )
-            + (f"; + rotary cos/sin cache {core.rope_bytes / MiB:.0f} MiB" if core.rope_bytes >= MiB else ""),
+            + (f"; + rotary cos/sin cache {core.rope_bytes / MiB:.0f} MiB" if core.rope_bytes >= MiB else "")
+            + (
+                f"; + DSA indexer top-k buffer {core.indexer_buffer_bytes / MiB:.0f} MiB "
+                "(max_num_batched_tokens × index_topk × int32)"
+                if core.indexer_buffer_bytes
+                else ""
+            ),
             round(st.weights * band),
             f"DERIVED from the bundled {derived.base} quantised as {derived.method} ('{derived.marker}' in the name; "
             f"its config.json was not read: {derived.why})"
