@@ -116,6 +116,8 @@ class ServeSettings:
     """`--speculative-config` `model`: the draft model's name or path (EAGLE / draft_model)."""
     speculative_draft_tensor_parallel_size: int | None = None
     """`--speculative-config` `draft_tensor_parallel_size` (None: the target's TP)."""
+    speculative_enforce_eager: bool | None = None
+    """`--speculative-config` `enforce_eager` (None: the target's `--enforce-eager`): no drafter CUDA graphs."""
     speculative_draft: DraftModel | None = None
     """The draft model loaded from `speculative_model` (the CLI loads it through the registry); None: not loaded,
     and the plan says its weights and KV are not counted."""

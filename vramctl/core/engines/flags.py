@@ -307,6 +307,8 @@ class SpeculativeConfig:
     num_speculative_tokens: int = 0
     model: str | None = None
     draft_tensor_parallel_size: int | None = None
+    enforce_eager: bool | None = None
+    """The drafter's own `enforce_eager` (None: the target's): no drafter CUDA graphs when true."""
     ignored: tuple[str, ...] = ()
 
     def changes(self) -> list[tuple[str, Any]]:
@@ -316,6 +318,7 @@ class SpeculativeConfig:
             ("num_speculative_tokens", self.num_speculative_tokens),
             ("speculative_model", self.model),
             ("speculative_draft_tensor_parallel_size", self.draft_tensor_parallel_size),
+            ("speculative_enforce_eager", self.enforce_eager),
         ]
 
 
@@ -351,11 +354,15 @@ def parse_speculative_config(value: Any, where: str = "--speculative-config") ->
         draft_tp = parse_count(draft_tp, f"{where}.draft_tensor_parallel_size")
         if draft_tp < 1:
             raise BadInputError(f"{where}.draft_tensor_parallel_size {draft_tp}: must be at least 1")
+    eager = config.pop("enforce_eager", None)
+    if eager is not None:
+        eager = parse_bool(eager, f"{where}.enforce_eager")
     return SpeculativeConfig(
         method=method.strip().lower() if isinstance(method, str) else None,
         num_speculative_tokens=count,
         model=model.strip() if isinstance(model, str) else None,
         draft_tensor_parallel_size=draft_tp,
+        enforce_eager=eager,
         ignored=tuple(config),
     )
 

@@ -158,6 +158,8 @@ class VllmSettings:
                 speculative["draft_model"] = sp.draft.name
                 speculative["draft_tensor_parallel_size"] = sp.draft_tensor_parallel_size
                 speculative["draft_layers"] = sp.draft_layers
+            if sp.profile is not None:  # the profile run's and graph capture's parts (vllm_speculative)
+                speculative["profile_run"] = sp.profile.to_json()
             out["speculative"] = speculative
         return out
 
@@ -336,13 +338,19 @@ def resolve_settings(model: ModelSpec, gpu: GpuSpec, settings: ServeSettings, ve
     elif estimate_cg and not V.supports_cudagraph_estimate(version):
         estimate_cg = False
     graphs = V.cudagraph_mode(version, settings.cudagraph_mode, settings.optimization_level)
+    speculative = SP.resolve_settings(model, version, settings)
     if settings.enforce_eager or graphs == "NONE":
         sizes: tuple[int, ...] = ()
     elif settings.cudagraph_capture_sizes is not None:
         sizes = tuple(sorted({s for s in settings.cudagraph_capture_sizes if 0 < s <= tokens}))
     else:
         sizes = default_capture_sizes(
-            seqs, tokens, gpu, version, max_capture_size=settings.max_cudagraph_capture_size
+            seqs,
+            tokens,
+            gpu,
+            version,
+            max_capture_size=settings.max_cudagraph_capture_size,
+            decode_query_len=1 + (speculative.num_speculative_tokens if speculative is not None else 0),
         )
     sampler, sampler_reason = RT.sampler_kind(
         version, v0_engine=V.is_v0(version), gpu=gpu, flashinfer_env=settings.flashinfer_sampler
@@ -388,7 +396,7 @@ def resolve_settings(model: ModelSpec, gpu: GpuSpec, settings: ServeSettings, ve
         state_page_bytes=state_page,
         cudagraph_mode=None if settings.enforce_eager else graphs,
         extensible_kv_cache=extensible,
-        speculative=SP.resolve_settings(model, version, settings),
+        speculative=speculative,
         prefill_checkpoint_blocks=int(
             model.state_space is not None
             and model.state_space.kind == "mamba2"
