@@ -480,6 +480,12 @@ REGISTRY: tuple[EngineFlag, ...] = (
     _f("--mamba-cache-dtype", "str", V, "mamba_cache_dtype", "vLLM: a hybrid's conv-state dtype.", in_logs=True),
     _f("--mamba-ssm-cache-dtype", "str", V, "mamba_ssm_cache_dtype", "vLLM: a hybrid's SSM-state dtype.",
        in_logs=True),
+    _f("--mamba-cache-mode", "str", V, "mamba_cache_mode",
+       "vLLM 0.15 →: a hybrid's state blocks with prefix caching: align (two per request), all (one per mamba "
+       "block of the request, to 0.31), none.", in_logs=True),
+    _f("--mamba-block-size", "count", V, "mamba_block_size",
+       "vLLM: the mamba block (tokens) mode 'all' aligns the attention block to (default: the config's chunk size).",
+       in_logs=True),
     _f("--kv-offloading-size", "gib", V, "kv_offloading_size_gib",
        "vLLM native KV offload: GiB across TP (a bare number is GiB; 64GiB, 68.7GB)."),
     _f("--max-cudagraph-capture-size", "count", V, "max_cudagraph_capture_size",
