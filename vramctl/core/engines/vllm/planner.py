@@ -114,12 +114,13 @@ def plan_vllm(
         notes.insert(0, auto_note)
     if s.speculative is not None:
         charges = speculative_charges(model, s, calibration, _unspeculative_sizes(gpu, settings, s))
-        s = replace(s, speculative=replace(s.speculative, profile=charges))
+        speculative = replace(s.speculative, profile=charges)
+        s = replace(s, speculative=speculative)
         drafter = SP.drafter_rank_bytes(
-            model, s.speculative, dtype=s.dtype, tp=s.tensor_parallel_size, ep=s.expert_parallel_size,
+            model, speculative, dtype=s.dtype, tp=s.tensor_parallel_size, ep=s.expert_parallel_size,
             pp=s.pipeline_parallel_size,
         )
-        notes.extend(SP.notes(s.speculative, model, drafter, dtype=s.dtype, pp=s.pipeline_parallel_size))
+        notes.extend(SP.notes(speculative, model, drafter, dtype=s.dtype, pp=s.pipeline_parallel_size))
     if fallback:
         notes.insert(
             0,
