@@ -88,7 +88,10 @@ version switches are `VllmRules.speculative_profile_drafters`, `speculative_reje
   gpu_model_runner.py:5868-5880, v0.32.0): under the default FULL_AND_PIECEWISE (and PIECEWISE) every capture size
   also captures the drafter, (drafter layers + 1) pieces each, charged at the target's per-piece cost; none with
   `--speculative-config '{"enforce_eager": true}'` (`SpeculativeConfig.enforce_eager`, speculative.py:390), with
-  cudagraph_mode FULL / FULL_DECODE_ONLY, or eager. The V2 runner captures the speculator with its own
+  cudagraph_mode FULL / FULL_DECODE_ONLY, or eager. The drafter's dispatcher keys are PIECEWISE at the capture
+  sizes whenever the target's mixed mode is PIECEWISE or FULL (`initialize_cudagraph_keys`,
+  llm_base_proposer.py:421-436): under FULL the capture pass runs the target in FULL mode, so the drafter's graphs
+  are captured on first use while serving, after the KV pool is sized (not charged). The V2 runner captures the speculator with its own
   CudaGraphManager, counted in its graph profile (vllm/v1/worker/gpu/cudagraph_utils.py, 0.33.0).
 
 Not modelled: `max_num_scheduled_tokens` (vllm/config/vllm.py:2254-2290), the 0.34 V2 runner's trimming of the
