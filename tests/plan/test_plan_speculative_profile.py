@@ -95,6 +95,12 @@ def test_capture_sizes_grow_by_the_decode_query_length_on_0_32() -> None:
     assert {s for s in uniform_decode_sizes(256, 3, GPU) if s <= 512} <= set(spec)
 
 
+def test_from_0_30_the_count_is_not_monotone_in_the_draft_tokens() -> None:
+    """n = 2 adds 3k sizes off the grid (60); n = 3 adds 4k sizes, all already multiples of 8 or 16 (51)."""
+    counts = [len(default_capture_sizes(256, 8192, GPU, "0.32.0", decode_query_len=1 + n)) for n in (0, 2, 3)]
+    assert counts == [51, 60, 51]
+
+
 def test_capture_sizes_on_0_20_scale_only_the_ceiling() -> None:
     """0.20.2: min(16 × 3 × 2, 512) = 96 → 1, 2, 4, 8 … 96 (15 sizes); without: min(32, 512) → 7 (+ max_num_seqs 16)."""
     assert default_capture_sizes(16, 8192, GPU, "0.20.2", decode_query_len=3) == (1, 2, 4, *range(8, 97, 8))
