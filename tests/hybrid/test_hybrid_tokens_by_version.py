@@ -84,11 +84,11 @@ def test_gated_delta_net_hybrid_by_version(
 
 # Falcon-H1-style: 4 attention + 4 Mamba2 layers, block 80, page 40,960 B, groups of 4 (1 + 1): 409 blocks; a request
 # cdiv(1,000, 80) = 13 attention blocks + 1 ('none') | 2 ('align', 0.28-0.31) | 3 ('align' + the Mamba2 prefill
-# checkpoint block, 0.32 →). On 0.15-0.27 --enable-prefix-caching gives this Mamba2 class mode 'all': not modelled.
+# checkpoint block, 0.32 →). On 0.15-0.27 --enable-prefix-caching gives this Mamba2 class mode 'all'
+# (test_mamba2_all_mode); on 0.12-0.14 per-block state: not modelled.
 FALCON_CASES = [
     ("0.20.0", (), "none", 14, 409 // 2 * 80, False),  # 16,320
     ("0.20.1", (), "none", 14, int(409 / 14 * 1000), False),  # 29,214
-    ("0.20.1", ("--enable-prefix-caching",), "none", 14, 29_214, True),  # 'all': planned as 'none', said so
     ("0.14.0", ("--enable-prefix-caching",), "none", 14, 16_320, True),  # kept on per block: not modelled
     ("0.28.0", (), "align", 15, int(409 / 15 * 1000), False),  # 27,266
     ("0.31.0", (), "align", 15, 27_266, False),
@@ -111,6 +111,83 @@ def test_mamba2_hybrid_by_version(
     assert (h["attention_block_size"], h["group_size"], d["num_blocks"]) == (80, 4, 409)
     assert (h["mamba_cache_mode"], d["blocks_per_request"], d["kv_tokens"]) == (mode, per_request, tokens)
     assert ("not modelled" in " ".join(d["explanations"])) == unmodelled
+
+
+# Mode 'all' (0.15-0.31), Falcon-H1-style: mamba page 35,072 B, attention 2 heads x 64 x 2 x 2 B = 512 B per token:
+# cdiv(35,072, 512) = 69 tokens per state; chunk lcm(128, 16) = 128 -> block 128 x cdiv(69, 128) = 128 tokens, page
+# 65,536 B; 4 layers per group: 64 MiB // (4 x 65,536) = 256 blocks; a 1,000-token request: cdiv(1,000, 128) = 8
+# attention + 8 state blocks = 16; 256 / 16 = 16x, 16,000 tokens (0.20.1 →). --mamba-block-size 256: block 256, page
+# 131,072 B, 128 blocks, cdiv(1,000, 256) = 4 + 4 per request, 128 / 8 = 16x, 16,000 tokens (--max-num-seqs 128:
+# vLLM 0.23 → wants max_num_seqs within the blocks).
+ALL_CASES = [
+    ("0.20.1", ("--enable-prefix-caching",), 128, 256, 16, 16_000),
+    ("0.28.0", ("--mamba-cache-mode", "all"), 128, 256, 16, 16_000),  # prefix caching on by default from 0.28
+    ("0.31.0", ("--mamba-cache-mode", "all"), 128, 256, 16, 16_000),
+    ("0.31.0", ("--mamba-cache-mode", "all", "--mamba-block-size", "256", "--max-num-seqs", "128"), 256, 128, 8, 16_000),
+    ("0.15.0", ("--enable-prefix-caching",), 128, 256, 16, 256 // 2 * 128),  # before 0.20.1: blocks // groups x block
+]
+
+
+@pytest.mark.parametrize(("version", "flags", "block", "blocks", "per_request", "tokens"), ALL_CASES)
+def test_mamba2_all_mode(
+    capsys: pytest.CaptureFixture[str],
+    version: str,
+    flags: tuple[str, ...],
+    block: int,
+    blocks: int,
+    per_request: int,
+    tokens: int,
+) -> None:
+    d = run(capsys, FALCON_H1, version, *flags)
+    h = d["hybrid"]
+    assert (h["mamba_cache_mode"], h["attention_block_size"], d["num_blocks"]) == ("all", block, blocks)
+    assert (h["state_blocks_per_request"], d["blocks_per_request"], d["kv_tokens"]) == (
+        per_request // 2, per_request, tokens
+    )
+    assert "not modelled" not in " ".join(d["explanations"])
+
+
+@pytest.mark.parametrize(
+    ("version", "flags", "says"),
+    [
+        ("0.32.0", ("--mamba-cache-mode", "all"), "invalid choice: 'all'"),
+        ("0.14.0", ("--mamba-cache-mode", "align"), "no such flag"),
+        ("0.20.1", ("--mamba-cache-mode", "every"), "invalid choice"),
+        ("0.11.0", ("--mamba-block-size", "128"), "no such flag"),
+    ],
+)
+def test_mamba_cache_mode_is_checked_per_version(
+    capsys: pytest.CaptureFixture[str], version: str, flags: tuple[str, ...], says: str
+) -> None:
+    command = ["vllm", "serve", FALCON_H1, "--max-model-len", "1000", "--kv-cache-memory-bytes", "67108864", *flags]
+    code = main(["plan", "--gpu", "H100", "--engine-version", version, "--", *command])
+    err = capsys.readouterr().err
+    assert code == 2 and says in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("flags", "mode", "per_request"),
+    [
+        (("--mamba-cache-mode", "align"), "align", 15),  # 13 + 2 (0.31: no prefill checkpoint block)
+        (("--mamba-cache-mode", "none"), "align", 15),  # 'none' is the default, replaced with prefix caching on
+        (("--mamba-cache-mode", "all", "--no-enable-prefix-caching"), "none", 14),  # off: vLLM sets 'none'
+    ],
+)
+def test_mamba_cache_mode_with_prefix_caching(
+    capsys: pytest.CaptureFixture[str], flags: tuple[str, ...], mode: str, per_request: int
+) -> None:
+    d = run(capsys, FALCON_H1, "0.31.0", *flags)
+    assert (d["hybrid"]["mamba_cache_mode"], d["blocks_per_request"]) == (mode, per_request)
+
+
+def test_all_mode_falls_back_to_align_for_a_gated_delta_net_class(capsys: pytest.CaptureFixture[str]) -> None:
+    """Qwen3-Next has no mamba prefix caching: vLLM falls back from 'all' to 'align' (two state blocks)."""
+    d = run(capsys, QWEN_NEXT, "0.31.0", "--mamba-cache-mode", "all")
+    align = run(capsys, QWEN_NEXT, "0.31.0", "--mamba-cache-mode", "align")
+    assert d["hybrid"]["mamba_cache_mode"] == "align"
+    assert d["hybrid"]["state_blocks_per_request"] == align["hybrid"]["state_blocks_per_request"] == 2 * d[
+        "hybrid"
+    ]["state_groups"]
 
 
 VERSIONS = ("0.10.2", "0.11.0", "0.12.0", "0.14.0", "0.15.0", "0.20.0", "0.20.1", "0.27.0", "0.28.0", "0.32.0")
@@ -150,8 +227,11 @@ def test_tokens_and_concurrency_follow_the_version(
         align = True
     else:  # asked for on 0.12-0.27: 'align' only for a class without mamba 'all' mode, from 0.15
         align = not mamba2 and v >= (0, 15, 0)
-    state_blocks = (2 + (mamba2 and v >= (0, 32, 0))) if align else 1
+    # asked for on 0.15-0.27, a Mamba2 class runs 'all': a state block per block of max_model_len
+    every = prefix is True and mamba2 and (0, 15, 0) <= v < (0, 28, 0)
+    assert h.mamba_cache_mode == ("all" if every else "align" if align else "none")
     block = h.kv.block_size
+    state_blocks = -(-max_model_len // block) if every else (2 + (mamba2 and v >= (0, 32, 0))) if align else 1
     assert r.blocks_per_request == h.attention_groups * -(-max_model_len // block) + h.state_groups * state_blocks
     assert r.num_blocks == h.num_blocks
     if r.num_blocks:

@@ -219,8 +219,16 @@ def test_cli_ngram_has_no_draft_weights(capsys: pytest.CaptureFixture[str]) -> N
     code, out, err = run(capsys, *args, "--speculative-config", '{"method": "ngram", "num_speculative_tokens": 4}')
     assert code == 0, err
     d = json.loads(out)
-    assert d["kv_bytes_per_token"] == plain["kv_bytes_per_token"] and d["num_blocks"] == plain["num_blocks"]
+    assert d["kv_bytes_per_token"] == plain["kv_bytes_per_token"]
+    assert d["terms"]["weights"]["bytes"] == plain["terms"]["weights"]["bytes"]
     assert any("no draft weights" in n for n in d["explanations"])
+    # no drafter forward and no drafter graphs; only the target's extra capture sizes (decode_query_len 5) cost KV
+    profile = d["settings"]["speculative"]["profile_run"]
+    assert (profile["drafter_activation_bytes"], profile["drafter_graph_bytes"]) == (0, 0)
+    more = len(d["settings"]["cudagraph_capture_sizes"]) - len(plain["settings"]["cudagraph_capture_sizes"])
+    assert more == profile["capture_sizes_added"] > 0
+    grown = d["terms"]["cuda_graph"]["bytes"] - plain["terms"]["cuda_graph"]["bytes"]
+    assert grown > 0 and d["num_blocks"] < plain["num_blocks"]
 
 
 @pytest.mark.parametrize(

@@ -349,6 +349,8 @@ def register(app: typer.Typer) -> None:
         mamba_ssm_cache_dtype: str = typer.Option(
             None, "--mamba-ssm-cache-dtype", help=flag_help("--mamba-ssm-cache-dtype")
         ),
+        mamba_cache_mode: str = typer.Option(None, "--mamba-cache-mode", help=flag_help("--mamba-cache-mode")),
+        mamba_block_size: str = typer.Option(None, "--mamba-block-size", help=flag_help("--mamba-block-size")),
         max_cudagraph_capture_size: str = typer.Option(
             None, "--max-cudagraph-capture-size", help=flag_help("--max-cudagraph-capture-size")
         ),

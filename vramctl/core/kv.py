@@ -623,8 +623,11 @@ def hybrid_kv(
     mamba_cache_dtype: str = "auto",
     mamba_ssm_cache_dtype: str = "auto",
     conv_spec_columns: int = 0,
+    mamba_chunk_size: int | None = None,
 ) -> HybridKv:
-    """The attention block size and page every layer of a hybrid shares on one rank.
+    """The attention block size and page every layer of a hybrid shares on one rank. `mamba_chunk_size`: mode 'all'
+    (vramctl.core.mamba_cache) aligns the block to lcm(chunk, alignment) instead of the alignment
+    (`_align_hybrid_block_size`, `[0.20.2] vllm/platforms/interface.py:585-595`).
 
     Worked example, Qwen3-Next-80B-A3B at TP 4 in bf16: attention page per token = max(1, 2 // 4) × 256 × 2 × 2
     = 1,024 B; mamba page = 12,288 + 262,144 = 274,432 B; block = 16 × cdiv(274,432, 16 × 1,024) = 16 × 17 = 272
@@ -645,6 +648,9 @@ def hybrid_kv(
         model, version=version, user_block_size=user_block_size, compute_capability=compute_capability
     )
     minimum = align * cdiv(mamba_page, align * token)
+    if mamba_chunk_size is not None:
+        chunk = math.lcm(mamba_chunk_size, align)
+        minimum = chunk * cdiv(cdiv(mamba_page, token), chunk)
     current = user_block_size if user_block_size is not None else rules_for(version).block_size_default
     raised = user_block_size is None or current < minimum
     block = minimum if raised else current

@@ -28,6 +28,19 @@ Which mode runs:
   (Gated DeltaNet, KDA, short convolution), the mode modelled here.
 - `--no-enable-prefix-caching` always gives "none" ("Mamba cache mode is set to 'none' when prefix caching is
   disabled").
+- `--mamba-cache-mode` (0.15 →; `VllmRules.mamba_cache_modes`: none / align / all to 0.31, none / align from 0.32)
+  only acts with prefix caching on: "none" is vLLM's default and is replaced as above; "align" stays; "all" stays
+  for a class with mamba prefix caching (SupportsMambaPrefixCaching: the Mamba1 / Mamba2 hybrids) and falls back to
+  "align" for the others ("Hybrid or mamba-based model detected without support for prefix caching with Mamba
+  cache 'all' mode: falling back to 'align' mode", `MambaModelConfig.verify_and_update_config`, `[0.15.0]
+  vllm/model_executor/models/config.py:332-350`, `[0.20.2] :351-382`, `[0.31.0] :640-656`).
+- Mode "all" (0.15 - 0.31) keeps a state block per mamba block of the request: cdiv(max_model_len, mamba block)
+  (+ num_speculative_blocks from 0.24, `VllmRules.mamba_all_speculative_blocks`), and aligns the attention block to
+  the Mamba chunk: mamba block = attention block = lcm(chunk, kernel alignment) × cdiv(cdiv(mamba page, attention
+  bytes per token), lcm(chunk, kernel alignment)), chunk = `--mamba-block-size` or the config's mamba chunk size
+  (`_align_hybrid_block_size`, `[0.20.2] vllm/platforms/interface.py:585-595`, `[0.31.0] :965-974`;
+  vramctl.core.kv.hybrid_kv). Planned for hybrids with attention layers; for a model of state layers only it stays
+  `unmodelled`.
 """
 
 from __future__ import annotations
@@ -44,29 +57,43 @@ def mamba_cache_mode(
     state_blocks_rule: str = "mode",
     class_caches_all: bool = False,
     speculative_align: bool = False,
+    requested: str | None = None,
 ) -> str:
-    """`none` or `align`, or `unmodelled` (prefix caching asked for where vLLM runs mode "all", or 0.12 - 0.14's
-    per-block state; planned as `none`). `align_by_default`: the version's `VllmRules.hybrid_prefix_caching_default`
-    (0.28 →); `state_blocks_rule`: its `VllmRules.mamba_state_blocks`; `class_caches_all`: the model class has
-    mamba prefix caching (SupportsMambaPrefixCaching: the Mamba1 / Mamba2 hybrids); `speculative_align`: speculative
-    decoding is on and the version (0.20 →) then gives such a class 'align' instead of 'all' ("Mamba cache mode is
-    set to 'align' for %s by default when prefix caching and speculative decoding are enabled",
-    `MambaModelConfig.verify_and_update_config`, `[0.20.0] / [0.20.2] vllm/model_executor/models/config.py:351-361`;
-    not in 0.19.0)."""
+    """`none`, `align` or `all`, or `unmodelled` (0.12 - 0.14's per-block state; planned as `none`).
+    `align_by_default`: the version's `VllmRules.hybrid_prefix_caching_default` (0.28 →); `state_blocks_rule`: its
+    `VllmRules.mamba_state_blocks`; `class_caches_all`: the model class has mamba prefix caching
+    (SupportsMambaPrefixCaching: the Mamba1 / Mamba2 hybrids); `speculative_align`: speculative decoding is on and
+    the version (0.20 →) then gives such a class 'align' instead of 'all' ("Mamba cache mode is set to 'align' for
+    %s by default when prefix caching and speculative decoding are enabled", `MambaModelConfig.verify_and_update_config`,
+    `[0.20.0] / [0.20.2] vllm/model_executor/models/config.py:351-361`; not in 0.19.0); `requested`:
+    `--mamba-cache-mode` (already checked against the version's choices)."""
     if enable_prefix_caching is False:
         return "none"
-    if align_by_default:
-        return "align"
-    if not enable_prefix_caching:
+    if not (align_by_default or enable_prefix_caching):
         return "none"
     if state_blocks_rule == "page":
         return "none"  # 0.10.2 - 0.11: prefix caching switched off for every hybrid
+    if state_blocks_rule == "mamba-block":
+        return "unmodelled" if class_caches_all else "none"
+    if requested == "all":
+        return "all" if class_caches_all else "align"
+    if requested == "align" or align_by_default:
+        return "align"
     if class_caches_all:
-        return "align" if speculative_align else "unmodelled"
-    return "none" if state_blocks_rule == "mamba-block" else "align"
+        return "align" if speculative_align else "all"
+    return "align"
 
 
-def state_blocks_per_request(mode: str, prefill_checkpoint_blocks: int = 0) -> int:
+def state_blocks_per_request(
+    mode: str,
+    prefill_checkpoint_blocks: int = 0,
+    *,
+    max_model_len: int = 0,
+    mamba_block_size: int = 0,
+) -> int:
     """Blocks one request holds in each state group (no speculative decoding); `prefill_checkpoint_blocks`: the
-    layers' `num_prefill_checkpoint_blocks` (1 for vLLM 0.32's Mamba2 layers), counted in "align" mode only."""
+    layers' `num_prefill_checkpoint_blocks` (1 for vLLM 0.32's Mamba2 layers), counted in "align" mode only; mode
+    "all": cdiv(max_model_len, mamba_block_size)."""
+    if mode == "all" and mamba_block_size:
+        return -(-max_model_len // mamba_block_size)
     return _BLOCKS.get(mode, 1) + (prefill_checkpoint_blocks if mode == "align" else 0)

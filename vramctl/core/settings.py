@@ -79,6 +79,12 @@ class ServeSettings:
     """vLLM `--mamba-cache-dtype` (a hybrid's conv state; `auto` = the model dtype)."""
     mamba_ssm_cache_dtype: str = "auto"
     """vLLM `--mamba-ssm-cache-dtype` (`auto` = the conv-state dtype, or Nemotron-H's hook)."""
+    mamba_cache_mode: str | None = None
+    """vLLM `--mamba-cache-mode` (0.15 →: none / align / all; 0.32 →: none / align); None: not given
+    (vramctl/core/mamba_cache.py)."""
+    mamba_block_size: int | None = None
+    """vLLM `--mamba-block-size` (0.12 →): the chunk mode 'all' aligns the block to (None: the config's mamba chunk
+    size); 'align' sets the mamba block to the attention block and 'none' keeps one page, so it moves nothing there."""
     enable_lora: bool = False
     """vLLM `--enable-lora`: adapter slots allocated with the weights (vramctl.core.lora)."""
     max_loras: int | None = None
@@ -116,6 +122,8 @@ class ServeSettings:
     """`--speculative-config` `model`: the draft model's name or path (EAGLE / draft_model)."""
     speculative_draft_tensor_parallel_size: int | None = None
     """`--speculative-config` `draft_tensor_parallel_size` (None: the target's TP)."""
+    speculative_enforce_eager: bool | None = None
+    """`--speculative-config` `enforce_eager` (None: the target's `--enforce-eager`): no drafter CUDA graphs."""
     speculative_draft: DraftModel | None = None
     """The draft model loaded from `speculative_model` (the CLI loads it through the registry); None: not loaded,
     and the plan says its weights and KV are not counted."""

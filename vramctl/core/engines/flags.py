@@ -307,6 +307,8 @@ class SpeculativeConfig:
     num_speculative_tokens: int = 0
     model: str | None = None
     draft_tensor_parallel_size: int | None = None
+    enforce_eager: bool | None = None
+    """The drafter's own `enforce_eager` (None: the target's): no drafter CUDA graphs when true."""
     ignored: tuple[str, ...] = ()
 
     def changes(self) -> list[tuple[str, Any]]:
@@ -316,6 +318,7 @@ class SpeculativeConfig:
             ("num_speculative_tokens", self.num_speculative_tokens),
             ("speculative_model", self.model),
             ("speculative_draft_tensor_parallel_size", self.draft_tensor_parallel_size),
+            ("speculative_enforce_eager", self.enforce_eager),
         ]
 
 
@@ -351,11 +354,15 @@ def parse_speculative_config(value: Any, where: str = "--speculative-config") ->
         draft_tp = parse_count(draft_tp, f"{where}.draft_tensor_parallel_size")
         if draft_tp < 1:
             raise BadInputError(f"{where}.draft_tensor_parallel_size {draft_tp}: must be at least 1")
+    eager = config.pop("enforce_eager", None)
+    if eager is not None:
+        eager = parse_bool(eager, f"{where}.enforce_eager")
     return SpeculativeConfig(
         method=method.strip().lower() if isinstance(method, str) else None,
         num_speculative_tokens=count,
         model=model.strip() if isinstance(model, str) else None,
         draft_tensor_parallel_size=draft_tp,
+        enforce_eager=eager,
         ignored=tuple(config),
     )
 
@@ -472,6 +479,12 @@ REGISTRY: tuple[EngineFlag, ...] = (
        "vLLM: NCCL carries the TP reductions, inside the CUDA graphs too.", in_logs=True),
     _f("--mamba-cache-dtype", "str", V, "mamba_cache_dtype", "vLLM: a hybrid's conv-state dtype.", in_logs=True),
     _f("--mamba-ssm-cache-dtype", "str", V, "mamba_ssm_cache_dtype", "vLLM: a hybrid's SSM-state dtype.",
+       in_logs=True),
+    _f("--mamba-cache-mode", "str", V, "mamba_cache_mode",
+       "vLLM 0.15 →: a hybrid's state blocks with prefix caching: align (two per request), all (one per mamba "
+       "block of the request, to 0.31), none.", in_logs=True),
+    _f("--mamba-block-size", "count", V, "mamba_block_size",
+       "vLLM: the mamba block (tokens) mode 'all' aligns the attention block to (default: the config's chunk size).",
        in_logs=True),
     _f("--kv-offloading-size", "gib", V, "kv_offloading_size_gib",
        "vLLM native KV offload: GiB across TP (a bare number is GiB; 64GiB, 68.7GB)."),

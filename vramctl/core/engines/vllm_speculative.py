@@ -51,11 +51,52 @@ Sources (vLLM 0.32.0 unless a version is named; the older files read from the re
   sliding-window / MLA target with a draft of another width (padded pages, `unify_kv_cache_spec_page_size`).
 - ngram / suffix draft from the prompt or a suffix tree: no weights, no KV.
 
-Not modelled (said in the plan's notes): the CUDA-graph capture sizes scaled by 1 + n
-(`VllmConfig._set_cudagraph_sizes`, vllm/config/vllm.py:2340-2440) and the drafter's own graphs (captured in
-`_dummy_run` when the target's mode is PIECEWISE, gpu_model_runner.py:5856-5900), the rejection sampler's and the
-drafter's activation buffers in the profile run (`_dummy_run` runs `drafter.dummy_run(num_tokens)` after the target's
-forward), and `max_num_scheduled_tokens` (vllm/config/vllm.py:2254-2290).
+What the profile run and the graph capture add (`profile_charges`; one rank of the last pipeline stage; the
+version switches are `VllmRules.speculative_profile_drafters`, `speculative_rejection_warmup` and
+`speculative_capture_sizes`, each cited there):
+
+- the drafter's forward in the profile run: `profile_run` calls `_dummy_run(self.max_num_tokens, is_profile=True)`
+  (vllm/v1/worker/gpu_model_runner.py:6133-6201, v0.32.0), which runs the target's forward and then, with the
+  target's `hidden_states` still held, `self.drafter.dummy_run(num_tokens)` (:5856-5900), i.e. the drafter at the
+  full max_num_batched_tokens. `dummy_run` (vllm/v1/spec_decode/llm_base_proposer.py:1618-1670) runs
+  `self.model(...)` once per draft token, one after the other, with no `compute_logits`: its peak does not grow with
+  num_speculative_tokens. The target's activations are freed by then, so the two phases overlap: vramctl charges
+  max(0, drafter phase − target phase), drafter phase = forward_factor × (the drafter's largest layer working set
+  at those tokens + its fc input: 2h for MTP / EAGLE, num_aux × target hidden for EAGLE-3) + the target's hidden
+  states it still holds (tokens × h, × (1 + num_aux) for EAGLE-3's auxiliary states), target phase = forward_factor ×
+  the target's working set (`estimates.forward_working_set`). An MTP layer has the target's shape, so what it adds is
+  the held and concatenated hidden states; a small draft model usually adds nothing. The V2 runner (0.33 →) calls
+  `speculator.propose(dummy_run=True)` in `_dummy_run` (vllm/v1/worker/gpu/model_runner.py:960-985 (0.34.0)): the
+  same charge; its draft logits (num_reqs × vocab) fall under the sampler warm-up's peak.
+- the rejection sampler's warm-up: `_dummy_sampler_run` (gpu_model_runner.py:5998-6045, v0.32.0) builds ONE dummy
+  draft token per request (`draft_token_ids = [[0] for _ in range(num_reqs)]`), whatever num_speculative_tokens,
+  and, after the sampler's own warm-up, rebinds `logits` to (1 + 1) × num_reqs rows of dummy logits in the model
+  dtype and runs the rejection sampler on them. It gathers the bonus rows (num_reqs × vocab, the sampler's input as
+  in the warm-up) and runs the whole sampler on them with `max_num_logprobs=-1` and
+  `logprobs_mode_override="raw_logits"` (vllm/v1/sample/rejection_sampler.py:140-175; sampler.py:85-97: an fp32
+  copy of the raw logits). Beyond the warm-up's peak (the copies of the calibrated sampler term, whose input is
+  the num_reqs × vocab logits now freed and replaced by the gathered bonus rows) it holds the 2 num_reqs × vocab
+  dummy logits and the fp32 raw copy: num_reqs × vocab × (2 × dtype bytes + 4)
+  (`VllmRules.speculative_rejection_warmup` "bonus-sampler", 0.12 - 0.32). `draft_probs` stay None with the default
+  `draft_sample_method = "greedy"` (vllm/config/speculative.py:600). 0.8.5 - 0.11 ("overlapped") warm it on
+  `target_logits` with the bonus tokens given, no sampler inside: below the warm-up's peak, nothing added. The V2
+  runner's `_dummy_sampler_run` (0.33 →) has no rejection warm-up.
+- CUDA graphs: the default capture sizes grow with decode_query_len = 1 + num_speculative_tokens
+  (`scheduler.default_capture_sizes`), which adds target graphs; and the drafter's own piecewise graphs are
+  captured in the same `_dummy_run` calls ("Eagle currently only supports PIECEWISE cudagraphs", `use_cudagraphs
+  = is_graph_capturing and cudagraph_runtime_mode == PIECEWISE ... and not self.speculative_config.enforce_eager`,
+  gpu_model_runner.py:5868-5880, v0.32.0): under the default FULL_AND_PIECEWISE (and PIECEWISE) every capture size
+  also captures the drafter, (drafter layers + 1) pieces each, charged at the target's per-piece cost; none with
+  `--speculative-config '{"enforce_eager": true}'` (`SpeculativeConfig.enforce_eager`, speculative.py:390), with
+  cudagraph_mode FULL / FULL_DECODE_ONLY, or eager. The drafter's dispatcher keys are PIECEWISE at the capture
+  sizes whenever the target's mixed mode is PIECEWISE or FULL (`initialize_cudagraph_keys`,
+  llm_base_proposer.py:421-436): under FULL the capture pass runs the target in FULL mode, so the drafter's graphs
+  are captured on first use while serving, after the KV pool is sized (not charged). The V2 runner captures the speculator with its own
+  CudaGraphManager, counted in its graph profile (vllm/v1/worker/gpu/cudagraph_utils.py, 0.33.0).
+
+Not modelled: `max_num_scheduled_tokens` (vllm/config/vllm.py:2254-2290), the 0.34 V2 runner's trimming of the
+dummy run by the drafting slots (num_reqs × max_num_new_slots_for_drafting tokens), SM100's split prefill / decode
+capture sizes of 0.34, and the drafter graphs' own per-piece cost (taken as the target's).
 """
 
 from __future__ import annotations
@@ -64,6 +105,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from vramctl.core.engines.vllm import estimates as est
 from vramctl.core.engines.vllm.rules import rules_for
 from vramctl.core.errors import BadInputError
 from vramctl.core.params import VOCAB_PADDING, mtp_layer_rank_bytes, rank_weight_bytes, serving_dtype_bytes
@@ -181,6 +223,10 @@ class Speculative:
     """The ranks the draft model is split over (`draft_tensor_parallel_size`)."""
     draft_layers: int = 0
     """The draft model's own attention layers (before the width conversion of `drafter_kv_layers`)."""
+    drafter_eager: bool = False
+    """`--speculative-config` `enforce_eager` (else the target's `--enforce-eager`): no drafter CUDA graphs."""
+    profile: ProfileCharges | None = None
+    """What the profile run and the graph capture add on the last stage (set by the planner, `profile_charges`)."""
 
     @property
     def is_mtp(self) -> bool:
@@ -224,6 +270,7 @@ def resolve(
     draft: DraftModel | None = None,
     tensor_parallel_size: int = 1,
     draft_tensor_parallel_size: int | None = None,
+    drafter_eager: bool = False,
 ) -> Speculative | None:
     """None without speculative decoding (no config, or num_speculative_tokens 0: vLLM then drafts nothing and its
     layers' `num_speculative_blocks` are 0). `draft`: the loaded `draft_model` when the method loads one (without
@@ -274,7 +321,7 @@ def resolve(
     # MambaSpec counts num_speculative_blocks from 0.15 (the `mode` rule)
     state_blocks = num_tokens if st is not None and rules.mamba_state_blocks == "mode" else 0
     conv = num_tokens if st is not None and st.kind in rules.speculative_conv_kinds else 0
-    return Speculative(name, num_tokens, drafter, state_blocks, conv, draft, draft_tp, draft_layers)
+    return Speculative(name, num_tokens, drafter, state_blocks, conv, draft, draft_tp, draft_layers, drafter_eager)
 
 
 def resolve_settings(model: ModelSpec, version: str, settings: ServeSettings) -> Speculative | None:
@@ -288,6 +335,9 @@ def resolve_settings(model: ModelSpec, version: str, settings: ServeSettings) ->
         draft=settings.speculative_draft,
         tensor_parallel_size=settings.tensor_parallel_size,
         draft_tensor_parallel_size=settings.speculative_draft_tensor_parallel_size,
+        drafter_eager=settings.enforce_eager
+        if settings.speculative_enforce_eager is None
+        else settings.speculative_enforce_eager,
     )
 
 
@@ -414,9 +464,191 @@ def notes(spec: Speculative, model: ModelSpec, drafter_bytes: int, *, dtype: str
         out.append(
             f"The {spec.method} draft model's weights and KV are not counted (only the target's changes are)."
         )
-    out.append(
-        "Not modelled: CUDA-graph sizes scaled by 1 + num_speculative_tokens"
-        + (" and the drafter's own graphs" if spec.draft is not None else "")
-        + ", the rejection sampler's and the drafter's activation buffers."
-    )
+    charges = spec.profile
+    if charges is not None:
+        out.append(
+            f"Profile run and graphs (last stage, per rank): the drafter's forward at max_num_batched_tokens adds "
+            f"{charges.drafter_activation_bytes / gib:.2f} GiB above the target's forward, the rejection sampler's "
+            f"warm-up {charges.rejection_sampler_bytes / gib:.2f} GiB (one dummy draft token per request, whatever "
+            f"num_speculative_tokens), the drafter's graphs {charges.drafter_graph_bytes / gib:.2f} GiB "
+            f"({charges.drafter_graph_pieces} pieces: {charges.capture_sizes} capture sizes x "
+            f"({charges.drafter_layers} drafter layers + 1)); capture sizes for decode_query_len "
+            f"{1 + spec.num_speculative_tokens}: {charges.capture_sizes} ({charges.capture_sizes_added:+d} against "
+            "no speculative decoding)."
+        )
     return out
+
+
+@dataclass(frozen=True)
+class ProfileCharges:
+    """What speculative decoding adds to vLLM's profile run and graph capture on one rank of the last stage
+    (module docstring); each part is included in the plan's `activation_peak` / `cuda_graph` term."""
+
+    drafter_activation_bytes: int
+    rejection_sampler_bytes: int
+    drafter_graph_bytes: int
+    drafter_graph_pieces: int
+    drafter_layers: int
+    capture_sizes: int
+    capture_sizes_added: int
+    """Capture sizes against the same flags without speculative decoding (can be negative: vLLM's grid)."""
+
+    def to_json(self) -> dict[str, int]:
+        return {
+            "drafter_activation_bytes": self.drafter_activation_bytes,
+            "rejection_sampler_bytes": self.rejection_sampler_bytes,
+            "drafter_graph_bytes": self.drafter_graph_bytes,
+            "drafter_graph_pieces": self.drafter_graph_pieces,
+            "drafter_layers": self.drafter_layers,
+            "capture_sizes": self.capture_sizes,
+            "capture_sizes_added": self.capture_sizes_added,
+        }
+
+
+def profiled_drafter(spec: Speculative, version: str) -> bool:
+    """Whether the version's profile run (and graph capture) runs this drafter (`speculative_profile_drafters`)."""
+    kind = rules_for(version).speculative_profile_drafters
+    if kind == "none" or (spec.draft is None and not spec.is_mtp):
+        return False
+    if kind == "eagle":
+        return spec.is_mtp or spec.method in ("eagle", "eagle3")
+    return True
+
+
+def drafter_layers(spec: Speculative) -> int:
+    """The drafter's decoder layers on one rank: the MTP layers, or the counted draft model's layers."""
+    if spec.is_mtp:
+        return spec.drafter_kv_layers
+    return spec.draft_layers if spec.draft is not None else 0
+
+
+def drafter_activation_bytes(
+    model: ModelSpec,
+    spec: Speculative,
+    *,
+    tokens: int,
+    tp: int,
+    act_bytes: float,
+    forward_factor: float,
+) -> int:
+    """The drafter phase of the profile run above the target's forward (module docstring): max(0, factor × (drafter
+    working set + fc input) + held hidden states − factor × target working set), at `tokens` tokens."""
+    h = model.hidden_size
+    target = forward_factor * est.forward_working_set(model, tokens, tp=tp, act_bytes=act_bytes)
+    held = tokens * h * act_bytes
+    if spec.is_mtp:
+        working = est.forward_working_set(model, tokens, tp=tp, act_bytes=act_bytes)
+        fc_in = tokens * 2 * h * act_bytes
+    elif spec.draft is not None:
+        d = spec.draft
+        working = est.forward_working_set(d.spec, tokens, tp=spec.draft_tensor_parallel_size, act_bytes=act_bytes)
+        fc_in = 0.0
+        if spec.method == "eagle":
+            fc_in = tokens * 2 * d.spec.hidden_size * act_bytes
+        elif spec.method == "eagle3":
+            aux = d.num_aux_hidden_states if d.use_aux_hidden_state else 0
+            width = d.target_hidden_size or h
+            fc_in = tokens * max(2 * d.spec.hidden_size, aux * width) * act_bytes
+            held += aux * tokens * width * act_bytes
+    else:
+        return 0
+    return max(0, int(forward_factor * (working + fc_in) + held - target))
+
+
+def rejection_sampler_bytes(model: ModelSpec, *, num_reqs: int, act_bytes: float) -> int:
+    """The rejection sampler's warm-up beyond the sampler's ("bonus-sampler" form): num_reqs × vocab × (2 × dtype
+    bytes + 4) (module docstring)."""
+    return int(num_reqs * model.vocab_size * (2 * act_bytes + 4))
+
+
+def profile_charges(
+    model: ModelSpec,
+    spec: Speculative,
+    *,
+    version: str,
+    max_num_batched_tokens: int,
+    max_num_seqs: int,
+    tp: int,
+    act_bytes: float,
+    capture_sizes: tuple[int, ...],
+    cudagraph_mode: str | None,
+    capture_sizes_without: int | None = None,
+    regime: str,
+    custom_all_reduce: bool = False,
+    cal: est.Calibration = est.CALIBRATION,
+) -> ProfileCharges:
+    """The parts speculative decoding adds to the profile run and the graph pool (module docstring).
+    `capture_sizes_without`: how many sizes the same flags capture without it; `cudagraph_mode`: the mode set by
+    the flags (None: the release's default, which has piecewise graphs)."""
+    rules = rules_for(version)
+    profiled = not rules.v0 and profiled_drafter(spec, version)
+    layers = drafter_layers(spec) if profiled else 0
+    activation = (
+        drafter_activation_bytes(
+            model, spec, tokens=max_num_batched_tokens, tp=tp, act_bytes=act_bytes, forward_factor=cal.forward_factor
+        )
+        if profiled
+        else 0
+    )
+    num_reqs = min(max_num_seqs, max_num_batched_tokens)
+    bonus = rules.speculative_rejection_warmup == "bonus-sampler"
+    rejection = rejection_sampler_bytes(model, num_reqs=num_reqs, act_bytes=act_bytes) if bonus else 0
+    piecewise = cudagraph_mode in (None, "PIECEWISE", "FULL_AND_PIECEWISE")
+    graphs = profiled and piecewise and not spec.drafter_eager and bool(capture_sizes) and layers > 0
+    graph_bytes = pieces = 0
+    if graphs:
+        pool = est.graph_pool(
+            model,
+            capture_sizes=capture_sizes,
+            layers_on_rank=layers,
+            regime=regime,
+            tp=tp,
+            custom_all_reduce=custom_all_reduce,
+            cal=cal,
+        )
+        graph_bytes = pool.bytes - cal.graph_fixed_bytes
+        pieces = dict(pool.parts)["pieces"]
+    return ProfileCharges(
+        drafter_activation_bytes=activation,
+        rejection_sampler_bytes=rejection,
+        drafter_graph_bytes=graph_bytes,
+        drafter_graph_pieces=pieces,
+        drafter_layers=layers,
+        capture_sizes=len(capture_sizes),
+        capture_sizes_added=0 if capture_sizes_without is None else len(capture_sizes) - capture_sizes_without,
+    )
+
+
+def with_activation(activation: est.Estimate, charges: ProfileCharges, cal: est.Calibration) -> est.Estimate:
+    """The activation estimate with the drafter's and the rejection sampler's parts added (its band grows by the
+    same relative band)."""
+    extra = charges.drafter_activation_bytes + charges.rejection_sampler_bytes
+    if not extra:
+        return activation
+    gib = 2**30
+    return est.Estimate(
+        activation.bytes + extra,
+        activation.uncertainty_bytes + int(cal.activation_rel_band * extra),
+        activation.formula
+        + f"; speculative decoding: + drafter forward {charges.drafter_activation_bytes / gib:.2f} GiB + rejection "
+        f"sampler warm-up {charges.rejection_sampler_bytes / gib:.2f} GiB",
+        (
+            *activation.parts,
+            ("drafter", charges.drafter_activation_bytes),
+            ("rejection_sampler", charges.rejection_sampler_bytes),
+        ),
+    )
+
+
+def with_graphs(graph: est.Estimate, charges: ProfileCharges, cal: est.Calibration) -> est.Estimate:
+    """The graph estimate with the drafter's graphs added."""
+    if not charges.drafter_graph_bytes:
+        return graph
+    gib = 2**30
+    return est.Estimate(
+        graph.bytes + charges.drafter_graph_bytes,
+        graph.uncertainty_bytes + int(cal.graph_rel_band * charges.drafter_graph_bytes),
+        graph.formula
+        + f"; + drafter graphs {charges.drafter_graph_bytes / gib:.2f} GiB ({charges.drafter_graph_pieces} pieces)",
+        (*graph.parts, ("drafter", charges.drafter_graph_bytes)),
+    )

@@ -135,6 +135,11 @@ def _stage_budget(
         cal=cal,
         none_reason="cudagraph_mode NONE" if s.cudagraph_mode == "NONE" else "enforce eager",
     )
+    if s.speculative is not None and stage == pp - 1:
+        # the drafter's forward, the rejection sampler's warm-up and the drafter's graphs (vllm_speculative)
+        charges = speculative_charges(model, s, cal)
+        activation = SP.with_activation(activation, charges, cal)
+        graph = SP.with_graphs(graph, charges, cal)
     if edge:
         activation, non_torch, outside, graph = (
             _at_edge(e, edge) for e in (activation, non_torch, outside, graph)
@@ -175,6 +180,28 @@ def _stage_budget(
         blocks,
         held_back,
         reserved_blocks,
+    )
+
+
+def speculative_charges(
+    model: ModelSpec, s: VllmSettings, cal: est.Calibration, capture_sizes_without: int | None = None
+) -> SP.ProfileCharges:
+    """`vllm_speculative.profile_charges` for these settings (speculative decoding on)."""
+    assert s.speculative is not None
+    return SP.profile_charges(
+        model,
+        s.speculative,
+        version=s.version,
+        max_num_batched_tokens=s.max_num_batched_tokens,
+        max_num_seqs=s.max_num_seqs,
+        tp=s.tensor_parallel_size,
+        act_bytes=min(dtype_bytes(s.dtype) if s.dtype else 2, 2),
+        capture_sizes=s.cudagraph_capture_sizes,
+        cudagraph_mode=s.cudagraph_mode,
+        regime=V.graph_regime_for(s.version, s.cudagraph_mode),
+        custom_all_reduce=s.custom_all_reduce,
+        capture_sizes_without=capture_sizes_without,
+        cal=cal,
     )
 
 

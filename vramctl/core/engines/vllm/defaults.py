@@ -14,6 +14,7 @@ from vramctl.core.engines import vllm_speculative as SP
 from vramctl.core.engines.vllm import rules as V
 from vramctl.core.engines.vllm.kv_manager import compute_dtype as _compute_dtype
 from vramctl.core.engines.vllm.kv_manager import hybrid_kv_for as _hybrid_kv
+from vramctl.core.engines.vllm.kv_manager import resolved_mamba_cache_mode
 from vramctl.core.engines.vllm.kv_manager import state_only_kv_for as _state_only_kv
 from vramctl.core.engines.vllm.rules import rules_for
 from vramctl.core.engines.vllm.scheduler import (
@@ -81,8 +82,9 @@ class VllmSettings:
     """Weights mapped from a weight-cache daemon and not charged (vramctl.core.engines.vllm_external_weights)."""
     mamba_cache_mode: str = "none"
     """A hybrid's state blocks per request: `align` (prefix caching, the default from vLLM 0.28; asked for on
-    0.15-0.27 for the classes without mamba 'all' mode) holds two, `none` one; `unmodelled` (mode 'all', or 0.12-0.14's
-    per-block state) is planned as `none` (vramctl/core/mamba_cache.py).
+    0.15-0.27 for the classes without mamba 'all' mode) holds two, `none` one, `all` (0.15-0.31) one per block of
+    max_model_len; `unmodelled` (0.12-0.14's per-block state, 'all' on a model of state layers only) is planned as
+    `none` (vramctl/core/mamba_cache.py).
     Not in `to_json` (every other plan's JSON unchanged): `hybrid.mamba_cache_mode` reports it."""
     extensible_kv_cache: bool = False
     """vLLM 0.34 →: the pool is sized after warm-up and graph capture from the memory then free
@@ -107,7 +109,17 @@ class VllmSettings:
     @property
     def state_blocks(self) -> int:
         extra = self.speculative.state_blocks if self.speculative is not None else 0
-        return mamba_cache.state_blocks_per_request(self.mamba_cache_mode, self.prefill_checkpoint_blocks) + extra
+        if self.mamba_cache_mode == "all" and not rules_for(self.version).mamba_all_speculative_blocks:
+            extra = 0  # 'all' counts num_speculative_blocks from 0.24 (VllmRules.mamba_all_speculative_blocks)
+        return (
+            mamba_cache.state_blocks_per_request(
+                self.mamba_cache_mode,
+                self.prefill_checkpoint_blocks,
+                max_model_len=self.max_model_len,
+                mamba_block_size=self.block_size,
+            )
+            + extra
+        )
 
     @property
     def drafter_kv_layers(self) -> int:
@@ -158,6 +170,8 @@ class VllmSettings:
                 speculative["draft_model"] = sp.draft.name
                 speculative["draft_tensor_parallel_size"] = sp.draft_tensor_parallel_size
                 speculative["draft_layers"] = sp.draft_layers
+            if sp.profile is not None:  # the profile run's and graph capture's parts (vllm_speculative)
+                speculative["profile_run"] = sp.profile.to_json()
             out["speculative"] = speculative
         return out
 
@@ -341,13 +355,19 @@ def resolve_settings(model: ModelSpec, gpu: GpuSpec, settings: ServeSettings, ve
     elif estimate_cg and not V.supports_cudagraph_estimate(version):
         estimate_cg = False
     graphs = V.cudagraph_mode(version, settings.cudagraph_mode, settings.optimization_level)
+    speculative = SP.resolve_settings(model, version, settings)
     if settings.enforce_eager or graphs == "NONE":
         sizes: tuple[int, ...] = ()
     elif settings.cudagraph_capture_sizes is not None:
         sizes = tuple(sorted({s for s in settings.cudagraph_capture_sizes if 0 < s <= tokens}))
     else:
         sizes = default_capture_sizes(
-            seqs, tokens, gpu, version, max_capture_size=settings.max_cudagraph_capture_size
+            seqs,
+            tokens,
+            gpu,
+            version,
+            max_capture_size=settings.max_cudagraph_capture_size,
+            decode_query_len=1 + (speculative.num_speculative_tokens if speculative is not None else 0),
         )
     sampler, sampler_reason = RT.sampler_kind(
         version, v0_engine=V.is_v0(version), gpu=gpu, flashinfer_env=settings.flashinfer_sampler
@@ -393,7 +413,7 @@ def resolve_settings(model: ModelSpec, gpu: GpuSpec, settings: ServeSettings, ve
         state_page_bytes=state_page,
         cudagraph_mode=None if settings.enforce_eager else graphs,
         extensible_kv_cache=extensible,
-        speculative=SP.resolve_settings(model, version, settings),
+        speculative=speculative,
         prefill_checkpoint_blocks=int(
             model.state_space is not None
             and model.state_space.kind == "mamba2"
@@ -419,16 +439,10 @@ def _sizing_mode(gpu: GpuSpec, settings: ServeSettings, version: str, defaults: 
 
 
 def _mamba_cache_mode(model: ModelSpec, settings: ServeSettings, version: str) -> str:
-    """A hybrid's mamba_cache_mode for these flags and this version (vramctl.core.mamba_cache)."""
-    rules = rules_for(version)
-    return mamba_cache.mamba_cache_mode(
-        # attention-free models keep prefix caching off by default (ModelConfig.is_prefix_caching_supported)
-        rules.hybrid_prefix_caching_default and not model.is_attention_free,
-        settings.enable_prefix_caching,
-        state_blocks_rule=rules.mamba_state_blocks,
-        class_caches_all=model.state_space is not None and model.state_space.kind in ("mamba1", "mamba2"),
-        speculative_align=settings.num_speculative_tokens > 0 and rules.speculative_mamba_align,
-    )
+    """A hybrid's mamba_cache_mode for these flags and this version (`kv_manager.resolved_mamba_cache_mode`); a
+    model of state layers only in mode 'all' is `unmodelled` (planned with one state block)."""
+    mode = resolved_mamba_cache_mode(model, settings, version)
+    return "unmodelled" if mode == "all" and model.is_state_only else mode
 
 
 def _active_seqs(settings: ServeSettings, version: str, max_num_seqs: int) -> int | None:

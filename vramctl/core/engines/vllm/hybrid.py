@@ -87,8 +87,12 @@ _MAMBA_CACHE_NOTES = {
     "vllm/v1/kv_cache_interface.py, vLLM 0.32), one with prefix caching off.",
     "none": "Prefix caching is off (mamba_cache_mode none: one state block per request and state group; vLLM turns "
     "it on by default for hybrids from 0.28, in the 'align' mode: two).",
-    "unmodelled": "--enable-prefix-caching before vLLM 0.28 gives this Mamba1 / Mamba2 class mamba_cache_mode 'all' "
-    "(0.15-0.27; 0.12-0.14 likewise a state block per block_size tokens, on a block aligned to the Mamba chunk): not "
+    "all": "Prefix caching in mamba_cache_mode 'all' (this Mamba1 / Mamba2 class's default with "
+    "--enable-prefix-caching on vLLM 0.15-0.27, or --mamba-cache-mode all to 0.31): a state block per mamba block of "
+    "the request, cdiv(max_model_len, block) (MambaSpec.max_memory_usage_bytes, vllm/v1/kv_cache_interface.py), on "
+    "an attention block aligned to the Mamba chunk (_align_hybrid_block_size, vllm/platforms/interface.py).",
+    "unmodelled": "--enable-prefix-caching on vLLM 0.12-0.14 keeps this Mamba1 / Mamba2 class's state per block of "
+    "block_size tokens, on a block aligned to the Mamba chunk (and mode 'all' on a model of state layers only): not "
     "modelled, planned with one state block per request.",
 }
 
@@ -141,7 +145,7 @@ def _with_hybrid(
         kv_tokens=core.kv_tokens,
         state_bytes_at_max_concurrency=held,
         log_lines=tuple(lines),
-        mamba_cache_mode="align" if s.mamba_cache_mode == "align" else "none",
+        mamba_cache_mode=s.mamba_cache_mode if s.mamba_cache_mode in ("align", "all") else "none",
     )
     kind = STATE_KIND_NAMES.get(st.kind, st.kind)
     notes = [

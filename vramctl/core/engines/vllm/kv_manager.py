@@ -7,7 +7,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from vramctl.core import kv as kvmath
-from vramctl.core import lora
+from vramctl.core import lora, mamba_cache
 from vramctl.core.engines import vllm_speculative as SP
 from vramctl.core.engines.vllm import rules as V
 from vramctl.core.errors import BadInputError
@@ -175,11 +175,61 @@ def state_only_kv_for(
     )
 
 
+def resolved_mamba_cache_mode(model: ModelSpec, settings: ServeSettings, version: str) -> str:
+    """A hybrid's mamba_cache_mode for these flags and this version (vramctl.core.mamba_cache); `--mamba-cache-mode`
+    checked against the version's choices as vLLM's argument parser does."""
+    rules = V.rules_for(version)
+    requested = settings.mamba_cache_mode
+    if requested is not None:
+        requested = requested.strip().lower()
+        if not rules.mamba_cache_modes:
+            raise BadInputError(
+                f"--mamba-cache-mode {requested}: vLLM {version} has no such flag (added in 0.15.0); vLLM would stop "
+                "with 'unrecognized arguments'"
+            )
+        if requested not in rules.mamba_cache_modes:
+            choices = ", ".join(repr(c) for c in rules.mamba_cache_modes)
+            raise BadInputError(
+                f"--mamba-cache-mode: invalid choice: {requested!r} (choose from {choices}) (vLLM {version}"
+                + ("; mode 'all' was removed in 0.32)" if requested == "all" else ")")
+            )
+    if settings.mamba_block_size is not None and rules.mamba_state_blocks == "page":
+        raise BadInputError(
+            f"--mamba-block-size {settings.mamba_block_size}: vLLM {version} has no such flag (added in 0.12.0); "
+            "vLLM would stop with 'unrecognized arguments'"
+        )
+    return mamba_cache.mamba_cache_mode(
+        # attention-free models keep prefix caching off by default (ModelConfig.is_prefix_caching_supported)
+        rules.hybrid_prefix_caching_default and not model.is_attention_free,
+        settings.enable_prefix_caching,
+        state_blocks_rule=rules.mamba_state_blocks,
+        class_caches_all=model.state_space is not None and model.state_space.kind in ("mamba1", "mamba2"),
+        speculative_align=settings.num_speculative_tokens > 0 and rules.speculative_mamba_align,
+        requested=requested,
+    )
+
+
+def _all_mode_chunk(model: ModelSpec, settings: ServeSettings, version: str) -> int | None:
+    """The chunk mode 'all' aligns the block to (`--mamba-block-size`, else the config's mamba chunk size); None in
+    the other modes."""
+    if model.is_state_only or resolved_mamba_cache_mode(model, settings, version) != "all":
+        return None
+    chunk = settings.mamba_block_size or (model.state_space.chunk_size if model.state_space else None)
+    if not chunk:
+        raise BadInputError(
+            f"--mamba-cache-mode all: {model.name}'s config has no mamba chunk size (mamba_chunk_size / chunk_size), "
+            "which vLLM aligns the block to (it asserts one); give --mamba-block-size"
+        )
+    return chunk
+
+
 def hybrid_kv_for(model: ModelSpec, gpu: GpuSpec, settings: ServeSettings, version: str) -> kvmath.HybridKv:
     """vLLM's page-size unification for this model, card and flags (`vramctl.core.kv.hybrid_kv`); with
-    `--speculative-config` the conv states' extra columns (vramctl.core.engines.vllm_speculative)."""
+    `--speculative-config` the conv states' extra columns (vramctl.core.engines.vllm_speculative); in mamba_cache_mode
+    'all' the block aligned to the Mamba chunk."""
     return kvmath.hybrid_kv(
         model,
+        mamba_chunk_size=_all_mode_chunk(model, settings, version),
         conv_spec_columns=_conv_spec_columns(model, settings, version),
         tp=settings.tensor_parallel_size,
         kv_cache_dtype=settings.kv_cache_dtype or "auto",

@@ -11,12 +11,13 @@ from vramctl.core.engines import vllm_speculative as SP
 from vramctl.core.engines.base import EnginePlan
 from vramctl.core.engines.vllm import estimates as est
 from vramctl.core.engines.vllm import rules as V
-from vramctl.core.engines.vllm.budget import _auto_fit, _Core, _core
+from vramctl.core.engines.vllm.budget import _auto_fit, _Core, _core, speculative_charges
 from vramctl.core.engines.vllm.defaults import AUTO_MAX_MODEL_LEN, VllmSettings, resolve_settings, validate
 from vramctl.core.engines.vllm.explain import _explanations, _utilization_rows
 from vramctl.core.engines.vllm.hybrid import _with_hybrid
 from vramctl.core.engines.vllm.kv_manager import kv_view_of_model
 from vramctl.core.engines.vllm.ledger import _ledger
+from vramctl.core.engines.vllm.scheduler import default_capture_sizes
 from vramctl.core.plan_result import PlanEdge, PlanResult
 from vramctl.core.settings import ServeSettings
 from vramctl.core.specs import GpuSpec, ModelSpec, derived_warning
@@ -112,11 +113,14 @@ def plan_vllm(
     if auto_note:
         notes.insert(0, auto_note)
     if s.speculative is not None:
+        charges = speculative_charges(model, s, calibration, _unspeculative_sizes(gpu, settings, s))
+        speculative = replace(s.speculative, profile=charges)
+        s = replace(s, speculative=speculative)
         drafter = SP.drafter_rank_bytes(
-            model, s.speculative, dtype=s.dtype, tp=s.tensor_parallel_size, ep=s.expert_parallel_size,
+            model, speculative, dtype=s.dtype, tp=s.tensor_parallel_size, ep=s.expert_parallel_size,
             pp=s.pipeline_parallel_size,
         )
-        notes.extend(SP.notes(s.speculative, model, drafter, dtype=s.dtype, pp=s.pipeline_parallel_size))
+        notes.extend(SP.notes(speculative, model, drafter, dtype=s.dtype, pp=s.pipeline_parallel_size))
     if fallback:
         notes.insert(
             0,
@@ -167,6 +171,21 @@ def plan_vllm(
         result = _with_hybrid(result, model, gpu, settings, core)
     annotated: PlanResult = vf.annotate(result, loaded, settings, external)
     return annotated
+
+
+def _unspeculative_sizes(gpu: GpuSpec, settings: ServeSettings, s: VllmSettings) -> int:
+    """How many CUDA-graph sizes the same flags capture without speculative decoding."""
+    if not s.cudagraph_capture_sizes or settings.cudagraph_capture_sizes is not None:
+        return len(s.cudagraph_capture_sizes)
+    return len(
+        default_capture_sizes(
+            s.max_num_seqs,
+            s.max_num_batched_tokens,
+            gpu,
+            s.version,
+            max_capture_size=settings.max_cudagraph_capture_size,
+        )
+    )
 
 
 def settings_record(model: ModelSpec, gpu: GpuSpec, settings: ServeSettings) -> VllmSettings:

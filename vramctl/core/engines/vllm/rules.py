@@ -268,6 +268,46 @@ class VllmRules:
     Mamba2 hybrids) mamba_cache_mode 'align' instead of 'all' (`MambaModelConfig.verify_and_update_config`: "Mamba
     cache mode is set to 'align' for %s by default when prefix caching and speculative decoding are enabled",
     `[0.20.2] vllm/model_executor/models/config.py:351-361`; in 0.20.0, not in 0.19.0)."""
+    speculative_capture_sizes: Literal["unscaled", "scaled-max", "decode-sizes"]
+    """How `--speculative-config` changes the default CUDA-graph capture sizes (`VllmConfig._set_cudagraph_sizes`),
+    with decode_query_len = 1 + num_speculative_tokens: `unscaled` (to 0.13: `[0.11.0] vllm/config/__init__.py`
+    and `[0.12.0] vllm/config/vllm.py:1038-1042` take min(max_num_seqs × 2, 512)); `scaled-max` (0.14 - 0.29): the
+    largest size is
+    min(max_num_seqs × decode_query_len × 2, 512) (`[0.14.0] vllm/config/vllm.py:1118-1125`, `[0.20.2] :1477-1484`,
+    `[0.24.0] :1689-1691`, `[0.28.0] :1936-1941`); `decode-sizes` (0.30 →): the same ceiling (1024 on SM100) and
+    the uniform decode sizes k × decode_query_len for k in the request-count grid [1, 2, 4, 8 … 248, 256 …
+    max_num_seqs step 16, max_num_seqs] that fit under it are appended (`[0.30.0] vllm/config/vllm.py:2213-2354`,
+    `[0.32.0] :2353-2498`, 0.33.0 `_set_cudagraph_sizes`; 0.34.0 resolves the same sizes off SM100,
+    `_split_cudagraph_capture_sizes`, vllm/config/vllm.py (0.34.0)). 0.13 and 0.29 not read: taken as their
+    neighbours. Only when vLLM computes the default (no `max_cudagraph_capture_size` / capture sizes given)."""
+    speculative_profile_drafters: Literal["none", "eagle", "all"]
+    """Which drafters run in the profile run's dummy forward at its token count (max_num_batched_tokens), and have
+    CUDA graphs captured with the target's piecewise ones: `none` (`[0.8.5] v1/worker/gpu_model_runner.py`
+    `_dummy_run` has no drafter); `eagle` (0.11 - 0.19: EAGLE, EAGLE-3 and MTP, `use_eagle()`, `[0.11.0]
+    gpu_model_runner.py:3165-3167`, `[0.14.0] :4474-4500`); `all` (0.20 →: every drafter with a model, EAGLE / MTP /
+    draft_model, `[0.20.2] gpu_model_runner.py:5555-5592`, `[0.32.0] :5856-5900`; the V2 runner's
+    `speculator.propose(dummy_run=True)` in `_dummy_run`, vllm/v1/worker/gpu/model_runner.py:960-985 (0.34.0),
+    0.33.0 :964-981, with its own CudaGraphManager, `profile_cudagraph_memory`, vllm/v1/worker/gpu/cudagraph_utils.py
+    (0.33.0)). 0.9 - 0.10 and 0.15 - 0.19 not read: taken as their neighbours (vramctl.core.engines.vllm_speculative)."""
+    speculative_rejection_warmup: Literal["none", "overlapped", "bonus-sampler"]
+    """`_dummy_sampler_run` also warms the rejection sampler on one dummy draft token per request (`draft_token_ids =
+    [[0] for _ in range(num_reqs)]`), after the sampler's own warm-up: `overlapped` (0.8.5 - 0.11): on `target_logits`
+    of num_reqs rows beside the sampler's logits, with the bonus tokens given (`[0.8.5] gpu_model_runner.py:1555-1580`,
+    `[0.11.0] :3228-3250`), which stays under the sampler warm-up's peak; `bonus-sampler` (0.12 - 0.32): on
+    (num_tokens + num_reqs) rows of dummy logits, the rejection sampler running the whole sampler for the bonus
+    tokens with `max_num_logprobs=-1` (`[0.12.0] gpu_model_runner.py:4180`, `[0.14.0] :4595`, `[0.20.2] :5676-5700`,
+    `[0.32.0] :5998-6045`; vllm/v1/sample/rejection_sampler.py:140-175 (v0.32.0)), which adds to it; `none`: V0,
+    0.8.0 - 0.8.4 (not read), and the V2 runner, the default from 0.33, whose `_dummy_sampler_run` has no rejection
+    sampler (vllm/v1/worker/gpu/model_runner.py:993-1010 (0.33.0), :1039 (0.34.0))."""
+    mamba_cache_modes: tuple[str, ...]
+    """The `--mamba-cache-mode` choices (`MambaCacheMode`, vllm/config/cache.py): none before 0.15 (`[0.14.0]
+    vllm/config/cache.py` has no such field), ("all", "align", "none") 0.15 - 0.31 (`[0.15.0] cache.py:34`, `[0.31.0]
+    cache.py:62`; `--mamba-cache-mode`, `[0.15.0] vllm/engine/arg_utils.py:945`), ("align", "none") from 0.32
+    (`[0.32.0] cache.py:63`, 0.33.0 / 0.34.0 `cache.py:176`)."""
+    mamba_all_speculative_blocks: bool
+    """Mode 'all' keeps cdiv(max_model_len, mamba block) state blocks per request (`MambaSpec.max_memory_usage_bytes`,
+    `[0.15.0] / [0.20.2] vllm/v1/kv_cache_interface.py:294-296 / 541-543`), + num_speculative_blocks from 0.24
+    (`[0.24.0] :649-652`, `[0.31.0] :1084-1088`; 0.21 - 0.23 not read)."""
     hybrid_prefix_caching_default: bool
     """Hybrids get prefix caching by default, in mamba_cache_mode 'align' (two state blocks per request and state
     group): from 0.28 (`[0.32.0] vllm/engine/arg_utils.py` `_set_default_chunked_prefill_and_prefix_caching_args`,
@@ -427,6 +467,19 @@ def _rules_for_tuple(text: str, v: Version) -> VllmRules:
         + (("kda",) if v >= (0, 15, 0) else ())
         + (("mamba2",) if v >= (0, 17, 0) else ()),
         speculative_mamba_align=v >= (0, 20, 0),
+        speculative_capture_sizes="unscaled"
+        if v < (0, 14, 0)
+        else "scaled-max"
+        if v < (0, 30, 0)
+        else "decode-sizes",
+        speculative_profile_drafters="none" if v < (0, 11, 0) else "eagle" if v < (0, 20, 0) else "all",
+        speculative_rejection_warmup="none"
+        if v < (0, 8, 5) or v >= (0, 33, 0)
+        else "overlapped"
+        if v < (0, 12, 0)
+        else "bonus-sampler",
+        mamba_cache_modes=() if v < (0, 15, 0) else ("all", "align", "none") if v < (0, 32, 0) else ("align", "none"),
+        mamba_all_speculative_blocks=v >= (0, 24, 0),
         hybrid_prefix_caching_default=v >= (0, 28, 0),
         mamba2_prefill_checkpoint=v >= (0, 32, 0),
         mamba_seqs_within_blocks=v >= (0, 23, 0),

@@ -106,6 +106,7 @@ def default_capture_sizes(
     version: str,
     *,
     max_capture_size: int | None = None,
+    decode_query_len: int = 1,
 ) -> tuple[int, ...]:
     """The batch sizes vLLM captures CUDA graphs for, ascending (`vllm/engine/arg_utils.py` (vLLM v0.33.0), "CUDA-graph capture sizes").
 
@@ -116,6 +117,10 @@ def default_capture_sizes(
       (`[0.8.x] vllm/config.py _set_cudagraph_sizes`; datapoint 131 captures 0.41 GiB with max_num_seqs 1);
     V0 (< 0.8): [1, 2, 4] + multiples of 8 up to the first one ≥ max_num_seqs (capped at 512).
     The 0.10 and 0.12 boundaries are vramctl's reading of the history; the reference pins 0.11.0 and 0.33.0.
+
+    `decode_query_len` = 1 + num_speculative_tokens with `--speculative-config` (`VllmRules.speculative_capture_sizes`):
+    from 0.12 the default ceiling is min(max_num_seqs × decode_query_len × 2, 512 / 1024), and from 0.30 the uniform
+    decode sizes k × decode_query_len (k in the request-count grid up to max_num_seqs) under it replace max_num_seqs.
     """
     rule = rules_for(version).capture_sizes
     if rule == "v0":
@@ -136,13 +141,35 @@ def default_capture_sizes(
     if rule == "v1-0.10":
         top = max_capture_size or min(max_num_seqs * 2, 512)
         return tuple(sorted({s for s in (1, 2, 4, *range(8, top + 1, 8)) if s <= top}))
-    top = max_capture_size or default_max_capture_size(max_num_seqs, max_num_batched_tokens, gpu)
-    top = min(top, max_num_batched_tokens)
+    spec_rule = rules_for(version).speculative_capture_sizes if decode_query_len > 1 else "unscaled"
+    query = decode_query_len if spec_rule != "unscaled" else 1
+    limit = 1024 if _is_blackwell_datacenter(gpu) else 512
+    ceiling = max_capture_size or max(1, min(max_num_seqs * query * 2, limit))
+    top = min(ceiling, max_num_batched_tokens)
     sizes: set[int] = {s for s in (1, 2, 4) if s <= top}
     sizes.update(range(8, min(top + 1, 256), 8))
     sizes.update(range(256, top + 1, 16))
     if max_num_batched_tokens <= top:
         sizes.add(max_num_batched_tokens)
-    if max_num_seqs <= top:
-        sizes.add(max_num_seqs)
+    if query == 1:
+        if max_num_seqs <= top:
+            sizes.add(max_num_seqs)
+    elif spec_rule == "decode-sizes" and max_capture_size is None:
+        # `request_counts` and `uniform_decode_sizes`, vllm/config/vllm.py:2411-2437 (v0.32.0): decode sizes under
+        # the ceiling before it is capped at max_num_batched_tokens, kept where they fit the batch
+        decode = uniform_decode_sizes(max_num_seqs, query, gpu)
+        sizes.update(s for s in decode if s <= ceiling and s <= max_num_batched_tokens)
     return tuple(sorted(sizes))
+
+
+def uniform_decode_sizes(max_num_seqs: int, decode_query_len: int, gpu: GpuSpec | None) -> tuple[int, ...]:
+    """k × decode_query_len for k in vLLM's request-count grid: 1, 2, 4, multiples of 8 below 256, multiples of 16
+    from 256, and max_num_seqs itself, at most the platform's 512 (1024 on SM100) requests (`request_counts`,
+    vllm/config/vllm.py:2411-2418, v0.32.0)."""
+    limit = 1024 if _is_blackwell_datacenter(gpu) else 512
+    most = min(max_num_seqs, limit)
+    counts = {n for n in (1, 2, 4) if n <= most}
+    counts.update(range(8, min(most + 1, 256), 8))
+    counts.update(range(256, most + 1, 16))
+    counts.add(most)
+    return tuple(sorted(k * decode_query_len for k in counts))
