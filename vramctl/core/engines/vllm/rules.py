@@ -666,3 +666,42 @@ def default_mamba_ssm_cache_dtype(architecture: str, config_ssm_dtype: str | Non
     ):
         return config_ssm_dtype or "auto"  # Qwen3_5ForConditionalGenerationConfig.verify_and_update_config
     return "auto"
+
+
+MODELOPT_MIXED_ALGO_MIN_VLLM: dict[str, Version] = {
+    # quant_algo → the first release whose ModelOptMixedPrecisionConfig.get_quant_method builds it
+    # (vllm/model_executor/layers/quantization/modelopt.py of each release; earlier ones leave the layer unquantised
+    # and its packed tensors do not load)
+    "FP8": (0, 17, 0),  # modelopt_mixed itself: 0.17.0 (absent at 0.16.0)
+    "NVFP4": (0, 17, 0),
+    "W4A16_NVFP4": (0, 22, 0),  # absent at 0.21.0
+    "MXFP8": (0, 26, 0),  # absent at 0.24.0
+    "FP8_PER_CHANNEL_PER_TOKEN": (0, 30, 0),  # the LINEAR_ALGOS table; absent at 0.28.0
+    "FP8_PB_WO": (0, 30, 0),
+    "FP8_BLOCK_SCALES": (0, 30, 0),
+}
+"""Which vLLM releases load each algo of a ModelOpt MIXED_PRECISION checkpoint (vramctl.registry.modelopt_mixed)."""
+
+CHECKPOINT_KV_DTYPE_MIN_VLLM: Version = (0, 14, 0)
+"""`--kv-cache-dtype auto` takes a ModelOpt checkpoint's `kv_cache_quant_algo` / `kv_cache_scheme` from this release
+(`resolve_kv_cache_dtype_string` in `EngineArgs.create_engine_config`, vllm/engine/arg_utils.py:2256-2259 and
+vllm/utils/torch_utils.py:512-530 at 0.32.0; present at 0.14.0, absent at 0.12.0); earlier ones cache in the model
+dtype."""
+
+
+def check_quantization_supported(model_name: str, quantization: str | None, algos: tuple[str, ...], version: str) -> None:
+    """Refuse a ModelOpt MIXED_PRECISION checkpoint (`modelopt_mixed`) on a release that does not load one of its
+    per-module algos (`MODELOPT_MIXED_ALGO_MIN_VLLM`)."""
+    if quantization != "modelopt_mixed":
+        return
+    v = parse_version(version)
+    for algo in algos or ("FP8",):
+        first = MODELOPT_MIXED_ALGO_MIN_VLLM.get(algo)
+        if first is not None and v < first:
+            since = ".".join(map(str, first))
+            raise BadInputError(
+                f"--engine-version {version}: {model_name} is a ModelOpt MIXED_PRECISION checkpoint with {algo} "
+                f"layers, which vLLM loads from {since} (modelopt_mixed, "
+                "vllm/model_executor/layers/quantization/modelopt.py); use --engine-version "
+                f"{since} or later"
+            )
