@@ -84,6 +84,11 @@ _LAYERNORM_BIAS = {"nemotron"}
 _LAYOUT_REFUSED = {
     "hrm_text": "its two recurrent stacks (num_layers_per_stack layers run H_cycles × (L_cycles + 1) times, one KV "
     "cache per step; vLLM hrm_text.py) are not modelled",
+    "deepseek_v4": "DeepSeek-V4's compressed sparse attention is not modelled: per-layer compress_ratios (4 / 128) "
+    "whose MLA caches keep one entry per compress_ratio tokens (MLAAttentionSpec tokens_per_state), a separate "
+    "sliding-window cache (DeepseekV4SWACache), compressor-state and indexer caches (vllm/models/deepseek_v4/"
+    "attention.py, compressor.py, vLLM 0.32.0), nor its hyper-connections (hc_mult) and grouped low-rank output "
+    "projection (o_groups, o_lora_rank)",
 }
 """Plain-attention model types whose layout one ModelSpec cannot describe (one line each)."""
 _QK_NORM_WHOLE = {"olmo2", "minimax_m2", "olmo_hybrid"}

@@ -685,7 +685,7 @@ MODELOPT_MIXED_ALGO_MIN_VLLM: dict[str, Version] = {
 CHECKPOINT_KV_DTYPE_MIN_VLLM: Version = (0, 14, 0)
 """`--kv-cache-dtype auto` takes a ModelOpt checkpoint's `kv_cache_quant_algo` / `kv_cache_scheme` from this release
 (`resolve_kv_cache_dtype_string` in `EngineArgs.create_engine_config`, vllm/engine/arg_utils.py:2256-2259 and
-vllm/utils/torch_utils.py:512-530 at 0.32.0; present at 0.14.0, absent at 0.12.0); earlier ones cache in the model
+vllm/utils/torch_utils.py:512-530 at 0.32.0; present at 0.14.0, absent at 0.13.0); earlier ones cache in the model
 dtype."""
 
 
