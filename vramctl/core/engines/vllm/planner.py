@@ -66,6 +66,8 @@ def resolve_vllm(model: ModelSpec, gpu: GpuSpec, settings: ServeSettings) -> Vll
     V0 fall-back of 0.8 – 0.10 applied (its defaults are V0's, `settings.release` the version run)."""
     version = V.resolve_version(settings.engine_version if settings.engine != "sglang" else None)
     model = vf.model_for_version(model, version, settings.engine)  # vLLM 0.30's yarn rule
+    if settings.engine != "sglang":  # SGLang's own choices are checked by its planner
+        V.check_kv_cache_dtype(settings.kv_cache_dtype, version)
     validate(model, gpu, settings)
     V.check_quantization_supported(model.name, model.quantization, model.quant_algos, version)
     if model.state_space is not None:

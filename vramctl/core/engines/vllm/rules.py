@@ -705,3 +705,47 @@ def check_quantization_supported(model_name: str, quantization: str | None, algo
                 "vllm/model_executor/layers/quantization/modelopt.py); use --engine-version "
                 f"{since} or later"
             )
+
+
+KV_CACHE_DTYPE_ADDED: tuple[tuple[Version, tuple[str, ...]], ...] = (
+    # (first release, the `--kv-cache-dtype` choices it added), read from each release's sources; "absent at" is the
+    # release read before it
+    ((0, 6, 0), ("auto", "fp8", "fp8_e5m2", "fp8_e4m3")),  # argparse choices, vllm/engine/arg_utils.py:295 (0.6.3);
+    # CacheDType, vllm/config.py:1291 (0.8.5), :1391 (0.9.0)
+    ((0, 10, 0), ("fp8_inc",)),  # CacheDType, vllm/config.py:1609 (0.10.0); absent at 0.9.0
+    ((0, 11, 0), ("bfloat16",)),  # vllm/config/cache.py:25-26 (0.11.0); absent at 0.10.2
+    ((0, 11, 1), ("fp8_ds_mla",)),  # vllm/config/cache.py:24-32 (0.11.1); absent at 0.11.0
+    ((0, 18, 0), ("float16",)),  # vllm/config/cache.py:14-23 (0.18.0); absent at 0.17.0
+    (
+        (0, 20, 0),  # vllm/config/cache.py:18-34 (0.20.0); absent at 0.19.0
+        (
+            "turboquant_k8v4", "turboquant_4bit_nc", "turboquant_k3v4_nc", "turboquant_3bit_nc",
+            "int8_per_token_head", "fp8_per_token_head", "nvfp4",
+        ),
+    ),
+    ((0, 25, 0), ("int4_per_token_head",)),  # vllm/config/cache.py:19-36 (0.25.0); absent at 0.24.0
+    ((0, 28, 0), ("nvfp4_4over6",)),  # vllm/config/cache.py:19-37 (0.28.0); absent at 0.27.0
+    ((0, 30, 0), ("nvfp4_ds_mla",)),  # vllm/config/cache.py:39-58 (0.30.0); absent at 0.29.0
+    ((0, 32, 0), ("ultraquant_4bit",)),  # vllm/config/cache.py:39-59 (0.32.0); absent at 0.31.0
+    ((0, 33, 0), ("octave_k3v4", "octave_k3v3", "octave_k3v3_compact")),  # vllm/config/cache.py:44-67 (0.33.0, 0.34.0)
+)
+"""The `--kv-cache-dtype` choices of every vLLM release line vramctl models (`CacheDType`, or argparse `choices`
+before it): what a release accepts is every entry up to it."""
+
+
+def kv_cache_dtype_choices(version: str | Version) -> tuple[str, ...]:
+    """The `--kv-cache-dtype` values vLLM `version` accepts (`KV_CACHE_DTYPE_ADDED`)."""
+    v = _v(version)
+    return tuple(name for first, names in KV_CACHE_DTYPE_ADDED if v >= first for name in names)
+
+
+def check_kv_cache_dtype(value: str | None, version: str) -> None:
+    """Refuse a `--kv-cache-dtype` the release does not accept, in one line naming its choices (vLLM stops with
+    argparse's "invalid choice"). vLLM compares the exact string: `FP8` and `bf16` are not choices."""
+    if value is None or value == "":
+        return
+    choices = kv_cache_dtype_choices(version)
+    if value.strip() not in choices:
+        later = next((".".join(map(str, first)) for first, names in KV_CACHE_DTYPE_ADDED if value.strip() in names), None)
+        what = f"vLLM accepts it from {later}" if later else "unknown KV cache dtype"
+        raise BadInputError(f"--kv-cache-dtype {value}: {what}; vLLM {version} accepts {', '.join(choices)}")
