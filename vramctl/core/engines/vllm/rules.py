@@ -734,8 +734,9 @@ before it): what a release accepts is every entry up to it."""
 
 
 def kv_cache_dtype_choices(version: str | Version) -> tuple[str, ...]:
-    """The `--kv-cache-dtype` values vLLM `version` accepts (`KV_CACHE_DTYPE_ADDED`)."""
-    v = _v(version)
+    """The `--kv-cache-dtype` values vLLM `version` accepts (`KV_CACHE_DTYPE_ADDED`); a version before 0.6 (planned
+    with 0.6's rules, with a warning) gets 0.6's."""
+    v = max(_v(version), KV_CACHE_DTYPE_ADDED[0][0])
     return tuple(name for first, names in KV_CACHE_DTYPE_ADDED if v >= first for name in names)
 
 
