@@ -611,7 +611,8 @@ def _checkpoint_kv_dtype(config: Mapping[str, Any]) -> str | None:
     quant = config.get("quantization_config")
     if not isinstance(quant, dict) or not str(quant.get("quant_method") or "").startswith("modelopt"):
         return None
-    inner = quant.get("quantization") if isinstance(quant.get("quantization"), dict) else quant
+    nested = quant.get("quantization")
+    inner: Mapping[str, Any] = nested if isinstance(nested, dict) else quant
     algo = (
         inner.get("kv_cache_scheme")
         or quant.get("kv_cache_scheme")

@@ -18,7 +18,7 @@ from vramctl.core.engines.vllm.hybrid import _with_hybrid
 from vramctl.core.engines.vllm.kv_manager import kv_view_of_model
 from vramctl.core.engines.vllm.ledger import _ledger
 from vramctl.core.plan_result import PlanEdge, PlanResult
-from vramctl.core.settings import ServeSettings
+from vramctl.core.settings import ServeSettings, parse_version
 from vramctl.core.specs import GpuSpec, ModelSpec, derived_warning
 
 
@@ -56,7 +56,7 @@ def checkpoint_kv_dtype(model: ModelSpec, settings: ServeSettings) -> str | None
     if (settings.kv_cache_dtype or "auto").strip().lower() != "auto" or not model.checkpoint_kv_cache_dtype:
         return None
     version = V.resolve_version(settings.engine_version if settings.engine != "sglang" else None)
-    if V.parse_version(version) < V.CHECKPOINT_KV_DTYPE_MIN_VLLM:
+    if parse_version(version) < V.CHECKPOINT_KV_DTYPE_MIN_VLLM:
         return None
     return model.checkpoint_kv_cache_dtype
 
