@@ -55,7 +55,27 @@ _KV_DTYPE_BYTES: dict[str, float] = {
     "float32": 4,
     "fp32": 4,
     "nvfp4": 0.5,
+    "nvfp4_4over6": 0.5,
+    "int8_per_token_head": 1,
+    "fp8_per_token_head": 1,
+    "int4_per_token_head": 0.5,
 }
+
+_PER_TOKEN_HEAD_SCALE_BYTES = 4
+"""`*_per_token_head`: one float32 scale per token, KV head and K / V side, stored in the page beside the data (vLLM
+0.20.0 `AttentionSpec.page_size_bytes`, vllm/v1/kv_cache_interface.py:138-146, with the scale padded inline by
+`TritonAttentionBackend.get_kv_cache_shape`, triton_attn.py:316-326; 0.32.0 `TritonAttentionBackend.customize_spec`,
+vllm/v1/attention/backends/triton_attn.py:283-295: (K + V data) + 2 × 4 bytes per head and token)."""
+
+_UNSIZED_KV_DTYPES: dict[str, str] = {
+    "turboquant_": "TurboQuant packs K + V into one Lloyd-Max slot per head and keeps the first and last two attention "
+    "layers of a dense model unquantised in padded pages (TurboQuantConfig, vllm/model_executor/layers/quantization/"
+    "turboquant/config.py, 0.32.0)",
+    "ultraquant_": "UltraQuant packs K + V into one FP4 / UE8M0 slot per head on its own 64-token block "
+    "(vllm/v1/attention/backends/ultraquant_attn.py, 0.32.0)",
+    "octave_": "the Octave layouts pack K + V per slot (vllm/config/cache.py CacheDType, 0.33.0)",
+}
+"""`--kv-cache-dtype` values vLLM accepts whose packed page vramctl does not size: refused in one line."""
 
 KV_CACHE_DTYPES: tuple[str, ...] = ("auto", *_KV_DTYPE_BYTES, *_MLA_PACKED_BYTES_PER_TOKEN)
 
@@ -100,6 +120,12 @@ def kv_dtype_bytes(
                 f"--kv-cache-dtype {kv_cache_dtype}: only valid for MLA models, not {model.name}"
             )
         return 1
+    for prefix, why in _UNSIZED_KV_DTYPES.items():
+        if key.startswith(prefix) and key not in _KV_DTYPE_BYTES:
+            raise BadInputError(
+                f"--kv-cache-dtype {kv_cache_dtype}: vramctl does not size this packed KV cache yet ({why}); "
+                "plan with fp8 or an nvfp4 / *_per_token_head dtype for a bound"
+            )
     if key not in _KV_DTYPE_BYTES:
         raise BadInputError(
             f"--kv-cache-dtype {kv_cache_dtype!r}: unknown KV cache dtype (use one of {', '.join(KV_CACHE_DTYPES)})"
@@ -152,7 +178,23 @@ def token_bytes_per_layer(
         # layers' pages (vllm/v1/kv_cache_interface.py, v0.32.0): latent + indexer per token and layer, every rank
         return int(model.mla.latent_dim * element) + indexer
     element = kv_dtype_bytes(model, kv_cache_dtype, model_dtype=model_dtype)
-    return int(kv_heads_per_rank(model, tp) * model.head_dim * 2 * element)
+    return kv_heads_per_rank(model, tp) * packed_head_bytes(key, model.head_dim, element)
+
+
+def packed_head_bytes(key: str, head_dim: int, element: float) -> int:
+    """Bytes of one token's K and V for one KV head in a `--kv-cache-dtype key` cache:
+
+    - `nvfp4` / `nvfp4_4over6`: per side head_dim / 2 bytes of FP4 data + one FP8 block scale per 16 values
+      (`nvfp4_kv_cache_full_dim`, vllm/utils/torch_utils.py:556-558; `FlashInferBackend.customize_spec`,
+      vllm/v1/attention/backends/flashinfer.py:433-445, 0.32.0; the same in 0.20.0 kv_cache_interface.py:255-266);
+    - `int8_per_token_head` / `fp8_per_token_head`: one byte per value + a float32 scale per side;
+      `int4_per_token_head`: half a byte per value + the same scales (`_PER_TOKEN_HEAD_SCALE_BYTES`);
+    - any other: 2 × head_dim × the element size."""
+    if key.startswith("nvfp4") and key != "nvfp4_ds_mla":
+        return 2 * (head_dim // 2 + head_dim // 16)
+    if key.endswith("_per_token_head"):
+        return int(2 * head_dim * element) + 2 * _PER_TOKEN_HEAD_SCALE_BYTES
+    return int(head_dim * 2 * element)
 
 
 def page_size_bytes(

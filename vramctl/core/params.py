@@ -349,7 +349,7 @@ def _fp4_scale_group(quant: str, bits: int, group: int | None) -> int:
     16-group is read as NVFP4 there."""
     if bits != 4:
         return 0
-    if quant in ("modelopt_fp4", "nvfp4"):
+    if quant in ("modelopt_fp4", "nvfp4", "modelopt_mixed"):  # modelopt_mixed: its main algo NVFP4 (4 bits)
         return group or NVFP4_GROUP
     if quant == "compressed-tensors" and group == NVFP4_GROUP:
         return NVFP4_GROUP

@@ -46,6 +46,8 @@ _OVERRIDES: dict[str, frozenset[str]] = {
     "gptq": frozenset({"gptq_marlin", "gptq_marlin_24", "marlin", "moe_wna16"}),
     "fp8": frozenset({"fbgemm_fp8", "ptpc_fp8"}),
     "modelopt": frozenset({"modelopt_fp4"}),
+    # a MIXED_PRECISION checkpoint's quant_method is `modelopt`; ModelOptMixedPrecisionConfig claims it
+    "modelopt_mixed": frozenset({"modelopt"}),
 }
 
 

@@ -265,6 +265,12 @@ class ModelSpec:
     """Bits per quantised weight (AWQ/GPTQ/compressed-tensors `bits` / `num_bits`; 8 for FP8, 4 for MXFP4)."""
     quant_group_size: int | None = None
     """Weights sharing one scale: AWQ/GPTQ `group_size`; block-FP8 block edge (`weight_block_size` 128)."""
+    quant_algos: tuple[str, ...] = ()
+    """The per-module algos of a ModelOpt MIXED_PRECISION checkpoint (`modelopt_mixed`, most modules first; empty
+    otherwise): the planner checks the release loads each (vramctl.registry.modelopt_mixed.MIXED_ALGO_MIN_VLLM)."""
+    checkpoint_kv_cache_dtype: str | None = None
+    """The KV cache dtype a ModelOpt checkpoint declares (`kv_cache_quant_algo` / `kv_cache_scheme`, as vLLM maps it:
+    `fp8`, `nvfp4`), which `--kv-cache-dtype auto` resolves to from vLLM 0.14; None when it declares none."""
     vision_params: int = 0
     """Parameters of a multimodal wrapper's vision tower and projector (counted in param_count, 16-bit)."""
     vision_layers: int | None = None

@@ -19,6 +19,7 @@ from vramctl.core.params import (
     is_moe_layer,
     num_moe_layers,
     param_count_from_spec,
+    weight_bytes_from_spec,
     weight_bytes_keeping,
 )
 from vramctl.core.specs import (
@@ -48,6 +49,7 @@ from vramctl.registry._pure_mamba import (
     pure_mamba_param_count,
     pure_mamba_pattern,
 )
+from vramctl.registry.modelopt_mixed import mixed_saving_bytes, read_mixed_layers
 from vramctl.registry.vision_towers import vision_tower_params
 
 # model_type → defaults of its transformers config class where config.json may omit the field.
@@ -87,6 +89,11 @@ _LAYOUT_REFUSED = {
     "num_kv_shared_layers layers share (vLLM gemma3n.py) are not modelled",
     "qwen3_omni_moe": "Qwen3-Omni's thinker (a Qwen3-MoE decoder under thinker_config.text_config) is served with "
     "its audio encoder and vision tower (vLLM qwen3_omni_moe_thinker.py), whose weights vramctl does not count",
+    "deepseek_v4": "DeepSeek-V4's compressed sparse attention is not modelled: per-layer compress_ratios (4 / 128) "
+    "whose MLA caches keep one entry per compress_ratio tokens (MLAAttentionSpec tokens_per_state), a separate "
+    "sliding-window cache (DeepseekV4SWACache), compressor-state and indexer caches (vllm/models/deepseek_v4/"
+    "attention.py, compressor.py, vLLM 0.32.0), nor its hyper-connections (hc_mult) and grouped low-rank output "
+    "projection (o_groups, o_lora_rank)",
 }
 """Plain-attention model types whose layout one ModelSpec cannot describe (one line each)."""
 _QK_NORM_WHOLE = {"olmo2", "minimax_m2", "olmo_hybrid"}
@@ -597,6 +604,35 @@ def _quantization(config: Mapping[str, Any], where: str) -> _Quant:
     return _Quant(method, bits, group)
 
 
+_MODELOPT_KV_DTYPES = {"fp8": "fp8_e4m3", "nvfp4": "nvfp4"}
+"""vLLM's MODELOPT_TO_VLLM_KV_CACHE_DTYPE_MAP (vllm/utils/torch_utils.py:68-71, 0.32.0)."""
+
+
+def _checkpoint_kv_dtype(config: Mapping[str, Any]) -> str | None:
+    """The KV cache dtype a ModelOpt checkpoint declares, as vLLM's `get_kv_cache_quant_algo_string` reads it
+    (vllm/utils/torch_utils.py:457-509, 0.32.0): `kv_cache_scheme` (a dict: 8-bit float, not dynamic → fp8; 4-bit
+    float → nvfp4) or `kv_cache_quant_algo` (FP8 → fp8_e4m3, NVFP4 → nvfp4); None when none is declared or the value
+    is one vLLM falls back to `auto` for."""
+    quant = config.get("quantization_config")
+    if not isinstance(quant, dict) or not str(quant.get("quant_method") or "").startswith("modelopt"):
+        return None
+    nested = quant.get("quantization")
+    inner: Mapping[str, Any] = nested if isinstance(nested, dict) else quant
+    algo = (
+        inner.get("kv_cache_scheme")
+        or quant.get("kv_cache_scheme")
+        or inner.get("kv_cache_quant_algo")
+        or quant.get("kv_cache_quant_algo")
+    )
+    if isinstance(algo, dict):
+        if algo.get("dynamic") is False and algo.get("num_bits") == 8 and algo.get("type") == "float":
+            return "fp8_e4m3"
+        if algo.get("num_bits") == 4 and algo.get("type") == "float":
+            return "nvfp4"
+        return None
+    return _MODELOPT_KV_DTYPES.get(algo.lower()) if isinstance(algo, str) else None
+
+
 def _algo_quant(method: str, quant: Mapping[str, Any], where: str) -> tuple[str, int, int | None]:
     """NVIDIA ModelOpt (`quant_algo`) and AMD Quark (`global_quant_config.weight.dtype`) checkpoints.
 
@@ -624,6 +660,12 @@ def _algo_quant(method: str, quant: Mapping[str, Any], where: str) -> tuple[str,
     if isinstance(algo, dict):  # hf_quant_config.json layout copied under quantization_config
         algo = algo.get("quant_algo")
     text = str(algo or "").upper()
+    if text == "MIXED_PRECISION":  # one algo per module (vramctl.registry.modelopt_mixed); the spec carries the main one
+        mixed = read_mixed_layers(quant, where)
+        if mixed.algos[0] in ("NVFP4", "W4A16_NVFP4"):
+            groups = [g for _, a, g in mixed.entries if a in ("NVFP4", "W4A16_NVFP4") and g]
+            return "modelopt_mixed", 4, groups[0] if groups else 16
+        return "modelopt_mixed", 8, None
     if "FP8" in text and "W4A8" not in text:
         return "modelopt", 8, None
     if "NVFP4" in text or "FP4" in text or method == "modelopt_fp4":
@@ -694,10 +736,16 @@ def _mtp_unquantised(config: Mapping[str, Any]) -> bool:
     - auto-round: a Linear is packed only when its prefix starts with an entry of `block_name_to_quantize` /
       `to_quant_block_names` (vLLM INCConfig, quantization/inc/config_parser.py `get_layer_config`, 0.32.0), so a
       block list without an `mtp` entry leaves the MTP layers in 16 bits (the uploads differ: some list
-      `mtp.layers`, some keep the MTP block in BF16)."""
+      `mtp.layers`, some keep the MTP block in BF16);
+    - ModelOpt MIXED_PRECISION: a Linear absent from `quantized_layers` stays unquantised
+      (`ModelOptMixedPrecisionConfig.get_quant_method`, vllm/model_executor/layers/quantization/modelopt.py, 0.32.0),
+      so a map without `mtp.` keys leaves the MTP layers in 16 bits."""
     quant = config.get("quantization_config")
     if not isinstance(quant, dict):
         return False
+    if str(quant.get("quant_algo") or "").upper() == "MIXED_PRECISION":
+        layers = quant.get("quantized_layers")
+        return not (isinstance(layers, dict) and any(str(k).startswith("mtp.") for k in layers))
     method = str(quant.get("quant_method") or "").lower()
     if method.startswith("gptq"):
         dynamic = quant.get("dynamic")
@@ -1784,6 +1832,10 @@ def spec_from_config(
             minimum=0,
         ),
         mtp_unquantised=quant.method is not None and _mtp_unquantised(cfg),
+        quant_algos=read_mixed_layers(cfg["quantization_config"], where).algos
+        if quant.method == "modelopt_mixed"
+        else (),
+        checkpoint_kv_cache_dtype=_checkpoint_kv_dtype(cfg),
         vision_params=vision_params,
         vision_layers=vision_layers,
         vision_hidden_size=vision_hidden,
@@ -1827,6 +1879,11 @@ def spec_from_config(
         size = weight_bytes
     elif spec.state_space is not None and spec.quantization is None:
         size = int(count * min(2.0, spec.dtype_bytes))  # every tensor in the 16-bit serving dtype
+    elif spec.quantization == "modelopt_mixed":
+        # one algo per module (vramctl.registry.modelopt_mixed): the 16-bit total less what each mapped module saves
+        plain = _replace(spec, quantization=None, quant_bits=None, quant_group_size=None)
+        high = int(count * min(2.0, spec.dtype_bytes)) if spec.state_space is not None else weight_bytes_from_spec(plain)
+        size = high - mixed_saving_bytes(spec, read_mixed_layers(cfg["quantization_config"], where), where)
     elif spec.state_space is not None:
         # A pre-quantised hybrid (Qwen3.5 FP8 / NVFP4 / int4): the dense layout formula does not see the state
         # layers, so its quantised / 16-bit ratio scales the exact 16-bit total (as apply_quantization_flag does)

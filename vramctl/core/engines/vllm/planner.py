@@ -19,7 +19,7 @@ from vramctl.core.engines.vllm.kv_manager import kv_view_of_model
 from vramctl.core.engines.vllm.ledger import _ledger
 from vramctl.core.engines.vllm.scheduler import default_capture_sizes
 from vramctl.core.plan_result import PlanEdge, PlanResult
-from vramctl.core.settings import ServeSettings
+from vramctl.core.settings import ServeSettings, parse_version
 from vramctl.core.specs import GpuSpec, ModelSpec, derived_warning
 
 
@@ -50,12 +50,27 @@ class VllmResolution:
     """The release whose rules apply: `V0_RULES_VERSION` on a V0 fall-back, else `version`."""
 
 
+def checkpoint_kv_dtype(model: ModelSpec, settings: ServeSettings) -> str | None:
+    """The KV cache dtype `--kv-cache-dtype auto` resolves to for a ModelOpt checkpoint that declares one
+    (`ModelSpec.checkpoint_kv_cache_dtype`) on a release that reads it (`V.CHECKPOINT_KV_DTYPE_MIN_VLLM`); None
+    otherwise (the flag given, no declared dtype, an older release)."""
+    if (settings.kv_cache_dtype or "auto").strip().lower() != "auto" or not model.checkpoint_kv_cache_dtype:
+        return None
+    version = V.resolve_version(settings.engine_version if settings.engine != "sglang" else None)
+    if parse_version(version) < V.CHECKPOINT_KV_DTYPE_MIN_VLLM:
+        return None
+    return model.checkpoint_kv_cache_dtype
+
+
 def resolve_vllm(model: ModelSpec, gpu: GpuSpec, settings: ServeSettings) -> VllmResolution:
     """Validate the flags (bad input: exit 2) and fill vLLM's defaults for this model, card and version, with the
     V0 fall-back of 0.8 – 0.10 applied (its defaults are V0's, `settings.release` the version run)."""
     version = V.resolve_version(settings.engine_version if settings.engine != "sglang" else None)
     model = vf.model_for_version(model, version, settings.engine)  # vLLM 0.30's yarn rule
+    if settings.engine != "sglang":  # SGLang's own choices are checked by its planner
+        V.check_kv_cache_dtype(settings.kv_cache_dtype, version)
     validate(model, gpu, settings)
+    V.check_quantization_supported(model.name, model.quantization, model.quant_algos, version)
     if model.state_space is not None:
         V.check_hybrid_supported(model.name, version, model.architecture)
     fallback = RT.v1_fallback_reason(
@@ -88,6 +103,9 @@ def plan_vllm(
     search, which needs only the verdict and its edges; `calibration`: the estimate coefficients; the
     default is the fitted set, scripts/calibrate.py passes others for leave-one-out)."""
     loaded = model
+    kv_from_checkpoint = checkpoint_kv_dtype(model, settings)
+    if kv_from_checkpoint:
+        settings = settings.with_changes(kv_cache_dtype=kv_from_checkpoint)
     resolution = resolve_vllm(model, gpu, settings)
     version, model, s, fallback = resolution.version, resolution.model, resolution.settings, resolution.fallback
     rules_version = resolution.rules_version
@@ -112,6 +130,12 @@ def plan_vllm(
         warnings.insert(0, derived_warning(model))
     if auto_note:
         notes.insert(0, auto_note)
+    if kv_from_checkpoint:
+        notes.append(
+            f"--kv-cache-dtype auto → {kv_from_checkpoint}: the checkpoint's quantisation config declares its KV cache "
+            "dtype (kv_cache_quant_algo / kv_cache_scheme), which vLLM uses for `auto` "
+            "(resolve_kv_cache_dtype_string, vllm/utils/torch_utils.py)"
+        )
     if s.speculative is not None:
         charges = speculative_charges(model, s, calibration, _unspeculative_sizes(gpu, settings, s))
         speculative = replace(s.speculative, profile=charges)

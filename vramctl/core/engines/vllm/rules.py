@@ -719,3 +719,87 @@ def default_mamba_ssm_cache_dtype(architecture: str, config_ssm_dtype: str | Non
     ):
         return config_ssm_dtype or "auto"  # Qwen3_5ForConditionalGenerationConfig.verify_and_update_config
     return "auto"
+
+
+MODELOPT_MIXED_ALGO_MIN_VLLM: dict[str, Version] = {
+    # quant_algo → the first release whose ModelOptMixedPrecisionConfig.get_quant_method builds it
+    # (vllm/model_executor/layers/quantization/modelopt.py of each release; earlier ones leave the layer unquantised
+    # and its packed tensors do not load)
+    "FP8": (0, 17, 0),  # modelopt_mixed itself: 0.17.0 (absent at 0.16.0)
+    "NVFP4": (0, 17, 0),
+    "W4A16_NVFP4": (0, 22, 0),  # absent at 0.21.0
+    "MXFP8": (0, 26, 0),  # absent at 0.24.0
+    "FP8_PER_CHANNEL_PER_TOKEN": (0, 30, 0),  # the LINEAR_ALGOS table; absent at 0.28.0
+    "FP8_PB_WO": (0, 30, 0),
+    "FP8_BLOCK_SCALES": (0, 30, 0),
+}
+"""Which vLLM releases load each algo of a ModelOpt MIXED_PRECISION checkpoint (vramctl.registry.modelopt_mixed)."""
+
+CHECKPOINT_KV_DTYPE_MIN_VLLM: Version = (0, 14, 0)
+"""`--kv-cache-dtype auto` takes a ModelOpt checkpoint's `kv_cache_quant_algo` / `kv_cache_scheme` from this release
+(`resolve_kv_cache_dtype_string` in `EngineArgs.create_engine_config`, vllm/engine/arg_utils.py:2256-2259 and
+vllm/utils/torch_utils.py:512-530 at 0.32.0; present at 0.14.0, absent at 0.13.0); earlier ones cache in the model
+dtype."""
+
+
+def check_quantization_supported(model_name: str, quantization: str | None, algos: tuple[str, ...], version: str) -> None:
+    """Refuse a ModelOpt MIXED_PRECISION checkpoint (`modelopt_mixed`) on a release that does not load one of its
+    per-module algos (`MODELOPT_MIXED_ALGO_MIN_VLLM`)."""
+    if quantization != "modelopt_mixed":
+        return
+    v = parse_version(version)
+    for algo in algos or ("FP8",):
+        first = MODELOPT_MIXED_ALGO_MIN_VLLM.get(algo)
+        if first is not None and v < first:
+            since = ".".join(map(str, first))
+            raise BadInputError(
+                f"--engine-version {version}: {model_name} is a ModelOpt MIXED_PRECISION checkpoint with {algo} "
+                f"layers, which vLLM loads from {since} (modelopt_mixed, "
+                "vllm/model_executor/layers/quantization/modelopt.py); use --engine-version "
+                f"{since} or later"
+            )
+
+
+KV_CACHE_DTYPE_ADDED: tuple[tuple[Version, tuple[str, ...]], ...] = (
+    # (first release, the `--kv-cache-dtype` choices it added), read from each release's sources; "absent at" is the
+    # release read before it
+    ((0, 6, 0), ("auto", "fp8", "fp8_e5m2", "fp8_e4m3")),  # argparse choices, vllm/engine/arg_utils.py:295 (0.6.3);
+    # CacheDType, vllm/config.py:1291 (0.8.5), :1391 (0.9.0)
+    ((0, 10, 0), ("fp8_inc",)),  # CacheDType, vllm/config.py:1609 (0.10.0); absent at 0.9.0
+    ((0, 11, 0), ("bfloat16",)),  # vllm/config/cache.py:25-26 (0.11.0); absent at 0.10.2
+    ((0, 11, 1), ("fp8_ds_mla",)),  # vllm/config/cache.py:24-32 (0.11.1); absent at 0.11.0
+    ((0, 18, 0), ("float16",)),  # vllm/config/cache.py:14-23 (0.18.0); absent at 0.17.0
+    (
+        (0, 20, 0),  # vllm/config/cache.py:18-34 (0.20.0); absent at 0.19.0
+        (
+            "turboquant_k8v4", "turboquant_4bit_nc", "turboquant_k3v4_nc", "turboquant_3bit_nc",
+            "int8_per_token_head", "fp8_per_token_head", "nvfp4",
+        ),
+    ),
+    ((0, 25, 0), ("int4_per_token_head",)),  # vllm/config/cache.py:19-36 (0.25.0); absent at 0.24.0
+    ((0, 28, 0), ("nvfp4_4over6",)),  # vllm/config/cache.py:19-37 (0.28.0); absent at 0.27.0
+    ((0, 30, 0), ("nvfp4_ds_mla",)),  # vllm/config/cache.py:39-58 (0.30.0); absent at 0.29.0
+    ((0, 32, 0), ("ultraquant_4bit",)),  # vllm/config/cache.py:39-59 (0.32.0); absent at 0.31.0
+    ((0, 33, 0), ("octave_k3v4", "octave_k3v3", "octave_k3v3_compact")),  # vllm/config/cache.py:44-67 (0.33.0, 0.34.0)
+)
+"""The `--kv-cache-dtype` choices of every vLLM release line vramctl models (`CacheDType`, or argparse `choices`
+before it): what a release accepts is every entry up to it."""
+
+
+def kv_cache_dtype_choices(version: str | Version) -> tuple[str, ...]:
+    """The `--kv-cache-dtype` values vLLM `version` accepts (`KV_CACHE_DTYPE_ADDED`); a version before 0.6 (planned
+    with 0.6's rules, with a warning) gets 0.6's."""
+    v = max(_v(version), KV_CACHE_DTYPE_ADDED[0][0])
+    return tuple(name for first, names in KV_CACHE_DTYPE_ADDED if v >= first for name in names)
+
+
+def check_kv_cache_dtype(value: str | None, version: str) -> None:
+    """Refuse a `--kv-cache-dtype` the release does not accept, in one line naming its choices (vLLM stops with
+    argparse's "invalid choice"). vLLM compares the exact string: `FP8` and `bf16` are not choices."""
+    if value is None or value == "":
+        return
+    choices = kv_cache_dtype_choices(version)
+    if value.strip() not in choices:
+        later = next((".".join(map(str, first)) for first, names in KV_CACHE_DTYPE_ADDED if value.strip() in names), None)
+        what = f"vLLM accepts it from {later}" if later else "unknown KV cache dtype"
+        raise BadInputError(f"--kv-cache-dtype {value}: {what}; vLLM {version} accepts {', '.join(choices)}")
