@@ -32,6 +32,7 @@ from vramctl.core.engines.vllm import estimates as est
 from vramctl.core.engines.vllm import messages as M
 from vramctl.core.engines.vllm import rules as V
 from vramctl.core.engines.vllm.defaults import VllmSettings
+from vramctl.core.engines.vllm.multimodal import MM_ENCODER_REL_BAND
 from vramctl.core.engines.vllm.kv_manager import (
     _largest_fitting_len,
     _request_kv_bytes,
@@ -112,6 +113,15 @@ def _stage_budget(
         sampler=s.sampler,
         cal=cal,
     )
+    mm = s.mm_encoder
+    if mm is not None and mm.profiled:
+        activation = est.with_mm_encoder(
+            activation,
+            forward_bytes=mm.forward_bytes,
+            outputs_bytes=mm.outputs_bytes,
+            formula=mm.formula,
+            rel_band=MM_ENCODER_REL_BAND,
+        )
     charges_nccl = V.charges_nccl_to_budget(s.version)
     pre_charge = "none" if v0 else V.rules_for(s.version).v1_pre_profile_charge
     non_torch = est.non_torch_charged(
