@@ -251,22 +251,22 @@ def vision_tower_shape(config: Mapping[str, Any], text_hidden: int, where: str) 
         return None
     image = get_int(v, "image_size", w)
     patch = get_int(v, "patch_size", w)
-    common = {
-        "hidden_size": get_int(v, "hidden_size", w),
-        "intermediate_size": get_int(v, "intermediate_size", w),
-        "num_layers": get_int(v, "num_hidden_layers", w),
-        "num_heads": get_int(v, "num_attention_heads", w, default=16),
-        "mlp_gated": False,
-        "patch_size": patch,
-        "out_hidden_size": text_hidden,
-        "image_size": image,
-    }
+    hidden = get_int(v, "hidden_size", w)
+    inter = get_int(v, "intermediate_size", w)
+    layers = get_int(v, "num_hidden_layers", w)
+    heads = get_int(v, "num_attention_heads", w, default=16)
     if wrapper == "gemma3":
         tokens = get_int(config, "mm_tokens_per_image", where, default=256)
         pool = max(1, round(((image // patch) ** 2 / max(1, tokens)) ** 0.5))
-        return VisionTowerSpec(family="siglip", merge=pool, tokens_per_crop=tokens, **common)
+        return VisionTowerSpec(
+            family="siglip", hidden_size=hidden, intermediate_size=inter, num_layers=layers, num_heads=heads,
+            mlp_gated=False, patch_size=patch, out_hidden_size=text_hidden, image_size=image, merge=pool,
+            tokens_per_crop=tokens,
+        )
     family = "llava_next" if wrapper == "llava_next" else "clip"
     return VisionTowerSpec(
-        family=family, tokens_per_crop=(image // patch) ** 2, class_token=True,
-        grid_pinpoints=_pinpoints(config) if family == "llava_next" else (), **common,
+        family=family, hidden_size=hidden, intermediate_size=inter, num_layers=layers, num_heads=heads,
+        mlp_gated=False, patch_size=patch, out_hidden_size=text_hidden, image_size=image,
+        tokens_per_crop=(image // patch) ** 2, class_token=True,
+        grid_pinpoints=_pinpoints(config) if family == "llava_next" else (),
     )

@@ -32,7 +32,6 @@ from vramctl.core.engines.vllm import estimates as est
 from vramctl.core.engines.vllm import messages as M
 from vramctl.core.engines.vllm import rules as V
 from vramctl.core.engines.vllm.defaults import VllmSettings
-from vramctl.core.engines.vllm.multimodal import MM_ENCODER_REL_BAND
 from vramctl.core.engines.vllm.kv_manager import (
     _largest_fitting_len,
     _request_kv_bytes,
@@ -40,6 +39,7 @@ from vramctl.core.engines.vllm.kv_manager import (
     kv_view_of_model,
     lora_slots_of,
 )
+from vramctl.core.engines.vllm.multimodal import MM_ENCODER_REL_BAND
 from vramctl.core.errors import BadInputError
 from vramctl.core.specs import DerivedCheckpoint, GpuSpec, ModelSpec, dtype_bytes
 from vramctl.core.units import GiB, vllm_format_gib

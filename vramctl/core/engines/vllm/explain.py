@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-
 from dataclasses import replace
 
 from vramctl.core import kv as kvmath
@@ -220,6 +219,10 @@ def _deployment_notes(model: ModelSpec, gpu: GpuSpec, core: _Core, notes: list[s
                 "--mm-processor-kwargs '{\"max_pixels\": N}' for a dynamic-resolution processor, a smaller "
                 "--max-num-batched-tokens for many small items); --skip-mm-profiling leaves it out of the budget."
             )
+    elif mm is not None and mm.unmodelled:
+        warnings.append(
+            f"{arch} is multimodal: {mm.unmodelled}, so the activation peak is under-estimated (docs/plan.md)."
+        )
     elif mm is not None:
         notes.append(f"{arch} is multimodal; {mm.skipped}.")
         if mm.skipped.startswith("--skip-mm-profiling"):

@@ -82,11 +82,14 @@ class MmEncoderProfile:
     """The N outputs held through the language model's dummy run."""
     formula: str = ""
     skipped: str = ""
-    """Why the encoder is not profiled ('' when it is)."""
+    """Why vLLM does not profile the encoder ('' when it does)."""
+    unmodelled: str = ""
+    """Why vramctl does not model the pass vLLM runs ('' when it does); the activation term then leaves it out."""
 
     @property
     def profiled(self) -> bool:
-        return not self.skipped
+        """vLLM profiles the encoder and vramctl models it: the activation term includes it."""
+        return not self.skipped and not self.unmodelled
 
     def log_line(self) -> str:
         """vLLM's line for this profile (`gpu_model_runner.py:6165-6172` (0.32.0))."""
@@ -96,9 +99,12 @@ class MmEncoderProfile:
         )
 
     def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"profiled": self.profiled}
+        out: dict[str, Any] = {"profiled": not self.skipped}
         if self.skipped:
             out["skipped"] = self.skipped
+            return out
+        if self.unmodelled:
+            out["unmodelled"] = self.unmodelled
             return out
         out.update(
             modality=self.modality,
@@ -202,7 +208,7 @@ def tokens_per_item(
     return v.tokens_per_crop, per_crop  # siglip (Gemma 3), clip (LLaVA-1.5)
 
 
-def _items(
+def encoder_items(
     rules: VllmRules,
     tokens: int,
     budget: int,
@@ -213,6 +219,7 @@ def _items(
     max_num_batched_tokens: int,
     chunked_prefill: bool,
 ) -> int:
+    """N: the dummy items of `tokens` tokens each that the profile run encodes (`VllmRules.mm_items_rule`)."""
     if rules.mm_items_rule == "ceil":
         return min(-(-budget // tokens), max_num_seqs * limit)
     if rules.mm_items_rule == "floor":
@@ -278,6 +285,11 @@ def mm_encoder_profile(
             "--limit-mm-per-prompt is 0 for every modality"
         )
         return MmEncoderProfile(skipped=f"{why}: no encoder budget, nothing profiled")
+    if v.family == "qwen3_vl" and "video" in active and not rules.qwen3_vl_video_max_pixels:
+        return MmEncoderProfile(
+            unmodelled="vLLM before 0.15 profiles Qwen3-VL with a dummy video that fills max_model_len with frames, "
+            "which vramctl does not model (--limit-mm-per-prompt '{\"video\": 0}' leaves the image pass, modelled)"
+        )
     sized = {
         m: tokens_per_item(v, m, rules, max_model_len=max_model_len, max_pixels=max_pixels) for m in active
     }
@@ -287,7 +299,7 @@ def mm_encoder_profile(
         modality = max(active, key=lambda m: sized[m][0])  # the first listed of equals
     tokens, patches = sized[modality]
     budget = max(max_num_batched_tokens, tokens)
-    items = _items(
+    items = encoder_items(
         rules,
         tokens,
         budget,

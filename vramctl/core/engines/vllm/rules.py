@@ -405,6 +405,12 @@ class VllmRules:
     `video` (`max(..., key=lambda x: (x[1], x[0]))`, `vllm/multimodal/encoder_budget.py:184-188`), 0.10.2 – 0.11.0 the
     first listed, `image` (`[0.11.0] vllm/v1/worker/utils.py:75-77`). 0.12 – 0.31 not pinned (taken as 0.32's); it
     changes only the modality the log line names."""
+    qwen3_vl_video_max_pixels: bool = True
+    """Qwen3-VL's largest dummy video: two frames at the video processor's `longest_edge` / temporal_patch_size
+    (`get_max_video_tokens`, `qwen3_vl.py:1038-1068` (0.32.0); `[0.15.0]`, `[0.16.0]` the same). Before 0.15 it fills
+    max_model_len with frames (`_MAX_FRAMES_PER_VIDEO = 24576`, `[0.13.0] qwen3_vl.py:132`, `:710-722`), counted × 12.5
+    for the timestamps in 0.11 – 0.12 (`[0.11.0] qwen3_vl.py:658-675`): vramctl does not model that video pass and
+    says so (an image-only deployment, `--limit-mm-per-prompt '{"video": 0}'`, is modelled)."""
     qwen_factorised_max_image: bool = True
     """The Qwen2-VL family's largest dummy image: `max_pixels // (patch × merge)²` tokens, factorised into a grid
     (`get_image_size_with_most_features`, `qwen2_vl.py:1077-1128` (0.32.0)); through 0.11.0 a square resize of a huge
@@ -521,6 +527,7 @@ def _rules_for_tuple(text: str, v: Version) -> VllmRules:
         mm_counts_subtract_images=v < (0, 10, 2),
         qwen_max_frames_per_video=16 if v < (0, 11, 0) else 14,
         mm_tie_prefers_later_name=v >= (0, 12, 0),
+        qwen3_vl_video_max_pixels=v >= (0, 15, 0),
         qwen_factorised_max_image=v >= (0, 12, 0),
         has_skip_mm_profiling=v >= (0, 10, 2),
         has_language_model_only=v >= (0, 17, 0),
