@@ -255,6 +255,13 @@ def test_bad_limits_are_one_clear_error(value: str, match: str) -> None:
         flags.parse_mm_limits(value)
 
 
+def test_an_unknown_encoder_tp_mode_is_bad_input(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["plan", "--gpu", "h100-sxm", "--", "vllm", "serve", "google/gemma-3-27b-it", "--mm-encoder-tp-mode",
+                 "pipeline"])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "weights or data" in err
+
+
 def test_bad_limits_exit_2_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["plan", "--gpu", "h100-sxm", "--", "vllm", "serve", "Qwen/Qwen2.5-VL-7B-Instruct",
                  "--limit-mm-per-prompt", "{image"])

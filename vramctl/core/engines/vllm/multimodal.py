@@ -49,6 +49,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from vramctl.core.engines.vllm.rules import VllmRules
+from vramctl.core.errors import BadInputError
 from vramctl.core.specs import ModelSpec, VisionTowerSpec
 from vramctl.core.units import GiB
 
@@ -267,6 +268,8 @@ def mm_encoder_profile(
 ) -> MmEncoderProfile | None:
     """The encoder's share of V1's profile run on one rank; None for a text model, a tower vramctl does not know, or
     the V0 engine (see the module docstring)."""
+    if tp_mode not in (None, "weights", "data"):
+        raise BadInputError(f"--mm-encoder-tp-mode {tp_mode!r}: vLLM takes weights or data")
     v = model.vision
     if v is None or rules.v0:
         return None
