@@ -195,6 +195,23 @@ def test_items_fit_the_budget_from_0_10(name: str, tokens: int, seqs: int, versi
     assert p.items == 1 or p.items * p.tokens_per_item <= p.budget_tokens
 
 
+@settings(max_examples=200, deadline=None)
+@given(
+    image=st.integers(min_value=1, max_value=20000),
+    room=st.integers(min_value=-100, max_value=50000),
+    temporal=st.integers(min_value=1, max_value=3),
+    cap=st.integers(min_value=1, max_value=30),
+)
+def test_video_frames_match_vllms_frame_loop(image: int, room: int, temporal: int, cap: int) -> None:
+    from vramctl.core.engines.vllm.multimodal import _qwen_video_tokens
+
+    frames = 1  # `_get_max_video_frames(max_tokens, start_num_frames=1)`, qwen2_vl.py (0.32.0), then the cap
+    while -(-(frames + 1) // temporal) * image <= room:
+        frames += 1
+    frames = max(1, min(frames, cap))
+    assert _qwen_video_tokens(image, temporal, room, cap) == -(-frames // temporal) * image
+
+
 @pytest.mark.parametrize("name", ["gemma-3-27b", "qwen2.5-vl-7b", "llava-v1.6-mistral-7b"])
 def test_skip_or_zero_limits_take_the_encoder_out_of_the_activation(name: str) -> None:
     profiled = _activation(name)

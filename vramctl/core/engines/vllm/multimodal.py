@@ -132,9 +132,7 @@ def _qwen_video_tokens(image: int, temporal: int, room: int, max_frames: int) ->
     """Tokens of the longest dummy video that fits `room` tokens: frames padded to whole temporal pairs, at least one,
     at most `max_frames` (`_get_max_video_frames`, `get_num_frames_with_most_features`, qwen2_vl.py (0.32.0))."""
     t = max(1, temporal)
-    frames = 1
-    while math.ceil((frames + 1) / t) * image <= room:
-        frames += 1
+    frames = max(1, t * (max(0, room) // max(1, image)))  # the most n with ceil(n / t) × image ≤ room (vLLM's loop)
     frames = max(1, min(frames, max_frames))
     return math.ceil(frames / t) * image
 
