@@ -213,18 +213,6 @@ def parse_loader_mode(value: Any, where: str = "--model-loader-extra-config") ->
     return None if mode is None else str(mode)
 
 
-def _json_object(value: Any, where: str) -> dict[str, Any]:
-    data = value
-    if isinstance(value, str):
-        try:
-            data = json.loads(value)
-        except ValueError:
-            raise BadInputError(f"{where} {value!r}: not a JSON object") from None
-    if not isinstance(data, dict):
-        raise BadInputError(f"{where} {value!r}: not a JSON object")
-    return data
-
-
 def parse_mm_limits(value: Any, where: str = "--limit-mm-per-prompt") -> tuple[tuple[str, int], ...]:
     """`--limit-mm-per-prompt`: JSON (`{"image": 0, "video": {"count": 1, ...}}`, `MultiModalConfig.limit_per_prompt`,
     vllm/config/multimodal.py, v0.32.0) or the older `image=16,video=2`: (modality, count) pairs, sorted."""

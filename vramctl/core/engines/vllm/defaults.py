@@ -394,26 +394,33 @@ def resolve_settings(model: ModelSpec, gpu: GpuSpec, settings: ServeSettings, ve
         cudagraph_mode=None if settings.enforce_eager else graphs,
         extensible_kv_cache=extensible,
         speculative=SP.resolve_settings(model, version, settings),
-        mm_encoder=mm_encoder_profile(
-            model,
-            rules_for(version),
-            max_num_batched_tokens=tokens,
-            max_model_len=mml,
-            max_num_seqs=seqs,
-            tp=settings.tensor_parallel_size,
-            act_bytes=min(dtype_bytes(_compute_dtype(model, settings.dtype)) or 2, 2),
-            limits=settings.limit_mm_per_prompt,
-            max_pixels=settings.mm_max_pixels,
-            skip=settings.skip_mm_profiling,
-            language_model_only=settings.language_model_only,
-            tp_mode=settings.mm_encoder_tp_mode,
-            chunked_prefill=chunked,
-        ),
+        mm_encoder=_mm_encoder(model, settings, version, tokens=tokens, mml=mml, seqs=seqs, chunked=chunked),
         prefill_checkpoint_blocks=int(
             model.state_space is not None
             and model.state_space.kind == "mamba2"
             and rules_for(version).mamba2_prefill_checkpoint
         ),
+    )
+
+
+def _mm_encoder(
+    model: ModelSpec, settings: ServeSettings, version: str, *, tokens: int, mml: int, seqs: int, chunked: bool
+) -> MmEncoderProfile | None:
+    """The multimodal encoder's share of the profile run for these flags (vramctl.core.engines.vllm.multimodal)."""
+    return mm_encoder_profile(
+        model,
+        rules_for(version),
+        max_num_batched_tokens=tokens,
+        max_model_len=mml,
+        max_num_seqs=seqs,
+        tp=settings.tensor_parallel_size,
+        act_bytes=min(dtype_bytes(_compute_dtype(model, settings.dtype)) or 2, 2),
+        limits=settings.limit_mm_per_prompt,
+        max_pixels=settings.mm_max_pixels,
+        skip=settings.skip_mm_profiling,
+        language_model_only=settings.language_model_only,
+        tp_mode=settings.mm_encoder_tp_mode,
+        chunked_prefill=chunked,
     )
 
 
