@@ -144,6 +144,26 @@ def test_qwen3_vl_video_before_0_15_is_said_not_modelled() -> None:
     assert result.to_json()["multimodal_encoder"]["profiled"] is True  # vLLM does profile it
 
 
+@pytest.mark.parametrize("name", ["qwen2.5-vl-7b", "gemma-3-27b", "llava-v1.6-mistral-7b"])
+def test_zero_limits_leave_the_tower_unloaded_from_0_15(name: str) -> None:
+    from vramctl.core.ledger import WEIGHTS
+    from vramctl.core.params import rank_weight_bytes
+
+    model = load_model(name)
+    tower = rank_weight_bytes(model, 1).vision
+    assert tower > 0
+
+    def weights(version: str, flags_: str) -> int:
+        s = replace(_settings(f"vllm serve m {flags_}"), engine_version=version)
+        return plan(model, H100, s).ledger.bytes_of(WEIGHTS)
+
+    off = """--limit-mm-per-prompt '{"image": 0, "video": 0}'"""
+    assert weights("0.32.0", "") - weights("0.32.0", off) == pytest.approx(tower, abs=2)
+    assert weights("0.32.0", "--language-model-only") == weights("0.32.0", off)
+    assert weights("0.32.0", "--skip-mm-profiling") == weights("0.32.0", "")  # profiling skipped, tower loaded
+    assert weights("0.14.0", off) == weights("0.14.0", "")  # before the generic skip (0.15)
+
+
 def test_data_parallel_encoder_splits_items_not_weights() -> None:
     weights = _profile("qwen2.5-vl-7b", "0.32.0", tp=4, max_pixels=1280 * 28 * 28, limits=(("video", 0),))
     data = _profile(
@@ -315,7 +335,8 @@ def test_plan_json_of_a_text_model_has_no_encoder_key(capsys: pytest.CaptureFixt
 
 def test_skip_mm_profiling_warns(capsys: pytest.CaptureFixture[str]) -> None:
     data = _plan_json(capsys, "--", "vllm", "serve", "google/gemma-3-27b-it", "--skip-mm-profiling")
-    assert data["multimodal_encoder"] == {"profiled": False, "skipped": data["multimodal_encoder"]["skipped"]}
+    mm = data["multimodal_encoder"]
+    assert (mm["profiled"], mm["tower_loaded"]) == (False, True) and mm["skipped"].startswith("--skip-mm-profiling")
     assert any("--skip-mm-profiling" in w for w in data["warnings"])
 
 

@@ -41,6 +41,7 @@ from vramctl.core.engines.vllm.kv_manager import (
 )
 from vramctl.core.engines.vllm.multimodal import MM_ENCODER_REL_BAND
 from vramctl.core.errors import BadInputError
+from vramctl.core.params import rank_weight_bytes
 from vramctl.core.specs import DerivedCheckpoint, GpuSpec, ModelSpec, dtype_bytes
 from vramctl.core.units import GiB, vllm_format_gib
 from vramctl.core.verdicts import (
@@ -280,10 +281,15 @@ def _weights_per_stage(
         marlin_on_hopper=V.rules_for(s.version).mxfp4_marlin_on_hopper,
     )
     rope = rope_cache_bytes(model, s.dtype)
+    loaded = model
+    if s.mm_encoder is not None and not s.mm_encoder.tower_loaded and model.vision_params:
+        # every modality's limit is 0: vLLM builds no tower (`VllmRules.skips_unused_tower`)
+        tower = rank_weight_bytes(model, 1).vision
+        loaded = replace(model, vision_params=0, weight_bytes=max(0, model.weight_bytes - tower))
     weights = tuple(
         w + rope
         for w in stage_rank_weight_bytes(
-            model, tp=tp, pp=pp, dtype=s.dtype, ep=s.expert_parallel_size, load_change=load_change
+            loaded, tp=tp, pp=pp, dtype=s.dtype, ep=s.expert_parallel_size, load_change=load_change
         )
     )
     if s.speculative is not None:

@@ -84,6 +84,9 @@ class MmEncoderProfile:
     formula: str = ""
     skipped: str = ""
     """Why vLLM does not profile the encoder ('' when it does)."""
+    tower_loaded: bool = True
+    """False where every modality's limit is 0 and the version then neither builds nor loads the tower
+    (`VllmRules.skips_unused_tower`): the weights leave it out."""
     unmodelled: str = ""
     """Why vramctl does not model the pass vLLM runs ('' when it does); the activation term then leaves it out."""
 
@@ -103,6 +106,7 @@ class MmEncoderProfile:
         out: dict[str, Any] = {"profiled": not self.skipped}
         if self.skipped:
             out["skipped"] = self.skipped
+            out["tower_loaded"] = self.tower_loaded
             return out
         if self.unmodelled:
             out["unmodelled"] = self.unmodelled
@@ -285,7 +289,12 @@ def mm_encoder_profile(
         why = "--language-model-only" if language_model_only and rules.has_language_model_only else (
             "--limit-mm-per-prompt is 0 for every modality"
         )
-        return MmEncoderProfile(skipped=f"{why}: no encoder budget, nothing profiled")
+        unloaded = rules.skips_unused_tower
+        return MmEncoderProfile(
+            skipped=f"{why}: no encoder budget, nothing profiled"
+            + ("; the vision tower is not loaded either" if unloaded else ""),
+            tower_loaded=not unloaded,
+        )
     if v.family == "qwen3_vl" and "video" in active and not rules.qwen3_vl_video_max_pixels:
         return MmEncoderProfile(
             unmodelled="vLLM before 0.15 profiles Qwen3-VL with a dummy video that fills max_model_len with frames, "

@@ -416,6 +416,11 @@ class VllmRules:
     (`get_image_size_with_most_features`, `qwen2_vl.py:1077-1128` (0.32.0)); through 0.11.0 a square resize of a huge
     image, floor(√max_pixels / (patch × merge))² tokens (`[0.11.0] qwen2_vl.py`, `smart_resize` of 9999999 px). The
     same at the checkpoints' default (16,384 tokens); 0.12 – 0.31 not pinned (taken as 0.32's)."""
+    skips_unused_tower: bool = True
+    """A tower whose every modality has limit 0 (`--limit-mm-per-prompt`, `--language-model-only`) is not built nor
+    loaded: `SupportsMultiModal._mark_tower_model` (`vllm/model_executor/models/interfaces.py:339-380` (0.32.0);
+    `[0.15.0]` the first wheel with it). Before, some models did it themselves (`[0.14.0] qwen2_5_vl.py:1186-1196`);
+    vramctl counts the tower's weights there."""
     has_skip_mm_profiling: bool = True
     """`--skip-mm-profiling` exists from 0.10.2 (`[0.10.2] vllm/config/__init__.py:415`; `gpu_model_runner.py:6137`
     (0.32.0): the encoder and its cache are not profiled, and their memory is not in the budget)."""
@@ -529,6 +534,7 @@ def _rules_for_tuple(text: str, v: Version) -> VllmRules:
         mm_tie_prefers_later_name=v >= (0, 12, 0),
         qwen3_vl_video_max_pixels=v >= (0, 15, 0),
         qwen_factorised_max_image=v >= (0, 12, 0),
+        skips_unused_tower=v >= (0, 15, 0),
         has_skip_mm_profiling=v >= (0, 10, 2),
         has_language_model_only=v >= (0, 17, 0),
         mxfp4_marlin_on_hopper=v < (0, 10, 2),
