@@ -210,7 +210,8 @@ def test_every_registry_flag_is_read_by_the_serve_command_and_a_check_spec() -> 
     samples = {"count": "2", "max-model-len": "4096", "float": "0.5", "str": "fp8", "bytes": "8GiB", "gib": "4",
                "gb": "4", "counts": "1,2,4", "loader-mode": "'{\"mode\":\"copy\"}'",
                "compilation-config": "'{\"cudagraph_mode\":\"PIECEWISE\"}'",
-               "speculative-config": "'{\"method\":\"ngram\",\"num_speculative_tokens\":2}'"}
+               "speculative-config": "'{\"method\":\"ngram\",\"num_speculative_tokens\":2}'",
+               "mm-limits": "'{\"image\":2}'", "mm-max-pixels": "'{\"max_pixels\":1003520}'"}
     for entry in flags.REGISTRY:
         for engine in entry.engines:
             head = "vllm serve llama-3-8b" if engine == "vllm" else "sglang serve --model-path llama-3-8b"

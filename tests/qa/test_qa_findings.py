@@ -434,6 +434,10 @@ def test_qa_check_and_plan_know_the_same_flags() -> None:
                 text = "4"
             elif field == "weight_cache_mode":
                 text = "'{\"mode\":\"copy\"}'"
+            elif field == "limit_mm_per_prompt":
+                text = "'{\"image\":2}'"
+            elif field == "mm_max_pixels":
+                text = "'{\"max_pixels\":1003520}'"
             elif field == "compilation_config":  # sets the fields its keys name (flags.CompilationConfig)
                 text, field = "'{\"cudagraph_mode\":\"PIECEWISE\"}'", "cudagraph_mode"
             elif field == "speculative_config":  # sets method, num_speculative_tokens, model

@@ -195,6 +195,9 @@ class PlanResult:
             out["hybrid"] = self.hybrid.to_json()
         if self.engine_features is not None:  # likewise (vramctl.core.engines.vllm_features)
             out["engine_features"] = self.engine_features.to_json()
+        mm = getattr(self.settings, "mm_encoder", None)
+        if mm is not None:  # only multimodal plans carry the key (vramctl.core.engines.vllm.multimodal)
+            out["multimodal_encoder"] = mm.to_json()
         return out
 
 

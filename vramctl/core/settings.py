@@ -127,6 +127,17 @@ class ServeSettings:
     speculative_draft: DraftModel | None = None
     """The draft model loaded from `speculative_model` (the CLI loads it through the registry); None: not loaded,
     and the plan says its weights and KV are not counted."""
+    # --- vLLM multimodal encoder profiling (vramctl.core.engines.vllm.multimodal) -------------------------
+    limit_mm_per_prompt: tuple[tuple[str, int], ...] | None = None
+    """vLLM `--limit-mm-per-prompt`: (modality, items) pairs; None: the version's default per modality."""
+    mm_max_pixels: int | None = None
+    """`--mm-processor-kwargs` `max_pixels` (a dynamic-resolution processor's largest image); None: the checkpoint's."""
+    skip_mm_profiling: bool = False
+    """vLLM `--skip-mm-profiling` (0.10.2 →): the encoder is not profiled."""
+    language_model_only: bool = False
+    """vLLM `--language-model-only` (0.17 →): every modality limit 0."""
+    mm_encoder_tp_mode: str | None = None
+    """vLLM `--mm-encoder-tp-mode`: `weights` (default) or `data`."""
     kv_cache_memory_suggestion: bool = False
     """vramctl `plan --kv-cache-memory-suggestion`: predict vLLM's `--kv-cache-memory=` log line and vramctl's."""
     # --- SGLang ----------------------------------------------------------------------------------------

@@ -84,6 +84,48 @@ class MoESpec:
 
 
 @dataclass(frozen=True)
+class VisionTowerSpec:
+    """The shape of a multimodal wrapper's vision tower that the engines' encoder profiling depends on (read from
+    `vision_config` by vramctl.registry.vision_towers; the processors' defaults cited there).
+
+    `family` names how the processor turns an image into tower patches and LM tokens: `qwen2_vl` / `qwen2_5_vl` /
+    `qwen3_vl` (dynamic resolution up to `max_pixels`, `merge` × `merge` patches per token, video frames in pairs of
+    `temporal_patch_size`), `siglip` (Gemma 3: one `image_size` crop, average-pooled to `tokens_per_crop`), `clip`
+    (LLaVA-1.5: one crop, a token per patch), `llava_next` (a base crop + the best `image_grid_pinpoints` tiling),
+    `llama4` (up to `max_crops` tiles + a global one, pixel-shuffled) and `pixtral` (one `image_size` image, 2 × 2
+    merged)."""
+
+    family: str
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    mlp_gated: bool
+    """gate + up + down (Qwen2.5-VL, Pixtral) rather than fc1 + fc2."""
+    patch_size: int
+    out_hidden_size: int
+    """Width of one encoder output token (the language model's hidden size; Qwen3-VL: × (1 + DeepStack levels))."""
+    merge: int = 1
+    """Patches per LM token along one edge (2: a 2 × 2 merger)."""
+    temporal_patch_size: int = 1
+    image_size: int = 0
+    """Fixed-resolution towers: the crop edge in pixels (0 for dynamic resolution)."""
+    max_pixels: int = 0
+    """Dynamic-resolution towers: the image processor's largest image in pixels (its `max_pixels` / `longest_edge`)."""
+    video_max_pixels: int = 0
+    """Qwen3-VL: the video processor's `longest_edge` (frames × pixels of a temporal pair); 0: as images."""
+    tokens_per_crop: int = 0
+    """Fixed-resolution towers: LM tokens per crop (Gemma 3 `mm_tokens_per_image`, CLIP / Llama 4 tiles)."""
+    max_crops: int = 1
+    """Llama 4: tiles per image at most (the processor's `max_patches`)."""
+    class_token: bool = False
+    """The tower prepends a class token to each crop (CLIP, Llama 4)."""
+    grid_pinpoints: tuple[tuple[int, int], ...] = ()
+    """LLaVA-NeXT's `image_grid_pinpoints` (height, width)."""
+    in_channels: int = 3
+
+
+@dataclass(frozen=True)
 class MLASpec:
     """Multi-head latent attention (DeepSeek-V2/V3, Kimi-K2): one latent vector per token and layer."""
 
@@ -277,6 +319,9 @@ class ModelSpec:
     """`vision_config.num_hidden_layers` of a multimodal wrapper (None: a text model, or not given)."""
     vision_hidden_size: int | None = None
     """`vision_config.hidden_size` of a multimodal wrapper (SGLang's VLM mem_fraction_static adjustment)."""
+    vision: VisionTowerSpec | None = None
+    """The vision tower's shape for the engines' encoder profiling (vLLM's dummy image batch); None: a text model or a
+    tower vramctl does not know (`vramctl.registry.vision_towers.vision_tower_shape`)."""
     state_space: StateSpaceSpec | None = None
     """Hybrid attention + Mamba2 / Gated DeltaNet models: the per-layer recurrent state (layer_types then names
     MAMBA / LINEAR_ATTENTION / MLP_ONLY layers beside the attention ones)."""

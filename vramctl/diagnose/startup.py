@@ -1968,6 +1968,23 @@ def compare_with_plan(
         )
     )
 
+    mm = getattr(getattr(plan_result, "settings", None), "mm_encoder", None)
+    for key, planned_mm in (
+        ("encoder_cache_budget_tokens", getattr(mm, "budget_tokens", None)),
+        ("encoder_profile_items", getattr(mm, "items", None)),
+    ):
+        logged_mm = report.facts.get(key)
+        if logged_mm is None and not planned_mm:  # only multimodal comparisons carry these rows
+            continue
+        rows.append(
+            ComparisonRow(
+                key,
+                "count",
+                logged_mm.value if logged_mm is not None else None,
+                float(planned_mm) if planned_mm else None,
+            )
+        )
+
     def combined(name: str, parts: tuple[str, ...]) -> ComparisonRow | None:
         if not all(p in logged_terms for p in parts) or not all(p in planned_terms for p in parts):
             return None

@@ -137,6 +137,7 @@ FACTS: dict[str, FactInfo] = {
     "kv_padding_layers": FactInfo(Kind.COUNT, "padding layers added to equalise hybrid KV cache groups"),
     "kv_padding_waste_pct": FactInfo(Kind.RATIO, "KV cache memory the padding layers may waste, in %"),
     "encoder_cache_budget_tokens": FactInfo(Kind.COUNT, "multimodal encoder cache budget, in tokens"),
+    "encoder_profile_items": FactInfo(Kind.COUNT, "dummy multimodal items the profile run encodes"),
     "auto_fit_max_model_len": FactInfo(Kind.COUNT, "max_model_len chosen by --max-model-len auto"),
     "auto_fit_kv_cache": FactInfo(Kind.SIZE, "KV cache memory the auto-fit used"),
     "snapshot_torch_peak": FactInfo(Kind.SIZE, "init snapshot torch_peak"),
@@ -897,8 +898,9 @@ VLLM_FORMATS: tuple[LineFormat, ...] = (
         "encoder-cache-budget",
         "vllm",
         "Encoder cache will be initialized with a budget of",
-        r"Encoder cache will be initialized with a budget of (?P<encoder_cache_budget_tokens>\d+) tokens",
-        "vLLM V1 gpu_model_runner.py profile_run (multimodal models)",
+        r"Encoder cache will be initialized with a budget of (?P<encoder_cache_budget_tokens>\d+) tokens"
+        r"(?:,\s*and profiled with (?P<encoder_profile_items>\d+) \w+ items)?",
+        "vLLM V1 gpu_model_runner.py profile_run (multimodal models; `:6165-6172` (0.32.0), `[0.8.3] :1542-1545`)",
         variant="V1",
     ),
     _f(

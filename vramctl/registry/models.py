@@ -50,7 +50,7 @@ from vramctl.registry._pure_mamba import (
     pure_mamba_pattern,
 )
 from vramctl.registry.modelopt_mixed import mixed_saving_bytes, read_mixed_layers
-from vramctl.registry.vision_towers import vision_tower_params
+from vramctl.registry.vision_towers import vision_tower_params, vision_tower_shape
 
 # model_type → defaults of its transformers config class where config.json may omit the field.
 _TIED_BY_DEFAULT = {"gemma", "gemma2", "gemma3", "gemma3_text", "opt", "gpt2", "bloom", "falcon"}
@@ -1839,6 +1839,7 @@ def spec_from_config(
         vision_params=vision_params,
         vision_layers=vision_layers,
         vision_hidden_size=vision_hidden,
+        vision=vision_tower_shape(config, hidden, where),
         state_space=hybrid[1] if hybrid is not None else None,
     )
     if _dtype(cfg, where) == "float32":  # vLLM/SGLang --dtype auto serve a float32 checkpoint in 16 bits

@@ -33,7 +33,7 @@ from vramctl.core.units import GB, GiB, as_float, parse_bytes, parse_number
 EngineName = Literal["vllm", "sglang"]
 FlagKind = Literal[
     "count", "max-model-len", "float", "bool", "str", "bytes", "gib", "gb", "counts", "loader-mode",
-    "compilation-config", "speculative-config",
+    "compilation-config", "speculative-config", "mm-limits", "mm-max-pixels",
 ]
 
 V: tuple[EngineName, ...] = ("vllm",)
@@ -213,6 +213,49 @@ def parse_loader_mode(value: Any, where: str = "--model-loader-extra-config") ->
     return None if mode is None else str(mode)
 
 
+def parse_mm_limits(value: Any, where: str = "--limit-mm-per-prompt") -> tuple[tuple[str, int], ...]:
+    """`--limit-mm-per-prompt`: JSON (`{"image": 0, "video": {"count": 1, ...}}`, `MultiModalConfig.limit_per_prompt`,
+    vllm/config/multimodal.py, v0.32.0) or the older `image=16,video=2`: (modality, count) pairs, sorted."""
+    if isinstance(value, str) and "=" in value and not value.lstrip().startswith("{"):
+        pairs: dict[str, Any] = {}
+        for part in value.split(","):
+            key, sep, count = part.partition("=")
+            if not sep or not key.strip():
+                raise BadInputError(f"{where} {value!r}: not modality=count pairs")
+            pairs[key.strip()] = count.strip()
+        data: dict[str, Any] = pairs
+    else:
+        data = _json_object(value, where)
+    out: dict[str, int] = {}
+    for modality, raw in data.items():
+        count = raw.get("count", 999) if isinstance(raw, dict) else raw
+        try:
+            number = parse_count(count, f"{where} {modality}")
+        except BadInputError:
+            raise BadInputError(f"{where}: {modality}={count!r} is not a count") from None
+        if number < 0:
+            raise BadInputError(f"{where}: {modality}={number} is negative")
+        out[str(modality)] = number
+    return tuple(sorted(out.items()))
+
+
+def parse_mm_max_pixels(value: Any, where: str = "--mm-processor-kwargs") -> int | None:
+    """`--mm-processor-kwargs` JSON: the image size cap it sets for a dynamic-resolution processor (Qwen2-VL family:
+    `max_pixels`, or `size.longest_edge`; `Qwen2VLProcessingInfo`, vllm/model_executor/models/qwen2_vl.py, v0.32.0);
+    None when it sets neither (the other keys move no memory term vramctl models)."""
+    data = _json_object(value, where)
+    size = data.get("size")
+    raw = data.get("max_pixels")
+    if raw is None and isinstance(size, dict):
+        raw = size.get("longest_edge")
+    if raw is None:
+        return None
+    pixels = parse_count(raw, f"{where} max_pixels")
+    if pixels <= 0:
+        raise BadInputError(f"{where}: max_pixels {pixels} must be positive")
+    return pixels
+
+
 CUDAGRAPH_MODES = ("NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE")
 """`CUDAGraphMode` (vllm/config/compilation.py, v0.11.2 – v0.33.0): the values `cudagraph_mode` takes."""
 
@@ -380,6 +423,8 @@ PARSERS: dict[FlagKind, Callable[[Any, str], Any]] = {
     "loader-mode": parse_loader_mode,
     "compilation-config": parse_compilation_config,
     "speculative-config": parse_speculative_config,
+    "mm-limits": parse_mm_limits,
+    "mm-max-pixels": parse_mm_max_pixels,
 }
 
 
@@ -520,6 +565,19 @@ REGISTRY: tuple[EngineFlag, ...] = (
     _f("--enable-extensible-kv-cache", "bool", V, "enable_extensible_kv_cache",
        "vLLM 0.34 →: size the KV pool after warm-up and graph capture (default on CUDA / ROCm; "
        "--no-enable-extensible-kv-cache: the profile estimate, u 0.92).", negatable=True),
+    # multimodal encoder profiling (vramctl.core.engines.vllm.multimodal; vllm/config/multimodal.py, v0.32.0)
+    _f("--limit-mm-per-prompt", "mm-limits", V, "limit_mm_per_prompt",
+       'vLLM: items per prompt by modality (JSON {"image": 0}); 0 for every modality: no encoder profiling.',
+       cli=False),
+    _f("--mm-processor-kwargs", "mm-max-pixels", V, "mm_max_pixels",
+       "vLLM: the processor's JSON; its max_pixels (Qwen-VL) sizes the dummy image vLLM profiles.", cli=False),
+    _f("--skip-mm-profiling", "bool", V, "skip_mm_profiling",
+       "vLLM 0.10.2 →: no encoder profiling (its peak is then not in the budget).", cli=False, negatable=True),
+    _f("--language-model-only", "bool", V, "language_model_only",
+       "vLLM 0.17 →: every modality limit 0, no vision encoder.", cli=False, negatable=True),
+    _f("--mm-encoder-tp-mode", "str", V, "mm_encoder_tp_mode",
+       "vLLM: weights (split the tower) or data (each TP rank runs its share of the items, whole tower).",
+       cli=False),
     # --- SGLang (python/sglang/srt/server_args.py, SGLang 0.5.23) --------------------------------------------------
     _f("--context-length", "count", S, "max_model_len", "SGLang context length.", in_logs=True),
     _f("--mem-fraction-static", "float", S, "mem_fraction_static", "SGLang's static memory fraction.",

@@ -39,7 +39,9 @@ from vramctl.core.engines.vllm.kv_manager import (
     kv_view_of_model,
     lora_slots_of,
 )
+from vramctl.core.engines.vllm.multimodal import MM_ENCODER_REL_BAND
 from vramctl.core.errors import BadInputError
+from vramctl.core.params import rank_weight_bytes
 from vramctl.core.specs import DerivedCheckpoint, GpuSpec, ModelSpec, dtype_bytes
 from vramctl.core.units import GiB, vllm_format_gib
 from vramctl.core.verdicts import (
@@ -113,6 +115,15 @@ def _stage_budget(
         sampler=s.sampler,
         cal=cal,
     )
+    mm = s.mm_encoder
+    if mm is not None and mm.profiled:
+        activation = est.with_mm_encoder(
+            activation,
+            forward_bytes=mm.forward_bytes,
+            outputs_bytes=mm.outputs_bytes,
+            formula=mm.formula,
+            rel_band=MM_ENCODER_REL_BAND,
+        )
     charges_nccl = V.charges_nccl_to_budget(s.version)
     pre_charge = "none" if v0 else V.rules_for(s.version).v1_pre_profile_charge
     non_torch = est.non_torch_charged(
@@ -301,10 +312,15 @@ def _weights_per_stage(
     )
     rope = rope_cache_bytes(model, s.dtype)
     topk = indexer_topk_buffer_bytes(model, s.max_num_batched_tokens)
+    loaded = model
+    if s.mm_encoder is not None and not s.mm_encoder.tower_loaded and model.vision_params:
+        # every modality's limit is 0: vLLM builds no tower (`VllmRules.skips_unused_tower`)
+        tower = rank_weight_bytes(model, 1).vision
+        loaded = replace(model, vision_params=0, weight_bytes=max(0, model.weight_bytes - tower))
     weights = tuple(
         w + rope + topk
         for w in stage_rank_weight_bytes(
-            model, tp=tp, pp=pp, dtype=s.dtype, ep=s.expert_parallel_size, load_change=load_change
+            loaded, tp=tp, pp=pp, dtype=s.dtype, ep=s.expert_parallel_size, load_change=load_change
         )
     )
     if s.speculative is not None:

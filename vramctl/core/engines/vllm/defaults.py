@@ -16,6 +16,7 @@ from vramctl.core.engines.vllm.kv_manager import compute_dtype as _compute_dtype
 from vramctl.core.engines.vllm.kv_manager import hybrid_kv_for as _hybrid_kv
 from vramctl.core.engines.vllm.kv_manager import resolved_mamba_cache_mode
 from vramctl.core.engines.vllm.kv_manager import state_only_kv_for as _state_only_kv
+from vramctl.core.engines.vllm.multimodal import MmEncoderProfile, mm_encoder_profile
 from vramctl.core.engines.vllm.rules import rules_for
 from vramctl.core.engines.vllm.scheduler import (
     apply_scheduler_caps,
@@ -101,6 +102,10 @@ class VllmSettings:
     """A model without attention layers (pure Mamba, an all-Mamba Granite-4.0-H): one layer's unpadded state on one
     rank (`kv.state_only_kv`); 0 for every other model, whose page is block_size × the attention bytes per token.
     Not in `to_json`."""
+
+    mm_encoder: MmEncoderProfile | None = None
+    """The multimodal encoder's share of the profile run (vramctl.core.engines.vllm.multimodal); None for a text model,
+    an unknown tower or V0. Not in `to_json`: the plan's `multimodal_encoder` key reports it."""
 
     speculative: SP.Speculative | None = None
     """`--speculative-config` resolved for the model and version (vramctl.core.engines.vllm_speculative); None
@@ -414,11 +419,33 @@ def resolve_settings(model: ModelSpec, gpu: GpuSpec, settings: ServeSettings, ve
         cudagraph_mode=None if settings.enforce_eager else graphs,
         extensible_kv_cache=extensible,
         speculative=speculative,
+        mm_encoder=_mm_encoder(model, settings, version, tokens=tokens, mml=mml, seqs=seqs, chunked=chunked),
         prefill_checkpoint_blocks=int(
             model.state_space is not None
             and model.state_space.kind == "mamba2"
             and rules_for(version).mamba2_prefill_checkpoint
         ),
+    )
+
+
+def _mm_encoder(
+    model: ModelSpec, settings: ServeSettings, version: str, *, tokens: int, mml: int, seqs: int, chunked: bool
+) -> MmEncoderProfile | None:
+    """The multimodal encoder's share of the profile run for these flags (vramctl.core.engines.vllm.multimodal)."""
+    return mm_encoder_profile(
+        model,
+        rules_for(version),
+        max_num_batched_tokens=tokens,
+        max_model_len=mml,
+        max_num_seqs=seqs,
+        tp=settings.tensor_parallel_size,
+        act_bytes=min(dtype_bytes(_compute_dtype(model, settings.dtype)) or 2, 2),
+        limits=settings.limit_mm_per_prompt,
+        max_pixels=settings.mm_max_pixels,
+        skip=settings.skip_mm_profiling,
+        language_model_only=settings.language_model_only,
+        tp_mode=settings.mm_encoder_tp_mode,
+        chunked_prefill=chunked,
     )
 
 

@@ -216,6 +216,25 @@ def activation_peak(
     return Estimate(total, band, formula, (("forward", fwd), ("sampler", warmup), ("fixed", fixed)))
 
 
+def with_mm_encoder(
+    activation: Estimate, *, forward_bytes: int, outputs_bytes: int, formula: str, rel_band: float
+) -> Estimate:
+    """The activation peak of a multimodal model's V1 profile run: max(the language model's peak, the encoder's forward)
+    + the encoder outputs held in `encoder_cache` through the language model's dummy run
+    (vramctl.core.engines.vllm.multimodal). Two named parts: `mm_encoder` (what the encoder's forward adds above the
+    language model's peak, often 0) and `mm_encoder_outputs`; the band grows by `rel_band` of both."""
+    excess = max(0, forward_bytes - activation.bytes)
+    extra = excess + outputs_bytes
+    total = activation.bytes + extra
+    text = (
+        f"max(language model {activation.bytes / GiB:.2f} GiB, vision encoder forward {forward_bytes / GiB:.2f} GiB) "
+        f"+ encoder outputs held {outputs_bytes / GiB:.2f} GiB; language model: {activation.formula}; "
+        f"encoder: {formula} (± {rel_band:.0%}, a working-set formula, not fitted)"
+    )
+    parts = (*activation.parts, ("mm_encoder", excess), ("mm_encoder_outputs", outputs_bytes))
+    return Estimate(total, activation.uncertainty_bytes + int(rel_band * extra), text, parts)
+
+
 PreSnapshotCharge = Literal["none", "communicators", "process"]
 """Which of the memory a V1 worker holds before it profiles vLLM charges to the budget
 (`VllmRules.v1_pre_profile_charge`): nothing (the init snapshot follows the distributed init), the

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 from vramctl.core import kv as kvmath
@@ -200,10 +201,45 @@ def _deployment_notes(model: ModelSpec, gpu: GpuSpec, core: _Core, notes: list[s
     s = core.s
     st = core.binding
     arch = model.architecture
-    if "ConditionalGeneration" in arch or "VL" in arch or "Llava" in arch or "Vision" in arch:
+    mm = s.mm_encoder
+    if mm is not None and mm.profiled:
+        notes.append(
+            f"{arch} is multimodal: vLLM profiles its vision encoder first (vLLM logs \"{mm.log_line()}\"): its "
+            f"forward peaks at {mm.forward_bytes / GiB:.2f} GiB and the {mm.items} outputs "
+            f"({mm.outputs_bytes / GiB:.2f} GiB) stay in the encoder cache through the language model's dummy run; "
+            "the activation peak is max(language model, encoder) + the outputs (parts mm_encoder / mm_encoder_outputs, "
+            "± 50 %; vramctl.core.engines.vllm.multimodal)."
+        )
+        if mm.forward_bytes + mm.outputs_bytes > st.activation.bytes // 2:
+            no_video = (
+                f"--limit-mm-per-prompt '{json.dumps({'video': 0})}' if you serve no video, " if mm.modality == "video" else ""
+            )
+            notes.append(
+                f"The encoder's profile dominates the activation peak: fewer or smaller dummy items lower it ({no_video}"
+                "--mm-processor-kwargs '{\"max_pixels\": N}' for a dynamic-resolution processor, a smaller "
+                "--max-num-batched-tokens for many small items); --skip-mm-profiling leaves it out of the budget."
+            )
+    elif mm is not None and mm.unmodelled:
         warnings.append(
-            f"{arch} is multimodal: vLLM also profiles its vision encoder on a dummy image batch, which vramctl does "
-            "not model, so the activation peak is under-estimated (Gemma-3 logs: 1–3 GiB more; docs/accuracy.md)."
+            f"{arch} is multimodal: {mm.unmodelled}, so the activation peak is under-estimated (docs/plan.md)."
+        )
+    elif mm is not None:
+        notes.append(f"{arch} is multimodal; {mm.skipped}.")
+        if mm.skipped.startswith("--skip-mm-profiling"):
+            warnings.append(
+                "--skip-mm-profiling: the vision encoder's peak and its cached outputs are not in vLLM's budget; the "
+                "first large image or video needs that memory beyond the KV pool (vLLM: 'shifts the responsibility to "
+                "users')."
+            )
+    elif model.is_multimodal or any(k in arch for k in ("ConditionalGeneration", "VL", "Llava", "Vision")):
+        why = (
+            "the V0 engine encodes the dummy images inside the model's forward, which vramctl does not model"
+            if V.is_v0(s.version)
+            else "vramctl does not know this vision tower's shape"
+        )
+        warnings.append(
+            f"{arch} is multimodal: vLLM also profiles its vision encoder on a dummy image batch; {why}, so the "
+            "activation peak is under-estimated (Gemma-3 V0 logs: 1–3 GiB more; docs/accuracy.md)."
         )
     if model.moe is not None and s.expert_parallel_size > 1:
         per_rank = -(-model.moe.num_experts // s.expert_parallel_size)

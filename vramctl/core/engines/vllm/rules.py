@@ -37,6 +37,8 @@ Subtraction = Literal["v0", "profile-sum", "consumed"]
 GraphRegime = Literal["v0", "piecewise", "full-and-piecewise"]
 CaptureSizesRule = Literal["v0", "v1-0.8", "v1-0.10", "v1-0.12"]
 InFlightRule = Literal["batched-tokens", "two-batches", "pp-plus-one"]
+MmItemsRule = Literal["ceil", "floor", "budget"]
+MmDummySeqLen = Literal["batched-tokens", "item", "max-model-len"]
 SamplerRule = Literal["pytorch", "flashinfer-if-installed", "flashinfer-opt-in", "flashinfer-and-native"]
 """Which top-p / top-k sampler V1's profile run warms (`TopKTopPSampler.__init__`,
 vllm/v1/sample/ops/topk_topp_sampler.py; `_dummy_sampler_run`, vllm/v1/worker/gpu_model_runner.py):
@@ -407,6 +409,65 @@ class VllmRules:
     remarks and docs link of the no-cache / one-request errors (`kv_cache_planning.py:56-87`), and sizes in
     vLLM's GiB format; ≤0.11.0 wordings in `[0.11.0] kv_cache_utils.py:716-723`."""
 
+    mm_items_rule: MmItemsRule = "budget"
+    """How many dummy items V1's profile run encodes (vramctl.core.engines.vllm.multimodal), per modality of
+    `tokens` LM tokens each, from the encoder budget B = max(max_num_batched_tokens, tokens)
+    (`compute_mm_encoder_budget`, `vllm/v1/core/encoder_cache_manager.py:316-362`; `[0.8.3]
+    encoder_cache_manager.py:103-141` the same):
+
+    - `ceil` (0.8 – 0.9): min(ceil(B / tokens), max_num_seqs × limit) (`[0.8.3] vllm/v1/worker/gpu_model_runner.py:1506-1580`,
+      `[0.9.2] gpu_model_runner.py:2221`);
+    - `floor` (0.10.0 – 0.10.1): max(1, min(B // tokens, max_num_seqs × limit)) (`[0.10.0] gpu_model_runner.py:2358-2378`);
+    - `budget` (0.10.2 →): `MultiModalBudget._get_max_items`: max(1, min(B // tokens, reqs × max(1, min(limit,
+      max_model_len // tokens)))), reqs = max_num_seqs, or min(max_num_seqs, max_num_batched_tokens // tokens)
+      without chunked prefill (`vllm/multimodal/encoder_budget.py:137-182` (0.32.0), `[0.10.2] vllm/v1/worker/utils.py:85-125`).
+    0.10.1 is not pinned (taken as 0.10.0)."""
+    mm_dummy_seq_len: MmDummySeqLen = "max-model-len"
+    """The sequence length the dummy item the encoder runs on is built for (it sizes only a Qwen-VL video: frames that
+    fit it): `max_num_batched_tokens` through 0.9 and in 0.10.2 (`get_decoder_dummy_data(seq_len=self.max_num_tokens)`,
+    `[0.9.2] gpu_model_runner.py:2244-2250`, `[0.10.2] gpu_model_runner.py:2600-2604`), the item's max tokens in 0.10.0
+    (`[0.10.0] gpu_model_runner.py:2386-2391`), `max_model_len` from 0.11.0 (`[0.11.0] gpu_model_runner.py:2875-2879`;
+    `get_dummy_mm_inputs`, `vllm/multimodal/processing/processor.py:1094-1113` (0.32.0)). The log's budget and item
+    count come from the max tokens per item at max_model_len either way, so before 0.11 the item encoded can be
+    smaller than the one the budget was sized for."""
+    mm_default_limit: int = 999
+    """Items per prompt of a modality `--limit-mm-per-prompt` does not name: 999 on V1 from 0.8.5 (`[0.8.5]
+    vllm/config.py:2805-2807`; `vllm/config/multimodal.py:695-706`), 1 before and on V0 (`[0.8.0] vllm/config.py:2447`)."""
+    mm_counts_subtract_images: bool = False
+    """Qwen2-VL's longest dummy video fits `max_model_len` minus one image's tokens (`get_num_frames_with_most_features`,
+    `[0.10.0] vllm/model_executor/models/qwen2_vl.py:956-957`) before 0.10.2; the whole `max_model_len` from 0.10.2
+    (`[0.10.2] qwen2_vl.py:962`, `qwen2_vl.py:1164-1177` (0.32.0))."""
+    qwen_max_frames_per_video: int = 14
+    """`_MAX_FRAMES_PER_VIDEO` of Qwen2-VL / Qwen2.5-VL: 16 through 0.10.2 (`[0.8.3] qwen2_vl.py:84`, `[0.10.2]
+    qwen2_vl.py:85`), 14 from 0.11.0 (`[0.11.0] qwen2_vl.py:82`, `qwen2_vl.py:120` (0.32.0))."""
+    mm_tie_prefers_later_name: bool = True
+    """Two modalities with as many tokens (Qwen2-VL's one-frame video and its image): 0.32.0 profiles the later name,
+    `video` (`max(..., key=lambda x: (x[1], x[0]))`, `vllm/multimodal/encoder_budget.py:184-188`), 0.10.2 – 0.11.0 the
+    first listed, `image` (`[0.11.0] vllm/v1/worker/utils.py:75-77`). 0.12 – 0.31 not pinned (taken as 0.32's); it
+    changes only the modality the log line names."""
+    qwen3_vl_video_max_pixels: bool = True
+    """Qwen3-VL's largest dummy video: two frames at the video processor's `longest_edge` / temporal_patch_size
+    (`get_max_video_tokens`, `qwen3_vl.py:1038-1068` (0.32.0); `[0.15.0]`, `[0.16.0]` the same). Before 0.15 it fills
+    max_model_len with frames (`_MAX_FRAMES_PER_VIDEO = 24576`, `[0.13.0] qwen3_vl.py:132`, `:710-722`), counted × 12.5
+    for the timestamps in 0.11 – 0.12 (`[0.11.0] qwen3_vl.py:658-675`): vramctl does not model that video pass and
+    says so (an image-only deployment, `--limit-mm-per-prompt '{"video": 0}'`, is modelled)."""
+    qwen_factorised_max_image: bool = True
+    """The Qwen2-VL family's largest dummy image: `max_pixels // (patch × merge)²` tokens, factorised into a grid
+    (`get_image_size_with_most_features`, `qwen2_vl.py:1077-1128` (0.32.0)); through 0.11.0 a square resize of a huge
+    image, floor(√max_pixels / (patch × merge))² tokens (`[0.11.0] qwen2_vl.py`, `smart_resize` of 9999999 px). The
+    same at the checkpoints' default (16,384 tokens); 0.12 – 0.31 not pinned (taken as 0.32's)."""
+    skips_unused_tower: bool = True
+    """A tower whose every modality has limit 0 (`--limit-mm-per-prompt`, `--language-model-only`) is not built nor
+    loaded: `SupportsMultiModal._mark_tower_model` (`vllm/model_executor/models/interfaces.py:339-380` (0.32.0);
+    `[0.15.0]` the first wheel with it). Before, some models did it themselves (`[0.14.0] qwen2_5_vl.py:1186-1196`);
+    vramctl counts the tower's weights there."""
+    has_skip_mm_profiling: bool = True
+    """`--skip-mm-profiling` exists from 0.10.2 (`[0.10.2] vllm/config/__init__.py:415`; `gpu_model_runner.py:6137`
+    (0.32.0): the encoder and its cache are not profiled, and their memory is not in the budget)."""
+    has_language_model_only: bool = True
+    """`--language-model-only` exists from 0.17.0 (`[0.17.0] vllm/engine/arg_utils.py:475`; every modality's limit 0,
+    `vllm/config/multimodal.py:699-700`)."""
+
     @property
     def version_tuple(self) -> Version:
         return parse_version(self.version)
@@ -514,6 +575,21 @@ def _rules_for_tuple(text: str, v: Version) -> VllmRules:
         if v < parse_version(OLDEST_VLLM_VERSION)
         else "known",
         new_wordings=v > (0, 11, 99),
+        mm_items_rule="ceil" if v < (0, 10, 0) else "floor" if v < (0, 10, 2) else "budget",
+        mm_dummy_seq_len="batched-tokens"
+        if v < (0, 10, 0) or (0, 10, 2) <= v < (0, 11, 0)
+        else "item"
+        if v < (0, 11, 0)
+        else "max-model-len",
+        mm_default_limit=999 if v >= (0, 8, 5) else 1,
+        mm_counts_subtract_images=v < (0, 10, 2),
+        qwen_max_frames_per_video=16 if v < (0, 11, 0) else 14,
+        mm_tie_prefers_later_name=v >= (0, 12, 0),
+        qwen3_vl_video_max_pixels=v >= (0, 15, 0),
+        qwen_factorised_max_image=v >= (0, 12, 0),
+        skips_unused_tower=v >= (0, 15, 0),
+        has_skip_mm_profiling=v >= (0, 10, 2),
+        has_language_model_only=v >= (0, 17, 0),
         mxfp4_marlin_on_hopper=v < (0, 10, 2),
         v1_pre_profile_charge="none"
         if v < (0, 8, 0) or v >= (0, 11, 0)
