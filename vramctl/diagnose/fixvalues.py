@@ -1184,35 +1184,30 @@ def _knob_rows() -> tuple[NumericFix, ...]:
                 if cause == "memory-leak":
                     action = f"buy time until the leak is fixed (upgrade, or report it): {action}"
                 row_kind = knob.kind
+                # the step over the log's setting, then over a default that depends on the release (an expression
+                # over it, computed when the fix is made)
+                named: list[tuple[str, str]] = []
                 if knob.setting is not None and step != "stated":
+                    named.append((knob.setting, f"{_FROM_LOG} {{{knob.setting}}} {words}"))
+                if knob.default_name is not None and step != "stated":
+                    named.append(
+                        (knob.default_name, f"{knob.flag} is {{vllm_default_words}} where the log does not print it; {words}")
+                    )
+                for name, reason in named:
                     rows.append(
                         _row(
                             cause,
                             knob.flag,
                             engine,
-                            formula.replace("X", knob.setting),
+                            formula.replace("X", name),
                             action,
-                            f"{_FROM_LOG} {{{knob.setting}}} {words}",
+                            reason,
                             phases=phases,
                             kind=row_kind,
-                            moves=f"{'up' if up else 'down'}:{knob.setting}",
+                            moves=f"{'up' if up else 'down'}:{name}",
                         )
                     )
                 if knob.default_name is not None and step != "stated":
-                    # a default that depends on the release: an expression over it, checked when the fix is made
-                    rows.append(
-                        _row(
-                            cause,
-                            knob.flag,
-                            engine,
-                            formula.replace("X", knob.default_name),
-                            action,
-                            f"{knob.flag} is {{vllm_default_words}} where the log does not print it; {words}",
-                            phases=phases,
-                            kind=row_kind,
-                            moves=f"{'up' if up else 'down'}:{knob.default_name}",
-                        )
-                    )
                     continue
                 if knob.default is not None and step != "stated":
                     value = evaluate(compile_expression(formula.replace("X", repr(float(knob.default)))), {})

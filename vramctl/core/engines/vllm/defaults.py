@@ -304,6 +304,32 @@ def _state_pool(
     return block, 0, mode
 
 
+def _capture_sizes(
+    settings: ServeSettings,
+    gpu: GpuSpec,
+    version: str,
+    graphs: str | None,
+    *,
+    seqs: int,
+    tokens: int,
+    speculative: SP.Speculative | None,
+) -> tuple[int, ...]:
+    """The CUDA-graph batch sizes captured: none when eager, the user's (up to the token budget), else vLLM's
+    default grid (a speculative decode step is 1 + the draft tokens long)."""
+    if settings.enforce_eager or graphs == "NONE":
+        return ()
+    if settings.cudagraph_capture_sizes is not None:
+        return tuple(sorted({s for s in settings.cudagraph_capture_sizes if 0 < s <= tokens}))
+    return default_capture_sizes(
+        seqs,
+        tokens,
+        gpu,
+        version,
+        max_capture_size=settings.max_cudagraph_capture_size,
+        decode_query_len=1 + (speculative.num_speculative_tokens if speculative is not None else 0),
+    )
+
+
 def resolve_settings(model: ModelSpec, gpu: GpuSpec, settings: ServeSettings, version: str) -> VllmSettings:
     defaults: list[str] = []
     extensible, u = _sizing_mode(gpu, settings, version, defaults)
@@ -361,19 +387,7 @@ def resolve_settings(model: ModelSpec, gpu: GpuSpec, settings: ServeSettings, ve
         estimate_cg = False
     graphs = V.cudagraph_mode(version, settings.cudagraph_mode, settings.optimization_level)
     speculative = SP.resolve_settings(model, version, settings)
-    if settings.enforce_eager or graphs == "NONE":
-        sizes: tuple[int, ...] = ()
-    elif settings.cudagraph_capture_sizes is not None:
-        sizes = tuple(sorted({s for s in settings.cudagraph_capture_sizes if 0 < s <= tokens}))
-    else:
-        sizes = default_capture_sizes(
-            seqs,
-            tokens,
-            gpu,
-            version,
-            max_capture_size=settings.max_cudagraph_capture_size,
-            decode_query_len=1 + (speculative.num_speculative_tokens if speculative is not None else 0),
-        )
+    sizes = _capture_sizes(settings, gpu, version, graphs, seqs=seqs, tokens=tokens, speculative=speculative)
     sampler, sampler_reason = RT.sampler_kind(
         version, v0_engine=V.is_v0(version), gpu=gpu, flashinfer_env=settings.flashinfer_sampler
     )

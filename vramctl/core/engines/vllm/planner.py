@@ -19,7 +19,7 @@ from vramctl.core.engines.vllm.kv_manager import kv_view_of_model
 from vramctl.core.engines.vllm.ledger import _ledger
 from vramctl.core.engines.vllm.scheduler import default_capture_sizes
 from vramctl.core.plan_result import PlanEdge, PlanResult
-from vramctl.core.settings import ServeSettings, parse_version
+from vramctl.core.settings import ServeSettings
 from vramctl.core.specs import GpuSpec, ModelSpec, derived_warning
 
 
@@ -52,12 +52,12 @@ class VllmResolution:
 
 def checkpoint_kv_dtype(model: ModelSpec, settings: ServeSettings) -> str | None:
     """The KV cache dtype `--kv-cache-dtype auto` resolves to for a ModelOpt checkpoint that declares one
-    (`ModelSpec.checkpoint_kv_cache_dtype`) on a release that reads it (`V.CHECKPOINT_KV_DTYPE_MIN_VLLM`); None
+    (`ModelSpec.checkpoint_kv_cache_dtype`) on a release that reads it (`V.reads_checkpoint_kv_dtype`); None
     otherwise (the flag given, no declared dtype, an older release)."""
     if (settings.kv_cache_dtype or "auto").strip().lower() != "auto" or not model.checkpoint_kv_cache_dtype:
         return None
     version = V.resolve_version(settings.engine_version if settings.engine != "sglang" else None)
-    if parse_version(version) < V.CHECKPOINT_KV_DTYPE_MIN_VLLM:
+    if not V.reads_checkpoint_kv_dtype(version):
         return None
     return model.checkpoint_kv_cache_dtype
 

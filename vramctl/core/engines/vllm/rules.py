@@ -473,6 +473,24 @@ class VllmRules:
         return parse_version(self.version)
 
 
+def _block_sizes(v: Version) -> tuple[int, ...] | None:
+    """`VllmRules.block_sizes` (None: any positive size)."""
+    if v < (0, 6, 4) or v[:3] == (0, 6, 5):
+        return (8, 16, 32)
+    if v < (0, 8, 5):
+        return (8, 16, 32, 64, 128)
+    if v < (0, 11, 1):
+        return (1, 8, 16, 32, 64, 128)
+    return (1, 8, 16, 32, 64, 128, 256) if v < (0, 18, 0) else None
+
+
+def _mm_dummy_seq_len(v: Version) -> str:
+    """`VllmRules.mm_dummy_seq_len`."""
+    if v < (0, 10, 0) or (0, 10, 2) <= v < (0, 11, 0):
+        return "batched-tokens"
+    return "item" if v < (0, 11, 0) else "max-model-len"
+
+
 @lru_cache(maxsize=256)
 def _rules_for_tuple(text: str, v: Version) -> VllmRules:
     return VllmRules(
@@ -560,15 +578,7 @@ def _rules_for_tuple(text: str, v: Version) -> VllmRules:
         yarn_unscaled_max_len=v >= (0, 30, 0),
         extensible_kv_cache=v >= (0, 34, 0),
         block_size_default=64 if v >= (0, 34, 0) else 16,
-        block_sizes=(8, 16, 32)
-        if v < (0, 6, 4) or v[:3] == (0, 6, 5)
-        else (8, 16, 32, 64, 128)
-        if v < (0, 8, 5)
-        else (1, 8, 16, 32, 64, 128)
-        if v < (0, 11, 1)
-        else (1, 8, 16, 32, 64, 128, 256)
-        if v < (0, 18, 0)
-        else None,
+        block_sizes=_block_sizes(v),
         known_range="newer"
         if v > parse_version(LATEST_VLLM_VERSION)
         else "older"
@@ -576,11 +586,7 @@ def _rules_for_tuple(text: str, v: Version) -> VllmRules:
         else "known",
         new_wordings=v > (0, 11, 99),
         mm_items_rule="ceil" if v < (0, 10, 0) else "floor" if v < (0, 10, 2) else "budget",
-        mm_dummy_seq_len="batched-tokens"
-        if v < (0, 10, 0) or (0, 10, 2) <= v < (0, 11, 0)
-        else "item"
-        if v < (0, 11, 0)
-        else "max-model-len",
+        mm_dummy_seq_len=_mm_dummy_seq_len(v),
         mm_default_limit=999 if v >= (0, 8, 5) else 1,
         mm_counts_subtract_images=v < (0, 10, 2),
         qwen_max_frames_per_video=16 if v < (0, 11, 0) else 14,
@@ -816,6 +822,11 @@ CHECKPOINT_KV_DTYPE_MIN_VLLM: Version = (0, 14, 0)
 (`resolve_kv_cache_dtype_string` in `EngineArgs.create_engine_config`, vllm/engine/arg_utils.py:2256-2259 and
 vllm/utils/torch_utils.py:512-530 at 0.32.0; present at 0.14.0, absent at 0.13.0); earlier ones cache in the model
 dtype."""
+
+
+def reads_checkpoint_kv_dtype(version: str) -> bool:
+    """Whether `--kv-cache-dtype auto` takes a ModelOpt checkpoint's declared KV dtype (`CHECKPOINT_KV_DTYPE_MIN_VLLM`)."""
+    return parse_version(version) >= CHECKPOINT_KV_DTYPE_MIN_VLLM
 
 
 def check_quantization_supported(model_name: str, quantization: str | None, algos: tuple[str, ...], version: str) -> None:
