@@ -118,3 +118,13 @@ def test_no_kv_memory_without_numbers_raises_from_the_releases_default() -> None
     assert all(
         f.value is None or float(f.value) > 0.97 for f in d.fixes if f.flag == "--gpu-memory-utilization"
     ), d.fixes
+
+
+def test_on_a_release_that_takes_the_whole_card_no_raise_of_the_utilisation_is_offered() -> None:
+    d = diagnose_text(NO_KV.format(v="0.34.0", extra=""))
+    assert d.cause == "no-kv-cache-memory"
+    assert not [f for f in d.fixes if f.flag == "--gpu-memory-utilization"], d.fixes
+    assert any(f.flag == "--max-model-len" and f.value == "2048" for f in d.fixes), d.fixes
+    # a 0.34 log that sets the utilisation below the whole card keeps the raise
+    d = diagnose_text(NO_KV.format(v="0.34.0", extra=", 'gpu_memory_utilization': 0.8"))
+    assert any(f.flag == "--gpu-memory-utilization" and f.value == "0.85" for f in d.fixes), d.fixes

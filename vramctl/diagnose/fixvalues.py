@@ -1336,8 +1336,16 @@ def complete_fixes(
     version: str | None = None,
 ) -> list[Any]:
     """The fixes, with a flag and a number added where none of them has one (`make(action, flag, value, reason)`
-    builds a fix). A fix for the same flag without a value is replaced in place; otherwise the number goes second."""
+    builds a fix). A fix for the same flag without a value is replaced in place; otherwise the number goes second.
+    A valueless raise of vLLM's utilisation is dropped where the release's default already takes the whole card and
+    the log prints no utilisation (0.34's extensible KV cache: there is nothing to raise)."""
     out = list(fixes)
+    if _whole_card_default(names, engine, version):
+        out = [
+            f
+            for f in out
+            if not (f.flag == "--gpu-memory-utilization" and f.value is None and f.action.startswith("RAISE"))
+        ]
     if any(f.flag and is_numeric_value(f.value) for f in out):
         return out
     found = numeric_fix(cause, phase, names, engine, version)
@@ -1351,6 +1359,13 @@ def complete_fixes(
     advice = make(action, flag, value, f"{VALUE_NOTE}{reason}")
     # the catalogue's first (most specific) fix stays first; the number comes right after it
     return [*out[:1], advice, *out[1:]]
+
+
+def _whole_card_default(names: Mapping[str, Any], engine: str | None, version: str | None) -> bool:
+    """The log prints no utilisation and the release's default is the whole card (`release_defaults`)."""
+    if names.get("gpu_memory_utilization") is not None:
+        return False
+    return float(release_defaults(names, engine, version)["vllm_default_utilization"]) >= 1.0
 
 
 _MOVES = (
