@@ -484,7 +484,7 @@ def _block_sizes(v: Version) -> tuple[int, ...] | None:
     return (1, 8, 16, 32, 64, 128, 256) if v < (0, 18, 0) else None
 
 
-def _mm_dummy_seq_len(v: Version) -> str:
+def _mm_dummy_seq_len(v: Version) -> MmDummySeqLen:
     """`VllmRules.mm_dummy_seq_len`."""
     if v < (0, 10, 0) or (0, 10, 2) <= v < (0, 11, 0):
         return "batched-tokens"
