@@ -42,7 +42,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["CAUSE_STEPS", "EMBEDDING_ENGINES", "ENGINE_KNOBS", "ENGINE_NAMES", "STEPS", "Knob"]
+__all__ = ["BUDGET", "CAUSE_STEPS", "EMBEDDING_ENGINES", "ENGINE_KNOBS", "ENGINE_NAMES", "STEPS", "Knob"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -42,7 +42,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from vramctl.diagnose.facts import compile_expression, evaluate, fill
-from vramctl.diagnose.fixknobs import CAUSE_STEPS, EMBEDDING_ENGINES, ENGINE_KNOBS, ENGINE_NAMES, STEPS
+from vramctl.diagnose.fixknobs import (
+    BUDGET,
+    CAUSE_STEPS,
+    EMBEDDING_ENGINES,
+    ENGINE_KNOBS,
+    ENGINE_NAMES,
+    STEPS,
+)
 
 __all__ = [
     "HAND_FIXES",
@@ -1135,20 +1142,24 @@ _KIND_ACTIONS: dict[str, tuple[str, str]] = {
 }
 
 
-RELEASE_DEFAULT_NAMES = frozenset({"vllm_default_utilization"})
+RELEASE_DEFAULT_NAMES = frozenset(
+    knob.default_name for knobs in ENGINE_KNOBS.values() for knob in knobs.values() if knob.default_name
+)
 """The names `release_defaults` adds (a row over one of them is a default row, not a setting row)."""
 
-VLLM_UNNAMED_RELEASE_UTILIZATION = 0.9
-"""vLLM's `--gpu-memory-utilization` default for a log that names no release: that of 0.6-0.19 (`vllm/config.py`
-`CacheConfig`; `vllm/config/cache.py` from 0.11), the releases most logs without a version banner come from."""
+_VLLM_BUDGET = ENGINE_KNOBS["vllm"][BUDGET]
+"""vLLM's `--gpu-memory-utilization` knob: its `default` (0.9, that of 0.6-0.19, the releases most logs without a
+version banner come from) is the one a log that names no release takes."""
 
 
 def release_defaults(names: Mapping[str, Any], engine: str | None, version: str | None) -> dict[str, Any]:
     """`names` with the defaults that depend on the engine's release: `vllm_default_utilization` (vLLM's
     `--gpu-memory-utilization` when unset: `VllmRules.default_utilization`, or 1.0 where the extensible KV cache
     sizes the pool, unless the log sets `kv_cache_memory_bytes`) and `vllm_default_words` (how a reason names it).
-    A log that names no vLLM release takes `VLLM_UNNAMED_RELEASE_UTILIZATION`."""
-    util, words = VLLM_UNNAMED_RELEASE_UTILIZATION, f"vLLM's default {VLLM_UNNAMED_RELEASE_UTILIZATION:g}"
+    A log that names no vLLM release takes the knob's own default (`_VLLM_BUDGET`)."""
+    util = _VLLM_BUDGET.default
+    assert util is not None  # fixknobs gives vLLM's budget knob its default
+    words = f"vLLM's default {util:g}"
     if version and engine in (None, "vllm", *EMBEDDING_ENGINES):
         from vramctl.core.engines.vllm import rules as vllm_rules
         from vramctl.core.errors import BadInputError
