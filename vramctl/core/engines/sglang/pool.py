@@ -48,13 +48,50 @@ def _kv_dtype_bytes(model: ModelSpec, settings: ServeSettings) -> float:
         "fp8_e5m2": 1.0,
         "float8_e4m3fn": 1.0,
         "float8_e5m2": 1.0,
+        FP4_KV_DTYPE: 1.0,  # torch.float4_e2m1fn_x2: one element = two values; cell_size adds the halving and scales
     }
     if kv not in table:
         raise BadInputError(
             f"--kv-cache-dtype {settings.kv_cache_dtype!r}: SGLang sizing knows auto, bf16, fp16, fp32, "
-            "fp8_e4m3, fp8_e5m2"
+            "fp8_e4m3, fp8_e5m2, fp4_e2m1"
         )
     return table[kv]
+
+
+# --- fp4_e2m1: SGLang's FP4 KV pools ---------------------------------------------------------------------------------
+#
+# `--kv-cache-dtype fp4_e2m1` stores two E2M1 values per byte (torch.float4_e2m1fn_x2, whose element size is 1) and one
+# uint8 scale per 16 values beside them: `MLATokenToKVPoolFP4` (sglang PR #10078, autumn 2025) and
+# `MHATokenToKVPoolFP4` (PR #12612, November 2025) in `python/sglang/srt/mem_cache/memory_pool.py`. The cell the token
+# count divides by (`_compute_cell_size`, `python/sglang/srt/model_executor/pool_configurator.py`; before the
+# configurator, `get_cell_size_per_token` in model_runner_kv_cache_mixin.py, the same arithmetic):
+#   MHA: heads × (head_dim + v_head_dim) × layers × 1 // 2 + heads × head_dim × layers × 2 × 1 // 16
+#   MLA: (kv_lora_rank + qk_rope_head_dim) × layers × 1 // 2 + (kv_lora_rank + qk_rope_head_dim) // 16 × layers × 1
+# The hybrid pools (sliding-window `HybridSWAPoolConfigurator`, which counts one byte per element with no scales, and
+# the hybrid linear / Mamba pool, which builds no FP4 class) are not modelled, nor releases before 0.5.9 (the rule sets
+# vramctl has read that carry both FP4 pools).
+FP4_KV_DTYPE = "fp4_e2m1"
+FP4_SCALE_BLOCK = 16
+
+
+def is_fp4_kv(settings: ServeSettings) -> bool:
+    return settings.kv_cache_dtype.strip().lower() == FP4_KV_DTYPE
+
+
+def fp4_kv_refusal(model: ModelSpec, options: SglangOptions, rules: str) -> str | None:
+    """Why vramctl cannot size `--kv-cache-dtype fp4_e2m1` for this model and release, or None when it can."""
+    if rules in (RULES_0_4_6, RULES_0_5_2):
+        return (
+            "--kv-cache-dtype fp4_e2m1: vramctl sizes SGLang's FP4 KV pools from 0.5.9 on (they arrived in late "
+            "2025, sglang PRs #10078 and #12612); pass --engine-version 0.5.9 or later if your build has them"
+        )
+    if is_hybrid_swa(model, options) or model.state_space is not None:
+        return (
+            f"--kv-cache-dtype fp4_e2m1: {model.name} is a hybrid (sliding-window or linear-attention) model; "
+            "SGLang's hybrid pools do not size FP4 the way its FP4 pools store it, and vramctl does not plan it; "
+            "use fp8_e4m3 or auto"
+        )
+    return None
 
 
 # --- DeepSeek-V3.2 (DSA: MLA + a lightning-indexer key cache) -----------------------------------------------------
@@ -175,13 +212,19 @@ def cell_size(
         latent = dsa_latent_bytes(model, settings.kv_cache_dtype, opts.dsa_decode_backend, rules)
         return (latent + model.mla.indexer_bytes_per_token) * layers
     dtype_bytes = _kv_dtype_bytes(model, settings)
+    fp4 = is_fp4_kv(settings)
     if model.mla is not None:
-        return int((model.mla.kv_lora_rank + model.mla.qk_rope_head_dim) * layers * dtype_bytes)
+        latent = model.mla.kv_lora_rank + model.mla.qk_rope_head_dim
+        if fp4:
+            return latent * layers // 2 + latent // FP4_SCALE_BLOCK * layers
+        return int(latent * layers * dtype_bytes)
     attn_tp = settings.tensor_parallel_size
     if opts.enable_dp_attention and opts.dp_size > 1:
         attn_tp = max(1, settings.tensor_parallel_size // opts.dp_size)
     attn_tp = max(1, attn_tp // max(1, opts.dcp_size))
     heads = max(1, model.num_key_value_heads // attn_tp)
+    if fp4:
+        return heads * 2 * model.head_dim * layers // 2 + heads * model.head_dim * layers * 2 // FP4_SCALE_BLOCK
     return int(heads * 2 * model.head_dim * layers * dtype_bytes)
 
 
