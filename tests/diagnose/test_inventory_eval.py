@@ -171,6 +171,7 @@ HELD_OUT = (
     "fresh6.yaml",
     "fresh7.yaml",
     "fresh8.yaml",
+    "fresh9.yaml",
 )
 
 
@@ -183,6 +184,7 @@ HELD_OUT = (
         ("fresh6.yaml", 39, 27, True),
         ("fresh7.yaml", 22, 13, True),
         ("fresh8.yaml", 25, 14, True),
+        ("fresh9.yaml", 30, 19, True),
     ],
 )
 def test_held_out_label_file_is_valid(name: str, min_cases: int, min_failures: int, even_only: bool) -> None:
