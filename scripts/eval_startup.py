@@ -8,7 +8,9 @@ Without `--logs` (the logs are not at hand): the read-log recovery part is skipp
 `vramctl plan --json` from the index's own fields (model, card, tp, max_model_len, gpu_memory_utilization,
 max_num_seqs, enforce_eager, engine and version) and scored against the index's `logged:` numbers (available KV in
 GiB, or KV tokens at the plan's bytes per token; weights). Flags only the log shows (a KV dtype, speculative decoding,
-…) are then unknown, so these numbers are comparable with each other, not with a run with the logs.
+…) are then unknown, so these numbers are comparable with each other, not with a run with the logs. A point whose
+`plan:` names no card (`gpu` / `gpu_memory`) is counted as not planned in this mode (vramctl's default card would be
+compared with a log from another card).
 
 A point whose `plan:` names a `checkpoint:` (a Hub name) and that has no config folder is planned through the registry's
 name fall-back (vramctl/registry/derived.py: a bundled base + the quantisation its name implies, with HF_HUB_OFFLINE=1)
@@ -160,7 +162,13 @@ def _stated_version(plan: dict[str, Any], point: dict[str, Any]) -> str:
     return version
 
 def plan_only(point: dict[str, Any], plan: dict[str, Any], model: str) -> dict[str, Any]:
-    """Without the log: `vramctl plan --json` from the index's fields, scored against its `logged:` numbers."""
+    """Without the log: `vramctl plan --json` from the index's fields, scored against its `logged:` numbers.
+
+    A point whose `plan:` names no card (neither `gpu` nor `gpu_memory`) is not planned here: vramctl would plan it on
+    its default card, whose total has nothing to do with the log's (`read-log --compare-plan` takes the card from the
+    log instead)."""
+    if not plan.get("gpu") and plan.get("gpu_memory") is None:
+        return {"error": "no card in the index (without the log the card is unknown; read-log takes it from the log)"}
     cmd = [sys.executable, "-m", "vramctl", "plan", "--json", "--model", model]
     if plan.get("gpu_memory") is not None:
         cmd += ["--gpu-memory", f"{plan['gpu_memory']}GiB"]

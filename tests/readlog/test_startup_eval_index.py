@@ -154,3 +154,17 @@ def test_a_stated_entry_point_reaches_the_plan() -> None:
     llm = script.plan_only(point, plan, "Qwen/Qwen3-8B")["kv_cache"][1]
     server = script.plan_only({**point, "entrypoint": None}, plan, "Qwen/Qwen3-8B")["kv_cache"][1]
     assert llm < server
+
+
+def test_plan_only_mode_does_not_plan_a_point_without_a_card(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without the log, a point whose `plan:` names no card (`gpu` / `gpu_memory`) is not planned: planning it on
+    vramctl's default card (an H100) compared a 47 GiB card's KV pool with an 80 GiB card's (p17: 37.8 GiB planned
+    against 14.0 logged). `read-log --compare-plan` takes the card from the log; the index's fields alone cannot."""
+    script = _eval_script()
+    calls: list[Any] = []
+    monkeypatch.setattr(script.subprocess, "run", lambda *a, **k: calls.append(a))
+    point = {"id": "x9", "engine": "sglang", "logged": {"k_size_gb": "7.0", "v_size_gb": "7.0"}}
+    res = script.plan_only(point, {"model": "Qwen/Qwen3-14B"}, "Qwen/Qwen3-14B")
+    assert "error" in res and "card" in res["error"]
+    assert "kv_cache" not in res
+    assert not calls
