@@ -168,7 +168,7 @@ def plan_only(point: dict[str, Any], plan: dict[str, Any], model: str) -> dict[s
     its default card, whose total has nothing to do with the log's (`read-log --compare-plan` takes the card from the
     log instead)."""
     if not plan.get("gpu") and plan.get("gpu_memory") is None:
-        return {"error": "no card in the index (without the log the card is unknown; read-log takes it from the log)"}
+        return {"error": "no card in the index (without the log the card is unknown; read-log reads it from the log)"}
     cmd = [sys.executable, "-m", "vramctl", "plan", "--json", "--model", model]
     if plan.get("gpu_memory") is not None:
         cmd += ["--gpu-memory", f"{plan['gpu_memory']}GiB"]

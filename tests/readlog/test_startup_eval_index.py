@@ -30,7 +30,8 @@ def test_fresh_set_is_well_formed_and_disjoint() -> None:
         if plan.get("model_dir"):
             assert point.get("plannable") is False, f"{point['id']}: a config-folder point is not plannable alone"
     collected_text = (FIXTURES / "startup_collected" / "index.yaml").read_text()
-    collected = {u.rstrip("/") for u in re.findall(r"https://github\.com/[\w.-]+/[\w.-]+/(?:issues|pull)/\d+", collected_text)}
+    url = r"https://github\.com/[\w.-]+/[\w.-]+/(?:issues|pull)/\d+"
+    collected = {u.rstrip("/") for u in re.findall(url, collected_text)}
     urls = {p["source_url"] for p in fresh}
     assert len(urls) == len(fresh)
     # whole URLs, not substrings: club-3090/issues/104 is not club-3090/issues/1047
