@@ -8,9 +8,11 @@ came from are scored by scripts/eval_oom.py, not here.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from vramctl.diagnose import diagnose_text
+from vramctl.diagnose import diagnose, diagnose_text
 
 TORCH_OOM = (
     "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.15 GiB "
@@ -171,3 +173,36 @@ def test_a_failure_further_down_does_not_read_hints_printed_after_it() -> None:
         ]
     )
     assert diagnose_text(text).cause != "gpu-util-exceeds-free-memory"
+
+
+# ---------------------------------------------------------------- the card a report names gives the plan its total
+
+
+def _report(tmp_path: Path, gpu_words: str) -> Path:
+    path = tmp_path / "report.log"
+    path.write_text(
+        "\n".join(
+            [
+                "the model fails to start with an OOM error on GPU 0, tensor parallelism configured",
+                f"Hardware: {gpu_words}",
+                "INFO 01-02 03:04:05 [llm_engine.py:243] Initializing a V0 LLM engine (v0.8.4) with config: "
+                "model='meta-llama/Llama-4-Scout-17B-16E', tokenizer='meta-llama/Llama-4-Scout-17B-16E', "
+                "dtype=torch.bfloat16, max_seq_len=4096, tensor_parallel_size=4, pipeline_parallel_size=1",
+            ]
+        )
+        + "\n"
+    )
+    return path
+
+
+def test_a_card_named_in_words_lets_the_plan_say_the_weights_do_not_fit(tmp_path: Path) -> None:
+    # about 109 B parameters in bf16 over TP 4 is ~53 GiB per rank: more than a whole 48 GB L40S
+    d = diagnose(str(_report(tmp_path, "4x NVIDIA L40S GPUs, 48GB each")))
+    assert d.cause == "weights-do-not-fit"
+    assert any(f.flag == "--tensor-parallel-size" and f.value == "8" for f in d.fixes)
+
+
+@pytest.mark.parametrize("gpu_words", ["4 GPUs of an unnamed kind", "2x NVIDIA L40S and 2x NVIDIA A100-SXM4-80GB"])
+def test_no_card_or_two_cards_named_give_no_plan(tmp_path: Path, gpu_words: str) -> None:
+    # nothing to plan against, or two boards: never a guess between them
+    assert diagnose(str(_report(tmp_path, gpu_words))).cause != "weights-do-not-fit"
