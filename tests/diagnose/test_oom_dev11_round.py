@@ -206,3 +206,22 @@ def test_a_card_named_in_words_lets_the_plan_say_the_weights_do_not_fit(tmp_path
 def test_no_card_or_two_cards_named_give_no_plan(tmp_path: Path, gpu_words: str) -> None:
     # nothing to plan against, or two boards: never a guess between them
     assert diagnose(str(_report(tmp_path, gpu_words))).cause != "weights-do-not-fit"
+
+
+# ---------------------------------------------------------------- wrong outputs are a failure, not memory
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "After the second refit the rollouts are garbage output and the KL error explodes",
+        "the server runs, but a sleep / wake-up cycle silently corrupts every generation after it",
+    ],
+)
+def test_wrong_outputs_in_words_are_not_oom(text: str) -> None:
+    assert diagnose_text(text).cause == "not-oom"
+
+
+def test_wrong_outputs_beside_a_memory_failure_follow_it() -> None:
+    d = diagnose_text("the completions turned to gibberish, then the server died with CUDA out of memory while serving")
+    assert d.is_memory_failure
