@@ -65,6 +65,8 @@ outranks a failure logged as an error or printed bare."""
 """Failure events at most this many lines apart belong to one incident (one traceback, one crash)."""
 CONTEXT_BEFORE_LINES = 200
 """Frames and hints this many lines before an incident's first event belong to it."""
+TITLE_LINES = 2
+"""A failure on the log's first lines is a report's title or summary: whole-log hints below it still describe it."""
 MAX_OTHER_FAILURES = 20
 MAX_KEPT_TEXT = 2000
 """Characters of a line kept for evidence (patterns see the whole line, up to 64 KiB)."""
@@ -1260,8 +1262,11 @@ def _names(
     for c in incident.context:
         if c.kind == "hint" and lo <= c.line <= hi:
             names["hint_" + c.value] = True
+    # a failure told on the report's first lines (an issue title, a one-line summary on top) sums up everything
+    # below it: the whole-log hints read after it describe the same run
+    title = incident.start <= TITLE_LINES
     for hint, line in an.global_hints.items():
-        if line <= incident.end:
+        if line <= incident.end or title:
             names["hint_" + hint] = True
     if ctx_phase is None:
         names["phase_unknown"] = True

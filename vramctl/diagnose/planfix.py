@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -81,11 +82,41 @@ def _deployment_of(
             continue
     if model is None:
         return None
-    capacity = report.capacity_bytes or total_bytes
+    capacity = report.capacity_bytes or total_bytes or _named_gpu_total(path)
     if not capacity:
         return None
     settings = settings_from_report(report).with_changes(gpu_memory_bytes=capacity)
     return model, gpu_from_capacity(capacity), settings, name
+
+
+_GPU_NAME_RE = re.compile(
+    r"(?<![\w.-])(?:NVIDIA[ -])?(?:Tesla[ -]|GeForce[ -])?"
+    r"(?P<gpu>(?:RTX[ -]?\d{4}(?:[ -]?Ti)?|[AHLBTV]\d{1,3}[A-Z]?)(?:[ -](?:PCIE|PCIe|SXM\d?|NVL))?(?:[ -]?\d{2,3} ?G(?:B|iB)?)?)"
+    r"(?![\w])"
+)
+_NAMED_GPU_BYTES = 256 << 10
+"""Only the head of a report is read for the card it names (the title and the environment it states)."""
+
+
+def _named_gpu_total(path: str) -> int | None:
+    """The CUDA total of the one card a report names in words (`4x NVIDIA L40S GPUs`, `A100-PCIE-40GB`, `4 A100 40G`)
+    when no engine line printed the device's total: the bundled board's profile, None when no board or more than one
+    board is named (never a guess between two cards)."""
+    from vramctl.core.errors import VramctlError
+    from vramctl.registry import load_gpu
+
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(_NAMED_GPU_BYTES).decode("utf-8", "replace")
+    except OSError:
+        return None
+    totals: set[int] = set()
+    for match in _GPU_NAME_RE.finditer(head):
+        try:
+            totals.add(int(load_gpu(match.group("gpu")).cuda_total_bytes))
+        except (VramctlError, ValueError):
+            continue
+    return totals.pop() if len(totals) == 1 else None
 
 
 def _fits(model: Any, gpu: Any, settings: Any) -> Any | None:
