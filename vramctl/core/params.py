@@ -391,7 +391,9 @@ def linear_bytes(
         if spec.quant_group_size and quant == "fp8":
             g = spec.quant_group_size
             return n + 4 * _cdiv(rows, g) * _cdiv(cols, g)
-        return n + 4 * rows
+        # compressed-tensors keeps a per-channel scale in the model's dtype (llm-compressor FP8_DYNAMIC / W8A8:
+        # `weight_scale` BF16 [rows, 1] in the headers); other methods' per-row / per-tensor scales are float32
+        return n + (high if quant == "compressed-tensors" and not spec.quant_group_size else 4) * rows
     group = spec.quant_group_size or 128
     groups = _cdiv(cols, group) if group > 0 else 1
     total = _cdiv(n * bits, 8) + 2 * groups * rows
