@@ -2,13 +2,14 @@
 of each format's layout (issue 11 item 2). The configs are synthesised with the fields the public uploads use; the
 expected bytes are written out here from the tensors each format stores, not from vramctl's formula.
 
-Causes fixed (each test failed before):
+Causes fixed (each test failed before, but for the symmetric W4A16 control):
 - Gated DeltaNet hybrids (Qwen3.5 / Qwen3.6 / Qwen3-Next) were scaled by the dense formula's quantised / 16-bit
   ratio: the vision tower came out quantised, every layer was charged a full-attention block, and an ignore list that
   leaves `linear_attn` in 16 bits (llm-compressor's FP8-dynamic recipe) was not read;
 - compressed-tensors per-channel FP8 scales were booked as float32 (the headers hold them in BF16);
 - ModelOpt `exclude_modules` wildcards (`model.layers.*.self_attn*`) matched nothing;
-- bitsandbytes `llm_int8_skip_modules` and GPTQModel `dynamic` "-:" exclusions were not read.
+- bitsandbytes `llm_int8_skip_modules` and GPTQModel `dynamic` "-:" exclusions were not read;
+- compressed-tensors asymmetric int weights (`symmetric: false`) were booked without their zero points.
 """
 
 from __future__ import annotations
@@ -188,3 +189,19 @@ def test_wildcard_forms_of_a_subtree(entry: str) -> None:
     quant = {"quant_method": "modelopt", "quant_algo": "FP8", "exclude_modules": ["lm_head", entry]}
     plain = {"quant_method": "modelopt", "quant_algo": "FP8", "exclude_modules": ["lm_head", "self_attn"]}
     assert _llama(quant) == _llama(plain)
+
+
+@pytest.mark.parametrize("symmetric", [True, False])
+def test_compressed_tensors_asymmetric_int4_stores_zero_points(symmetric: bool) -> None:
+    def w4a16(rows: int, cols: int) -> int:  # weight_packed + BF16 weight_scale per 128 (+ packed zero points)
+        groups = cols // 128
+        return rows * cols // 2 + 2 * groups * rows + (0 if symmetric else groups * rows // 2)
+
+    weights = {"num_bits": 4, "type": "int", "strategy": "group", "group_size": 128, "symmetric": symmetric}
+    quant = {
+        "quant_method": "compressed-tensors",
+        "format": "pack-quantized",
+        "config_groups": {"group_0": {"targets": ["Linear"], "weights": weights}},
+        "ignore": ["lm_head"],
+    }
+    assert _llama(quant) == _llama_walk(w4a16)

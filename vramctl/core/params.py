@@ -397,7 +397,7 @@ def linear_bytes(
     group = spec.quant_group_size or 128
     groups = _cdiv(cols, group) if group > 0 else 1
     total = _cdiv(n * bits, 8) + 2 * groups * rows
-    if quant in _ZERO_POINT_METHODS:
+    if quant in _ZERO_POINT_METHODS or spec.quant_zero_points:
         total += _cdiv(groups * rows * bits, 8)  # packed zero points
     if quant in ("gptq", "gptq_marlin"):
         total += 4 * cols  # g_idx

@@ -836,6 +836,21 @@ def _kept_parts(config: Mapping[str, Any], spec: ModelSpec) -> dict[str, float]:
     return kept
 
 
+def _asymmetric_int(config: Mapping[str, Any]) -> bool:
+    """A compressed-tensors checkpoint whose first weight scheme is an asymmetric int (`type: int`, `symmetric:
+    false`): it stores a zero point per group (llm-compressor's AWQ / W4A16-asym recipes)."""
+    quant = config.get("quantization_config")
+    groups = quant.get("config_groups") if isinstance(quant, dict) else None
+    first = next(iter(groups.values()), None) if isinstance(groups, dict) else None
+    weights = first.get("weights") if isinstance(first, dict) else None
+    return (
+        isinstance(weights, dict)
+        and weights.get("symmetric") is False
+        and str(weights.get("type") or "int") == "int"
+        and weights.get("num_bits") in (2, 3, 4, 8)
+    )
+
+
 def _compressed_tensors(quant: Mapping[str, Any], where: str) -> tuple[int | None, int | None]:
     """The first config group's weight scheme: num_bits and group_size (None = per channel / tensor)."""
     groups = quant.get("config_groups")
@@ -1879,6 +1894,7 @@ def spec_from_config(
             minimum=0,
         ),
         mtp_unquantised=quant.method is not None and _mtp_unquantised(cfg),
+        quant_zero_points=quant.method == "compressed-tensors" and _asymmetric_int(cfg),
         quant_algos=read_mixed_layers(cfg["quantization_config"], where).algos
         if quant.method == "modelopt_mixed"
         else (),
