@@ -9,7 +9,9 @@ Causes fixed (each test failed before, but for the symmetric W4A16 control):
 - compressed-tensors per-channel FP8 scales were booked as float32 (the headers hold them in BF16);
 - ModelOpt `exclude_modules` wildcards (`model.layers.*.self_attn*`) matched nothing;
 - bitsandbytes `llm_int8_skip_modules` and GPTQModel `dynamic` "-:" exclusions were not read;
-- compressed-tensors asymmetric int weights (`symmetric: false`) were booked without their zero points.
+- compressed-tensors asymmetric int weights (`symmetric: false`) were booked without their zero points;
+- a compressed-tensors config with a second scheme for named modules (FP8 attention beside int4 `Linear`) was sized
+  by its first group alone.
 """
 
 from __future__ import annotations
@@ -205,3 +207,20 @@ def test_compressed_tensors_asymmetric_int4_stores_zero_points(symmetric: bool) 
         "ignore": ["lm_head"],
     }
     assert _llama(quant) == _llama_walk(w4a16)
+
+
+@pytest.mark.parametrize("attention_first", [True, False])
+def test_compressed_tensors_second_scheme_for_named_modules(attention_first: bool) -> None:
+    """An FP8 group for `re:.*self_attn.*` beside an int4 group for the `Linear` class: vLLM gives a Linear the group
+    that names it before the one that targets its class (compressed_tensors/utils.py `find_matched_target`)."""
+    fp8 = {"targets": ["re:.*self_attn.*"], "weights": {"num_bits": 8, "type": "float", "strategy": "channel"}}
+    w4 = {"targets": ["Linear"], "weights": {"num_bits": 4, "type": "int", "strategy": "group", "group_size": 128}}
+    groups = {"group_0": fp8, "group_1": w4} if attention_first else {"group_0": w4, "group_1": fp8}
+    quant = {"quant_method": "compressed-tensors", "config_groups": groups, "ignore": ["lm_head"]}
+
+    def linear(rows: int, cols: int) -> int:
+        if (rows, cols) in _ATTN:  # FP8 + a BF16 scale per row
+            return rows * cols + 2 * rows
+        return rows * cols // 2 + 2 * (cols // 128) * rows  # int4 + BF16 scales per 128
+
+    assert _llama(quant) == _llama_walk(linear)

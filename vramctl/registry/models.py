@@ -50,6 +50,9 @@ from vramctl.registry._pure_mamba import (
     pure_mamba_param_count,
     pure_mamba_pattern,
 )
+from vramctl.registry.ct_groups import main_weights as ct_main_weights
+from vramctl.registry.ct_groups import override_delta
+from vramctl.registry.ct_groups import scheme as ct_scheme
 from vramctl.registry.hybrid_quant import STATE_MIXERS, gated_delta_net_bytes
 from vramctl.registry.modelopt_mixed import mixed_saving_bytes, read_mixed_layers
 from vramctl.registry.vision_towers import vision_tower_params, vision_tower_shape
@@ -837,35 +840,21 @@ def _kept_parts(config: Mapping[str, Any], spec: ModelSpec) -> dict[str, float]:
 
 
 def _asymmetric_int(config: Mapping[str, Any]) -> bool:
-    """A compressed-tensors checkpoint whose first weight scheme is an asymmetric int (`type: int`, `symmetric:
-    false`): it stores a zero point per group (llm-compressor's AWQ / W4A16-asym recipes)."""
+    """A compressed-tensors checkpoint whose main weight scheme (registry/ct_groups.py) is an asymmetric int (`type:
+    int`, `symmetric: false`): it stores a zero point per group (llm-compressor's AWQ / W4A16-asym recipes)."""
     quant = config.get("quantization_config")
-    groups = quant.get("config_groups") if isinstance(quant, dict) else None
-    first = next(iter(groups.values()), None) if isinstance(groups, dict) else None
-    weights = first.get("weights") if isinstance(first, dict) else None
-    return (
-        isinstance(weights, dict)
-        and weights.get("symmetric") is False
-        and str(weights.get("type") or "int") == "int"
-        and weights.get("num_bits") in (2, 3, 4, 8)
-    )
+    weights = ct_main_weights(quant) if isinstance(quant, dict) else None
+    return weights is not None and ct_scheme(weights)[2]
 
 
 def _compressed_tensors(quant: Mapping[str, Any], where: str) -> tuple[int | None, int | None]:
-    """The first config group's weight scheme: num_bits and group_size (None = per channel / tensor)."""
-    groups = quant.get("config_groups")
-    if not isinstance(groups, dict) or not groups:
-        return None, None
-    first = next(iter(groups.values()))
-    weights = first.get("weights") if isinstance(first, dict) else None
-    if not isinstance(weights, dict):
+    """The main config group's weight scheme (the one targeting `Linear`, else the first; registry/ct_groups.py):
+    num_bits and group_size (None = per channel / tensor)."""
+    weights = ct_main_weights(quant)
+    if weights is None:
         return None, None
     bits = get_int(weights, "num_bits", f"{where}.config_groups.weights", default=8)
-    group = weights.get("group_size")
-    block = weights.get("block_structure")
-    if isinstance(block, list) and block and isinstance(block[0], int):
-        group = block[0]
-    return bits, group if isinstance(group, int) and not isinstance(group, bool) and group > 0 else None
+    return bits, ct_scheme(weights)[1]
 
 
 def _nemotron_h_moe(config: Mapping[str, Any], where: str) -> MoESpec | None:
@@ -1959,7 +1948,10 @@ def spec_from_config(
         ratio = weight_bytes_keeping(spec, kept) / weight_bytes_keeping(plain, {})
         size = exact if exact is not None else round(total_16bit * ratio)
     else:
-        size = weight_bytes_keeping(spec, _kept_parts(cfg, spec))
+        kept = _kept_parts(cfg, spec)
+        size = weight_bytes_keeping(spec, kept)
+        if spec.quantization == "compressed-tensors":  # a second scheme for the modules a group names
+            size += override_delta(spec, cfg["quantization_config"], _PART_NAMES, kept)
         if _double_quant(cfg):
             size -= bnb_double_quant_saving(spec)
     return _replace(spec, weight_bytes=size)
