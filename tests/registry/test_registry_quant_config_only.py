@@ -11,7 +11,8 @@ Causes fixed (each test failed before, but for the symmetric W4A16 control):
 - bitsandbytes `llm_int8_skip_modules` and GPTQModel `dynamic` "-:" exclusions were not read;
 - compressed-tensors asymmetric int weights (`symmetric: false`) were booked without their zero points;
 - a compressed-tensors config with a second scheme for named modules (FP8 attention beside int4 `Linear`) was sized
-  by its first group alone.
+  by its first group alone;
+- GPTQ / AWQ `lm_head: true` (a packed lm_head) was booked in 16 bits.
 """
 
 from __future__ import annotations
@@ -224,3 +225,13 @@ def test_compressed_tensors_second_scheme_for_named_modules(attention_first: boo
         return rows * cols // 2 + 2 * (cols // 128) * rows  # int4 + BF16 scales per 128
 
     assert _llama(quant) == _llama_walk(linear)
+
+
+def test_gptq_lm_head_true_packs_the_lm_head() -> None:
+    def gptq4(rows: int, cols: int) -> int:
+        groups = cols // 128
+        return rows * cols // 2 + 2 * groups * rows + groups * rows // 2 + 4 * cols
+
+    quant = {"quant_method": "gptq", "bits": 4, "group_size": 128, "lm_head": True}
+    packed_head = gptq4(128256, 4096) - 2 * 128256 * 4096
+    assert _llama(quant) == _llama_walk(gptq4) + packed_head

@@ -451,7 +451,12 @@ def _rank_bytes(spec: ModelSpec, tp: int, pad_vocab: bool, ep: int = 1) -> RankW
     vocab = _cdiv(spec.vocab_size, VOCAB_PADDING) * VOCAB_PADDING if pad_vocab else spec.vocab_size
     rows = _cdiv(vocab, tp)
     embedding = rows * hidden * high + spec.learned_position_embeddings * hidden * high
-    lm_head = 0 if spec.tie_word_embeddings else rows * hidden * high
+    if spec.tie_word_embeddings:
+        lm_head = 0
+    elif spec.quant_lm_head and spec.quantization:  # packed like the decoder's Linears (GPTQ / AWQ `lm_head: true`)
+        lm_head = linear_bytes(spec, rows, hidden)
+    else:
+        lm_head = rows * hidden * high
     norm = _norm_size(spec) * high
     attention = sum(_tensor_bytes(spec, t, tp) for t in _attention_tensors(spec))
     by_kind: dict[bool, int] = {}  # a dense and an MoE layer each cost the same in every layer

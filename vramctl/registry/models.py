@@ -839,6 +839,17 @@ def _kept_parts(config: Mapping[str, Any], spec: ModelSpec) -> dict[str, float]:
     return kept
 
 
+def _lm_head_packed(config: Mapping[str, Any], method: str | None) -> bool:
+    """GPTQ / AWQ `lm_head: true` (GPTQModel quantises the lm_head on request): vLLM reads it as
+    `lm_head_quantized` and builds the ParallelLMHead with the method (gptq.py / gptq_marlin.py / awq_marlin.py)."""
+    quant = config.get("quantization_config")
+    return (
+        isinstance(quant, dict)
+        and (method or "").startswith(("gptq", "awq"))
+        and quant.get("lm_head") is True
+    )
+
+
 def _asymmetric_int(config: Mapping[str, Any]) -> bool:
     """A compressed-tensors checkpoint whose main weight scheme (registry/ct_groups.py) is an asymmetric int (`type:
     int`, `symmetric: false`): it stores a zero point per group (llm-compressor's AWQ / W4A16-asym recipes)."""
@@ -1884,6 +1895,7 @@ def spec_from_config(
         ),
         mtp_unquantised=quant.method is not None and _mtp_unquantised(cfg),
         quant_zero_points=quant.method == "compressed-tensors" and _asymmetric_int(cfg),
+        quant_lm_head=_lm_head_packed(cfg, quant.method),
         quant_algos=read_mixed_layers(cfg["quantization_config"], where).algos
         if quant.method == "modelopt_mixed"
         else (),
