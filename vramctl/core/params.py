@@ -391,11 +391,13 @@ def linear_bytes(
         if spec.quant_group_size and quant == "fp8":
             g = spec.quant_group_size
             return n + 4 * _cdiv(rows, g) * _cdiv(cols, g)
-        return n + 4 * rows
+        # compressed-tensors keeps a per-channel scale in the model's dtype (llm-compressor FP8_DYNAMIC / W8A8:
+        # `weight_scale` BF16 [rows, 1] in the headers); other methods' per-row / per-tensor scales are float32
+        return n + (high if quant == "compressed-tensors" and not spec.quant_group_size else 4) * rows
     group = spec.quant_group_size or 128
     groups = _cdiv(cols, group) if group > 0 else 1
     total = _cdiv(n * bits, 8) + 2 * groups * rows
-    if quant in _ZERO_POINT_METHODS:
+    if quant in _ZERO_POINT_METHODS or spec.quant_zero_points:
         total += _cdiv(groups * rows * bits, 8)  # packed zero points
     if quant in ("gptq", "gptq_marlin"):
         total += 4 * cols  # g_idx
@@ -449,7 +451,12 @@ def _rank_bytes(spec: ModelSpec, tp: int, pad_vocab: bool, ep: int = 1) -> RankW
     vocab = _cdiv(spec.vocab_size, VOCAB_PADDING) * VOCAB_PADDING if pad_vocab else spec.vocab_size
     rows = _cdiv(vocab, tp)
     embedding = rows * hidden * high + spec.learned_position_embeddings * hidden * high
-    lm_head = 0 if spec.tie_word_embeddings else rows * hidden * high
+    if spec.tie_word_embeddings:
+        lm_head = 0
+    elif spec.quant_lm_head and spec.quantization:  # packed like the decoder's Linears (GPTQ / AWQ `lm_head: true`)
+        lm_head = linear_bytes(spec, rows, hidden)
+    else:
+        lm_head = rows * hidden * high
     norm = _norm_size(spec) * high
     attention = sum(_tensor_bytes(spec, t, tp) for t in _attention_tensors(spec))
     by_kind: dict[bool, int] = {}  # a dense and an MoE layer each cost the same in every layer

@@ -307,6 +307,14 @@ class ModelSpec:
     """Bits per quantised weight (AWQ/GPTQ/compressed-tensors `bits` / `num_bits`; 8 for FP8, 4 for MXFP4)."""
     quant_group_size: int | None = None
     """Weights sharing one scale: AWQ/GPTQ `group_size`; block-FP8 block edge (`weight_block_size` 128)."""
+    quant_lm_head: bool = False
+    """The checkpoint packs its lm_head too (GPTQ / AWQ `lm_head: true`, GPTQModel's option): vLLM builds the
+    ParallelLMHead with the method (`GPTQConfig` / `AWQMarlinConfig.lm_head_quantized`,
+    vllm/model_executor/layers/quantization/gptq.py, awq_marlin.py)."""
+    quant_zero_points: bool = False
+    """A compressed-tensors int checkpoint with asymmetric weights (`symmetric: false`): a packed zero point per group
+    and output row beside the scales (`weight_zero_point`, int32 [rows / pack, groups] in vLLM
+    compressed_tensors_wNa16.py). AWQ / GPTQ / auto-round always store theirs (params._ZERO_POINT_METHODS)."""
     quant_algos: tuple[str, ...] = ()
     """The per-module algos of a ModelOpt MIXED_PRECISION checkpoint (`modelopt_mixed`, most modules first; empty
     otherwise): the planner checks the release loads each (vramctl.registry.modelopt_mixed.MIXED_ALGO_MIN_VLLM)."""

@@ -14,7 +14,7 @@ import contextlib
 from dataclasses import dataclass
 
 from vramctl.core.kv import pp_partition
-from vramctl.core.params import is_moe_layer, rank_weight_bytes, serving_dtype_bytes
+from vramctl.core.params import is_moe_layer, layer_linears, rank_weight_bytes, serving_dtype_bytes
 from vramctl.core.specs import ModelSpec, dtype_bytes
 
 
@@ -50,7 +50,7 @@ def stage_rank_weight_bytes(
         stage_bytes = sum(rank.layers[start : start + layers])
         if load_change is not None:
             moe_layers = sum(1 for layer in range(start, start + layers) if is_moe_layer(model, layer))
-            stage_bytes += moe_layers * load_change.per_moe_layer_bytes
+            stage_bytes += moe_layers * load_change.per_moe_layer_bytes + layers * load_change.per_layer_bytes
         start += layers
         if stage == 0:
             stage_bytes += rank.embedding + rank.vision
@@ -79,6 +79,9 @@ class LoadTimeChange:
     per_moe_layer_bytes: int
     backend: str
     note: str
+    per_layer_bytes: int = 0
+    """Bytes added to every decoder layer (block-FP8 Marlin's expanded scales); per_moe_layer_bytes then holds what a
+    MoE layer adds on top of it."""
 
 
 def _round_up(value: int, multiple: int) -> int:
@@ -187,6 +190,68 @@ def mxfp4_load_change(
             if backend == "marlin" and marlin_on_hopper and (compute_capability or "").startswith("9.")
             else "(vllm/model_executor/layers/quantization/mxfp4.py, 0.11-0.12)"
         ),
+    )
+
+
+FP8_NATIVE_SM = (8, 9)
+"""Ada (SM 8.9) and newer run FP8 GEMMs natively; below it vLLM serves FP8 weights through the Marlin kernel
+(`Fp8LinearMethod.use_marlin = not current_platform.has_device_capability(89)`, quantization/fp8.py)."""
+
+
+def _marlin_scale_extra(model: ModelSpec, layer: int, tp: int, block: int) -> int:
+    """Bytes one rank's block-FP8 Linears of decoder `layer` gain when Marlin takes their scales: the checkpoint's
+    float32 scale per block × block (booked by rank_weight_bytes, split by tp) becomes one 16-bit scale per
+    `block` inputs and per output column (`prepare_fp8_layer_for_marlin` / `prepare_moe_fp8_layer_for_marlin`,
+    vllm/model_executor/layers/quantization/utils/marlin_utils_fp8.py: "block-wise quantization -> group-wise
+    quantization", `scales.repeat_interleave(block_n, 1)` in the model dtype)."""
+    kv = max(1, model.num_key_value_heads)
+    extra = 0
+    for t in layer_linears(model, layer):
+        if not t.quantised:
+            continue
+        rows, cols = t.rows, t.cols
+        if t.tp == "col":
+            rows = -(-rows // tp)
+        elif t.tp == "row":
+            cols = -(-cols // tp)
+        elif t.tp == "kv":
+            rows = -(-rows * max(1, kv // tp) // kv)
+        split = tp if t.tp in ("col", "row") else kv / max(1, kv // tp) if t.tp == "kv" else 1
+        loaded = 4 * -(-t.rows // block) * -(-t.cols // block) / split
+        extra += round((2 * -(-cols // block) * rows - loaded) * t.count)
+    return extra
+
+
+def fp8_marlin_load_change(
+    model: ModelSpec, *, tp: int, compute_capability: str | None, vendor: str = "nvidia"
+) -> LoadTimeChange | None:
+    """What a block-FP8 checkpoint (`fp8` with `weight_block_size`: DeepSeek-V3, Qwen3-FP8, Qwen3.5 / 3.6-FP8) gains
+    on one rank where the GPU has no FP8 GEMM (SM < 8.9: Turing, Ampere; vLLM's Marlin weight-only path): each
+    Linear's block scales are expanded to a 16-bit scale per 128 inputs per output column, 2 / 128 bytes per weight
+    (+1.5 % of the FP8 weights). The weights themselves are repacked at the same size. None on other GPUs / methods.
+    A hybrid's layers are sized by the dense layout (attention-like projections in every layer), within a tenth of
+    the change."""
+    group = model.quant_group_size
+    if (model.quantization or "").lower() != "fp8" or not group or vendor != "nvidia" or not compute_capability:
+        return None
+    try:
+        major, minor = (int(x) for x in compute_capability.split(".", 1))
+    except ValueError:
+        return None
+    if (major, minor) >= FP8_NATIVE_SM or model.num_hidden_layers == 0:
+        return None
+    first_moe = next((i for i in range(model.num_hidden_layers) if is_moe_layer(model, i)), None)
+    first_dense = next((i for i in range(model.num_hidden_layers) if not is_moe_layer(model, i)), None)
+    dense = _marlin_scale_extra(model, first_dense, tp, group) if first_dense is not None else 0
+    moe = _marlin_scale_extra(model, first_moe, tp, group) if first_moe is not None else 0
+    base = dense if first_dense is not None else moe
+    return LoadTimeChange(
+        per_moe_layer_bytes=moe - base if first_moe is not None else 0,
+        backend="marlin",
+        per_layer_bytes=base,
+        note=f"block FP8 on SM {compute_capability} (no native FP8 GEMM): Marlin keeps a 16-bit scale per {group} "
+        "inputs per output column instead of one float32 per block "
+        "(vllm/model_executor/layers/quantization/utils/marlin_utils_fp8.py prepare_fp8_layer_for_marlin)",
     )
 
 

@@ -270,7 +270,8 @@ def _derived_bytes(
         high["attention"] = round(high["attention"] * share)
         packed["attention"] = round(packed["attention"] * share)
     for part, fraction in _kept_parts(config, quantised).items():
-        packed[part] = round(packed[part] * (1 - fraction) + high[part] * fraction)
+        if part in packed:  # not STATE_MIXERS: the state mixers are `state_mixers` here
+            packed[part] = round(packed[part] * (1 - fraction) + high[part] * fraction)
     linear_16, linear_q = sum(high.values()), sum(packed.values())
     ratio = linear_q / linear_16 if linear_16 else 1.0
     attention_ratio = packed["attention"] / high["attention"] if high["attention"] else ratio

@@ -6,6 +6,7 @@ pattern defaults) follow the Hugging Face transformers implementation of each `m
 
 from __future__ import annotations
 
+import fnmatch
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -49,6 +50,10 @@ from vramctl.registry._pure_mamba import (
     pure_mamba_param_count,
     pure_mamba_pattern,
 )
+from vramctl.registry.ct_groups import main_weights as ct_main_weights
+from vramctl.registry.ct_groups import override_delta
+from vramctl.registry.ct_groups import scheme as ct_scheme
+from vramctl.registry.hybrid_quant import STATE_MIXERS, gated_delta_net_bytes
 from vramctl.registry.modelopt_mixed import mixed_saving_bytes, read_mixed_layers
 from vramctl.registry.vision_towers import vision_tower_params, vision_tower_shape
 
@@ -687,33 +692,52 @@ _PART_NAMES = {
         "model.layers.1.mlp.shared_expert.gate_proj",
     ),
     "experts": ("model.layers.1.mlp.experts.0.gate_proj", "model.layers.1.block_sparse_moe.experts.0.w1"),
+    STATE_MIXERS: (  # a Gated DeltaNet layer's large projections, plain and in a VL wrapper
+        "model.layers.0.linear_attn.in_proj_qkv",
+        "model.layers.0.linear_attn.in_proj_qkvz",
+        "model.layers.0.linear_attn.out_proj",
+        "model.language_model.layers.0.linear_attn.in_proj_qkv",
+        "model.language_model.layers.0.linear_attn.out_proj",
+    ),
 }
 _LAYER_ENTRY = re.compile(r"(?:^|\.)layers\.(\d+)\.(.+)$")
 _DENSE_SUFFIX = re.compile(r"(?:^|\.)(?:mlp|feed_forward)\.(?:gate_proj|up_proj|down_proj|gate_up_proj)$")
 _EXPERTS = re.compile(r"(?:^|\.)experts(?:\.|$)")
 
 
+_STATE_PROJ = re.compile(r"(?:^|\.)linear_attn\.(?:in_proj_qkvz?|in_proj_z|out_proj)$")
+
+
 def _layer_part(rest: str) -> str | None:
-    """The QUANT_PARTS part a module path below `layers.N.` belongs to."""
+    """The QUANT_PARTS part (or STATE_MIXERS) a module path below `layers.N.` belongs to."""
+    if _STATE_PROJ.search(rest):
+        return STATE_MIXERS
     if "shared_expert" in rest:
         return "shared_experts"
     if _EXPERTS.search(rest):
         return "experts"
     if "self_attn" in rest or rest.startswith("attention"):
         return "attention"
-    if _DENSE_SUFFIX.search(rest):
+    if _DENSE_SUFFIX.search(rest) or rest in ("mlp", "feed_forward"):  # a projection, or the whole MLP module
         return "dense_mlp"
     return None
 
 
 def _ignored(entry: str, name: str) -> bool:
-    """compressed-tensors `re:` patterns match from the start of the name (re.match); other entries match whole
-    dotted components (AWQ's `modules_to_not_convert` "self_attn" skips every attention projection)."""
+    """compressed-tensors `re:` patterns match from the start of the name (re.match); ModelOpt wildcards
+    (`model.layers.*.self_attn*`, `*mlp.gate`) match the module or one of its parents with fnmatch
+    (`ModelOptQuantConfigBase.is_layer_excluded`, vllm/model_executor/layers/quantization/modelopt.py: exact, then
+    substring, then `fnmatch(prefix, pattern)`; `apply_vllm_mapper` turns `module_path*` into the module and its
+    subtree); other entries match whole dotted components (AWQ's `modules_to_not_convert` "self_attn" skips every
+    attention projection)."""
     if entry.startswith("re:"):
         try:
             return re.match(entry[3:], name) is not None
         except re.error:
             return False
+    if "*" in entry or "?" in entry:
+        parts = name.split(".")
+        return any(fnmatch.fnmatchcase(".".join(parts[: i + 1]), entry) for i in range(len(parts)))
     return f".{entry.strip('.')}." in f".{name}."
 
 
@@ -761,6 +785,26 @@ def _mtp_unquantised(config: Mapping[str, Any]) -> bool:
     return False
 
 
+def _unquantised_entries(quant: Mapping[str, Any]) -> list[str]:
+    """The module names / patterns a quantization_config leaves in 16 bits:
+
+    - compressed-tensors `ignore`, AWQ / FP8 / MXFP4 `modules_to_not_convert`, ModelOpt `exclude_modules`;
+    - bitsandbytes `llm_int8_skip_modules` (unsloth's dynamic 4-bit uploads list whole layers' attention or MLP
+      there): vLLM `is_layer_skipped_bnb` (vllm/model_executor/layers/quantization/bitsandbytes.py) skips a module
+      when an entry equals one of its dotted components or one of its dotted prefixes;
+    - GPTQModel `dynamic` keys "-:REGEX": vLLM `get_dynamic_override` (quantization/utils/gptq_utils.py) builds a
+      module unquantised when the regex matches its name (re.match), kept here as `re:REGEX`."""
+    entries: list[str] = []
+    for key in ("ignore", "modules_to_not_convert", "exclude_modules", "llm_int8_skip_modules"):
+        raw = quant.get(key)
+        if isinstance(raw, list):
+            entries += [e for e in raw if isinstance(e, str) and e]
+    dynamic = quant.get("dynamic")
+    if str(quant.get("quant_method") or "").lower().startswith("gptq") and isinstance(dynamic, dict):
+        entries += [f"re:{k[2:]}" for k in dynamic if isinstance(k, str) and k.startswith("-:") and len(k) > 2]
+    return entries
+
+
 def _kept_parts(config: Mapping[str, Any], spec: ModelSpec) -> dict[str, float]:
     """part → fraction of its layers a quantisation config leaves in 16 bits (its `ignore` /
     `modules_to_not_convert` / `exclude_modules`). A pattern or a layer-agnostic name keeps the part in every
@@ -768,11 +812,7 @@ def _kept_parts(config: Mapping[str, Any], spec: ModelSpec) -> dict[str, float]:
     quant = config.get("quantization_config")
     if not isinstance(quant, dict):
         return {}
-    entries: list[str] = []
-    for key in ("ignore", "modules_to_not_convert", "exclude_modules"):
-        raw = quant.get(key)
-        if isinstance(raw, list):
-            entries += [e for e in raw if isinstance(e, str) and e]
+    entries = _unquantised_entries(quant)
     kept: dict[str, float] = {}
     per_layer: dict[str, set[int]] = {}
     for entry in entries:
@@ -791,6 +831,7 @@ def _kept_parts(config: Mapping[str, Any], spec: ModelSpec) -> dict[str, float]:
         "dense_mlp": spec.num_hidden_layers - moe_layers,
         "shared_experts": moe_layers,
         "experts": moe_layers,
+        STATE_MIXERS: sum(1 for kind in spec.layer_types if kind == LINEAR_ATTENTION),
     }
     for part, indices in per_layer.items():
         if part not in kept and layers_of[part]:
@@ -798,21 +839,33 @@ def _kept_parts(config: Mapping[str, Any], spec: ModelSpec) -> dict[str, float]:
     return kept
 
 
+def _lm_head_packed(config: Mapping[str, Any], method: str | None) -> bool:
+    """GPTQ / AWQ `lm_head: true` (GPTQModel quantises the lm_head on request): vLLM reads it as
+    `lm_head_quantized` and builds the ParallelLMHead with the method (gptq.py / gptq_marlin.py / awq_marlin.py)."""
+    quant = config.get("quantization_config")
+    return (
+        isinstance(quant, dict)
+        and (method or "").startswith(("gptq", "awq"))
+        and quant.get("lm_head") is True
+    )
+
+
+def _asymmetric_int(config: Mapping[str, Any]) -> bool:
+    """A compressed-tensors checkpoint whose main weight scheme (registry/ct_groups.py) is an asymmetric int (`type:
+    int`, `symmetric: false`): it stores a zero point per group (llm-compressor's AWQ / W4A16-asym recipes)."""
+    quant = config.get("quantization_config")
+    weights = ct_main_weights(quant) if isinstance(quant, dict) else None
+    return weights is not None and ct_scheme(weights)[2]
+
+
 def _compressed_tensors(quant: Mapping[str, Any], where: str) -> tuple[int | None, int | None]:
-    """The first config group's weight scheme: num_bits and group_size (None = per channel / tensor)."""
-    groups = quant.get("config_groups")
-    if not isinstance(groups, dict) or not groups:
-        return None, None
-    first = next(iter(groups.values()))
-    weights = first.get("weights") if isinstance(first, dict) else None
-    if not isinstance(weights, dict):
+    """The main config group's weight scheme (the one targeting `Linear`, else the first; registry/ct_groups.py):
+    num_bits and group_size (None = per channel / tensor)."""
+    weights = ct_main_weights(quant)
+    if weights is None:
         return None, None
     bits = get_int(weights, "num_bits", f"{where}.config_groups.weights", default=8)
-    group = weights.get("group_size")
-    block = weights.get("block_structure")
-    if isinstance(block, list) and block and isinstance(block[0], int):
-        group = block[0]
-    return bits, group if isinstance(group, int) and not isinstance(group, bool) and group > 0 else None
+    return bits, ct_scheme(weights)[1]
 
 
 def _nemotron_h_moe(config: Mapping[str, Any], where: str) -> MoESpec | None:
@@ -1543,6 +1596,15 @@ def _hybrid_pattern(
     return None
 
 
+def _gated_q(config: Mapping[str, Any], spec: ModelSpec, where: str) -> int:
+    """2 when q_proj also yields the attention output gate: Qwen3NextAttention (vLLM qwen3_next.py, reused by
+    qwen3_5.py) sizes it total_num_heads × (1 + attn_output_gate), `getattr(config, "attn_output_gate", True)`, by
+    the text model's type, not the architecture (MiniCPM-V 4.6 wraps a qwen3_5_text decoder); else 1."""
+    text_kind = str(config.get("_text_model_type") or config.get("model_type") or "")
+    gated = spec.architecture.startswith(("Qwen3Next", "Qwen3_5")) or text_kind in _GATED_DELTA_NET
+    return 2 if gated and get_bool(config, "attn_output_gate", where, default=True) else 1
+
+
 def _hybrid_param_count(spec: ModelSpec, config: Mapping[str, Any], where: str) -> int:
     """Parameters of a planned hybrid from its config (the dense formula of params.py knows no state layers).
 
@@ -1570,7 +1632,7 @@ def _hybrid_param_count(spec: ModelSpec, config: Mapping[str, Any], where: str) 
     # gated q and q/k norms left out, 134 M = 1.5 %)
     text_kind = str(config.get("_text_model_type") or config.get("model_type") or "")
     gated = spec.architecture.startswith(("Qwen3Next", "Qwen3_5")) or text_kind in _GATED_DELTA_NET
-    gated_q = 2 if gated and get_bool(config, "attn_output_gate", where, default=True) else 1
+    gated_q = _gated_q(config, spec, where)
     attention = (
         h * q_width * gated_q
         + 2 * h * kv_width
@@ -1832,6 +1894,8 @@ def spec_from_config(
             minimum=0,
         ),
         mtp_unquantised=quant.method is not None and _mtp_unquantised(cfg),
+        quant_zero_points=quant.method == "compressed-tensors" and _asymmetric_int(cfg),
+        quant_lm_head=_lm_head_packed(cfg, quant.method),
         quant_algos=read_mixed_layers(cfg["quantization_config"], where).algos
         if quant.method == "modelopt_mixed"
         else (),
@@ -1886,13 +1950,20 @@ def spec_from_config(
         high = int(count * min(2.0, spec.dtype_bytes)) if spec.state_space is not None else weight_bytes_from_spec(plain)
         size = high - mixed_saving_bytes(spec, read_mixed_layers(cfg["quantization_config"], where), where)
     elif spec.state_space is not None:
-        # A pre-quantised hybrid (Qwen3.5 FP8 / NVFP4 / int4): the dense layout formula does not see the state
-        # layers, so its quantised / 16-bit ratio scales the exact 16-bit total (as apply_quantization_flag does)
+        # A pre-quantised hybrid (Qwen3.5 FP8 / NVFP4 / int4): Gated DeltaNet layouts Linear by Linear
+        # (registry/hybrid_quant.py); other state layers: the dense layout formula does not see them, so its
+        # quantised / 16-bit ratio scales the exact 16-bit total (as apply_quantization_flag does)
+        kept = _kept_parts(cfg, spec)
+        total_16bit = int(count * min(2.0, spec.dtype_bytes))
+        exact = gated_delta_net_bytes(spec, total_16bit=total_16bit, gated_q=_gated_q(cfg, spec, where), kept=kept)
         plain = _replace(spec, quantization=None, quant_bits=None, quant_group_size=None)
-        ratio = weight_bytes_keeping(spec, _kept_parts(cfg, spec)) / weight_bytes_keeping(plain, {})
-        size = round(int(count * min(2.0, spec.dtype_bytes)) * ratio)
+        ratio = weight_bytes_keeping(spec, kept) / weight_bytes_keeping(plain, {})
+        size = exact if exact is not None else round(total_16bit * ratio)
     else:
-        size = weight_bytes_keeping(spec, _kept_parts(cfg, spec))
+        kept = _kept_parts(cfg, spec)
+        size = weight_bytes_keeping(spec, kept)
+        if spec.quantization == "compressed-tensors":  # a second scheme for the modules a group names
+            size += override_delta(spec, cfg["quantization_config"], _PART_NAMES, kept)
         if _double_quant(cfg):
             size -= bnb_double_quant_saving(spec)
     return _replace(spec, weight_bytes=size)

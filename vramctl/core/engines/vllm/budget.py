@@ -56,6 +56,7 @@ from vramctl.core.verdicts import (
 from vramctl.core.weights import (
     LoadTimeChange,
     derived_weight_band,
+    fp8_marlin_load_change,
     indexer_topk_buffer_bytes,
     mxfp4_load_change,
     rope_cache_bytes,
@@ -309,7 +310,7 @@ def _weights_per_stage(
         vendor=gpu.vendor,
         lora=s.enable_lora,
         marlin_on_hopper=V.rules_for(s.version).mxfp4_marlin_on_hopper,
-    )
+    ) or fp8_marlin_load_change(model, tp=tp, compute_capability=gpu.compute_capability, vendor=gpu.vendor)
     rope = rope_cache_bytes(model, s.dtype)
     topk = indexer_topk_buffer_bytes(model, s.max_num_batched_tokens)
     loaded = model

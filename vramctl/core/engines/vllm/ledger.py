@@ -43,7 +43,7 @@ def _ledger(core: _Core, kv_band: int = 0) -> Ledger:
             f"{s.pipeline_parallel_size}): split tensors / tp, replicated ones (norms, routers, MLA q_a/kv_a) whole"
             + (
                 f"; + {core.load_change.note}"
-                if core.load_change and core.load_change.per_moe_layer_bytes
+                if core.load_change and (core.load_change.per_moe_layer_bytes or core.load_change.per_layer_bytes)
                 else ""
             )
             + (f"; + rotary cos/sin cache {core.rope_bytes / MiB:.0f} MiB" if core.rope_bytes >= MiB else "")
