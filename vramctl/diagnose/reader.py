@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from vramctl.core.errors import BadInputError
+from vramctl.diagnose.pasted import Unpaster
 from vramctl.diagnose.wrapped import Unwrapper, unwrap_json_line
 
 __all__ = [
@@ -530,6 +531,7 @@ def iter_blocks(source: str | os.PathLike[str] | BinaryIO, stats: ScanStats) -> 
     """The content in blocks of whole lines (about `CHUNK_BYTES` each), numbered; over-long lines cut."""
     stream, name, owned = _open(source)
     unwrapper = Unwrapper()
+    unpaster = Unpaster()  # a pasted log (hard-wrapped, quoted, HTML-escaped, in a JSON string): pasted.py
     try:
         number = 1
         carry = b""
@@ -563,7 +565,7 @@ def iter_blocks(source: str | os.PathLike[str] | BinaryIO, stats: ScanStats) -> 
                 else:
                     block = chunk[: last + 1]
                 carry = chunk[last + 1 :]
-                out, numbers = unwrapper.block(number, block)
+                out, numbers = unpaster.block(number, *unwrapper.block(number, block))
                 if out:
                     yield Block(number, out, numbers=numbers)
                 count = block.count(b"\n")
@@ -576,7 +578,7 @@ def iter_blocks(source: str | os.PathLike[str] | BinaryIO, stats: ScanStats) -> 
                 carry = b""
                 skipping = True
         if carry:
-            out, numbers = unwrapper.block(number, carry)
+            out, numbers = unpaster.block(number, *unwrapper.block(number, carry))
             if out:
                 yield Block(number, out.removesuffix(b"\n"), numbers=numbers)
             stats.lines += 1
@@ -584,6 +586,8 @@ def iter_blocks(source: str | os.PathLike[str] | BinaryIO, stats: ScanStats) -> 
             yield Block(first, data)
         if unwrapper.kinds:
             stats.notes.append(f"{name}: unwrapped {' and '.join(sorted(unwrapper.kinds))} log lines")
+        if unpaster.undone:
+            stats.notes.append(f"{name}: read as pasted ({', '.join(sorted(unpaster.undone))} undone)")
     finally:
         if owned:
             stream.close()
