@@ -57,7 +57,11 @@ def _lines(text: str) -> list[str]:
 
 def _per_line(fn: Callable[[int, str], str]) -> Perturb:
     def apply(text: str, seed: int) -> str:
-        return "\n".join(fn(i, line) for i, line in enumerate(_lines(text)))
+        lines = _lines(text)
+        end = (
+            [""] if lines and lines[-1] == "" else []
+        )  # the newline that ends the file is no line of its own
+        return "\n".join([*(fn(i, line) for i, line in enumerate(lines[: len(lines) - len(end)])), *end])
 
     return apply
 
@@ -78,8 +82,8 @@ def _wrap(width: int) -> Perturb:
 
 
 def _quote_list(text: str, seed: int) -> str:
-    lines = _lines(text)
-    return "\n".join(("> - " if i == 0 else ">   ") + line for i, line in enumerate(lines))
+    lines = _lines(text.rstrip("\n"))
+    return "\n".join(("> - " if i == 0 else ">   ") + line for i, line in enumerate(lines)) + "\n"
 
 
 def _fence(top: str, bottom: str) -> Perturb:
@@ -111,7 +115,9 @@ def _json_string(text: str, seed: int) -> str:
 
 
 def _http_payload(text: str, seed: int) -> str:
-    body = json.dumps({"object": "error", "message": text, "type": "InternalServerError", "param": None, "code": 500})
+    body = json.dumps(
+        {"object": "error", "message": text, "type": "InternalServerError", "param": None, "code": 500}
+    )
     return f"openai.InternalServerError: Error code: 500 - {body}\n"
 
 
@@ -121,9 +127,10 @@ def _html(text: str, seed: int) -> str | None:
 
 
 def _tabs(text: str, seed: int) -> str | None:
-    out = "\n".join(re.sub(r"^( {4})+", lambda m: "\t" * (len(m.group()) // 4), line) for line in _lines(text))
-    out = "\n".join("\t" + line if line else line for line in _lines(out))
-    return out
+    out = "\n".join(
+        re.sub(r"^( {4})+", lambda m: "\t" * (len(m.group()) // 4), line) for line in _lines(text)
+    )
+    return "\n".join("\t" + line if line else line for line in _lines(out))
 
 
 _FRAME_RE = re.compile(r'(?:^|[\s:)\]])File "[^"]+", line \d+')
@@ -212,7 +219,9 @@ def _key(path: Path) -> tuple[Key, frozenset[int]]:
         return Key(f"error:{type(exc).__name__}", None, None, None), frozenset()
     fix = result.fixes[0] if result.fixes else None
     value = None if fix is None or fix.value is None else str(fix.value)
-    return Key(result.cause, result.phase, fix.flag if fix else None, value), frozenset(e.line for e in result.evidence)
+    return Key(result.cause, result.phase, fix.flag if fix else None, value), frozenset(
+        e.line for e in result.evidence
+    )
 
 
 def _number(value: str | None) -> tuple[float, str] | None:
@@ -261,7 +270,9 @@ def main(argv: list[str] | None = None) -> int:
             for name in names:
                 fn = PERTURBATIONS[name]
                 out = (
-                    _cut_last(text, args.seed, evidence_lines=evidence) if fn is _cut_last else fn(text, args.seed)
+                    _cut_last(text, args.seed, evidence_lines=evidence)
+                    if fn is _cut_last
+                    else fn(text, args.seed)
                 )
                 if out is None:
                     continue
@@ -273,7 +284,9 @@ def main(argv: list[str] | None = None) -> int:
                     table[name][0] += 1
                 else:
                     label = f"{path.parent.name}/{path.name}"
-                    changed.append({"perturbation": name, "log": label, "base": str(base), "perturbed": str(got)})
+                    changed.append(
+                        {"perturbation": name, "log": label, "base": str(base), "perturbed": str(got)}
+                    )
     total = [sum(v[0] for v in table.values()), sum(v[1] for v in table.values())]
     if args.json:
         print(json.dumps({"logs": len(files), "table": table, "total": total, "changed": changed}, indent=1))
@@ -282,7 +295,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'perturbation':<22} unchanged / total")
     for name, (ok, n) in table.items():
         print(f"{name:<22} {ok:>4} / {n:<4} {100 * ok / n if n else 100:5.1f} %")
-    print(f"{'all':<22} {total[0]:>4} / {total[1]:<4} {100 * total[0] / total[1] if total[1] else 100:5.1f} %")
+    print(
+        f"{'all':<22} {total[0]:>4} / {total[1]:<4} {100 * total[0] / total[1] if total[1] else 100:5.1f} %"
+    )
     if args.cases:
         for c in changed:
             print(f"  {c['perturbation']:<20} {c['log']:<40} {c['base']}  ->  {c['perturbed']}")
