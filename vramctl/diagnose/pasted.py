@@ -93,7 +93,7 @@ def sniff(data: bytes) -> tuple[frozenset[str], bytes | None]:
     log: substring tests and a match on each of the first lines."""
     head = data[:_HEAD_BYTES]
     kinds: set[str] = set()
-    if sum(head.count(entity) for entity, _ in _ENTITIES[:5]) >= 2:
+    if any(entity in head for entity, _ in _ENTITIES[:5]):
         kinds.add(HTML)
     if b"\\n" in head and any(line.count(b"\\n") >= _ESCAPED_NEWLINES for line in head.split(b"\n", 64)[:64]):
         kinds.add(JSON_STRING)
