@@ -1,6 +1,6 @@
 """explain-oom invariance to how a log is pasted: the same log, re-pasted, must get the same answer.
 
-    python scripts/eval_invariance.py [--json] [--cases] [--only NAME[,NAME]] [--seed N] [--limit N]
+    python scripts/eval_invariance.py [--json] [--cases] [--only NAME[,NAME]] [--seed N] [--limit N] [--shared DIR]
 
 For every development log available in CI (../shared/samples/oom/*.log, the oom-dev development split,
 ids NOT divisible by 3 only, and tests/fixtures/oom/*.log) each perturbation below is applied and
@@ -35,9 +35,9 @@ from vramctl.diagnose import diagnose  # noqa: E402
 SHARED = ROOT.parent / "shared" / "samples"
 
 
-def log_files() -> list[Path]:
-    files = sorted((SHARED / "oom").glob("*.log"))
-    for path in sorted((SHARED / "oom-dev").glob("*.log")):
+def log_files(shared: Path = SHARED) -> list[Path]:
+    files = sorted((shared / "oom").glob("*.log"))
+    for path in sorted((shared / "oom-dev").glob("*.log")):
         digits = re.sub(r"\D", "", path.stem)
         if digits and int(digits) % 3 != 0:  # the frozen split (ids divisible by 3) is never looked at
             files.append(path)
@@ -256,9 +256,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", default="", help="comma-separated perturbation names")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--limit", type=int, default=0, help="the first N logs only")
+    ap.add_argument("--shared", type=Path, default=SHARED, help="the shared samples (default ../shared/samples)")
     args = ap.parse_args(argv)
     names = [n for n in args.only.split(",") if n] or list(PERTURBATIONS)
-    files = log_files()
+    files = log_files(args.shared)
     if args.limit:
         files = files[: args.limit]
     table: dict[str, list[int]] = {name: [0, 0] for name in names}

@@ -27,6 +27,10 @@ lines joined, `journalctl -o json` (`"MESSAGE"`, a string or an array of bytes);
 line number it has in the file (`Block.numbers` maps them where the mapping is not one-to-one). The
 `journalctl -o short` / `short-iso` / `short-precise` prefix (`May 01 12:00:00 host vllm[123]: `) is peeled.
 
+A log pasted somewhere first (an issue thread, a chat, an HTTP error payload) is read as the log (`pasted.py`):
+hard wraps rejoined, HTML entities, markdown quotes, line numbers, a common `name | ` tag and a log carried in a JSON
+string undone, each sniffed once on the first lines (a plain log pays one look at its head).
+
 Truncated gzip: every line that could be decompressed is yielded first, then `TruncatedInputError`
 (a `BadInputError`, exit 2) is raised, carrying `lines_read`. Callers that can still use a partial
 log (explain-oom) catch it and report it as a warning; callers that need the whole log let it through.
