@@ -157,6 +157,12 @@ def test_oom_word_wrapped_prose_and_repeated_records_are_not_joined() -> None:
     assert _unpasted(same * 3 + "tail\n") == same * 3 + "tail\n"
 
 
+def test_oom_times_at_line_starts_are_not_line_numbers() -> None:
+    text = "".join(f"10:00:{i:02d} INFO step {i}\n" for i in range(10))
+    assert _unpasted(text) == text
+    assert _unpasted("1: a\n2:\n3: c\n") == "a\n\nc\n"
+
+
 def test_oom_hard_wrap_rejoined_keeps_first_line_numbers() -> None:
     pasted = _wrap(80)(_VLLM_KV)
     out, numbers = Unpaster().block(1, pasted.encode(), None)

@@ -44,7 +44,7 @@ _ENTITIES = (
 _ESCAPED_NEWLINES = 3
 """A line holding this many `\\n` escapes carries a log in a JSON string (one escaped message has one or two)."""
 _QUOTE_RE = re.compile(rb"^[ \t]*(?:>[ \t]?)+(?:[-*+] )?", re.MULTILINE)
-_NUMBER_RE = re.compile(rb"^[ \t]*L?(\d{1,7})(?::[ \t]?|[ \t])")
+_NUMBER_RE = re.compile(rb"^[ \t]*L?(\d{1,7})(?::?[ \t]|:$)")  # `12: `, `L12 `; never a time `10:00:00`
 _TAG_RE = re.compile(rb"^([A-Za-z][\w.\-]*)[ \t]*\|[ \t]?")
 _U_ESC_RE = re.compile(rb"\\u([0-9a-fA-F]{4})")
 # the start of a record that `reader.split_prefixes` does not peel: a wrapped line never continues onto one of these
