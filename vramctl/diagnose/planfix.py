@@ -103,13 +103,16 @@ def _named_gpu_total(path: str) -> int | None:
     when no engine line printed the device's total: the bundled board's profile, None when no board or more than one
     board is named (never a guess between two cards)."""
     from vramctl.core.errors import VramctlError
+    from vramctl.diagnose.pasted import Unpaster
     from vramctl.registry import load_gpu
 
     try:
         with open(path, "rb") as handle:
-            head = handle.read(_NAMED_GPU_BYTES).decode("utf-8", "replace")
+            raw = handle.read(_NAMED_GPU_BYTES)
     except OSError:
         return None
+    # read as the scan reads it: a pasted log's line numbers (`L4 `) are no card's name
+    head = Unpaster().block(1, raw, None)[0].decode("utf-8", "replace")
     totals: set[int] = set()
     for match in _GPU_NAME_RE.finditer(head):
         try:

@@ -27,6 +27,10 @@ lines joined, `journalctl -o json` (`"MESSAGE"`, a string or an array of bytes);
 line number it has in the file (`Block.numbers` maps them where the mapping is not one-to-one). The
 `journalctl -o short` / `short-iso` / `short-precise` prefix (`May 01 12:00:00 host vllm[123]: `) is peeled.
 
+A log pasted somewhere first (an issue thread, a chat, an HTTP error payload) is read as the log (`pasted.py`):
+hard wraps rejoined, HTML entities, markdown quotes, line numbers, a common `name | ` tag and a log carried in a JSON
+string undone, each sniffed once on the first lines (a plain log pays one look at its head).
+
 Truncated gzip: every line that could be decompressed is yielded first, then `TruncatedInputError`
 (a `BadInputError`, exit 2) is raised, carrying `lines_read`. Callers that can still use a partial
 log (explain-oom) catch it and report it as a warning; callers that need the whole log let it through.
@@ -49,6 +53,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from vramctl.core.errors import BadInputError
+from vramctl.diagnose.pasted import Unpaster
 from vramctl.diagnose.wrapped import Unwrapper, unwrap_json_line
 
 __all__ = [
@@ -530,6 +535,7 @@ def iter_blocks(source: str | os.PathLike[str] | BinaryIO, stats: ScanStats) -> 
     """The content in blocks of whole lines (about `CHUNK_BYTES` each), numbered; over-long lines cut."""
     stream, name, owned = _open(source)
     unwrapper = Unwrapper()
+    unpaster = Unpaster()  # a pasted log (hard-wrapped, quoted, HTML-escaped, in a JSON string): pasted.py
     try:
         number = 1
         carry = b""
@@ -563,7 +569,7 @@ def iter_blocks(source: str | os.PathLike[str] | BinaryIO, stats: ScanStats) -> 
                 else:
                     block = chunk[: last + 1]
                 carry = chunk[last + 1 :]
-                out, numbers = unwrapper.block(number, block)
+                out, numbers = unpaster.block(number, *unwrapper.block(number, block))
                 if out:
                     yield Block(number, out, numbers=numbers)
                 count = block.count(b"\n")
@@ -576,7 +582,7 @@ def iter_blocks(source: str | os.PathLike[str] | BinaryIO, stats: ScanStats) -> 
                 carry = b""
                 skipping = True
         if carry:
-            out, numbers = unwrapper.block(number, carry)
+            out, numbers = unpaster.block(number, *unwrapper.block(number, carry))
             if out:
                 yield Block(number, out.removesuffix(b"\n"), numbers=numbers)
             stats.lines += 1
@@ -584,6 +590,8 @@ def iter_blocks(source: str | os.PathLike[str] | BinaryIO, stats: ScanStats) -> 
             yield Block(first, data)
         if unwrapper.kinds:
             stats.notes.append(f"{name}: unwrapped {' and '.join(sorted(unwrapper.kinds))} log lines")
+        if unpaster.undone:
+            stats.notes.append(f"{name}: read as pasted ({', '.join(sorted(unpaster.undone))} undone)")
     finally:
         if owned:
             stream.close()
