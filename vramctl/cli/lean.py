@@ -100,8 +100,13 @@ def lean_command(argv: list[str]) -> int | None:
         print("vramctl: error: standard output is closed: nowhere to write the answer", file=sys.stderr)
         return int(ExitCode.BAD_INPUT)
     _reuse_freed_blocks()
+    from vramctl.cli import dataclass_code
+
+    dataclass_code.install()  # before the diagnosis modules (~40 dataclasses) are imported
     with handling_signals():
-        return _explain_oom_json(log)
+        code = _explain_oom_json(log)
+    dataclass_code.save()
+    return code
 
 
 M_TRIM_THRESHOLD = -1
