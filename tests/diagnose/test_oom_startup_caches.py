@@ -1,7 +1,8 @@
 """explain-oom's start-up caches give the objects the uncached path gives (docs/perf/explain-oom.md, session 8).
 
-- `vramctl/cli/dataclass_code.py`: the code `dataclasses` generates, compiled once and kept in `__pycache__`. A class
-  made from the cache has the very functions (bytecode, constants, names, flags, annotations) of one made without it,
+- `vramctl/cli/codecache.py`: the code `dataclasses` generates and the programs `re` compiles, compiled once and kept
+  in `__pycache__`. A class made from the cache has the very functions (bytecode, constants, names, flags,
+  annotations) of one made without it, and a pattern the very program (`Pattern ==` compares flags and program),
   cold or warm; a garbage file is compiled again; `VRAMCTL_CACHE=0` reads and writes nothing.
 - the shipped catalogue's pickle holds its marker phrases, equal to those worked out afresh.
 """
@@ -25,9 +26,9 @@ import json, re, sys
 from pathlib import Path
 mode, path = sys.argv[1], sys.argv[2]
 if mode == "cache":
-    from vramctl.cli import dataclass_code
-    dataclass_code.CACHE_FILE = Path(path)
-    dataclass_code.install()
+    from vramctl.cli import codecache
+    codecache.CACHE_FILE = Path(path)
+    codecache.install()
 from dataclasses import dataclass, field
 
 @dataclass(frozen=True, slots=True)
@@ -58,9 +59,24 @@ for cls in (Frozen, Mutable, Ordered):
         ]
 assert Frozen("a", 1) == Frozen("a", 1) and repr(Mutable()) == "Mutable(items=[], note=None)"
 assert Ordered(1) < Ordered(2)
+# patterns of every shape: the catalogue's (groups, lookarounds, inline flags), flags, bytes
+from vramctl.diagnose.catalogue import load_catalogue
+patterns = sorted({p.pattern for sig in load_catalogue().signatures for p in sig.patterns})[:80]
+cases = [(p, 0) for p in patterns] + [
+    (r"(?P<a>x)(?(a)y|z)", 0), ("Ab+c", re.IGNORECASE), ("^a.b$", re.MULTILINE | re.DOTALL), (rb"\x00[\x01-\x1f]+", 0),
+    (r"\w+\s\d{2,}", re.ASCII), ("(?x) a b # comment", 0),
+]
+fresh = []
+for pattern, flags in cases:
+    compiled = re.compile(pattern, flags)
+    fresh.append([repr(compiled), compiled.flags, compiled.groups, sorted(compiled.groupindex.items())])
+    out["regex " + repr((pattern, int(flags)))] = fresh[-1]
+    original = getattr(re._compiler.compile, "__wrapped__", None)  # the cache is installed: re's own compiler
+    if original is not None:  # the program itself (Pattern equality), from the file on a warm run
+        assert original(pattern, int(flags)) == compiled, pattern
 if mode == "cache":
-    out["compiled"] = len(dataclass_code._compiled)
-    dataclass_code.save()
+    out["compiled"] = codecache._new[0]
+    codecache.save()
 print(json.dumps(out))
 """
 
@@ -78,8 +94,8 @@ def _fingerprint(mode: str, cache: Path, env: dict[str, str] | None = None) -> d
     return data
 
 
-def test_dataclass_code_cache_makes_the_same_functions(tmp_path: Path) -> None:
-    cache = tmp_path / "dataclass-code.marshal"
+def test_code_cache_makes_the_same_functions_and_patterns(tmp_path: Path) -> None:
+    cache = tmp_path / "startup-code.marshal"
     plain = _fingerprint("plain", cache)
     cold = _fingerprint("cache", cache)
     assert cache.is_file()
@@ -90,8 +106,8 @@ def test_dataclass_code_cache_makes_the_same_functions(tmp_path: Path) -> None:
     assert warm == plain
 
 
-def test_dataclass_code_cache_survives_garbage_and_can_be_turned_off(tmp_path: Path) -> None:
-    cache = tmp_path / "dataclass-code.marshal"
+def test_code_cache_survives_garbage_and_can_be_turned_off(tmp_path: Path) -> None:
+    cache = tmp_path / "startup-code.marshal"
     plain = _fingerprint("plain", cache)
     cache.write_bytes(b"not marshal data \x00\xff")
     garbage = _fingerprint("cache", cache)
@@ -105,14 +121,15 @@ def test_dataclass_code_cache_survives_garbage_and_can_be_turned_off(tmp_path: P
     assert not off.exists()
 
 
-def test_dataclass_code_cache_keeps_only_this_python(tmp_path: Path) -> None:
+def test_code_cache_keeps_only_this_python(tmp_path: Path) -> None:
     """A file written by another Python version is not used (its bytecode would not run here)."""
     import marshal
 
-    cache = tmp_path / "dataclass-code.marshal"
+    cache = tmp_path / "startup-code.marshal"
     cold = _fingerprint("cache", cache)
-    _, entries = marshal.loads(cache.read_bytes())
-    cache.write_bytes(marshal.dumps(("3.0.0 (another build)", entries)))
+    _, functions, regexes = marshal.loads(cache.read_bytes())
+    assert functions and regexes
+    cache.write_bytes(marshal.dumps(("3.0.0 (another build)", functions, regexes)))
     other = _fingerprint("cache", cache)
     assert other.pop("compiled") == cold.pop("compiled")  # all compiled again
 
