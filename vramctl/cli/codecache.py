@@ -27,6 +27,7 @@ from __future__ import annotations
 import marshal
 import os
 import sys
+from array import array
 from pathlib import Path
 from types import CodeType
 from typing import Any
@@ -37,7 +38,8 @@ MAX_ENTRIES = 4000
 file, and compiled and kept again by the next runs."""
 
 _functions: dict[str, CodeType] = {}  # dataclass function source -> its code
-_regexes: dict[tuple[str | bytes, int], tuple[Any, ...]] = {}  # (pattern, flags) -> the arguments of `_sre.compile`
+_regexes: dict[tuple[str | bytes, int], tuple[tuple[Any, ...], tuple[int, ...]]] = {}
+"""(pattern, flags) -> the arguments of `_sre.compile` as kept in the file (`_to_file`)."""
 _new: list[int] = [0]  # entries compiled during this run
 _installed: list[Any] = []
 
@@ -75,28 +77,50 @@ class _Recorder:
 
 
 def _plain(value: Any) -> Any:
-    """An argument of `_sre.compile` as marshal data: the program's opcodes are `int` subclasses (named constants)."""
-    if isinstance(value, list):
-        return [int(v) if isinstance(v, int) else v for v in value]
+    """An argument of `_sre.compile` as marshal data. The program (a list of opcodes, `int` subclasses: named
+    constants) is kept as the bytes of an unsigned-int array: marshal reads those at once, where a list of ~8,000
+    integers takes it a while (the file's ~110 programs: 4.6 ms against 0.3 ms)."""
+    if isinstance(value, list) and all(type(v) is not bool and isinstance(v, int) for v in value):
+        return _Program(array("I", value).tobytes())
     if isinstance(value, int) and type(value) is not int and type(value) is not bool:
         return int(value)
     return value
+
+
+class _Program(bytes):
+    """A program's opcodes as the bytes of an unsigned-int array (an argument of `_sre.compile` in the file)."""
+
+
+def _to_file(args: tuple[Any, ...]) -> tuple[tuple[Any, ...], tuple[int, ...]]:
+    """`_sre.compile`'s arguments as kept in the file: plain values, and the positions holding a program's bytes."""
+    plain = tuple(_plain(arg) for arg in args)
+    return tuple(bytes(a) if isinstance(a, _Program) else a for a in plain), tuple(
+        i for i, a in enumerate(plain) if isinstance(a, _Program)
+    )
+
+
+def _from_file(kept: tuple[tuple[Any, ...], tuple[int, ...]]) -> tuple[Any, ...]:
+    """`_sre.compile`'s arguments from their form in the file."""
+    args, programs = kept
+    return tuple(array("I", arg).tolist() if i in programs else arg for i, arg in enumerate(args))
 
 
 def _regex_compiler(compiler: Any) -> Any:
     """`re._compiler.compile` served from the cache."""
     original = compiler.compile
     sre = compiler._sre
+    # the programs are kept as unsigned-int arrays: where an SRE opcode has another size, none are kept
+    keep = int(getattr(sre, "CODESIZE", 0)) == array("I").itemsize
     debug = int(getattr(compiler, "SRE_FLAG_DEBUG", 128))  # `re.DEBUG` prints the program as it compiles it
 
     def compile_cached(p: Any, flags: int = 0) -> Any:
         if not isinstance(p, (str, bytes)) or type(flags) is not int or flags & debug:
             return original(p, flags)
         key = (p, flags)
-        args = _regexes.get(key)
-        if args is not None:
+        kept = _regexes.get(key)
+        if kept is not None:
             try:
-                return sre.compile(*args)
+                return sre.compile(*_from_file(kept))
             except Exception:  # a recording this Python cannot replay: compiled as usual
                 del _regexes[key]
         recorder = _Recorder(sre)
@@ -105,14 +129,14 @@ def _regex_compiler(compiler: Any) -> Any:
             pattern = original(p, flags)
         finally:
             compiler._sre = sre
-        if len(recorder.calls) == 1:
-            args = tuple(_plain(arg) for arg in recorder.calls[0])
+        if keep and len(recorder.calls) == 1:
             try:
-                marshal.dumps(args)
-                if sre.compile(*args) == pattern:  # Pattern equality: flags, pattern and the whole program
-                    _regexes[key] = args
+                kept = _to_file(recorder.calls[0])
+                marshal.dumps(kept)
+                if sre.compile(*_from_file(kept)) == pattern:  # Pattern equality: flags, pattern and the whole program
+                    _regexes[key] = kept
                     _new[0] += 1
-            except (ValueError, TypeError):  # not marshal data: not kept
+            except (ValueError, TypeError, OverflowError):  # not marshal data, not an unsigned int: not kept
                 pass
         return pattern
 
