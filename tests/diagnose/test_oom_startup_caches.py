@@ -54,7 +54,8 @@ for cls in (Frozen, Mutable, Ordered):
         if code is None:
             continue
         out[f"{cls.__name__}.{name}"] = [
-            code.co_code.hex(), re.sub(r" at 0x[0-9a-f]+", "", repr(code.co_consts)), list(code.co_names), list(code.co_varnames), code.co_flags,
+            code.co_code.hex(), re.sub(r" at 0x[0-9a-f]+", "", repr(code.co_consts)), list(code.co_names),
+            list(code.co_varnames), code.co_flags,
             repr(getattr(fn, "__annotations__", None)), repr(fn.__defaults__), repr(fn.__kwdefaults__),
         ]
 assert Frozen("a", 1) == Frozen("a", 1) and repr(Mutable()) == "Mutable(items=[], note=None)"
@@ -76,7 +77,8 @@ for pattern, flags in cases:
         assert original(pattern, int(flags)) == compiled, pattern
 if mode == "cache":
     out["compiled"] = codecache._new[0]
-    codecache.save()
+    codecache.finish()
+    assert "exec" not in vars(__import__("dataclasses")) and not hasattr(re._compiler.compile, "__wrapped__")
 print(json.dumps(out))
 """
 
@@ -127,9 +129,9 @@ def test_code_cache_keeps_only_this_python(tmp_path: Path) -> None:
 
     cache = tmp_path / "startup-code.marshal"
     cold = _fingerprint("cache", cache)
-    _, functions, regexes = marshal.loads(cache.read_bytes())
-    assert functions and regexes
-    cache.write_bytes(marshal.dumps(("3.0.0 (another build)", functions, regexes)))
+    _, entries = marshal.loads(cache.read_bytes())
+    assert entries
+    cache.write_bytes(marshal.dumps(("3.0.0 (another build)", entries)))
     other = _fingerprint("cache", cache)
     assert other.pop("compiled") == cold.pop("compiled")  # all compiled again
 
@@ -151,3 +153,20 @@ def test_catalogue_marker_phrases_as_worked_out(cached: bool, monkeypatch: pytes
         catalogue._shipped.cache_clear()
     assert shipped == fresh
     assert shipped  # the markers answer to some phrases
+
+
+def test_code_cache_entry_is_used_only_for_its_own_text(tmp_path: Path) -> None:
+    """An entry whose checksum names another source or pattern (a collision, a file edited by hand) is not used: the
+    text kept in the entry is compared first."""
+    import marshal
+
+    cache = tmp_path / "startup-code.marshal"
+    plain = _fingerprint("plain", cache)
+    _fingerprint("cache", cache)
+    _, entries = marshal.loads(cache.read_bytes())
+    blobs = list(entries.values())
+    swapped = {key: blobs[(i + 1) % len(blobs)] for i, key in enumerate(entries)}  # every entry under another's name
+    cache.write_bytes(marshal.dumps((sys.version, swapped)))
+    crossed = _fingerprint("cache", cache)
+    assert int(str(crossed.pop("compiled"))) >= len(blobs) - 1  # (all but a coincidence) compiled again
+    assert crossed == plain

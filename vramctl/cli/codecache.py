@@ -12,12 +12,13 @@ name; the code object is what `compile` makes of the source text with no inherit
 own `exec` call does, its module having no `__future__` imports), and `re`'s compiler (`re._compiler.compile`, called
 by `re` only for a pattern not in its own cache: what it hands to `_sre.compile` for that pattern and those flags is
 recorded, and replayed on the next run; a recording is kept only when replaying it gives a pattern equal to the one
-compiled, which compares the flags and the whole program). So each class gets the very functions, and each pattern the
-very program, it got before (`tests/diagnose/test_oom_startup_caches.py`). `save()` writes what was compiled during the
-run, as `marshal` data with the Python version, into this package's `__pycache__`; only the same Python version uses
-it. As with `.pyc` files nothing is written where the directory is read-only, and a missing or unreadable file is
-compiled again. `VRAMCTL_CACHE=0` turns it off (neither read nor written), as for the other caches
-(`vramctl/diagnose/yamlcache.py`). Measured in docs/perf/explain-oom.md.
+compiled, which compares the flags and the whole program). So each class gets the very functions, and each pattern
+the very program, it got before (`tests/diagnose/test_oom_startup_caches.py`). `finish()` puts both modules back and
+writes what was compiled meanwhile, as `marshal` data with the Python version, into this package's `__pycache__`
+(each entry named by checksums and holding its source text or pattern, compared before use; read only when used);
+only the same Python version uses it. As with `.pyc` files nothing is written where the directory is read-only, and a
+missing or unreadable file is compiled again. `VRAMCTL_CACHE=0` turns it off (neither read nor written), as for the
+other caches (`vramctl/diagnose/yamlcache.py`). Measured in docs/perf/explain-oom.md.
 
 This module imports nothing of the package: it is installed before the dataclass modules are imported.
 """
@@ -27,21 +28,30 @@ from __future__ import annotations
 import marshal
 import os
 import sys
+import zlib
 from array import array
+from collections.abc import Callable
 from pathlib import Path
 from types import CodeType
 from typing import Any
 
 CACHE_FILE = Path(__file__).resolve().parent / "__pycache__" / f"startup-code.{sys.implementation.cache_tag}.marshal"
-MAX_ENTRIES = 4000
-"""Above this many entries of a kind (code changed over many versions of the package) that kind is dropped from the
-file, and compiled and kept again by the next runs."""
+MAX_ENTRIES = 5000
+"""Above this many entries (code changed over many versions of the package) the file is emptied, and what the next
+runs compile is kept again."""
 
-_functions: dict[str, CodeType] = {}  # dataclass function source -> its code
-_regexes: dict[tuple[str | bytes, int], tuple[tuple[Any, ...], tuple[int, ...]]] = {}
-"""(pattern, flags) -> the arguments of `_sre.compile` as kept in the file (`_to_file`)."""
+_entries: dict[tuple[int, int, int], bytes] = {}
+"""The file's entries: the checksum of what was compiled (`_key`) -> its compiled form as `marshal` data, read only when
+used (a file kept by many runs, of many commands, holds far more than one run needs)."""
 _new: list[int] = [0]  # entries compiled during this run
-_installed: list[Any] = []
+_installed: list[Callable[[], object]] = []  # what puts each hooked module back
+
+
+def _key(kind: bytes, text: str | bytes) -> tuple[int, int, int]:
+    """A short name for a dataclass function's source or a pattern with its flags (`kind`): its length and two
+    checksums. The entry itself holds the source or pattern, which is compared before the entry is used."""
+    data = kind + (text if isinstance(text, bytes) else b"s" + text.encode("utf-8", "surrogatepass"))
+    return len(data), zlib.crc32(data), zlib.adler32(data)
 
 
 def enabled() -> bool:
@@ -54,9 +64,16 @@ def _cached_exec(source: Any, globals: Any = None, locals: Any = None) -> None:
     if not isinstance(source, str):
         exec(source, globals, locals)
         return
-    code = _functions.get(source)
+    key = _key(b"f", source)
+    code = None
+    blob = _entries.get(key)
+    if blob is not None:
+        held = marshal.loads(blob)
+        if isinstance(held, tuple) and len(held) == 2 and held[0] == source and isinstance(held[1], CodeType):
+            code = held[1]
     if code is None:
-        code = _functions[source] = compile(source, "<string>", "exec", dont_inherit=True)
+        code = compile(source, "<string>", "exec", dont_inherit=True)
+        _entries[key] = marshal.dumps((source, code))
         _new[0] += 1
     exec(code, globals, locals)
 
@@ -116,13 +133,17 @@ def _regex_compiler(compiler: Any) -> Any:
     def compile_cached(p: Any, flags: int = 0) -> Any:
         if not isinstance(p, (str, bytes)) or type(flags) is not int or flags & debug:
             return original(p, flags)
-        key = (p, flags)
-        kept = _regexes.get(key)
-        if kept is not None:
+        key = _key(b"r%d:" % flags, p)
+        blob = _entries.get(key)
+        if blob is not None:
             try:
-                return sre.compile(*_from_file(kept))
+                kept = marshal.loads(blob)
+                args = _from_file(kept)
+                if args[0] == p and type(args[0]) is type(p):
+                    return sre.compile(*args)
             except Exception:  # a recording this Python cannot replay: compiled as usual
-                del _regexes[key]
+                pass
+            del _entries[key]
         recorder = _Recorder(sre)
         compiler._sre = recorder
         try:
@@ -132,9 +153,11 @@ def _regex_compiler(compiler: Any) -> Any:
         if keep and len(recorder.calls) == 1:
             try:
                 kept = _to_file(recorder.calls[0])
-                marshal.dumps(kept)
-                if sre.compile(*_from_file(kept)) == pattern:  # Pattern equality: flags, pattern and the whole program
-                    _regexes[key] = kept
+                blob = marshal.dumps(kept)
+                args = _from_file(kept)
+                # Pattern equality: flags, pattern and the whole program
+                if args[0] == p and type(args[0]) is type(p) and sre.compile(*args) == pattern:
+                    _entries[key] = blob
                     _new[0] += 1
             except (ValueError, TypeError, OverflowError):  # not marshal data, not an unsigned int: not kept
                 pass
@@ -145,8 +168,9 @@ def _regex_compiler(compiler: Any) -> Any:
 
 
 def install() -> None:
-    """Serve the `exec` calls of `dataclasses` and the compiler of `re` from the cache, for this process (once; a
-    no-op when turned off; either part is left out where its module is not shaped as on CPython 3.11-3.13)."""
+    """Serve the `exec` calls of `dataclasses` and the compiler of `re` from the cache, until `finish()` (a no-op when
+    turned off or already installed; either part is left out where its module is not shaped as on CPython 3.11-3.13:
+    `dataclasses` calling `exec` by its global name, `re._compiler` calling `_sre.compile`)."""
     if _installed or not enabled():
         return
     import dataclasses
@@ -156,27 +180,31 @@ def install() -> None:
         held = marshal.loads(CACHE_FILE.read_bytes())
     except (OSError, ValueError, EOFError, TypeError):
         held = None
-    if isinstance(held, tuple) and len(held) == 3 and held[0] == sys.version:
-        if isinstance(held[1], dict):
-            _functions.update(held[1])
-        if isinstance(held[2], dict):
-            _regexes.update(held[2])
-    if getattr(dataclasses, "exec", exec) is exec:  # the builtin, or a wrapper of someone else's: left alone
+    if isinstance(held, tuple) and len(held) == 2 and held[0] == sys.version and isinstance(held[1], dict):
+        _entries.update(held[1])
+    if "exec" not in vars(dataclasses):  # the builtin (a wrapper of someone else's is left alone)
         dataclasses.exec = _cached_exec  # type: ignore[attr-defined]  # the module's global name wins over the builtin
+        _installed.append(lambda: delattr(dataclasses, "exec"))
     compiler = getattr(re, "_compiler", None)
     if compiler is not None and callable(getattr(compiler, "compile", None)) and hasattr(compiler, "_sre"):
+        original = compiler.compile
         compiler.compile = _regex_compiler(compiler)
-    _installed.append(True)
+        _installed.append(lambda: setattr(compiler, "compile", original))
+    _installed.append(lambda: None)  # installed, whatever was left out
 
 
-def save() -> None:
-    """Write the code compiled during this run into the cache file (nothing when all of it came from the file)."""
-    if not _installed or not _new[0]:
+def finish() -> None:
+    """Write the code compiled since `install()` into the cache file (nothing when all of it came from the file), and
+    put `dataclasses` and `re` back as they were (a caller in the same process compiles as usual afterwards)."""
+    while _installed:
+        _installed.pop()()
+    if not _new[0]:
         return
-    functions = _functions if len(_functions) <= MAX_ENTRIES else {}
-    regexes = _regexes if len(_regexes) <= MAX_ENTRIES else {}
+    _new[0] = 0
+    if len(_entries) > MAX_ENTRIES:  # code changed over many versions of the package: start again
+        _entries.clear()
     try:
-        blob = marshal.dumps((sys.version, functions, regexes))
+        blob = marshal.dumps((sys.version, _entries))
         CACHE_FILE.parent.mkdir(exist_ok=True)
         tmp = CACHE_FILE.with_name(f"{CACHE_FILE.name}.{os.getpid()}.tmp")
         try:
@@ -187,4 +215,3 @@ def save() -> None:
             tmp.unlink(missing_ok=True)
     except (OSError, ValueError):
         return
-    _new[0] = 0

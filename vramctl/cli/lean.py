@@ -105,7 +105,7 @@ def lean_command(argv: list[str]) -> int | None:
     codecache.install()  # before the diagnosis modules (~40 dataclasses, ~100 regexes) are imported
     with handling_signals():
         code = _explain_oom_json(log)
-    codecache.save()
+    codecache.finish()
     return code
 
 
