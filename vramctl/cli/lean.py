@@ -100,8 +100,13 @@ def lean_command(argv: list[str]) -> int | None:
         print("vramctl: error: standard output is closed: nowhere to write the answer", file=sys.stderr)
         return int(ExitCode.BAD_INPUT)
     _reuse_freed_blocks()
+    from vramctl.cli import codecache
+
+    codecache.install()  # before the diagnosis modules (~40 dataclasses, ~100 regexes) are imported
     with handling_signals():
-        return _explain_oom_json(log)
+        code = _explain_oom_json(log)
+    codecache.finish()
+    return code
 
 
 M_TRIM_THRESHOLD = -1
