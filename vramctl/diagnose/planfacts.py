@@ -54,11 +54,11 @@ PLAN_FACTS = (
 
 def plan_facts(source: object, facts: Mapping[str, Any], bytes_read: int) -> dict[str, FactValue]:
     """The planned deployment's facts for the log at `source`, or {} when it cannot be planned offline."""
-    from vramctl.diagnose.planfix import deployment_of_log, fits
+    from vramctl.diagnose.planfix import deployment_of_log, fits, named_size_of_log
 
     found = deployment_of_log(source, facts, bytes_read)
-    if found is None:
-        return {}
+    if found is None:  # a model not known offline: the size its name states, weights only (namedsize.py)
+        return named_size_of_log(source, facts, bytes_read)
     model, gpu, settings, name = found
     result = fits(model, gpu, settings)
     if result is None:
