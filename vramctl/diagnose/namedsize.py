@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from vramctl.diagnose.facts import FactValue
@@ -103,26 +104,30 @@ def bytes_per_param(name: str, logged_quantization: str | None = None) -> tuple[
     return None if per is None else (per, "/".join(sorted(markers)) + " in the name")
 
 
-def named_facts(report: Any, settings: Any, name: str, total_bytes: int) -> dict[str, FactValue]:
+def named_facts(
+    report: Any, settings: Any, name: str, total_bytes: int, logged: Mapping[str, Any] | None = None
+) -> dict[str, FactValue]:
     """The weights-only facts for the deployment `report` / `settings` describe (see the module docstring); {} when
-    the name states no parameter count or no quantisation the registry knows."""
+    the name states no parameter count or no quantisation the registry knows. `logged` (the incident's facts) gives
+    the TP where the start-up lines `report` read do not state it (a wrapped `Namespace(...)`, a command line)."""
     params = params_of_name(name)
     if params is None or total_bytes <= 0:
         return {}
-    logged = report.settings.get("quantization")  # as printed (`quantization=mxfp4`), not only the online methods
-    method = str(logged.value).strip().lower() if logged is not None and logged.value else ""
+    item = report.settings.get("quantization")  # as printed (`quantization=mxfp4`), not only the online methods
+    method = str(item.value).strip().lower() if item is not None and item.value else ""
     method = "" if method in ("none", "null") else method
     found = bytes_per_param(name, method or getattr(settings, "quantization", None))
     if found is None:
         return {}
     per_param, _ = found
-    tp = int(getattr(settings, "tensor_parallel_size", 1) or 1)
-    pp = int(getattr(settings, "pipeline_parallel_size", 1) or 1)
     sglang = getattr(settings, "engine", "vllm") == "sglang"
-    stated = report.settings.get("mem_fraction_static" if sglang else "gpu_memory_utilization")
-    key = "mem_fraction_static" if sglang else "gpu_memory_utilization"
-    utilisation = getattr(settings, key, None) if stated is not None else None
-    budget = round(total_bytes * float(utilisation)) if utilisation else total_bytes
+    stated_tp = _stated(report, settings, logged, "tensor_parallel_size")
+    if stated_tp is None:
+        return {}  # a log that never states its TP: the weights per rank are not known, even from a name
+    tp = int(stated_tp)
+    pp = int(getattr(settings, "pipeline_parallel_size", 1) or 1)
+    utilisation = _stated(report, settings, logged, "mem_fraction_static" if sglang else "gpu_memory_utilization")
+    budget = round(total_bytes * float(utilisation)) if utilisation and 0 < utilisation <= 1 else total_bytes
     return {
         "device_total_bytes": int(total_bytes),
         "named_params": params,
@@ -132,6 +137,16 @@ def named_facts(report: Any, settings: Any, name: str, total_bytes: int) -> dict
         "named_budget_bytes": min(budget, total_bytes),
         "named_model": name,
     }
+
+
+def _stated(report: Any, settings: Any, logged: Mapping[str, Any] | None, key: str) -> float | None:
+    """A setting the start-up lines state (then `settings` holds it), else the incident's fact of that name (a
+    command line, a wrapped args line), else None (the engine's default is not assumed)."""
+    if report.settings.get(key) is not None:
+        value = getattr(settings, key, None)
+        return float(value) if isinstance(value, (int, float)) else None
+    fact = (logged or {}).get(key)
+    return float(fact) if isinstance(fact, (int, float)) and not isinstance(fact, bool) and fact > 0 else None
 
 
 def named_tp_fix(facts: dict[str, Any], engine: str | None) -> tuple[str, str, str, str] | None:

@@ -18,6 +18,9 @@ cannot fit, and the `planned-deployment` decision table (catalogue.yaml) decides
 | `planned_tp` | the tensor-parallel size planned |
 | `planned_verdict`, `planned_model` | the plan's verdict and the model name the log gave |
 
+A model not known offline is not planned; the size its name states gives weights-only facts instead (`named_params`,
+`named_weights_per_rank_bytes`, ...: vramctl/diagnose/namedsize.py), decided only past a clear margin.
+
 These are inferences, not the log's numbers: every rule that uses them says so, with `low` or `medium` confidence.
 Offline only (the bundled registry, derived pre-quantised names, the local Hugging Face cache), computed once per log,
 and only for a path of at most `planfix.MAX_PLAN_LOG_BYTES` (a 1 GiB serving log is not read twice). Any failure to

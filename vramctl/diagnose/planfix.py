@@ -119,7 +119,7 @@ def named_size_of_log(source: object, facts: Mapping[str, Any], bytes_read: int)
         capacity = capacity or _named_gpu_total(path)
         if not capacity:
             return {}
-        return dict(named_facts(report, settings_from_report(report), str(logged.value), int(capacity)))
+        return dict(named_facts(report, settings_from_report(report), str(logged.value), int(capacity), facts))
     except Exception:
         return {}
 
