@@ -296,7 +296,8 @@ def test_the_same_bare_oom_of_a_model_that_fits_keeps_the_wording_answer(tmp_pat
 
 
 def test_a_model_the_registry_does_not_know_gives_no_planned_facts(tmp_path: Path) -> None:
-    d = diagnose(_log(tmp_path, "acme/not-a-model-72B"))
+    # (a name that states its size is sized from it: tests/diagnose/test_oom_named_size.py)
+    d = diagnose(_log(tmp_path, "acme/not-a-model"))
     assert d.cause == "activation-spike"
     assert not set(PLAN_FACTS) & set(d.facts)
 

@@ -18,6 +18,9 @@ cannot fit, and the `planned-deployment` decision table (catalogue.yaml) decides
 | `planned_tp` | the tensor-parallel size planned |
 | `planned_verdict`, `planned_model` | the plan's verdict and the model name the log gave |
 
+A model not known offline is not planned; the size its name states gives weights-only facts instead (`named_params`,
+`named_weights_per_rank_bytes`, ...: vramctl/diagnose/namedsize.py), decided only past a clear margin.
+
 These are inferences, not the log's numbers: every rule that uses them says so, with `low` or `medium` confidence.
 Offline only (the bundled registry, derived pre-quantised names, the local Hugging Face cache), computed once per log,
 and only for a path of at most `planfix.MAX_PLAN_LOG_BYTES` (a 1 GiB serving log is not read twice). Any failure to
@@ -54,11 +57,11 @@ PLAN_FACTS = (
 
 def plan_facts(source: object, facts: Mapping[str, Any], bytes_read: int) -> dict[str, FactValue]:
     """The planned deployment's facts for the log at `source`, or {} when it cannot be planned offline."""
-    from vramctl.diagnose.planfix import deployment_of_log, fits
+    from vramctl.diagnose.planfix import deployment_of_log, fits, named_size_of_log
 
     found = deployment_of_log(source, facts, bytes_read)
-    if found is None:
-        return {}
+    if found is None:  # a model not known offline: the size its name states, weights only (namedsize.py)
+        return named_size_of_log(source, facts, bytes_read)
     model, gpu, settings, name = found
     result = fits(model, gpu, settings)
     if result is None:

@@ -64,11 +64,10 @@ def _deployment_of(
 ) -> tuple[Any, Any, Any, str] | None:
     """The reconstruction, once per log version (the planned facts and the plan-checked fix both ask for it)."""
     from vramctl.core.errors import VramctlError
-    from vramctl.diagnose.reader import iter_matching_lines
-    from vramctl.diagnose.startup import parse_startup_log, settings_from_report, startup_prefilter
+    from vramctl.diagnose.startup import settings_from_report
     from vramctl.registry import gpu_from_capacity, load_model
 
-    report = parse_startup_log(iter_matching_lines(path, startup_prefilter(), context_after=1))
+    report = _report_of(path, size, mtime_ns)
     logged = report.settings.get("model")
     if logged is None:
         return None
@@ -87,6 +86,42 @@ def _deployment_of(
         return None
     settings = settings_from_report(report).with_changes(gpu_memory_bytes=capacity)
     return model, gpu_from_capacity(capacity), settings, name
+
+
+@functools.lru_cache(maxsize=8)
+def _report_of(path: str, size: int, mtime_ns: int) -> Any:
+    """The log's start-up report (`read-log`'s reading), once per log version."""
+    from vramctl.diagnose.reader import iter_matching_lines
+    from vramctl.diagnose.startup import parse_startup_log, startup_prefilter
+
+    return parse_startup_log(iter_matching_lines(path, startup_prefilter(), context_after=1))
+
+
+def named_size_of_log(source: object, facts: Mapping[str, Any], bytes_read: int) -> dict[str, Any]:
+    """Where `deployment_of_log` finds no plan because the model is not known offline: the weights-only facts of
+    the size its name states (vramctl/diagnose/namedsize.py); {} otherwise, never an error."""
+    from vramctl.diagnose.namedsize import named_facts
+    from vramctl.diagnose.startup import settings_from_report
+
+    if not isinstance(source, (str, os.PathLike)) or str(source) == "-":
+        return {}
+    if bytes_read > MAX_PLAN_LOG_BYTES or not os.path.isfile(source):
+        return {}
+    total = facts.get("total_bytes")
+    try:
+        path = str(source)
+        stat = os.stat(path)
+        report = _report_of(path, stat.st_size, stat.st_mtime_ns)
+        logged = report.settings.get("model")
+        if logged is None:
+            return {}
+        capacity = report.capacity_bytes or (total if isinstance(total, int) and total > 0 else None)
+        capacity = capacity or _named_gpu_total(path)
+        if not capacity:
+            return {}
+        return dict(named_facts(report, settings_from_report(report), str(logged.value), int(capacity), facts))
+    except Exception:
+        return {}
 
 
 _GPU_NAME_RE = re.compile(
@@ -161,7 +196,12 @@ def plan_checked_fix(
         return None
     found = deployment_of_log(source, facts, bytes_read)
     if found is None:
-        return None
+        if cause != "weights-do-not-fit" or "named_weights_per_rank_bytes" not in facts:
+            return None
+        from vramctl.diagnose.namedsize import named_tp_fix
+
+        named = named_tp_fix(facts, engine)  # a model not known offline: sized from its name (namedsize.py)
+        return None if named is None else PlanFix(*named)
     model, gpu, settings, name = found
     sglang = engine == "sglang" or getattr(settings, "engine", "vllm") == "sglang"
     where = f"checked with plan: {name} on a {gpu.cuda_total_bytes / 2**30:.2f} GiB GPU"
