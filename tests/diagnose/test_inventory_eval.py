@@ -172,6 +172,7 @@ HELD_OUT = (
     "fresh7.yaml",
     "fresh8.yaml",
     "fresh9.yaml",
+    "fresh10.yaml",
 )
 
 
@@ -185,6 +186,7 @@ HELD_OUT = (
         ("fresh7.yaml", 22, 13, True),
         ("fresh8.yaml", 25, 14, True),
         ("fresh9.yaml", 30, 19, True),
+        ("fresh10.yaml", 22, 14, True),
     ],
 )
 def test_held_out_label_file_is_valid(name: str, min_cases: int, min_failures: int, even_only: bool) -> None:
