@@ -312,7 +312,16 @@ def _dflash_draft(draft: DraftModel | None, version: str) -> DraftModel | None:
             f"{where}: a DFlash draft with sliding-window layers (dflash_config.use_swa / layer_types) is not "
             "modelled; plan without the draft"
         )
-    return draft if draft.spec.architecture in DFLASH_ARCHITECTURES else None
+    arch = draft.spec.architecture
+    if arch in DFLASH_ARCHITECTURES:
+        return draft
+    if not (arch.startswith("DFlash") or arch.endswith("DFlash") or arch == "LiLiCorrDraftModel"):
+        # EAGLEConfig renames it DFlash<arch> (configs/eagle.py:65-76), which vLLM's registry does not hold
+        raise BadInputError(
+            f"{where}: architecture {arch!r} becomes 'DFlash{arch}' in vLLM, which has no such model; a DFlash "
+            "draft's config.json names DFlashDraftModel"
+        )
+    return None  # DFlash2, Laguna, LiLiCorr: other layouts, said not counted
 
 
 def resolve(
