@@ -26,7 +26,7 @@ Sources (vLLM 0.32.0 unless a version is named; the older files read from the re
   vllm/model_executor/layers/mamba/mamba_mixer2.py`; not in 0.12.0 / 0.14.0; 0.15 - 0.16 not read); Mamba1 (Jamba)
   and short convolution (LFM2) never.
 
-- a separate draft model (`eagle`, `eagle3`, `draft_model`): vLLM builds it with the target's dtype
+- a separate draft model (`eagle`, `eagle3`, `draft_model`, `dflash`): vLLM builds it with the target's dtype
   (`SpeculativeConfig.__post_init__`, vllm/config/speculative.py) on `draft_tensor_parallel_size` ranks (default the
   target's TP; only 1 or the target's TP, `_verify_and_get_draft_tp` :1712-1743; `draft_model` needs the target's,
   `DraftModelProposer._raise_if_draft_tp_mismatch`, vllm/v1/spec_decode/draft_model.py:63-79). Without `method`,
@@ -49,6 +49,18 @@ Sources (vLLM 0.32.0 unless a version is named; the older files read from the re
   layers' pages): vramctl counts them as the whole number of target-width layers they equal (Llama-3.2-1B's 16
   layers of 8 x 64 = 8 layers of Llama-3.1-8B's 8 x 128) and refuses what is not a whole number, or a hybrid /
   sliding-window / MLA target with a draft of another width (padded pages, `unify_kv_cache_spec_page_size`).
+- DFlash (`dflash`, vLLM 0.20 →, `VllmRules.has_dflash`): `DFlashProposer` (vllm/v1/spec_decode/dflash.py) builds a
+  `DFlashDraftModel` config as `DFlashQwen3ForCausalLM` (vllm/model_executor/models/qwen3_dflash.py:771-811):
+  num_hidden_layers Qwen3 decoder layers (non-causal attention with q / k norms, :183-409), `fc` num_aux × target
+  hidden -> h (ReplicatedLinear, :494-505; num_aux from `dflash_config.target_layer_ids`, else the draft's layers,
+  :108-117), `hidden_norm`, `norm` and a `mask_embedding` of h (:475-478); embedding and lm_head are the target's
+  (the checkpoints ship neither; `_maybe_share_embeddings` / `_maybe_share_lm_head`, llm_base_proposer.py:1416-1556),
+  a reduced draft vocab has its own lm_head and `draft_id_to_target_id` (:790-810). Its layers are KV layers
+  (`get_draft_kv_cache_layer_names`, :828-829) joined as the EAGLE layers above. Its dummy run (dflash.py:215-269)
+  projects all the tokens' context states to K / V for every layer at once (`precompute_and_store_context_kv`,
+  qwen3_dflash.py:599-700) and runs one forward on at most max_num_seqs × (1 + n) query tokens (`max_query_tokens`,
+  dflash.py:40): `_dflash_phase`. Other DFlash layouts (DFlash2, Laguna) and `dspark` (its own classes per
+  target) are not counted.
 - ngram / suffix draft from the prompt or a suffix tree: no weights, no KV.
 
 What the profile run and the graph capture add (`profile_charges`; one rank of the last pipeline stage; the
