@@ -229,3 +229,21 @@ def test_cli_plan_with_a_dflash_folder(tmp_path: Path, capsys: pytest.CaptureFix
     assert json.loads(out)["settings"]["speculative"]["method"] == "dflash"
     code, _, err = run(capsys, *args[:-1], "0.19.0", "--speculative-config", config)
     assert code == 2 and len(err.strip().splitlines()) == 1 and "0.20" in err
+
+
+def test_drafter_graphs_stop_at_the_first_size_holding_its_queries(tmp_path: Path) -> None:
+    """dflash.py:40, 229: the dummy run clamps the tokens to max_num_seqs x (1 + n) and pads them to a capture size,
+    captured once per size (cuda_graph.py:259-267)."""
+    target = load_model(TARGET)
+    sp = SP.resolve_settings(target, "0.32.0", settings_for(folder(tmp_path, "d", DFLASH_CONFIG)))
+    assert sp is not None
+    sizes = (1, 2, 4, 8, 16, 24, 32, 64, 128, 256, 512)
+    assert SP.dflash_capture_sizes(sp, sizes, max_num_seqs=1) == (1, 2, 4, 8, 16)
+    assert SP.dflash_capture_sizes(sp, sizes, max_num_seqs=2) == (1, 2, 4, 8, 16, 24, 32)
+    assert SP.dflash_capture_sizes(sp, sizes, max_num_seqs=256) == sizes
+    charges = SP.profile_charges(
+        target, sp, version="0.32.0", max_num_batched_tokens=8192, max_num_seqs=1, tp=1, act_bytes=2,
+        capture_sizes=sizes, cudagraph_mode=None, regime="full-and-piecewise",
+    )
+    assert (charges.drafter_capture_sizes, charges.drafter_graph_pieces) == (5, 5 * 6)
+    assert charges.to_json()["drafter_capture_sizes"] == 5

@@ -59,7 +59,9 @@ Sources (vLLM 0.32.0 unless a version is named; the older files read from the re
   (`get_draft_kv_cache_layer_names`, :828-829) joined as the EAGLE layers above. Its dummy run (dflash.py:215-269)
   projects all the tokens' context states to K / V for every layer at once (`precompute_and_store_context_kv`,
   qwen3_dflash.py:599-700) and runs one forward on at most max_num_seqs × (1 + n) query tokens (`max_query_tokens`,
-  dflash.py:40): `_dflash_phase`. Other DFlash layouts (DFlash2, Laguna) and `dspark` (its own classes per
+  dflash.py:40): `_dflash_phase`; its graphs stop at the first capture size holding those queries
+  (`dflash_capture_sizes`; the V2 runner's FULL decode-only DFlash graphs, vllm/v1/worker/gpu/spec_decode/dflash/
+  speculator.py:126-150, are not modelled apart). Other DFlash layouts (DFlash2, Laguna) and `dspark` (its own classes per
   target) are not counted.
 - ngram / suffix draft from the prompt or a suffix tree: no weights, no KV.
 
@@ -579,7 +581,7 @@ def notes(spec: Speculative, model: ModelSpec, drafter_bytes: int, *, dtype: str
             f"{charges.drafter_activation_bytes / gib:.2f} GiB above the target's forward, the rejection sampler's "
             f"warm-up {charges.rejection_sampler_bytes / gib:.2f} GiB (one dummy draft token per request, whatever "
             f"num_speculative_tokens), the drafter's graphs {charges.drafter_graph_bytes / gib:.2f} GiB "
-            f"({charges.drafter_graph_pieces} pieces: {charges.capture_sizes} capture sizes x "
+            f"({charges.drafter_graph_pieces} pieces: {charges.drafter_capture_sizes} capture sizes x "
             f"({charges.drafter_layers} drafter layers + 1)); capture sizes for decode_query_len "
             f"{1 + spec.num_speculative_tokens}: {charges.capture_sizes} ({charges.capture_sizes_added:+d} against "
             "no speculative decoding)."
@@ -600,6 +602,8 @@ class ProfileCharges:
     capture_sizes: int
     capture_sizes_added: int
     """Capture sizes against the same flags without speculative decoding (can be negative: vLLM's grid)."""
+    drafter_capture_sizes: int = 0
+    """The sizes the drafter's graphs are captured at (all of them, but DFlash: `dflash_capture_sizes`)."""
 
     def to_json(self) -> dict[str, int]:
         return {
@@ -610,7 +614,19 @@ class ProfileCharges:
             "drafter_layers": self.drafter_layers,
             "capture_sizes": self.capture_sizes,
             "capture_sizes_added": self.capture_sizes_added,
+            "drafter_capture_sizes": self.drafter_capture_sizes,
         }
+
+
+def dflash_capture_sizes(spec: Speculative, capture_sizes: tuple[int, ...], max_num_seqs: int) -> tuple[int, ...]:
+    """The sizes DFlash's drafter graphs are captured at: its dummy run clamps the tokens to `max_query_tokens` =
+    max_num_seqs × (1 + n) (vllm/v1/spec_decode/dflash.py:40, 229) and pads them to a capture size, and a size is
+    captured once (`CUDAGraphWrapper.concrete_cudagraph_entries`, vllm/compilation/cuda_graph.py:259-267): the sizes
+    up to the first one that holds max_query_tokens."""
+    limit = max_num_seqs * (1 + spec.num_speculative_tokens)
+    ordered = sorted(capture_sizes)
+    cap = next((size for size in ordered if size >= limit), ordered[-1] if ordered else 0)
+    return tuple(size for size in ordered if size <= cap)
 
 
 def profiled_drafter(spec: Speculative, version: str) -> bool:
@@ -731,10 +747,11 @@ def profile_charges(
     piecewise = cudagraph_mode in (None, "PIECEWISE", "FULL_AND_PIECEWISE")
     graphs = profiled and piecewise and not spec.drafter_eager and bool(capture_sizes) and layers > 0
     graph_bytes = pieces = 0
+    drafter_sizes = capture_sizes if spec.method != "dflash" else dflash_capture_sizes(spec, capture_sizes, max_num_seqs)
     if graphs:
         pool = est.graph_pool(
             model,
-            capture_sizes=capture_sizes,
+            capture_sizes=drafter_sizes,
             layers_on_rank=layers,
             regime=regime,
             tp=tp,
@@ -751,6 +768,7 @@ def profile_charges(
         drafter_layers=layers,
         capture_sizes=len(capture_sizes),
         capture_sizes_added=0 if capture_sizes_without is None else len(capture_sizes) - capture_sizes_without,
+        drafter_capture_sizes=len(drafter_sizes) if graphs else 0,
     )
 
 
