@@ -26,7 +26,7 @@ Sources (vLLM 0.32.0 unless a version is named; the older files read from the re
   vllm/model_executor/layers/mamba/mamba_mixer2.py`; not in 0.12.0 / 0.14.0; 0.15 - 0.16 not read); Mamba1 (Jamba)
   and short convolution (LFM2) never.
 
-- a separate draft model (`eagle`, `eagle3`, `draft_model`): vLLM builds it with the target's dtype
+- a separate draft model (`eagle`, `eagle3`, `draft_model`, `dflash`): vLLM builds it with the target's dtype
   (`SpeculativeConfig.__post_init__`, vllm/config/speculative.py) on `draft_tensor_parallel_size` ranks (default the
   target's TP; only 1 or the target's TP, `_verify_and_get_draft_tp` :1712-1743; `draft_model` needs the target's,
   `DraftModelProposer._raise_if_draft_tp_mismatch`, vllm/v1/spec_decode/draft_model.py:63-79). Without `method`,
@@ -49,6 +49,20 @@ Sources (vLLM 0.32.0 unless a version is named; the older files read from the re
   layers' pages): vramctl counts them as the whole number of target-width layers they equal (Llama-3.2-1B's 16
   layers of 8 x 64 = 8 layers of Llama-3.1-8B's 8 x 128) and refuses what is not a whole number, or a hybrid /
   sliding-window / MLA target with a draft of another width (padded pages, `unify_kv_cache_spec_page_size`).
+- DFlash (`dflash`, vLLM 0.20 →, `VllmRules.has_dflash`): `DFlashProposer` (vllm/v1/spec_decode/dflash.py) builds a
+  `DFlashDraftModel` config as `DFlashQwen3ForCausalLM` (vllm/model_executor/models/qwen3_dflash.py:771-811):
+  num_hidden_layers Qwen3 decoder layers (non-causal attention with q / k norms, :183-409), `fc` num_aux × target
+  hidden -> h (ReplicatedLinear, :494-505; num_aux from `dflash_config.target_layer_ids`, else the draft's layers,
+  :108-117), `hidden_norm`, `norm` and a `mask_embedding` of h (:475-478); embedding and lm_head are the target's
+  (the checkpoints ship neither; `_maybe_share_embeddings` / `_maybe_share_lm_head`, llm_base_proposer.py:1416-1556),
+  a reduced draft vocab has its own lm_head and `draft_id_to_target_id` (:790-810). Its layers are KV layers
+  (`get_draft_kv_cache_layer_names`, :828-829) joined as the EAGLE layers above. Its dummy run (dflash.py:215-269)
+  projects all the tokens' context states to K / V for every layer at once (`precompute_and_store_context_kv`,
+  qwen3_dflash.py:599-700) and runs one forward on at most max_num_seqs × (1 + n) query tokens (`max_query_tokens`,
+  dflash.py:40): `_dflash_phase`; its graphs stop at the first capture size holding those queries
+  (`dflash_capture_sizes`; the V2 runner's FULL decode-only DFlash graphs, vllm/v1/worker/gpu/spec_decode/dflash/
+  speculator.py:126-150, are not modelled apart). Other DFlash layouts (DFlash2, Laguna) and `dspark` (its own classes per
+  target) are not counted.
 - ngram / suffix draft from the prompt or a suffix tree: no weights, no KV.
 
 What the profile run and the graph capture add (`profile_charges`; one rank of the last pipeline stage; the
@@ -126,8 +140,13 @@ MTP_METHODS = frozenset(
 DRAFT_MODEL_METHODS = frozenset({"eagle", "eagle3", "draft_model", "medusa", "mlp_speculator", "dflash", "dspark"})
 """Methods that load a separate draft model."""
 
-MODELLED_DRAFT_METHODS = frozenset({"eagle", "eagle3", "draft_model"})
+MODELLED_DRAFT_METHODS = frozenset({"eagle", "eagle3", "draft_model", "dflash"})
 """The draft-model methods whose weights and KV vramctl counts (the rest: said not modelled)."""
+
+DFLASH_ARCHITECTURES = frozenset({"DFlashDraftModel", "MuseGlimmerAssistantModel", "DFlashMuseGlimmerAssistantModel"})
+"""Draft architectures vLLM builds as `DFlashQwen3ForCausalLM` (an architecture not starting or ending in `DFlash` is
+renamed `DFlash<arch>`, `EAGLEConfig`, vllm/transformers_utils/configs/eagle.py:65-76; the registry's entries,
+vllm/model_executor/models/registry.py:634, 643-644 (0.32.0)). Others (DFlash2, Laguna) are said not modelled."""
 
 NO_WEIGHT_METHODS = frozenset({"ngram", "ngram_gpu", "suffix"})
 """Drafts from the prompt (n-gram lookup) or a suffix tree: no draft weights, no KV."""
@@ -149,6 +168,17 @@ class DraftModel:
     """`eagle_config.use_aux_hidden_state` (False: no `fc`, the last hidden state as in EAGLE)."""
     target_hidden_size: int | None = None
     """`target_hidden_size` when the draft's hidden size differs from the target's."""
+    dflash_aux_layers: int | None = None
+    """DFlash: the target layers whose hidden states feed `fc` (`eagle_aux_hidden_state_layer_ids`, else
+    `dflash_config.target_layer_ids`; None: the draft's num_hidden_layers, `_get_dflash_fc_input_size`,
+    qwen3_dflash.py:108-117)."""
+    dflash_use_aux: bool = True
+    """DFlash: `dflash_config.use_aux_hidden_state` (False: no `fc`, qwen3_dflash.py:454-457, 494-505)."""
+    dflash_sliding: bool = False
+    """DFlash: `dflash_config.use_swa` or a sliding entry in `layer_types` (sliding-window draft layers)."""
+    mask_token: bool = False
+    """`dflash_config.mask_token_id` or `mask_token_id` is set (vLLM refuses parallel drafting without it,
+    llm_base_proposer.py:361-380)."""
 
 
 def _positive(config: Mapping[str, Any], key: str, where: str) -> int | None:
@@ -170,6 +200,14 @@ def draft_from_config(name: str, spec: ModelSpec, config: Mapping[str, Any]) -> 
         ids = eagle.get("eagle_aux_hidden_state_layer_ids")
         aux = len(ids) if isinstance(ids, list) and ids else 3
     use_aux = eagle.get("use_aux_hidden_state", True)
+    dflash = config.get("dflash_config")
+    dflash = dflash if isinstance(dflash, Mapping) else {}
+    ids = eagle.get("eagle_aux_hidden_state_layer_ids") or config.get("eagle_aux_hidden_state_layer_ids")
+    ids = ids or dflash.get("target_layer_ids")
+    layer_types = config.get("layer_types")
+    sliding = bool(dflash.get("use_swa")) or (
+        isinstance(layer_types, list) and "sliding_attention" in layer_types
+    )
     return DraftModel(
         name=name,
         spec=spec,
@@ -177,13 +215,17 @@ def draft_from_config(name: str, spec: ModelSpec, config: Mapping[str, Any]) -> 
         num_aux_hidden_states=aux,
         use_aux_hidden_state=use_aux is not False,
         target_hidden_size=_positive(config, "target_hidden_size", where),
+        dflash_aux_layers=len(ids) if isinstance(ids, list) and ids else None,
+        dflash_use_aux=dflash.get("use_aux_hidden_state", True) is not False,
+        dflash_sliding=sliding,
+        mask_token=dflash.get("mask_token_id") is not None or config.get("mask_token_id") is not None,
     )
 
 
 def draft_method(method: str | None, model: str | None) -> str | None:
     """vLLM's method for a config naming `model`: `draft_model` unless given, then `eagle` for a name with `eagle-`
-    and `eagle3` for one with `eagle3` (SpeculativeConfig.__post_init__, vllm/config/speculative.py:1130-1139,
-    1329-1337, v0.32.0); None without a model (an MTP or n-gram method, or no speculative decoding)."""
+    `eagle3` for one with `eagle3` and `dflash` for one with `dflash` (SpeculativeConfig.__post_init__,
+    vllm/config/speculative.py:1130-1139, 1329-1343, v0.32.0); None without a model (an MTP or n-gram method, or no speculative decoding)."""
     name = method.lower() if method else None
     if model is None or name in MTP_METHODS or name in NO_WEIGHT_METHODS:
         return name
@@ -195,12 +237,14 @@ def draft_method(method: str | None, model: str | None) -> str | None:
             return "eagle"
         if "eagle3" in lowered:
             return "eagle3"
+        if "dflash" in lowered:
+            return "dflash"
         return "draft_model"
     return name
 
 
 def needs_draft_model(method: str | None, model: str | None) -> bool:
-    """Whether vramctl loads `model` as a draft to count it (eagle, eagle3, draft_model)."""
+    """Whether vramctl loads `model` as a draft to count it (eagle, eagle3, draft_model, dflash)."""
     return model is not None and draft_method(method, model) in MODELLED_DRAFT_METHODS
 
 
@@ -260,6 +304,40 @@ def _draft_kv_layers(model: ModelSpec, draft: DraftModel, tp: int, draft_tp: int
     return layers * own // target
 
 
+def _dflash_draft(draft: DraftModel | None, version: str) -> DraftModel | None:
+    """The DFlash draft as vramctl counts it: refused before 0.20 (`VllmRules.has_dflash`), without a mask token
+    (as vLLM refuses it) or with sliding-window layers (their own KV group, not modelled); None (said not counted)
+    for an architecture vLLM does not build as `DFlashQwen3ForCausalLM`."""
+    if not rules_for(version).has_dflash:
+        raise BadInputError(
+            f"--speculative-config method 'dflash': vLLM {version} has no DFlash drafter (it arrived in 0.20); "
+            "use --engine-version 0.20 or later"
+        )
+    if draft is None:
+        return None
+    where = f"--speculative-config model {draft.name}"
+    if not draft.mask_token:
+        raise BadInputError(
+            f"{where}: a DFlash draft needs dflash_config.mask_token_id (or mask_token_id) in its config.json "
+            "(vLLM: 'For parallel drafting, the draft model config must have `dflash_config.mask_token_id`')"
+        )
+    if draft.dflash_sliding:
+        raise BadInputError(
+            f"{where}: a DFlash draft with sliding-window layers (dflash_config.use_swa / layer_types) is not "
+            "modelled; plan without the draft"
+        )
+    arch = draft.spec.architecture
+    if arch in DFLASH_ARCHITECTURES:
+        return draft
+    if not (arch.startswith("DFlash") or arch.endswith("DFlash") or arch == "LiLiCorrDraftModel"):
+        # EAGLEConfig renames it DFlash<arch> (configs/eagle.py:65-76), which vLLM's registry does not hold
+        raise BadInputError(
+            f"{where}: architecture {arch!r} becomes 'DFlash{arch}' in vLLM, which has no such model; a DFlash "
+            "draft's config.json names DFlashDraftModel"
+        )
+    return None  # DFlash2, Laguna, LiLiCorr: other layouts, said not counted
+
+
 def resolve(
     model: ModelSpec,
     version: str,
@@ -307,6 +385,8 @@ def resolve(
         draft_tp = draft_tensor_parallel_size
     if draft is not None and name not in MODELLED_DRAFT_METHODS:
         draft = None
+    if name == "dflash":
+        draft = _dflash_draft(draft, version)
     draft_layers = 0
     if draft is not None:
         if name == "draft_model" and draft.spec.vocab_size != model.vocab_size:
@@ -393,6 +473,8 @@ def draft_weights(
     shared = embedding if shares else 0
     if shares:
         embedding = 0
+    if spec.method == "dflash":
+        return _dflash_weights(model, spec, plain, embedding, shared)
     if spec.method == "eagle":
         # no final norm, no input_layernorm in layer 0 (disable_input_layernorm), fc 2h -> h whole on each rank;
         # the lm_head is the target's
@@ -408,6 +490,31 @@ def draft_weights(
     vocab = draft.draft_vocab_size or d.vocab_size
     lm_head = _padded_rows(vocab, tp) * h * element
     if vocab != model.vocab_size:
+        extra += vocab * 8
+    return DraftWeights(sum(rank.layers), embedding, lm_head, extra, shared)
+
+
+def _dflash_weights(model: ModelSpec, spec: Speculative, plain: ModelSpec, embedding: int, shared: int) -> DraftWeights:
+    """`DFlashQwen3ForCausalLM` (vllm/model_executor/models/qwen3_dflash.py:771-811, 0.32.0) on one rank: its
+    num_hidden_layers Qwen3 decoder layers (q / k norms of head_dim each, :291-292), `fc` of num_aux × target hidden
+    -> h (ReplicatedLinear, whole on each rank, :494-505), `hidden_norm`, the final `norm` and the `mask_embedding`
+    of h (allocated whatever the checkpoint, :475-478); the lm_head is the target's (the checkpoint ships none:
+    `_maybe_share_lm_head`, llm_base_proposer.py:1508-1556) unless its draft vocab differs (then its own rows and
+    the int64 `draft_id_to_target_id` map, :790-810); the embedding as for EAGLE."""
+    draft = spec.draft
+    assert draft is not None
+    d, tp = replace(plain, qk_norm=True, qk_norm_whole=False), spec.draft_tensor_parallel_size
+    element = serving_dtype_bytes(d)
+    rank = rank_weight_bytes(d, tp, pad_vocab=True)
+    h = d.hidden_size
+    extra = 3 * h * element
+    if draft.dflash_use_aux:
+        aux = draft.dflash_aux_layers or d.num_hidden_layers
+        extra += aux * (draft.target_hidden_size or model.hidden_size) * h * element
+    vocab = draft.draft_vocab_size or d.vocab_size
+    lm_head = 0
+    if vocab != model.vocab_size:
+        lm_head = _padded_rows(vocab, tp) * h * element
         extra += vocab * 8
     return DraftWeights(sum(rank.layers), embedding, lm_head, extra, shared)
 
@@ -443,7 +550,10 @@ def notes(spec: Speculative, model: ModelSpec, drafter_bytes: int, *, dtype: str
                 if w.shared_embedding
                 else ""
             )
-            + ("; the lm_head is the target's" if spec.method == "eagle" else "")
+            + ("; the lm_head is the target's" if spec.method == "eagle" or (spec.method == "dflash" and not w.lm_head)
+               else "")
+            + (f"; fc reads {spec.draft.dflash_aux_layers or d.num_hidden_layers} target layer(s)' hidden states"
+               if spec.method == "dflash" and spec.draft.dflash_use_aux else "")
             + f", and its {spec.draft_layers} attention layer(s) ({d.num_key_value_heads} KV heads x {d.head_dim}) "
             f"join the KV groups as {spec.drafter_kv_layers} layer(s) of the target's width (tokens and blocks fall)"
         )
@@ -471,7 +581,7 @@ def notes(spec: Speculative, model: ModelSpec, drafter_bytes: int, *, dtype: str
             f"{charges.drafter_activation_bytes / gib:.2f} GiB above the target's forward, the rejection sampler's "
             f"warm-up {charges.rejection_sampler_bytes / gib:.2f} GiB (one dummy draft token per request, whatever "
             f"num_speculative_tokens), the drafter's graphs {charges.drafter_graph_bytes / gib:.2f} GiB "
-            f"({charges.drafter_graph_pieces} pieces: {charges.capture_sizes} capture sizes x "
+            f"({charges.drafter_graph_pieces} pieces: {charges.drafter_capture_sizes} capture sizes x "
             f"({charges.drafter_layers} drafter layers + 1)); capture sizes for decode_query_len "
             f"{1 + spec.num_speculative_tokens}: {charges.capture_sizes} ({charges.capture_sizes_added:+d} against "
             "no speculative decoding)."
@@ -492,6 +602,8 @@ class ProfileCharges:
     capture_sizes: int
     capture_sizes_added: int
     """Capture sizes against the same flags without speculative decoding (can be negative: vLLM's grid)."""
+    drafter_capture_sizes: int = 0
+    """The sizes the drafter's graphs are captured at (all of them, but DFlash: `dflash_capture_sizes`)."""
 
     def to_json(self) -> dict[str, int]:
         return {
@@ -502,7 +614,19 @@ class ProfileCharges:
             "drafter_layers": self.drafter_layers,
             "capture_sizes": self.capture_sizes,
             "capture_sizes_added": self.capture_sizes_added,
+            "drafter_capture_sizes": self.drafter_capture_sizes,
         }
+
+
+def dflash_capture_sizes(spec: Speculative, capture_sizes: tuple[int, ...], max_num_seqs: int) -> tuple[int, ...]:
+    """The sizes DFlash's drafter graphs are captured at: its dummy run clamps the tokens to `max_query_tokens` =
+    max_num_seqs × (1 + n) (vllm/v1/spec_decode/dflash.py:40, 229) and pads them to a capture size, and a size is
+    captured once (`CUDAGraphWrapper.concrete_cudagraph_entries`, vllm/compilation/cuda_graph.py:259-267): the sizes
+    up to the first one that holds max_query_tokens."""
+    limit = max_num_seqs * (1 + spec.num_speculative_tokens)
+    ordered = sorted(capture_sizes)
+    cap = next((size for size in ordered if size >= limit), ordered[-1] if ordered else 0)
+    return tuple(size for size in ordered if size <= cap)
 
 
 def profiled_drafter(spec: Speculative, version: str) -> bool:
@@ -530,12 +654,18 @@ def drafter_activation_bytes(
     tp: int,
     act_bytes: float,
     forward_factor: float,
+    num_reqs: int | None = None,
 ) -> int:
     """The drafter phase of the profile run above the target's forward (module docstring): max(0, factor × (drafter
-    working set + fc input) + held hidden states − factor × target working set), at `tokens` tokens."""
+    working set + fc input) + held hidden states − factor × target working set), at `tokens` tokens (DFlash:
+    `_dflash_phase`; `num_reqs`: max_num_seqs, which bounds its query tokens)."""
     h = model.hidden_size
     target = forward_factor * est.forward_working_set(model, tokens, tp=tp, act_bytes=act_bytes)
     held = tokens * h * act_bytes
+    if spec.method == "dflash" and spec.draft is not None:
+        phase = _dflash_phase(spec, tokens=tokens, num_reqs=num_reqs or tokens, act_bytes=act_bytes,
+                              forward_factor=forward_factor)
+        return max(0, int(phase + held - target))
     if spec.is_mtp:
         working = est.forward_working_set(model, tokens, tp=tp, act_bytes=act_bytes)
         fc_in = tokens * 2 * h * act_bytes
@@ -553,6 +683,21 @@ def drafter_activation_bytes(
     else:
         return 0
     return max(0, int(forward_factor * (working + fc_in) + held - target))
+
+
+def _dflash_phase(spec: Speculative, *, tokens: int, num_reqs: int, act_bytes: float, forward_factor: float) -> float:
+    """DFlash's `dummy_run` (vllm/v1/spec_decode/dflash.py:215-269, 0.32.0): `precompute_and_store_context_kv` on
+    all `tokens` context states (qwen3_dflash.py:599-700: the normed copy of tokens × h, the fused K/V projection of
+    tokens × layers × 2 × kv and its contiguous permuted copy, alive together), then one forward of the drafter on
+    min(tokens, max_num_seqs × (1 + num_speculative_tokens)) query tokens (`max_query_tokens`, dflash.py:40, 229); no
+    `fc` (the dummy context states are the proposer's own buffer). The larger of the two."""
+    draft = spec.draft
+    assert draft is not None
+    d, tp = draft.spec, spec.draft_tensor_parallel_size
+    context = tokens * (d.hidden_size + 4 * d.num_hidden_layers * _kv_width(d, tp)) * act_bytes
+    queries = min(tokens, num_reqs * (1 + spec.num_speculative_tokens))
+    forward = forward_factor * est.forward_working_set(d, queries, tp=tp, act_bytes=act_bytes)
+    return max(context, forward)
 
 
 def rejection_sampler_bytes(model: ModelSpec, *, num_reqs: int, act_bytes: float) -> int:
@@ -585,7 +730,13 @@ def profile_charges(
     layers = drafter_layers(spec) if profiled else 0
     activation = (
         drafter_activation_bytes(
-            model, spec, tokens=max_num_batched_tokens, tp=tp, act_bytes=act_bytes, forward_factor=cal.forward_factor
+            model,
+            spec,
+            tokens=max_num_batched_tokens,
+            tp=tp,
+            act_bytes=act_bytes,
+            forward_factor=cal.forward_factor,
+            num_reqs=max_num_seqs,
         )
         if profiled
         else 0
@@ -596,10 +747,11 @@ def profile_charges(
     piecewise = cudagraph_mode in (None, "PIECEWISE", "FULL_AND_PIECEWISE")
     graphs = profiled and piecewise and not spec.drafter_eager and bool(capture_sizes) and layers > 0
     graph_bytes = pieces = 0
+    drafter_sizes = capture_sizes if spec.method != "dflash" else dflash_capture_sizes(spec, capture_sizes, max_num_seqs)
     if graphs:
         pool = est.graph_pool(
             model,
-            capture_sizes=capture_sizes,
+            capture_sizes=drafter_sizes,
             layers_on_rank=layers,
             regime=regime,
             tp=tp,
@@ -616,6 +768,7 @@ def profile_charges(
         drafter_layers=layers,
         capture_sizes=len(capture_sizes),
         capture_sizes_added=0 if capture_sizes_without is None else len(capture_sizes) - capture_sizes_without,
+        drafter_capture_sizes=len(drafter_sizes) if graphs else 0,
     )
 
 

@@ -301,6 +301,10 @@ class VllmRules:
     `[0.32.0] :5998-6045`; vllm/v1/sample/rejection_sampler.py:140-175 (v0.32.0)), which adds to it; `none`: V0,
     0.8.0 - 0.8.4 (not read), and the V2 runner, the default from 0.33, whose `_dummy_sampler_run` has no rejection
     sampler (vllm/v1/worker/gpu/model_runner.py:993-1010 (0.33.0), :1039 (0.34.0))."""
+    has_dflash: bool
+    """`--speculative-config '{"method": "dflash"}'` exists (`DFlashModelTypes`, vllm/config/speculative.py:68 (0.32.0);
+    `DFlashProposer`, vllm/v1/spec_decode/dflash.py); taken to arrive in 0.20 from vLLM's public PR / release notes
+    (only the 0.32.0 source was read; 0.19 and earlier are refused in one line)."""
     mamba_cache_modes: tuple[str, ...]
     """The `--mamba-cache-mode` choices (`MambaCacheMode`, vllm/config/cache.py): none before 0.15 (`[0.14.0]
     vllm/config/cache.py` has no such field), ("all", "align", "none") 0.15 - 0.31 (`[0.15.0] cache.py:34`, `[0.31.0]
@@ -557,6 +561,7 @@ def _rules_for_tuple(text: str, v: Version) -> VllmRules:
         else "overlapped"
         if v < (0, 12, 0)
         else "bonus-sampler",
+        has_dflash=v >= (0, 20, 0),
         mamba_cache_modes=() if v < (0, 15, 0) else ("all", "align", "none") if v < (0, 32, 0) else ("align", "none"),
         mamba_all_speculative_blocks=v >= (0, 24, 0),
         hybrid_prefix_caching_default=v >= (0, 28, 0),
