@@ -2,7 +2,7 @@
 
     python scripts/eval_invariance.py [--json] [--cases] [--only NAME[,NAME]] [--seed N] [--limit N] [--shared DIR]
 
-For every development log available in CI (../shared/samples/oom/*.log, the oom-dev development split,
+For every development log available in CI (the shared OOM samples, oom/*.log, the oom-dev development split,
 ids NOT divisible by 3 only, and tests/fixtures/oom/*.log) each perturbation below is applied and
 `vramctl.diagnose.diagnose()` on the perturbed text is compared with the answer on the original: the
 cause, the phase, and the first fix's flag and value (a number within 1 %). A perturbation that does not
@@ -256,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", default="", help="comma-separated perturbation names")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--limit", type=int, default=0, help="the first N logs only")
-    ap.add_argument("--shared", type=Path, default=SHARED, help="the shared samples (default ../shared/samples)")
+    ap.add_argument("--shared", type=Path, default=SHARED, help="the shared samples folder (default: samples in the folder beside the checkout)")
     args = ap.parse_args(argv)
     names = [n for n in args.only.split(",") if n] or list(PERTURBATIONS)
     files = log_files(args.shared)
