@@ -81,7 +81,7 @@ def _deployment_of(
             continue
     if model is None:
         return None
-    capacity = report.capacity_bytes or total_bytes or _named_gpu_total(path)
+    capacity = report.capacity_bytes or total_bytes or _named_gpu_total(path, size, mtime_ns)
     if not capacity:
         return None
     settings = settings_from_report(report).with_changes(gpu_memory_bytes=capacity)
@@ -103,20 +103,17 @@ def named_size_of_log(source: object, facts: Mapping[str, Any], bytes_read: int)
     from vramctl.diagnose.namedsize import named_facts
     from vramctl.diagnose.startup import settings_from_report
 
-    if not isinstance(source, (str, os.PathLike)) or str(source) == "-":
+    path = _plannable_path(source, bytes_read)
+    if path is None:
         return {}
-    if bytes_read > MAX_PLAN_LOG_BYTES or not os.path.isfile(source):
-        return {}
-    total = facts.get("total_bytes")
     try:
-        path = str(source)
         stat = os.stat(path)
         report = _report_of(path, stat.st_size, stat.st_mtime_ns)
         logged = report.settings.get("model")
         if logged is None:
             return {}
-        capacity = report.capacity_bytes or (total if isinstance(total, int) and total > 0 else None)
-        capacity = capacity or _named_gpu_total(path)
+        capacity = report.capacity_bytes or _logged_total(facts)
+        capacity = capacity or _named_gpu_total(path, stat.st_size, stat.st_mtime_ns)
         if not capacity:
             return {}
         return dict(named_facts(report, settings_from_report(report), str(logged.value), int(capacity), facts))
@@ -133,10 +130,12 @@ _NAMED_GPU_BYTES = 256 << 10
 """Only the head of a report is read for the card it names (the title and the environment it states)."""
 
 
-def _named_gpu_total(path: str) -> int | None:
+@functools.lru_cache(maxsize=8)
+def _named_gpu_total(path: str, size: int, mtime_ns: int) -> int | None:
     """The CUDA total of the one card a report names in words (`4x NVIDIA L40S GPUs`, `A100-PCIE-40GB`, `4 A100 40G`)
     when no engine line printed the device's total: the bundled board's profile, None when no board or more than one
-    board is named (never a guess between two cards)."""
+    board is named (never a guess between two cards). Read once per log version (the planned deployment and the size
+    a name states both ask for it)."""
     from vramctl.core.errors import VramctlError
     from vramctl.diagnose.pasted import Unpaster
     from vramctl.registry import load_gpu
@@ -171,19 +170,35 @@ deployment = _deployment
 """(model, gpu, settings, model name) of the deployment a log describes, or None (also used by explicitkv.py)."""
 
 
-def deployment_of_log(source: object, facts: Mapping[str, Any], bytes_read: int) -> tuple[Any, Any, Any, str] | None:
-    """`deployment` for a diagnosed log: only a file path (not stdin, not a stream) of at most `MAX_PLAN_LOG_BYTES`,
-    with the incident's `total_bytes` as the device total where the log's start-up lines give none; None on any
-    failure (the reconstruction is an extra: a log it cannot read gives no plan-checked answer, never an error)."""
+def _plannable_path(source: object, bytes_read: int) -> str | None:
+    """The log's path when its deployment may be reconstructed: a file (not stdin, not a stream) of at most
+    `MAX_PLAN_LOG_BYTES`; None otherwise."""
     if not isinstance(source, (str, os.PathLike)) or str(source) == "-":
         return None
     if bytes_read > MAX_PLAN_LOG_BYTES or not os.path.isfile(source):
         return None
+    return str(source)
+
+
+def _logged_total(facts: Mapping[str, Any]) -> int | None:
+    """The incident's `total_bytes` (the device total an OOM message printed), when it is one."""
     total = facts.get("total_bytes")
+    return total if isinstance(total, int) and total > 0 else None
+
+
+def deployment_of_log(source: object, facts: Mapping[str, Any], bytes_read: int) -> tuple[Any, Any, Any, str] | None:
+    """`deployment` for a diagnosed log (`_plannable_path`), with the incident's `total_bytes` as the device total
+    where the log's start-up lines give none; None on any failure (the reconstruction is an extra: a log it cannot
+    read gives no plan-checked answer, never an error)."""
+    path = _plannable_path(source, bytes_read)
+    if path is None:
+        return None
     try:
-        return _deployment(str(source), total if isinstance(total, int) and total > 0 else None)
+        return _deployment(path, _logged_total(facts))
     except Exception:
         return None
+
+
 fits = _fits
 """The plan of a deployment, or None when the planner refuses its settings."""
 
