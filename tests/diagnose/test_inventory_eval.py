@@ -173,6 +173,7 @@ HELD_OUT = (
     "fresh8.yaml",
     "fresh9.yaml",
     "fresh10.yaml",
+    "fresh11.yaml",
 )
 
 
@@ -187,6 +188,7 @@ HELD_OUT = (
         ("fresh8.yaml", 25, 14, True),
         ("fresh9.yaml", 30, 19, True),
         ("fresh10.yaml", 22, 14, True),
+        ("fresh11.yaml", 21, 13, True),
     ],
 )
 def test_held_out_label_file_is_valid(name: str, min_cases: int, min_failures: int, even_only: bool) -> None:
