@@ -174,6 +174,7 @@ HELD_OUT = (
     "fresh9.yaml",
     "fresh10.yaml",
     "fresh11.yaml",
+    "fresh12.yaml",
 )
 
 
@@ -213,6 +214,46 @@ def test_held_out_label_file_is_valid(name: str, min_cases: int, min_failures: i
             assert source["number"] % 2 == 0, "odd thread numbers belong to development sets"
     failures = [c for c in cases if c["root_cause"] not in ("not-oom", "no-failure")]
     assert len(failures) >= min_failures and len(cases) - len(failures) >= 8
+
+
+def test_held_out_web_page_label_file_is_valid() -> None:
+    """fresh-12: labels and sources of web pages other than GitHub threads, at most three pages per site; a page that
+    mirrors a GitHub thread names it, and no other label file of tests/fixtures/oom_eval cites that thread."""
+    from collections import Counter
+    from urllib.parse import urlparse
+
+    from vramctl.diagnose.inventory import LABELS, PHASES
+
+    cases = yaml.safe_load((ROOT / "tests" / "fixtures" / "oom_eval" / "fresh12.yaml").read_text())["cases"]
+    assert len(cases) >= 28
+    ids = [str(case["id"]) for case in cases]
+    assert len(set(ids)) == len(ids)
+    urls = [case["source"]["url"] for case in cases]
+    assert len(set(urls)) == len(urls), "one log per page"
+    sites: Counter[str] = Counter()
+    mirrored: set[str] = set()
+    for case in cases:
+        assert set(case) <= {"id", "source", "engine", "phase", "root_cause", "confidence"}, case["id"]
+        assert case["root_cause"] in (*LABELS, "no-failure"), case["id"]
+        assert case["phase"] in PHASES, case["id"]
+        assert case["confidence"] in ("high", "medium", "low"), case["id"]
+        source = case["source"]
+        assert source["kind"] == "page", case["id"]
+        host = urlparse(source["url"]).hostname or ""
+        assert host and not host.endswith("github.com"), "fresh-12 holds no GitHub thread"
+        assert host.removeprefix("www.") == source["site"].removeprefix("www."), case["id"]
+        sites[source["site"]] += 1
+        if "mirrors" in source:
+            repo, _, number = str(source["mirrors"]).partition("#")
+            mirrored.add(f"https://github.com/{repo}/issues/{int(number)}")
+    assert max(sites.values()) <= 3, "at most three pages per site"
+    failures = [c for c in cases if c["root_cause"] not in ("not-oom", "no-failure")]
+    assert len(failures) >= 18 and len(cases) - len(failures) >= 10
+    cited: set[str] = set()
+    for path in (ROOT / "tests" / "fixtures" / "oom_eval").glob("*.yaml"):
+        if path.name != "fresh12.yaml":
+            cited |= {c["source"]["url"] for c in yaml.safe_load(path.read_text())["cases"]}
+    assert not mirrored & cited, "a mirrored thread is already in another label file"
 
 
 def test_held_out_sets_are_disjoint() -> None:
