@@ -73,6 +73,10 @@ def resolve_vllm(model: ModelSpec, gpu: GpuSpec, settings: ServeSettings) -> Vll
     V.check_quantization_supported(model.name, model.quantization, model.quant_algos, version)
     if model.state_space is not None:
         V.check_hybrid_supported(model.name, version, model.architecture)
+    if model.dsv4 is not None:
+        V.check_deepseek_v4_supported(
+            model.name, version, gpu.compute_capability, settings.pipeline_parallel_size
+        )
     fallback = RT.v1_fallback_reason(
         version,
         compute_capability=gpu.compute_capability,
@@ -130,6 +134,8 @@ def plan_vllm(
         warnings.insert(0, derived_warning(model))
     if auto_note:
         notes.insert(0, auto_note)
+    if model.dsv4 is not None:
+        notes.append(V.deepseek_v4_note(version))
     if kv_from_checkpoint:
         notes.append(
             f"--kv-cache-dtype auto → {kv_from_checkpoint}: the checkpoint's quantisation config declares its KV cache "
