@@ -18,6 +18,7 @@ from vramctl.core.engines.vllm.hybrid import _with_hybrid
 from vramctl.core.engines.vllm.kv_manager import kv_view_of_model
 from vramctl.core.engines.vllm.ledger import _ledger
 from vramctl.core.engines.vllm.scheduler import default_capture_sizes
+from vramctl.core.errors import BadInputError
 from vramctl.core.plan_result import PlanEdge, PlanResult
 from vramctl.core.settings import ServeSettings
 from vramctl.core.specs import GpuSpec, ModelSpec, derived_warning
@@ -77,6 +78,11 @@ def resolve_vllm(model: ModelSpec, gpu: GpuSpec, settings: ServeSettings) -> Vll
         V.check_deepseek_v4_supported(
             model.name, version, gpu.compute_capability, settings.pipeline_parallel_size
         )
+        if settings.speculative_method:
+            raise BadInputError(
+                f"--speculative-config {settings.speculative_method}: DeepSeek-V4's MTP / DSpark drafter (its own "
+                "compressed caches and weights) is not modelled; plan without speculative decoding"
+            )
     fallback = RT.v1_fallback_reason(
         version,
         compute_capability=gpu.compute_capability,
