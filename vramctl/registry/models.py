@@ -212,6 +212,55 @@ _NEMOTRON_H_RENAMES = {
 }
 
 
+def _longcat_names(config: dict[str, Any], where: str) -> dict[str, Any]:
+    """LongCat-Flash (`longcat_flash`; vLLM 0.32.0 longcat_flash.py:249-330): each of its `num_layers` layers runs two
+    MLA attentions and two dense MLPs (`ffn_hidden_size`), then one MoE (`expert_ffn_hidden_size`, `moe_topk`)
+    whose router also scores `zero_expert_num` weightless identity experts. Planned as 2 × num_layers sub-layers of
+    MLA attention + dense MLP (the KV: two MLA latents per layer, as vLLM's cache holds them), the MoE on every
+    second sub-layer; `_longcat_param_count` adds what that shape leaves out."""
+    if config.get("model_type") != "longcat_flash":
+        return config
+    out = dict(config)
+    layers = get_int(config, "num_layers", where, maximum=MAX_LAYERS)
+    out["num_hidden_layers"] = 2 * layers
+    for name, alias in (
+        ("intermediate_size", "ffn_hidden_size"),
+        ("moe_intermediate_size", "expert_ffn_hidden_size"),
+        ("num_experts_per_tok", "moe_topk"),
+    ):
+        if out.get(name) is None and alias in out:  # transformers LongcatFlashConfig.attribute_map
+            out[name] = out[alias]
+    out["moe_layer_freq"] = 2
+    out["_longcat_layers"] = layers
+    return out
+
+
+def _longcat_param_count(spec: ModelSpec, config: Mapping[str, Any], where: str) -> int:
+    """The formula's count of the 2L sub-layer shape, plus what it leaves out per layer (vLLM longcat_flash.py):
+    the dense MLP of the MoE sub-layer (3 × hidden × ffn_hidden_size), the router rows and float32 correction bias
+    of the zero experts (hidden + 1 each), and the correction bias of the real experts (LongcatRouter, :148-168)."""
+    assert spec.moe is not None
+    layers = int(config["_longcat_layers"])
+    zero = get_int(config, "zero_expert_num", where, default=0, minimum=0)
+    per_layer = 3 * spec.hidden_size * spec.intermediate_size + zero * (spec.hidden_size + 1)
+    if not spec.moe.score_correction_bias:
+        per_layer += spec.moe.num_experts
+    return param_count_from_spec(spec) + layers * per_layer
+
+
+def _longcat_weight_bytes(spec: ModelSpec, config: Mapping[str, Any], where: str) -> int:
+    """Unquantised: every parameter in the serving dtype, the router and its bias in float32 (LongcatMoe
+    `router_params_dtype`, longcat_flash.py:190); quantised: the layout formula's bytes scaled by the exact count."""
+    assert spec.moe is not None
+    router = int(config["_longcat_layers"]) * (spec.hidden_size + 1) * (
+        spec.moe.num_experts + get_int(config, "zero_expert_num", where, default=0, minimum=0)
+    )
+    if spec.quantization is None:
+        size = min(2.0, spec.dtype_bytes)
+        return int(spec.param_count * size + router * (4 - size))
+    return round(weight_bytes_keeping(spec, {}) * spec.param_count / param_count_from_spec(spec))
+
+
 def _nemotron_h_names(config: dict[str, Any], where: str) -> dict[str, Any]:
     """Nemotron-H as transformers 5 writes it: `layers_block_type`, one name per layer (linear_attention / moe /
     full_attention / mlp, or the legacy mamba / attention), instead of `hybrid_override_pattern`, and no
@@ -1811,7 +1860,7 @@ def spec_from_config(
     cfg = _zamba2_names(
         _lfm2_names(dbrx_names(legacy_layout(_chatglm_names(_text_config(config, where)))), where), where
     )
-    cfg = pure_mamba_names(_nemotron_h_names(cfg, where), where)
+    cfg = _longcat_names(pure_mamba_names(_nemotron_h_names(cfg, where), where), where)
     model_type = str(cfg.get("_text_model_type") or cfg.get("model_type") or "")
     if model_type == "deepseek_v4":  # compressed sparse attention: its own weights and cache (core/dsv4*.py)
         return _deepseek_v4_spec(
@@ -1988,6 +2037,8 @@ def spec_from_config(
         count = pure_mamba_param_count(spec, cfg, where)
     elif spec.state_space is not None:
         count = _hybrid_param_count(spec, cfg, where)
+    elif cfg.get("_longcat_layers"):
+        count = _longcat_param_count(spec, cfg, where)
     else:
         count = param_count_from_spec(spec)
     if count > MAX_PARAMS:
@@ -1999,6 +2050,8 @@ def spec_from_config(
     spec = _replace(spec, param_count=count)
     if weight_bytes is not None:
         size = weight_bytes
+    elif cfg.get("_longcat_layers"):
+        size = _longcat_weight_bytes(spec, cfg, where)
     elif spec.state_space is not None and spec.quantization is None:
         size = int(count * min(2.0, spec.dtype_bytes))  # every tensor in the 16-bit serving dtype
     elif spec.quantization == "modelopt_mixed":

@@ -74,6 +74,11 @@ def resolve_vllm(model: ModelSpec, gpu: GpuSpec, settings: ServeSettings) -> Vll
     V.check_quantization_supported(model.name, model.quantization, model.quant_algos, version)
     if model.state_space is not None:
         V.check_hybrid_supported(model.name, version, model.architecture)
+    if model.architecture.startswith("LongcatFlash") and settings.pipeline_parallel_size > 1:
+        raise BadInputError(
+            f"--pipeline-parallel-size {settings.pipeline_parallel_size}: LongCat-Flash is planned as two "
+            "attention + MLP sub-layers per layer, which vLLM's stages do not split; plan it with tensor parallelism"
+        )
     if model.dsv4 is not None:
         V.check_deepseek_v4_supported(
             model.name, version, gpu.compute_capability, settings.pipeline_parallel_size
