@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from vramctl.cli.main import main
+from vramctl.core import kv as kvmath
 from vramctl.core.dsv4 import Dsv4Shape, parameter_count, parameter_terms, weight_bytes
 from vramctl.core.dsv4_cache import dsv4_cache, kv_tokens
 from vramctl.core.errors import BadInputError
@@ -107,7 +108,11 @@ def test_packed_pool_matches_vllms_own_grouping(case: str) -> None:
 
 
 def test_kv_tokens_is_vllms_concurrency_times_length() -> None:
-    cache = dsv4_cache(flash_spec().dsv4)
+    """Also what `watch` and the measuring code read (`kvmath.bytes_per_block` / `kv_bytes_per_token`)."""
+    spec = flash_spec()
+    assert kvmath.bytes_per_block(spec, block_size=256) == 1_002_240
+    assert kvmath.kv_bytes_per_token(spec) == 3915
+    cache = dsv4_cache(spec.dsv4)
     assert cache.blocks_per_request(1048576, 16384) == 10778
     assert kv_tokens(cache, 52921, 1048576, 16384) == int(52921 / 10778 * 1048576)
 

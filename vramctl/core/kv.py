@@ -343,7 +343,10 @@ def bytes_per_block(
     """One block id's bytes on one rank: Σ pages of the layers of a group, the largest stage.
 
     For a dense model this is num_layers_of_the_stage × page (Llama-3-8B, block 16: 32 × 65,536 = 2 MiB).
+    DeepSeek-V4: the largest of its packed groups (vramctl.core.dsv4_cache; the same on every rank).
     """
+    if model.dsv4 is not None:
+        return dsv4_cache(model.dsv4, block_size=block_size, kv_cache_dtype=kv_cache_dtype).bytes_per_block
     page = page_size_bytes(
         model, block_size=block_size, kv_cache_dtype=kv_cache_dtype, tp=tp, model_dtype=model_dtype
     )
