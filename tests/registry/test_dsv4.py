@@ -179,6 +179,7 @@ def test_plan_flash_on_two_h200(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert data["kv_bytes_per_token"] == 3915
     assert data["kv_tokens"] == int(data["num_blocks"] / 10_778 * 1_048_576)
     assert any("DeepSeek-V4: KV pool packed from five caches" in note for note in data["explanations"])
+    assert "DSA indexer top-k buffer 16 MiB" in data["terms"]["weights"]["formula"]  # 8,192 × 512 int32
 
 
 @pytest.mark.parametrize(
@@ -190,6 +191,7 @@ def test_plan_flash_on_two_h200(tmp_path: Path, capsys: pytest.CaptureFixture[st
         (("--gpu", "h200", "--engine-version", "0.32.0", "--block-size", "64"), "multiples of 256"),
         (("--gpu", "h200", "--pipeline-parallel-size", "2"), "not modelled per pipeline stage"),
         (("--gpu", "h200", "--engine", "sglang"), "SGLang's DeepSeek-V4 pool is not modelled"),
+        (("--gpu", "h200", "--tensor-parallel-size", "16"), "use a TP size that divides both"),
         (("--gpu", "h200", "--speculative-config", '{"method": "mtp", "num_speculative_tokens": 1}'),
          "drafter (its own compressed caches and weights) is not modelled"),
     ],

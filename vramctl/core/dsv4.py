@@ -72,6 +72,9 @@ class Dsv4Shape:
     expert_dtype: str = "fp4"
     """`fp4` (MXFP4 experts, UE8M0 FP8 scales) or `fp8` (block-FP8 experts, float32 scales)."""
     num_mtp_layers: int = 0
+    index_topk: int = 0
+    """Tokens the indexer selects: the model's `topk_indices_buffer` is max_num_batched_tokens × index_topk int32
+    (nvidia/model.py:1324-1328), built with the weights."""
 
     @property
     def num_layers(self) -> int:

@@ -111,4 +111,5 @@ def dsv4_shape(cfg: Mapping[str, Any], where: str) -> Dsv4Shape:
         quantized=_quantized(quant, where),
         expert_dtype=_expert_dtype(cfg, quant or {}, where),
         num_mtp_layers=get_int(cfg, "num_nextn_predict_layers", where, default=0, minimum=0),
+        index_topk=get_int(cfg, "index_topk", where, default=0, minimum=0),
     )

@@ -83,6 +83,13 @@ def resolve_vllm(model: ModelSpec, gpu: GpuSpec, settings: ServeSettings) -> Vll
         V.check_deepseek_v4_supported(
             model.name, version, gpu.compute_capability, settings.pipeline_parallel_size
         )
+        tp, shape = settings.tensor_parallel_size, model.dsv4
+        if shape.num_attention_heads % tp or shape.o_groups % tp:
+            raise BadInputError(
+                f"--tensor-parallel-size {tp}: DeepSeek-V4 splits its {shape.num_attention_heads} heads and "
+                f"{shape.o_groups} output groups over the ranks (attention.py:212 asserts heads % tp == 0, :220 "
+                "n_local_groups = o_groups // tp); use a TP size that divides both"
+            )
         if settings.speculative_method:
             raise BadInputError(
                 f"--speculative-config {settings.speculative_method}: DeepSeek-V4's MTP / DSpark drafter (its own "
