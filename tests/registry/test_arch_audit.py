@@ -27,14 +27,19 @@ from vramctl.registry.models import spec_from_config
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "arch_audit"
 TOLERANCE = 0.01
 COVERAGE_FLOOR = 0.89
-"""Planned / fixtures: 105 of 117 with vLLM 0.32.0 and transformers 5.19.0 (80 before the audit's fixes, 98 before
-NemotronH and OLMo-Hybrid, 101 before pure Mamba), so one more refusal fails: 104 / 117 = 0.889
+"""Planned / fixtures: 107 of 117 with vLLM 0.32.0 and transformers 5.19.0 (80 before the audit's fixes, 98 before
+NemotronH and OLMo-Hybrid, 101 before pure Mamba, 105 before DeepSeek-V4 and LongCat-Flash); the floor is kept at
+104 / 117 = 0.889
 (docs/models-and-gpus.md, "Architecture coverage")."""
 
 DEVIATIONS: dict[str, str] = {
     # architecture → why vramctl's count differs from transformers' by more than 1 %
     "HYV4ForCausalLM": "its attention output gate (gate_proj, heads × head_dim), the DSA indexer (wq_b, wk, "
     "weights_proj) and hyper-connection mixers (attn_hc / ffn_hc) of vLLM 0.32 hy_v4 are not read: -1.4 %",
+    "LongcatFlashForCausalLM": "transformers 5.19 builds gate_up for the 256 weightless zero experts too "
+    "((768, 4096, 6144) beside a (512, …) down_proj: 180,388,626,432 more); vLLM 0.32 longcat_flash.py builds the 512 "
+    "real experts (FusedMoE num_experts=n_routed_experts, :314-322) and routes to zero experts as identity: -24.3 %, "
+    "exact once that is set aside (tests/registry/test_longcat_flash.py)",
 }
 """architecture → why vramctl's count differs from transformers' by more than 1 % (each cited)."""
 KV_HEADS = {

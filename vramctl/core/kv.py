@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from vramctl.core.dsv4_cache import dsv4_cache
 from vramctl.core.engines.vllm.rules import HYBRID_MIN_VLLM as HYBRID_MIN_VLLM
 from vramctl.core.engines.vllm.rules import rules_for
 from vramctl.core.errors import BadInputError
@@ -319,6 +320,8 @@ def kv_bytes_per_token(
     """
     if model.is_state_only:  # a fixed state per request, nothing per token
         return 0
+    if model.dsv4 is not None:  # the packed pool's block over its 256 tokens (vramctl.core.dsv4_cache)
+        return dsv4_cache(model.dsv4, kv_cache_dtype=kv_cache_dtype).bytes_per_token()
     per_layer = token_bytes_per_layer(model, kv_cache_dtype=kv_cache_dtype, tp=tp, model_dtype=model_dtype)
     worst = 0
     for kinds in stage_layer_kinds(model, pp):
@@ -340,7 +343,10 @@ def bytes_per_block(
     """One block id's bytes on one rank: Σ pages of the layers of a group, the largest stage.
 
     For a dense model this is num_layers_of_the_stage × page (Llama-3-8B, block 16: 32 × 65,536 = 2 MiB).
+    DeepSeek-V4: the largest of its packed groups (vramctl.core.dsv4_cache; the same on every rank).
     """
+    if model.dsv4 is not None:
+        return dsv4_cache(model.dsv4, block_size=block_size, kv_cache_dtype=kv_cache_dtype).bytes_per_block
     page = page_size_bytes(
         model, block_size=block_size, kv_cache_dtype=kv_cache_dtype, tp=tp, model_dtype=model_dtype
     )

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from vramctl.core.dsv4 import Dsv4Shape
+
 # Per-layer attention kinds, as config.json `layer_types` names them (HF transformers convention).
 FULL_ATTENTION = "full_attention"
 SLIDING_ATTENTION = "sliding_attention"
@@ -349,6 +351,9 @@ class ModelSpec:
     rope_cache_elements: int = 0
     """cos/sin values the engine's rotary embeddings precompute (positions × rotary_dim, summed over the distinct
     RoPE set-ups): a buffer allocated with the weights (vramctl.registry.models._rope_cache_elements)."""
+    dsv4: Dsv4Shape | None = field(default=None, compare=False)
+    """DeepSeek-V4 (compressed sparse attention): the shape its weights and five-kind KV cache are sized from
+    (vramctl.core.dsv4, vramctl.core.dsv4_cache); None for every other model."""
     derived: DerivedCheckpoint | None = field(default=None, compare=False)
     """Set when the spec is a bundled base with a quantisation inferred from a checkpoint's name (its own config was
     unavailable): the plan says so and widens the weights band (`vramctl.registry.derived`)."""

@@ -272,7 +272,10 @@ def indexer_topk_buffer_bytes(model: ModelSpec, max_num_batched_tokens: int) -> 
     """DeepSeek-V3.2's `topk_indices_buffer`: `torch.empty(max_num_batched_tokens, index_topk, dtype=int32)` built
     once in `DeepseekV2Model.__init__` and shared by every layer's indexer (vllm/model_executor/models/
     deepseek_v2.py, v0.32.0), on every rank, so inside "Model loading took". 64 MiB at 8,192 batched tokens and
-    index_topk 2048. 0 for models without the indexer."""
+    index_topk 2048. DeepSeek-V4 builds the same buffer (vllm/models/deepseek_v4/nvidia/model.py:1324-1328, 0.32.0):
+    16 MiB at index_topk 512. 0 for models without the indexer."""
+    if model.dsv4 is not None:
+        return max(0, max_num_batched_tokens) * model.dsv4.index_topk * 4
     if model.mla is None or not model.mla.indexer_topk:
         return 0
     return max(0, max_num_batched_tokens) * model.mla.indexer_topk * 4

@@ -12,6 +12,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from vramctl.core.dsv4 import parameter_count as dsv4_parameter_count
+from vramctl.core.dsv4 import weight_bytes as dsv4_weight_bytes
 from vramctl.core.engines import vllm_yarn
 from vramctl.core.errors import BadInputError
 from vramctl.core.params import (
@@ -53,6 +55,7 @@ from vramctl.registry._pure_mamba import (
 from vramctl.registry.ct_groups import main_weights as ct_main_weights
 from vramctl.registry.ct_groups import override_delta
 from vramctl.registry.ct_groups import scheme as ct_scheme
+from vramctl.registry.deepseek_v4 import dsv4_shape
 from vramctl.registry.hybrid_quant import STATE_MIXERS, gated_delta_net_bytes
 from vramctl.registry.modelopt_mixed import mixed_saving_bytes, read_mixed_layers
 from vramctl.registry.vision_towers import vision_tower_params, vision_tower_shape
@@ -94,11 +97,6 @@ _LAYOUT_REFUSED = {
     "num_kv_shared_layers layers share (vLLM gemma3n.py) are not modelled",
     "qwen3_omni_moe": "Qwen3-Omni's thinker (a Qwen3-MoE decoder under thinker_config.text_config) is served with "
     "its audio encoder and vision tower (vLLM qwen3_omni_moe_thinker.py), whose weights vramctl does not count",
-    "deepseek_v4": "DeepSeek-V4's compressed sparse attention is not modelled: per-layer compress_ratios (4 / 128) "
-    "whose MLA caches keep one entry per compress_ratio tokens (MLAAttentionSpec tokens_per_state), a separate "
-    "sliding-window cache (DeepseekV4SWACache), compressor-state and indexer caches (vllm/models/deepseek_v4/"
-    "attention.py, compressor.py, vLLM 0.32.0), nor its hyper-connections (hc_mult) and grouped low-rank output "
-    "projection (o_groups, o_lora_rank)",
 }
 """Plain-attention model types whose layout one ModelSpec cannot describe (one line each)."""
 _QK_NORM_WHOLE = {"olmo2", "minimax_m2", "olmo_hybrid"}
@@ -212,6 +210,55 @@ _NEMOTRON_H_RENAMES = {
     "mamba_conv_bias": "use_conv_bias",
     "mamba_chunk_size": "chunk_size",
 }
+
+
+def _longcat_names(config: dict[str, Any], where: str) -> dict[str, Any]:
+    """LongCat-Flash (`longcat_flash`; vLLM 0.32.0 longcat_flash.py:249-330): each of its `num_layers` layers runs two
+    MLA attentions and two dense MLPs (`ffn_hidden_size`), then one MoE (`expert_ffn_hidden_size`, `moe_topk`)
+    whose router also scores `zero_expert_num` weightless identity experts. Planned as 2 × num_layers sub-layers of
+    MLA attention + dense MLP (the KV: two MLA latents per layer, as vLLM's cache holds them), the MoE on every
+    second sub-layer; `_longcat_param_count` adds what that shape leaves out."""
+    if config.get("model_type") != "longcat_flash":
+        return config
+    out = dict(config)
+    layers = get_int(config, "num_layers", where, maximum=MAX_LAYERS)
+    out["num_hidden_layers"] = 2 * layers
+    for name, alias in (
+        ("intermediate_size", "ffn_hidden_size"),
+        ("moe_intermediate_size", "expert_ffn_hidden_size"),
+        ("num_experts_per_tok", "moe_topk"),
+    ):
+        if out.get(name) is None and alias in out:  # transformers LongcatFlashConfig.attribute_map
+            out[name] = out[alias]
+    out["moe_layer_freq"] = 2
+    out["_longcat_layers"] = layers
+    return out
+
+
+def _longcat_param_count(spec: ModelSpec, config: Mapping[str, Any], where: str) -> int:
+    """The formula's count of the 2L sub-layer shape, plus what it leaves out per layer (vLLM longcat_flash.py):
+    the dense MLP of the MoE sub-layer (3 × hidden × ffn_hidden_size), the router rows and float32 correction bias
+    of the zero experts (hidden + 1 each), and the correction bias of the real experts (LongcatRouter, :148-168)."""
+    assert spec.moe is not None
+    layers = int(config["_longcat_layers"])
+    zero = get_int(config, "zero_expert_num", where, default=0, minimum=0)
+    per_layer = 3 * spec.hidden_size * spec.intermediate_size + zero * (spec.hidden_size + 1)
+    if not spec.moe.score_correction_bias:
+        per_layer += spec.moe.num_experts
+    return param_count_from_spec(spec) + layers * per_layer
+
+
+def _longcat_weight_bytes(spec: ModelSpec, config: Mapping[str, Any], where: str) -> int:
+    """Unquantised: every parameter in the serving dtype, the router and its bias in float32 (LongcatMoe
+    `router_params_dtype`, longcat_flash.py:190); quantised: the layout formula's bytes scaled by the exact count."""
+    assert spec.moe is not None
+    router = int(config["_longcat_layers"]) * (spec.hidden_size + 1) * (
+        spec.moe.num_experts + get_int(config, "zero_expert_num", where, default=0, minimum=0)
+    )
+    if spec.quantization is None:
+        size = min(2.0, spec.dtype_bytes)
+        return int(spec.param_count * size + router * (4 - size))
+    return round(weight_bytes_keeping(spec, {}) * spec.param_count / param_count_from_spec(spec))
 
 
 def _nemotron_h_names(config: dict[str, Any], where: str) -> dict[str, Any]:
@@ -1742,6 +1789,60 @@ def _kda_mixer_params(spec: ModelSpec) -> int:
     return kda + st.head_dim + qkv * h
 
 
+def _deepseek_v4_spec(
+    cfg: Mapping[str, Any],
+    *,
+    where: str,
+    name: str,
+    aliases: Sequence[str],
+    sources: Sequence[tuple[str, str]],
+    param_count: int | None,
+    weight_bytes: int | None,
+) -> ModelSpec:
+    """DeepseekV4ForCausalLM (vramctl.registry.deepseek_v4 → vramctl.core.dsv4): the parameter count and bytes
+    module by module as vLLM 0.32.0 builds them; the plain fields below feed the activation and graph estimates
+    (kv heads 1, head_dim 512; the MoE as it routes)."""
+    shape = dsv4_shape(cfg, where)
+    max_pos, max_len_note, vllm_max_pos = _max_len(cfg, "deepseek_v4", where)
+    count = param_count if param_count is not None else dsv4_parameter_count(shape)
+    quant = cfg.get("quantization_config")
+    notes = [("layout", "DeepSeek-V4: weights and KV cache from vLLM 0.32.0's modules (vramctl/core/dsv4*.py)")]
+    if max_len_note:
+        notes.append(("max_position_embeddings", max_len_note))
+    architectures = get_str_list(cfg, "architectures", where)
+    return ModelSpec(
+        name=name,
+        architecture=architectures[0] if architectures else "DeepseekV4ForCausalLM",
+        hidden_size=shape.hidden_size,
+        intermediate_size=shape.moe_intermediate_size,
+        num_hidden_layers=shape.num_layers,
+        num_attention_heads=shape.num_attention_heads,
+        num_key_value_heads=1,
+        head_dim=shape.head_dim,
+        vocab_size=shape.vocab_size,
+        max_position_embeddings=max_pos,
+        vllm_max_position_embeddings=vllm_max_pos,
+        torch_dtype="bfloat16" if _dtype(cfg, where) == "float32" else _dtype(cfg, where),
+        param_count=count,
+        weight_bytes=weight_bytes if weight_bytes is not None else dsv4_weight_bytes(shape),
+        moe=MoESpec(
+            num_experts=shape.n_routed_experts,
+            num_experts_per_tok=shape.num_experts_per_tok,
+            moe_intermediate_size=shape.moe_intermediate_size,
+            num_shared_experts=shape.n_shared_experts,
+            shared_expert_intermediate_size=shape.moe_intermediate_size * shape.n_shared_experts,
+            score_correction_bias=shape.noaux_tc,
+        ),
+        quantization="fp8" if shape.quantized else None,
+        quant_bits=8 if shape.quantized else None,
+        quant_group_size=128 if shape.quantized and isinstance(quant, Mapping) else None,
+        num_mtp_layers=shape.num_mtp_layers,
+        aliases=tuple(aliases),
+        sources=(*sources, *notes),
+        dsv4=shape,
+    )
+
+
 def spec_from_config(
     config: Mapping[str, Any],
     *,
@@ -1759,8 +1860,13 @@ def spec_from_config(
     cfg = _zamba2_names(
         _lfm2_names(dbrx_names(legacy_layout(_chatglm_names(_text_config(config, where)))), where), where
     )
-    cfg = pure_mamba_names(_nemotron_h_names(cfg, where), where)
+    cfg = _longcat_names(pure_mamba_names(_nemotron_h_names(cfg, where), where), where)
     model_type = str(cfg.get("_text_model_type") or cfg.get("model_type") or "")
+    if model_type == "deepseek_v4":  # compressed sparse attention: its own weights and cache (core/dsv4*.py)
+        return _deepseek_v4_spec(
+            cfg, where=where, name=name, aliases=aliases, sources=sources, param_count=param_count,
+            weight_bytes=weight_bytes,
+        )
     if str(cfg.get("model_type") or "") in _LAYOUT_REFUSED:  # a wrapper refused as a whole (Qwen3-Omni)
         model_type = str(cfg.get("model_type"))
     if model_type in _LAYOUT_REFUSED:
@@ -1931,6 +2037,8 @@ def spec_from_config(
         count = pure_mamba_param_count(spec, cfg, where)
     elif spec.state_space is not None:
         count = _hybrid_param_count(spec, cfg, where)
+    elif cfg.get("_longcat_layers"):
+        count = _longcat_param_count(spec, cfg, where)
     else:
         count = param_count_from_spec(spec)
     if count > MAX_PARAMS:
@@ -1942,6 +2050,8 @@ def spec_from_config(
     spec = _replace(spec, param_count=count)
     if weight_bytes is not None:
         size = weight_bytes
+    elif cfg.get("_longcat_layers"):
+        size = _longcat_weight_bytes(spec, cfg, where)
     elif spec.state_space is not None and spec.quantization is None:
         size = int(count * min(2.0, spec.dtype_bytes))  # every tensor in the 16-bit serving dtype
     elif spec.quantization == "modelopt_mixed":

@@ -299,6 +299,12 @@ def plan_sglang(
             f"--engine sglang: {model.name} has no attention layer (pure Mamba); vramctl plans SGLang's mamba pool "
             "only beside a token pool (hybrids); plan it with --engine vllm"
         )
+    if model.dsv4 is not None:
+        raise BadInputError(
+            f"--engine sglang: {model.name} is DeepSeek-V4, whose compressed caches vramctl sizes only as vLLM "
+            "allocates them (docs/hybrid.md#deepseek-v4); SGLang's DeepSeek-V4 pool is not modelled: plan it with "
+            "--engine vllm"
+        )
     if settings.max_model_len is not None and settings.max_model_len > model.max_position_embeddings:
         raise BadInputError(
             f"--context-length {settings.max_model_len}: above the model's max_position_embeddings "

@@ -36,6 +36,7 @@ from vramctl.core.engines.vllm.kv_manager import (
     _largest_fitting_len,
     _request_kv_bytes,
     _stage_bytes_per_block,
+    blocks_per_request_of,
     kv_view_of_model,
     lora_slots_of,
 )
@@ -494,16 +495,7 @@ def _core(
         stages = _uncharged_lora_slots(stages, slots)
     binding = min(stages, key=lambda st: (st.num_blocks, st.kv_bytes - st.bytes_per_block))
     num_blocks = binding.num_blocks
-    bpr = kvmath.blocks_per_request(
-        kv_model,
-        max_model_len=s.max_model_len,
-        block_size=s.block_size,
-        max_num_batched_tokens=s.max_num_batched_tokens,
-        version=version,
-        pp=pp,
-        async_scheduling=s.async_scheduling,
-        state_blocks=s.state_blocks,
-    )
+    bpr = blocks_per_request_of(kv_model, s, version)
     groups = max(1, len(kvmath.stage_layout(kvmath.stage_layer_kinds(kv_model, pp)[binding.index]).groups))
     concurrency = num_blocks / bpr if bpr else 0.0
     if rules.tokens_from_concurrency:

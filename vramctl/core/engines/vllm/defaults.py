@@ -9,6 +9,7 @@ from typing import Any
 
 from vramctl.core import kv as kvmath
 from vramctl.core import lora, mamba_cache
+from vramctl.core.dsv4_cache import DSV4_BLOCK_SIZE
 from vramctl.core.engines import vllm_runtime as RT
 from vramctl.core.engines import vllm_speculative as SP
 from vramctl.core.engines.vllm import rules as V
@@ -268,7 +269,10 @@ def validate(model: ModelSpec, gpu: GpuSpec, settings: ServeSettings) -> None:
 def default_block_size_for(model: ModelSpec, gpu: GpuSpec, version: str) -> int:
     """The release's default (16 through 0.33, 64 from 0.34: `rules.default_block_size`), raised for MLA on FlashMLA
     (Hopper, 64) and CUTLASS MLA (data-center Blackwell, 128) (`vllm/config/cache.py` (vLLM v0.33.0);
-    `get_preferred_block_size`, `vllm/v1/attention/backend.py:158-166` (0.34.0))."""
+    `get_preferred_block_size`, `vllm/v1/attention/backend.py:158-166` (0.34.0)); 256 for DeepSeek-V4, whose sparse
+    MLA and indexer backends take no other size (vramctl.core.dsv4_cache.DSV4_BLOCK_SIZE)."""
+    if model.dsv4 is not None:
+        return DSV4_BLOCK_SIZE
     if model.is_mla and not V.is_v0(version) and gpu.compute_capability:
         major = gpu.compute_capability.split(".")[0]
         if model.mla is not None and model.mla.indexer_head_dim and major in ("9", "10"):

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from vramctl.core import kv as kvmath
 from vramctl.core import lora, mamba_cache
+from vramctl.core.dsv4_cache import Dsv4Cache, dsv4_cache
 from vramctl.core.engines import vllm_speculative as SP
 from vramctl.core.engines.vllm import rules as V
 from vramctl.core.errors import BadInputError
@@ -85,7 +86,42 @@ def stage_weight_bytes(model: ModelSpec, *, tp: int, pp: int, dtype: str, ep: in
 
 
 
+def dsv4_cache_of(kv_model: ModelSpec, s: VllmSettings) -> Dsv4Cache | None:
+    """DeepSeek-V4's packed pool for these flags (vramctl.core.dsv4_cache); None for any other model."""
+    if kv_model.dsv4 is None:
+        return None
+    return dsv4_cache(kv_model.dsv4, block_size=s.block_size, kv_cache_dtype=s.kv_cache_dtype)
+
+
+def in_flight_tokens(s: VllmSettings, version: tuple[int, ...]) -> int:
+    """Tokens a window cache keeps beyond its window (`VllmConfig.max_in_flight_tokens`, kvmath)."""
+    return kvmath.max_in_flight_tokens(
+        s.max_num_batched_tokens, version=version, pp=s.pipeline_parallel_size, async_scheduling=s.async_scheduling
+    )
+
+
+def blocks_per_request_of(kv_model: ModelSpec, s: VllmSettings, version: tuple[int, ...]) -> int:
+    """Block ids one max_model_len request takes from the shared pool on the binding stage
+    (`kvmath.blocks_per_request`; DeepSeek-V4: Σ over its packed groups, `Dsv4Cache.blocks_per_request`)."""
+    cache = dsv4_cache_of(kv_model, s)
+    if cache is not None:
+        return cache.blocks_per_request(s.max_model_len, in_flight_tokens(s, version))
+    return kvmath.blocks_per_request(
+        kv_model,
+        max_model_len=s.max_model_len,
+        block_size=s.block_size,
+        max_num_batched_tokens=s.max_num_batched_tokens,
+        version=version,
+        pp=s.pipeline_parallel_size,
+        async_scheduling=s.async_scheduling,
+        state_blocks=s.state_blocks,
+    )
+
+
 def _stage_bytes_per_block(kv_model: ModelSpec, s: VllmSettings, stage: int) -> int:
+    cache = dsv4_cache_of(kv_model, s)
+    if cache is not None:  # every rank holds the whole packed pool (max_tp_shards=1)
+        return cache.bytes_per_block
     kinds = kvmath.stage_layer_kinds(kv_model, s.pipeline_parallel_size)[stage]
     if s.state_page_bytes:  # no attention: one group of every state layer (`_get_kv_cache_groups_uniform_spec`)
         return kvmath.stage_layout(kinds).group_size * s.state_page_bytes
@@ -103,6 +139,9 @@ def _request_kv_bytes(kv_model: ModelSpec, s: VllmSettings, length: int, version
     """One request's KV at `length` tokens on one rank (`vramctl.core.kv.per_request_kv_bytes`); a model without
     attention layers holds its state whatever the length (`MambaSpec.max_memory_usage_bytes`: the page × the state
     blocks of the mode)."""
+    cache = dsv4_cache_of(kv_model, s)
+    if cache is not None:  # `_max_memory_usage_bytes_from_groups`: bytes_per_block × Σ groups' pages
+        return cache.request_bytes(length, in_flight_tokens(s, version))
     if s.state_page_bytes:
         return max(
             sum(1 for k in kinds if k in STATE_KINDS)

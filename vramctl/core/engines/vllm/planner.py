@@ -18,6 +18,7 @@ from vramctl.core.engines.vllm.hybrid import _with_hybrid
 from vramctl.core.engines.vllm.kv_manager import kv_view_of_model
 from vramctl.core.engines.vllm.ledger import _ledger
 from vramctl.core.engines.vllm.scheduler import default_capture_sizes
+from vramctl.core.errors import BadInputError
 from vramctl.core.plan_result import PlanEdge, PlanResult
 from vramctl.core.settings import ServeSettings
 from vramctl.core.specs import GpuSpec, ModelSpec, derived_warning
@@ -73,6 +74,27 @@ def resolve_vllm(model: ModelSpec, gpu: GpuSpec, settings: ServeSettings) -> Vll
     V.check_quantization_supported(model.name, model.quantization, model.quant_algos, version)
     if model.state_space is not None:
         V.check_hybrid_supported(model.name, version, model.architecture)
+    if model.architecture.startswith("LongcatFlash") and settings.pipeline_parallel_size > 1:
+        raise BadInputError(
+            f"--pipeline-parallel-size {settings.pipeline_parallel_size}: LongCat-Flash is planned as two "
+            "attention + MLP sub-layers per layer, which vLLM's stages do not split; plan it with tensor parallelism"
+        )
+    if model.dsv4 is not None:
+        V.check_deepseek_v4_supported(
+            model.name, version, gpu.compute_capability, settings.pipeline_parallel_size
+        )
+        tp, shape = settings.tensor_parallel_size, model.dsv4
+        if shape.num_attention_heads % tp or shape.o_groups % tp:
+            raise BadInputError(
+                f"--tensor-parallel-size {tp}: DeepSeek-V4 splits its {shape.num_attention_heads} heads and "
+                f"{shape.o_groups} output groups over the ranks (attention.py:212 asserts heads % tp == 0, :220 "
+                "n_local_groups = o_groups // tp); use a TP size that divides both"
+            )
+        if settings.speculative_method:
+            raise BadInputError(
+                f"--speculative-config {settings.speculative_method}: DeepSeek-V4's MTP / DSpark drafter (its own "
+                "compressed caches and weights) is not modelled; plan without speculative decoding"
+            )
     fallback = RT.v1_fallback_reason(
         version,
         compute_capability=gpu.compute_capability,
@@ -130,6 +152,8 @@ def plan_vllm(
         warnings.insert(0, derived_warning(model))
     if auto_note:
         notes.insert(0, auto_note)
+    if model.dsv4 is not None:
+        notes.append(V.deepseek_v4_note(version))
     if kv_from_checkpoint:
         notes.append(
             f"--kv-cache-dtype auto → {kv_from_checkpoint}: the checkpoint's quantisation config declares its KV cache "

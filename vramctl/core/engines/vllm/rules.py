@@ -73,6 +73,15 @@ tagged source file: the v0.17.0 release notes announce Qwen3.5 support, and 0.15
 architectures ['Qwen3_5MoeForConditionalGeneration'] are not supported for now" (reported in
 runpod-workers/worker-vllm#279 and verl-project/verl#5381); older versions are refused, not guessed."""
 
+DEEPSEEK_V4_MIN_VLLM: tuple[int, int, int] = (0, 20, 0)
+"""The first vLLM that serves DeepSeek-V4 (`DeepseekV4ForCausalLM`): the v0.20.0 release notes, "Initial DeepSeek V4
+support landed (#40860)" (github.com/vllm-project/vllm/releases/tag/v0.20.0). vramctl sizes its weights and its
+five-kind KV cache from vLLM 0.32.0's source (vllm/models/deepseek_v4/, vramctl.core.dsv4_cache); the releases
+between reorganised the package (0.22) and changed the per-block KV allocation (0.24, #44577), which the plan does
+not replay: it says so for a version before 0.32."""
+DEEPSEEK_V4_SOURCE_VLLM: tuple[int, int, int] = (0, 32, 0)
+"""The vLLM whose DeepSeek-V4 source vramctl's layout is read from."""
+
 REMOVED_HYBRID_ARCHITECTURES: dict[str, tuple[int, int, int]] = {
     "BambaForCausalLM": (0, 23, 0),
     "MiniMaxText01ForCausalLM": (0, 23, 0),
@@ -777,6 +786,49 @@ def check_hybrid_supported(model_name: str, version: str, architecture: str = ""
             f"and pure Mamba models for vLLM {'.'.join(map(str, HYBRID_MIN_VLLM))} and later (V1 MambaSpec pages), "
             "not the V0 / early-V1 mamba cache of this version"
         )
+
+
+def check_deepseek_v4_supported(model_name: str, version: str, compute_capability: str | None, pp: int) -> None:
+    """Refuse DeepSeek-V4 on a vLLM before `DEEPSEEK_V4_MIN_VLLM`, on a card whose DeepSeek-V4 backend vramctl does
+    not size (FlashMLA sparse runs on compute capability 9.x / 10.x; SM 12.x defaults to FlashInfer's plain 16-bit
+    layout, `_select_dsv4_attn_cls`, vllm/models/deepseek_v4/nvidia/model.py:1013-1044, 0.32.0), and with pipeline
+    parallelism (the packed groups are not split per stage here)."""
+    if parse_version(version) < DEEPSEEK_V4_MIN_VLLM:
+        first = ".".join(map(str, DEEPSEEK_V4_MIN_VLLM))
+        raise BadInputError(
+            f"--engine-version {version}: {model_name} is DeepSeek-V4 (DeepseekV4ForCausalLM), which vLLM serves from "
+            f"{first} (earlier versions stop with: Model architectures ['DeepseekV4ForCausalLM'] are not supported); "
+            f"use --engine-version {first} or later"
+        )
+    major = (compute_capability or "").split(".")[0]
+    if major not in ("9", "10"):
+        raise BadInputError(
+            f"{model_name}: DeepSeek-V4 is sized for vLLM's FlashMLA sparse backend (compute capability 9.x / 10.x: "
+            f"H100 / H200 / B200 / B300); this card ({compute_capability or 'unknown'}) runs another backend or none "
+            "— not modelled"
+        )
+    if pp > 1:
+        raise BadInputError(
+            f"--pipeline-parallel-size {pp}: DeepSeek-V4's packed KV groups are not modelled per pipeline stage; "
+            "plan it with tensor (and expert) parallelism"
+        )
+
+
+def deepseek_v4_note(version: str) -> str:
+    """The plan's note on a DeepSeek-V4 model: where its cache layout comes from, and what it leaves out."""
+    source = ".".join(map(str, DEEPSEEK_V4_SOURCE_VLLM))
+    older = (
+        f"; vLLM {version} predates that source (0.22 reorganised the model, 0.24 changed its per-block KV "
+        "allocation): the layout is 0.32.0's, not replayed"
+        if parse_version(version) < DEEPSEEK_V4_SOURCE_VLLM
+        else ""
+    )
+    return (
+        "DeepSeek-V4: KV pool packed from five caches per vLLM " + source + " (sliding window 584 B/token, C4A / "
+        "C128A latents 584 B per 4 / 128 tokens, fp8 indexer keys 132 B per 4 tokens, float32 compressor states), "
+        "block 256, every cache replicated on each TP rank (docs/hybrid.md#deepseek-v4); not modelled: the MTP "
+        "layers (--speculative-config), MXFP4 experts re-laid out at load on a card without native FP4" + older
+    )
 
 
 NEMOTRON_H_SSM_DTYPE_ARCHITECTURES = frozenset(
