@@ -18,10 +18,10 @@ from vramctl.core.engines.sglang.rules import (
     RULES_0_4_6,
     RULES_0_5_2,
     RULES_0_5_9,
-    SGLANG_KV_DTYPE_FROM,
     RULES_0_5_17,
     RULES_0_5_18,
     RULES_0_5_23,
+    SGLANG_KV_DTYPE_FROM,
 )
 from vramctl.core.errors import BadInputError
 from vramctl.core.kv import pp_partition
