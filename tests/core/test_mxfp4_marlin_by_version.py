@@ -55,3 +55,11 @@ def test_gpt_oss_20b_on_an_rtx_3090_both_sides(capsys: pytest.CaptureFixture[str
     after = _weights_gib("0.10.1", capsys)
     assert abs(before - 12.88) / 12.88 < 0.01
     assert 0.8 < after - before < 0.9
+
+
+def test_the_launch_wheel_keeps_the_triton_path(capsys: pytest.CaptureFixture[str]) -> None:
+    """`vllm==0.10.1+gptoss` (the launch image) predates the Marlin path although its release number is 0.10.1."""
+    launch = rules_for("0.10.1+gptoss")
+    assert not launch.mxfp4_marlin_below_hopper and not launch.mxfp4_marlin_on_hopper
+    assert rules_for("0.10.1").mxfp4_marlin_below_hopper
+    assert abs(_weights_gib("0.10.1+gptoss", capsys) - _weights_gib("0.10.0", capsys)) < 1e-9

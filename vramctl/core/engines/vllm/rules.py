@@ -609,8 +609,8 @@ def _rules_for_tuple(text: str, v: Version) -> VllmRules:
         skips_unused_tower=v >= (0, 15, 0),
         has_skip_mm_profiling=v >= (0, 10, 2),
         has_language_model_only=v >= (0, 17, 0),
-        mxfp4_marlin_on_hopper=(0, 10, 1) <= v < (0, 10, 2),
-        mxfp4_marlin_below_hopper=v >= MXFP4_MARLIN_FROM_VLLM,
+        mxfp4_marlin_on_hopper=(0, 10, 1) <= v < (0, 10, 2) and not _gpt_oss_launch_build(text),
+        mxfp4_marlin_below_hopper=v >= MXFP4_MARLIN_FROM_VLLM and not _gpt_oss_launch_build(text),
         v1_pre_profile_charge="none"
         if v < (0, 8, 0) or v >= (0, 11, 0)
         else "process"
@@ -863,6 +863,14 @@ def check_quantization_supported(model_name: str, quantization: str | None, algo
 
 MXFP4_MARLIN_FROM_VLLM: Version = (0, 10, 1)
 """The first release whose MXFP4 MoE runs Marlin (padded experts) below Hopper (`VllmRules.mxfp4_marlin_below_hopper`)."""
+
+GPT_OSS_LAUNCH_BUILD = "+gptoss"
+"""The local version of the gpt-oss launch wheel (`vllm==0.10.1+gptoss`, the `vllm/vllm-openai:gptoss` image): a 0.10.1
+pre-release built before the Marlin MXFP4 path, so `--engine-version 0.10.1+gptoss` keeps the Triton path."""
+
+
+def _gpt_oss_launch_build(text: str) -> bool:
+    return text.strip().lower().endswith(GPT_OSS_LAUNCH_BUILD)
 
 
 KV_CACHE_DTYPE_ADDED: tuple[tuple[Version, tuple[str, ...]], ...] = (
