@@ -24,6 +24,8 @@ class UnknownNameError(BadInputError):
 
     def __init__(self, kind: str, name: str, suggestions: Sequence[str]) -> None:
         hint = f"; did you mean {', '.join(suggestions)}?" if suggestions else ""
+        if kind == "GPU":  # an unlisted card is planned from its total, the registry's escape hatch
+            hint += " (an unlisted card: pass --gpu-memory with the total your engine's log or torch reports)"
         super().__init__(f"unknown {kind} {name!r}{hint}")
         self.kind = kind
         self.name = name

@@ -94,6 +94,7 @@ def mxfp4_backend(
     vendor: str = "nvidia",
     lora: bool = False,
     marlin_on_hopper: bool = False,
+    marlin_below_hopper: bool = True,
 ) -> str | None:
     """The MoE kernel vLLM picks for an MXFP4 checkpoint (`get_mxfp4_backend`,
     vllm/model_executor/layers/quantization/mxfp4.py, 0.11-0.12) with its default environment:
@@ -106,7 +107,8 @@ def mxfp4_backend(
     - AMD: `rocm` (no load-time change modelled). None when the capability is unknown.
 
     `marlin_on_hopper`: the version runs Marlin on SM 9.0 too (vLLM 0.10.0-0.10.1, torch 2.7.1:
-    `VllmRules.mxfp4_marlin_on_hopper`).
+    `VllmRules.mxfp4_marlin_on_hopper`). `marlin_below_hopper` False (before 0.10.1: the gpt-oss launch build): SM 8.x
+    and 12.x run triton_kernels with strided layouts, `triton_strided` (`VllmRules.mxfp4_marlin_below_hopper`).
     """
     if vendor != "nvidia":
         return "rocm"
@@ -120,7 +122,7 @@ def mxfp4_backend(
         return "marlin" if marlin_on_hopper else "triton"
     if major == 10:
         return "triton" if lora else "flashinfer"
-    return "marlin"
+    return "marlin" if marlin_below_hopper else "triton_strided"
 
 
 def mxfp4_load_change(
@@ -132,6 +134,7 @@ def mxfp4_load_change(
     vendor: str = "nvidia",
     lora: bool = False,
     marlin_on_hopper: bool = False,
+    marlin_below_hopper: bool = True,
 ) -> LoadTimeChange | None:
     """What vLLM's `Mxfp4MoEMethod` adds to each MoE layer of an MXFP4 checkpoint on one rank
     (vllm/model_executor/layers/quantization/mxfp4.py `create_weights` / `process_weights_after_loading`,
@@ -149,7 +152,13 @@ def mxfp4_load_change(
     """
     if (model.quantization or "").lower() != "mxfp4" or model.moe is None:
         return None
-    backend = mxfp4_backend(compute_capability, vendor=vendor, lora=lora, marlin_on_hopper=marlin_on_hopper)
+    backend = mxfp4_backend(
+        compute_capability,
+        vendor=vendor,
+        lora=lora,
+        marlin_on_hopper=marlin_on_hopper,
+        marlin_below_hopper=marlin_below_hopper,
+    )
     if backend is None or backend == "rocm":
         return None
     moe = model.moe
@@ -168,6 +177,12 @@ def mxfp4_load_change(
     if backend == "marlin":
         extra = layer_bytes(_round_up(inter, 128), _round_up(hidden, 256), bias) - loaded
         what = "Marlin pads the expert tensors (intermediate per rank to 128, hidden to 256)"
+    elif backend == "triton_strided":
+        extra = layer_bytes(_round_up(inter, 64), hidden, 4 if bias else 0) - loaded
+        what = (
+            "triton_kernels with strided layouts below SM 9.0 (no Hopper swizzle, no padded copy of the scales): "
+            "only the biases become float32"
+        )
     elif backend == "flashinfer":
         extra = layer_bytes(_round_up(inter, 256), _round_up(hidden, 256), 4 if bias else 0) - loaded
         what = "FlashInfer (SM100) pads the expert tensors to multiples of 256 and keeps float32 biases"
@@ -185,12 +200,19 @@ def mxfp4_load_change(
         per_moe_layer_bytes=max(0, extra),
         backend=backend,
         note=f"MXFP4 on SM {compute_capability} ({backend} backend): {what} "
-        + (
-            "(vllm/model_executor/layers/quantization/mxfp4.py:123-135 at 0.10.1: torch 2.7.1 keeps Hopper on Marlin)"
-            if backend == "marlin" and marlin_on_hopper and (compute_capability or "").startswith("9.")
-            else "(vllm/model_executor/layers/quantization/mxfp4.py, 0.11-0.12)"
-        ),
+        + _mxfp4_source(backend, marlin_on_hopper and (compute_capability or "").startswith("9.")),
     )
+
+
+def _mxfp4_source(backend: str, hopper_marlin: bool) -> str:
+    if backend == "triton_strided":
+        return (
+            "(vllm/model_executor/layers/quantization/mxfp4.py before 0.10.1: the gpt-oss launch build, "
+            "vllm-project/vllm PR #22259; Marlin below Hopper from 0.10.1, mxfp4.py:123-135)"
+        )
+    if backend == "marlin" and hopper_marlin:
+        return "(vllm/model_executor/layers/quantization/mxfp4.py:123-135 at 0.10.1: torch 2.7.1 keeps Hopper on Marlin)"
+    return "(vllm/model_executor/layers/quantization/mxfp4.py, 0.11-0.12)"
 
 
 FP8_NATIVE_SM = (8, 9)

@@ -106,6 +106,27 @@ def _unified(name: str) -> str | None:
     return None
 
 
+NON_CUDA_DEVICES: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"(^|-)(ascend|atlas|npu)(-|$)|^910[a-z]?(-|$)|^310p?(-|$)"), "a Huawei Ascend NPU (vllm-ascend / SGLang's NPU backend)"),
+    (re.compile(r"(^|-)(hygon|dcu)(-|$)|^(k100|z100)(-ai|l)?(-|$)"), "a Hygon DCU (its DTK stack)"),
+    (re.compile(r"(^|-)(apple|mps|metal)(-|$)|^m[1-5](-(pro|max|ultra))?(-|$)"), "Apple silicon (Metal, unified memory)"),
+    (re.compile(r"(^|-)(gaudi[0-9]?|hpu|habana)(-|$)"), "an Intel Gaudi HPU (vLLM's HPU backend)"),
+    (re.compile(r"(^|-)(xpu|arc|ponte-vecchio|intel)(-|$)|data-center-gpu-max"), "an Intel XPU (vLLM's XPU backend)"),
+    (re.compile(r"(^|-)(tpu|trainium|inferentia|neuron)[0-9a-z]*(-|$)"), "a TPU / AWS Neuron accelerator"),
+)
+"""Devices vramctl has no memory rules for: their engines' memory accounting is another platform's (Ascend, Hygon,
+Apple, Intel, TPU / Neuron), so a name matching one is refused in one line instead of "unknown GPU"."""
+
+
+def _non_cuda(name: str) -> str | None:
+    key = normalize(name).replace(" ", "-").replace("_", "-")
+    key = re.sub(r"-+", "-", key).strip("-")
+    for pattern, what in NON_CUDA_DEVICES:
+        if pattern.search(key):
+            return what
+    return None
+
+
 def load_gpu(name: str) -> GpuSpec:
     """A bundled GPU by id, alias, or its torch / nvidia-smi name (`NVIDIA H100 80GB HBM3`), any case.
 
@@ -122,6 +143,12 @@ def load_gpu(name: str) -> GpuSpec:
     path = GPUS.find(name)
     if path is None:
         path = _find_by_memory_size(name)
+    if path is None and (what := _non_cuda(name)) is not None:
+        raise BadInputError(
+            f"--gpu {name}: {what}; vramctl models vLLM and SGLang memory on NVIDIA (CUDA) and AMD (ROCm) GPUs only and "
+            "bundles no total or rules for it; --gpu-memory with the device total its log prints gives only a rough "
+            "plan under CUDA rules"
+        )
     if path is None:
         raise UnknownNameError("GPU", name, GPUS.suggest(name))
     return _gpu_at(path)

@@ -42,8 +42,8 @@ from vramctl.core.engines.sglang.pool import (
     dsa_defaults,
     fp4_kv_refusal,
     is_dsa,
-    is_fp4_kv,
     is_hybrid_swa,
+    is_scaled_kv,
     layers_per_stage,
     mamba_pool,
     stage_layout,
@@ -325,7 +325,9 @@ def plan_sglang(
         settings = replace(settings, kv_cache_dtype=dsa.kv_cache_dtype, page_size=dsa.page_size)
         opts = opts.with_changes(dsa_decode_backend=dsa.decode_backend)
         trace.branch.append(dsa.words)
-    if is_fp4_kv(settings) and (refusal := fp4_kv_refusal(model, opts, rules)) is not None:
+    if is_scaled_kv(settings) and (
+        refusal := fp4_kv_refusal(model, opts, rules, settings.kv_cache_dtype, version)
+    ) is not None:
         raise BadInputError(refusal)
     resolved = _resolve(model, settings, opts, rules, gpu_mem, trace)
     post_capture, post_why = post_capture_kv_sizing_planned(resolved, model, settings.kv_cache_dtype)

@@ -21,10 +21,11 @@ from vramctl.core.engines.sglang.rules import (
     RULES_0_5_17,
     RULES_0_5_18,
     RULES_0_5_23,
+    SGLANG_KV_DTYPE_FROM,
 )
 from vramctl.core.errors import BadInputError
 from vramctl.core.kv import pp_partition
-from vramctl.core.settings import ServeSettings
+from vramctl.core.settings import ServeSettings, parse_version
 from vramctl.core.specs import ModelSpec
 from vramctl.core.units import GiB, MiB
 from vramctl.core.weights import stage_rank_weight_bytes
@@ -48,12 +49,14 @@ def _kv_dtype_bytes(model: ModelSpec, settings: ServeSettings) -> float:
         "fp8_e5m2": 1.0,
         "float8_e4m3fn": 1.0,
         "float8_e5m2": 1.0,
-        FP4_KV_DTYPE: 1.0,  # torch.float4_e2m1fn_x2: one element = two values; cell_size adds the halving and scales
+        # torch.float4_e2m1fn_x2: one element = two values; cell_size adds the halving and scales
+        **dict.fromkeys(FP4_KV_DTYPES, 1.0),
+        MXFP8_KV_DTYPE: 1.0,  # torch.float8_e4m3fn data; cell_size adds the 1/32 block scales
     }
     if kv not in table:
         raise BadInputError(
-            f"--kv-cache-dtype {settings.kv_cache_dtype!r}: SGLang sizing knows auto, bf16, fp16, fp32, "
-            "fp8_e4m3, fp8_e5m2, fp4_e2m1"
+            f"--kv-cache-dtype {settings.kv_cache_dtype!r}: not an SGLang KV cache dtype (SGLang 0.5.x accepts auto, "
+            "fp8_e5m2, fp8_e4m3, mxfp8, bf16, bfloat16, nvfp4, fp4_mx_block16, fp4_e2m1)"
         )
     return table[kv]
 
@@ -70,25 +73,54 @@ def _kv_dtype_bytes(model: ModelSpec, settings: ServeSettings) -> float:
 # The hybrid pools (sliding-window `HybridSWAPoolConfigurator`, which counts one byte per element with no scales, and
 # the hybrid linear / Mamba pool, which builds no FP4 class) are not modelled, nor releases before 0.5.9 (the rule sets
 # vramctl has read that carry both FP4 pools).
+#
+# Later 0.5.x releases name the FP4 recipes: `nvfp4` (E2M1 data + an FP8 E4M3 scale per 16 values) and
+# `fp4_mx_block16` (E2M1 data + a uint8 biased-exponent scale per 16 values; the recipe `fp4_e2m1` selected, which the
+# newest source deprecates in its favour). Both are stored as torch.float4_e2m1fn_x2 (`configure_kv_cache_dtype`,
+# python/sglang/srt/mem_cache/kv_cache_dtype.py) and sized by the same `is_float4_e2m1fn_x2` branch of
+# `_compute_cell_size`, so their cell is fp4_e2m1's. `mxfp8` (FA4 backend) stores float8_e4m3fn plus one scale byte per
+# 32 values: `cell += kv_heads × (head_dim + v_head_dim) × layers // 32` (`_compute_cell_size`, the `mxfp8` branch;
+# the MLA branch adds no scale term). The first releases that accept them are in SGLANG_KV_DTYPE_FROM.
 FP4_KV_DTYPE = "fp4_e2m1"
+FP4_KV_DTYPES = frozenset({FP4_KV_DTYPE, "fp4_mx_block16", "nvfp4"})
+MXFP8_KV_DTYPE = "mxfp8"
 FP4_SCALE_BLOCK = 16
+SGLANG_ONLY_KV_DTYPES = frozenset({FP4_KV_DTYPE, "fp4_mx_block16", MXFP8_KV_DTYPE})
+"""SGLang `--kv-cache-dtype` values vLLM has no choice of that name for."""
+MXFP8_SCALE_BLOCK = 32
 
 
 def is_fp4_kv(settings: ServeSettings) -> bool:
-    return settings.kv_cache_dtype.strip().lower() == FP4_KV_DTYPE
+    return settings.kv_cache_dtype.strip().lower() in FP4_KV_DTYPES
 
 
-def fp4_kv_refusal(model: ModelSpec, options: SglangOptions, rules: str) -> str | None:
-    """Why vramctl cannot size `--kv-cache-dtype fp4_e2m1` for this model and release, or None when it can."""
-    if rules in (RULES_0_4_6, RULES_0_5_2):
+def is_scaled_kv(settings: ServeSettings) -> bool:
+    """An SGLang KV dtype stored with block scales beside the data (FP4 recipes, mxfp8)."""
+    return is_fp4_kv(settings) or settings.kv_cache_dtype.strip().lower() == MXFP8_KV_DTYPE
+
+
+def fp4_kv_refusal(
+    model: ModelSpec, options: SglangOptions, rules: str, kv_cache_dtype: str = FP4_KV_DTYPE, version: str | None = None
+) -> str | None:
+    """Why vramctl cannot size this block-scaled `--kv-cache-dtype` (fp4_e2m1, nvfp4, fp4_mx_block16, mxfp8) for
+    this model and release, or None when it can."""
+    kv = kv_cache_dtype.strip().lower()
+    since = SGLANG_KV_DTYPE_FROM.get(kv)
+    if since is not None and version is not None and parse_version(version) < since:
+        first = ".".join(map(str, since))
         return (
-            "--kv-cache-dtype fp4_e2m1: vramctl sizes SGLang's FP4 KV pools from 0.5.9 on (they arrived in late "
+            f"--kv-cache-dtype {kv}: SGLang {version} does not accept it (the first release read that lists it is "
+            f"{first}: server_args.py kv_cache_dtype choices); pass --engine-version {first} or later if your build has it"
+        )
+    if kv in FP4_KV_DTYPES and rules in (RULES_0_4_6, RULES_0_5_2):
+        return (
+            f"--kv-cache-dtype {kv}: vramctl sizes SGLang's FP4 KV pools from 0.5.9 on (they arrived in late "
             "2025, sglang PRs #10078 and #12612); pass --engine-version 0.5.9 or later if your build has them"
         )
     if is_hybrid_swa(model, options) or model.state_space is not None:
         return (
-            f"--kv-cache-dtype fp4_e2m1: {model.name} is a hybrid (sliding-window or linear-attention) model; "
-            "SGLang's hybrid pools do not size FP4 the way its FP4 pools store it, and vramctl does not plan it; "
+            f"--kv-cache-dtype {kv}: {model.name} is a hybrid (sliding-window or linear-attention) model; "
+            "SGLang's hybrid pools size block-scaled KV dtypes their own way, and vramctl does not plan it; "
             "use fp8_e4m3 or auto"
         )
     return None
@@ -213,6 +245,7 @@ def cell_size(
         return (latent + model.mla.indexer_bytes_per_token) * layers
     dtype_bytes = _kv_dtype_bytes(model, settings)
     fp4 = is_fp4_kv(settings)
+    mx_scales = settings.kv_cache_dtype.strip().lower() == MXFP8_KV_DTYPE
     if model.mla is not None:
         latent = model.mla.kv_lora_rank + model.mla.qk_rope_head_dim
         if fp4:
@@ -225,6 +258,8 @@ def cell_size(
     heads = max(1, model.num_key_value_heads // attn_tp)
     if fp4:
         return heads * 2 * model.head_dim * layers // 2 + heads * model.head_dim * layers * 2 // FP4_SCALE_BLOCK
+    if mx_scales:
+        return heads * 2 * model.head_dim * layers + heads * 2 * model.head_dim * layers // MXFP8_SCALE_BLOCK
     return int(heads * 2 * model.head_dim * layers * dtype_bytes)
 
 

@@ -49,6 +49,15 @@ def rules_for_version(version: str) -> str:
     return RULES_0_5_23
 
 
+SGLANG_KV_DTYPE_FROM: Mapping[str, tuple[int, int, int]] = {
+    "mxfp8": (0, 5, 18),  # `_compute_cell_size` adds its 1/32 scale term in 0.5.18 (pool_configurator.py L235)
+    "nvfp4": (0, 5, 20),  # `--kv-cache-dtype` choices listed by `launch_server --help` of 0.5.20
+    "fp4_mx_block16": (0, 5, 20),  # idem; the recipe fp4_e2m1 selected before (kv_cache_dtype.py)
+}
+"""The first SGLang release vramctl has read that accepts each newer `--kv-cache-dtype` value (server_args.py
+`kv_cache_dtype` choices); an older `--engine-version` is refused in one line."""
+
+
 # --- constants -----------------------------------------------------------------------------------------
 DEFAULT_MAX_PREFILL_TOKENS = 16384
 """`max_prefill_tokens` default (0.5.18 server_args.py L811)."""

@@ -311,6 +311,7 @@ def _weights_per_stage(
         vendor=gpu.vendor,
         lora=s.enable_lora,
         marlin_on_hopper=V.rules_for(s.version).mxfp4_marlin_on_hopper,
+        marlin_below_hopper=V.rules_for(s.version).mxfp4_marlin_below_hopper,
     ) or fp8_marlin_load_change(model, tp=tp, compute_capability=gpu.compute_capability, vendor=gpu.vendor)
     rope = rope_cache_bytes(model, s.dtype)
     topk = indexer_topk_buffer_bytes(model, s.max_num_batched_tokens)

@@ -241,9 +241,9 @@ def settings_record(model: ModelSpec, gpu: GpuSpec, settings: ServeSettings) -> 
     computed: what a plan whose top level is another engine's (`--engine sglang`) carries under `settings` for
     the header and `diff`'s rule context (`resolve_vllm` at the newest release: `plan_vllm` refuses the same
     input with the same message)."""
-    from vramctl.core.engines.sglang.pool import FP4_KV_DTYPE
+    from vramctl.core.engines.sglang.pool import SGLANG_ONLY_KV_DTYPES
 
-    if settings.kv_cache_dtype.strip().lower() == FP4_KV_DTYPE:
+    if settings.kv_cache_dtype.strip().lower() in SGLANG_ONLY_KV_DTYPES:
         # an SGLang-only KV dtype (SGLang's own sizing validated it): the record is resolved with vLLM's 1-byte
         # dtype and carries the user's value
         fp8 = resolve_vllm(model, gpu, settings.with_changes(engine="sglang", kv_cache_dtype="fp8")).settings

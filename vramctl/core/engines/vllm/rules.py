@@ -417,6 +417,14 @@ class VllmRules:
     pins torch==2.7.1 (its METADATA); `create_weights` then pads the experts for Marlin (`:156-167`). From 0.10.2
     (torch 2.8.0) Hopper takes the Triton path where `triton_kernels` is importable (`[0.10.2] mxfp4.py:88-97`),
     vendored in the wheel from 0.12.0 (`vllm/third_party/triton_kernels`)."""
+    mxfp4_marlin_below_hopper: bool
+    """An MXFP4 MoE checkpoint runs on the Marlin kernel, with its padded experts, on Ampere / Ada (SM 8.x) and
+    SM 12.x: from 0.10.1 (`Mxfp4MoEMethod._should_use_marlin`, `[0.10.1] vllm/model_executor/layers/quantization/
+    mxfp4.py:123-135`, `create_weights` padding `:156-167`). Before it (the gpt-oss launch build, vllm-project/vllm
+    PR #22259 of 2025-08-05, shipped as the `vllm/vllm-openai:gptoss` image, a 0.10.1 pre-release) every CUDA GPU but
+    SM 10.0 ran OpenAI's triton_kernels `matmul_ogs`; below SM 9.0 its default weight and scale layouts are strided
+    (no Hopper swizzle), so the experts load unpadded and only the biases grow to float32 (gpt-oss-20b on an RTX 3090:
+    12.88 GiB logged, vllm-project/vllm#22331). False: that Triton path (`MXFP4_MARLIN_FROM_VLLM`)."""
     new_wordings: bool
     """The 0.12 → wordings: "Free memory on device cuda:0 …" (`vllm/v1/worker/utils.py:742`), the CPU-backend
     remarks and docs link of the no-cache / one-request errors (`kv_cache_planning.py:56-87`), and sizes in
@@ -610,7 +618,8 @@ def _rules_for_tuple(text: str, v: Version) -> VllmRules:
         skips_unused_tower=v >= (0, 15, 0),
         has_skip_mm_profiling=v >= (0, 10, 2),
         has_language_model_only=v >= (0, 17, 0),
-        mxfp4_marlin_on_hopper=v < (0, 10, 2),
+        mxfp4_marlin_on_hopper=(0, 10, 1) <= v < (0, 10, 2) and not _gpt_oss_launch_build(text),
+        mxfp4_marlin_below_hopper=v >= MXFP4_MARLIN_FROM_VLLM and not _gpt_oss_launch_build(text),
         v1_pre_profile_charge="none"
         if v < (0, 8, 0) or v >= (0, 11, 0)
         else "process"
@@ -902,6 +911,18 @@ def check_quantization_supported(model_name: str, quantization: str | None, algo
                 "vllm/model_executor/layers/quantization/modelopt.py); use --engine-version "
                 f"{since} or later"
             )
+
+
+MXFP4_MARLIN_FROM_VLLM: Version = (0, 10, 1)
+"""The first release whose MXFP4 MoE runs Marlin (padded experts) below Hopper (`VllmRules.mxfp4_marlin_below_hopper`)."""
+
+GPT_OSS_LAUNCH_BUILD = "+gptoss"
+"""The local version of the gpt-oss launch wheel (`vllm==0.10.1+gptoss`, the `vllm/vllm-openai:gptoss` image): a 0.10.1
+pre-release built before the Marlin MXFP4 path, so `--engine-version 0.10.1+gptoss` keeps the Triton path."""
+
+
+def _gpt_oss_launch_build(text: str) -> bool:
+    return text.strip().lower().endswith(GPT_OSS_LAUNCH_BUILD)
 
 
 KV_CACHE_DTYPE_ADDED: tuple[tuple[Version, tuple[str, ...]], ...] = (
