@@ -99,3 +99,12 @@ def test_d_variants_and_hgx_names() -> None:
     assert load_gpu("RTX 4090 D").name == "rtx-4090"
     assert load_gpu("NVIDIA GeForce RTX 5090 D").name == "rtx-5090"
     assert load_gpu("HGX B200").name == "b200"
+
+
+def test_a_memory_size_never_resolves_to_another_board() -> None:
+    """'RTX 3060 8GB' is the 8 GB RTX 3060 (not bundled): the RTX 3060 Ti also has 8 GB but is another board."""
+    with pytest.raises(Exception, match="bundled NVIDIA GeForce RTX 3060 has 12 GB, not 8 GB"):
+        load_gpu("RTX 3060 8GB")
+    assert load_gpu("RTX 3060 12GB").name == "rtx-3060"
+    assert load_gpu("RTX 3060 Ti 8GB").name == "rtx-3060-ti"
+    assert load_gpu("h100 94gb").name == load_gpu("H100 NVL").name

@@ -165,6 +165,18 @@ def _has_memory(gpu: GpuSpec, stated_gib: int) -> bool:
     return abs(_board_gib(gpu) - stated_gib) <= 0.1 * stated_gib
 
 
+# A word after the board name that makes another board, not another memory size of this one (`rtx 3060 ti` is not
+# an `rtx 3060` variant: an "RTX 3060 8GB" must not resolve to the 3060 Ti, which also has 8 GB).
+_OTHER_BOARD_WORDS = frozenset({"ti", "super", "xt", "xtx", "d", "max", "laptop", "mobile"})
+
+
+def _is_variant_name(candidate: str, board: str) -> bool:
+    if not candidate.startswith(board):
+        return False
+    rest = candidate[len(board) :].replace("-", " ").split()
+    return not rest or rest[0] not in _OTHER_BOARD_WORDS
+
+
 def _find_by_memory_size(name: str) -> Path | None:
     """`RTX 4060 Ti 16GB`, `a100 80g`, `v100-32gb`: a board name with its memory size appended, as nvidia-smi and
     cloud catalogues write it. The board's profile answers when its memory is that size (nvidia-smi's total within
@@ -183,7 +195,7 @@ def _find_by_memory_size(name: str) -> Path | None:
         other
         for other in GPUS.paths()
         if other != path
-        and any(normalize(n).startswith(board) for n in GPUS.names_of(other))
+        and any(_is_variant_name(normalize(n), board) for n in GPUS.names_of(other))
         and _has_memory(_gpu_at(other), stated_gib)
     ]
     if len(variants) == 1:
