@@ -107,7 +107,7 @@ def test_the_same_driver_refusal_outside_a_resume_keeps_the_old_answer() -> None
 # ---------------------------------------------------------------- a card-sized tensor with no engine in the log
 
 HUGE = (
-    "  File \"/opt/venv/lib/python3.11/site-packages/torch/nn/modules/module.py\", line 1501, in _call_impl\n"
+    '  File "/opt/venv/lib/python3.11/site-packages/torch/nn/modules/module.py", line 1501, in _call_impl\n'
     "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 210.00 GiB (GPU 0; 79.15 GiB total capacity; "
     "6.10 GiB already allocated; 71.80 GiB free; 6.20 GiB reserved in total by PyTorch)\n"
 )
@@ -129,7 +129,7 @@ def test_a_card_sized_request_in_an_engines_log_keeps_the_old_answer() -> None:
 CUT = (
     "Capturing batches (avail_mem=0.30 GB):   0%|          | 0/4\n"
     "Scheduler hit an exception: Traceback (most recent call last):\n"
-    "  File \"/sgl/python/sglang/srt/model_executor/cuda_graph_runner.py\", line 300, in __init__\n"
+    '  File "/sgl/python/sglang/srt/model_executor/cuda_graph_runner.py", line 300, in __init__\n'
     "    self.capture()\n"
 )
 
@@ -158,7 +158,9 @@ def test_an_allocation_failure_with_lmcache_yaml_cpu_buffer_is_that_buffer() -> 
 
 
 def test_the_same_failure_without_lmcache_keeps_the_old_answer() -> None:
-    d = diagnose_text("after hours of load every store fails:\nFailed to allocate memory block of size 4096 on 1 TB host RAM\n")
+    d = diagnose_text(
+        "after hours of load every store fails:\nFailed to allocate memory block of size 4096 on 1 TB host RAM\n"
+    )
     assert d.cause != "host-kv-buffer-exhausted"
 
 
