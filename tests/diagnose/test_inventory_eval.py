@@ -266,9 +266,9 @@ def test_held_out_sets_are_disjoint() -> None:
             seen[url] = name
 
 
-@pytest.mark.parametrize("name", ["dev6.yaml", "dev7.yaml", "dev8.yaml", "dev9.yaml", "dev10.yaml", "dev11.yaml"])
+@pytest.mark.parametrize("name", ["dev6.yaml", "dev7.yaml", "dev8.yaml", "dev9.yaml", "dev10.yaml", "dev11.yaml", "dev12.yaml"])
 def test_an_odd_numbered_label_file_is_a_valid_development_set(name: str) -> None:
-    """dev6 - dev11: known labels and phases, labels and sources only, odd thread numbers, no thread of any other file."""
+    """dev6 - dev12: known labels and phases, labels and sources only, odd thread numbers, no thread of any other file."""
     from vramctl.diagnose.inventory import LABELS, PHASES
 
     folder = ROOT / "tests" / "fixtures" / "oom_eval"
