@@ -7,7 +7,8 @@
 Without `--logs` (the logs are not at hand): the read-log recovery part is skipped, and each point is planned with
 `vramctl plan --json` from the index's own fields (model, card, tp, max_model_len, gpu_memory_utilization,
 max_num_seqs, enforce_eager, engine and version) and scored against the index's `logged:` numbers (available KV in
-GiB, or KV tokens at the plan's bytes per token; weights). Flags only the log shows (a KV dtype, speculative decoding,
+GiB, or KV tokens at the plan's bytes per token, V0's `gpu_blocks` counted as blocks of 16 tokens unless the
+index gives `block_size:`; weights). Flags only the log shows (a KV dtype, speculative decoding,
 …) are then unknown, so these numbers are comparable with each other, not with a run with the logs. A point whose
 `plan:` names no card (`gpu` / `gpu_memory`) is counted as not planned in this mode (vramctl's default card would be
 compared with a log from another card).
@@ -197,12 +198,17 @@ def plan_only(point: dict[str, Any], plan: dict[str, Any], model: str) -> dict[s
     if kv_logged is None and logged.get("k_size_gb") is not None and logged.get("v_size_gb") is not None:
         k, v = _number(logged["k_size_gb"]), _number(logged["v_size_gb"])
         kv_logged = (k or 0) + (v or 0)
+    logged_tokens = _number(logged.get("kv_tokens"))
+    if logged_tokens is None and _number(logged.get("gpu_blocks")) is not None and point.get("engine") != "sglang":
+        # V0's "# GPU blocks: N": N blocks of the engine's block size (16, vLLM's CUDA default, unless the index
+        # states another), i.e. the pool in tokens
+        logged_tokens = _number(logged["gpu_blocks"]) * int(point.get("block_size") or 16)  # type: ignore[operator]
     if kv_logged is not None:
         out["kv_cache"] = (kv_logged, planned_kv / GiB)
-    elif _number(logged.get("kv_tokens")) is not None and tokens and "hybrid" not in data:
+    elif logged_tokens is not None and tokens and "hybrid" not in data:
         # tokens at the plan's bytes per token; not for hybrids, whose token count depends on how the attention and
         # state groups share blocks and on the log's KV dtype, which the index does not give
-        out["kv_cache"] = (_number(logged["kv_tokens"]) * planned_kv / tokens / GiB, planned_kv / GiB)  # type: ignore[operator]
+        out["kv_cache"] = (logged_tokens * planned_kv / tokens / GiB, planned_kv / GiB)
         out["kv_from_tokens"] = True
     weights_logged = _number(logged.get("weights_gib"))
     if weights_logged is None:

@@ -127,7 +127,10 @@ def _stage_budget(
             rel_band=MM_ENCODER_REL_BAND,
         )
     charges_nccl = V.charges_nccl_to_budget(s.version)
-    pre_charge = "none" if v0 else V.rules_for(s.version).v1_pre_profile_charge
+    rules = V.rules_for(s.version)
+    pre_charge: est.PreSnapshotCharge = (
+        ("process" if rules.v0_charges_process else "none") if v0 else rules.v1_pre_profile_charge
+    )
     non_torch = est.non_torch_charged(
         version_kind=sem_kind,
         tp=tp * pp,

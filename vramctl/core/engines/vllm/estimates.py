@@ -109,8 +109,8 @@ CALIBRATION = Calibration(
     graph_fixed_bytes=int(0.02 * GiB),
     graph_rel_band=1.83,
     graph_median_error=0.57,
-    non_torch_rel_band=0.85,
-    non_torch_median_error=0.01,
+    non_torch_rel_band=0.78,
+    non_torch_median_error=0.03,
     # Not fitted: read off vLLM's source (vramctl.core.engines.vllm_runtime) or one log each. FlashInfer's sampler
     # holds 3.5 fp32 [num_reqs, vocab] copies fewer at the dummy run's peak (op-by-op replay of
     # topk_topp_sampler.py, vLLM 0.10.1); V0 < 0.7 charges NCCL per peer at 0.33 GiB without peer access (c001,
@@ -274,6 +274,10 @@ def non_torch_charged(
         else:
             nccl, what = 0, ""
         formula = f"{base / GiB:.2f} GiB workspaces" + what
+        if pre_snapshot_charge == "process":
+            # `VllmRules.v0_charges_process`: the device's whole non-torch use is charged, the CUDA context too
+            base += cal.cuda_context_bytes
+            formula += f" + {cal.cuda_context_bytes / GiB:.2f} GiB CUDA context and cuBLAS (charged: used − torch allocated)"
     else:
         base = cal.consumed_extra_v1_bytes if version_kind == "consumed" else cal.non_torch_v1_bytes
         nccl = cal.nccl_lazy_bytes if tp > 1 else 0

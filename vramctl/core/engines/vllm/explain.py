@@ -168,6 +168,11 @@ def _explanations(model: ModelSpec, gpu: GpuSpec, core: _Core, ledger: Ledger) -
             "so NCCL buffers are charged to the budget.",
         }[sub]
     )
+    if sub == "v0" and V.rules_for(s.version).v0_charges_process:
+        notes.append(
+            f"vLLM {s.version} charges all the device holds outside torch (used − torch allocated: PR #2031 in "
+            "0.2.5-0.3.0, PR #9352 in 0.6.4), the CUDA context and cuBLAS included, not only the growth since init."
+        )
     if s.cudagraph_capture_sizes:
         if st.graph_charged:
             notes.append(

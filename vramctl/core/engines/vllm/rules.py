@@ -409,7 +409,17 @@ class VllmRules:
     `init_worker_distributed_environment` (`[0.9.1] gpu_worker.py:135` vs `:153`; `[0.10.1] gpu_worker.py:174` vs
     `:192`): NCCL, pynccl and custom all-reduce buffers are charged. From 0.11.0 (`none`) the distributed init comes
     first (`[0.11.0] gpu_worker.py:169` vs `:182`) and only the growth in the profile run is charged. V0: `none`
-    (its own rules, `charges_nccl`)."""
+    (its own rules, `charges_nccl`; see `v0_charges_process`)."""
+    v0_charges_process: bool
+    """V0 releases whose profile charges everything the device holds outside torch, the CUDA context and cuBLAS
+    included (as V1 0.8.0-0.9.0's `process`), instead of the growth since the init snapshot:
+    0.6.4-0.6.4.post1 (PR #9352): `total_allocated_bytes = mem_get_info()[1] - mem_get_info()[0]`,
+    `peak_memory += total_allocated_bytes - torch allocated` in `Worker.determine_num_available_blocks`
+    (vllm/worker/worker.py at commit 6ae52299, the 0.6.4 line), replaced in 0.6.5 by `memory_profiling` from the
+    init baseline (PR #10511); 0.2.5-0.3.0 (PR #2031, merged 2023-12-13: `peak_memory = total_gpu_memory -
+    free_gpu_memory` after the profile run), re-based on the free memory at init by PR #2863 (Feb 2024, taken as
+    0.3.1; 0.3.0 not read). The 0.2.5 start-up of the PR's own thread (s01 of tests/fixtures/startup_eval) logs 95
+    blocks (0.74 GiB) fewer than the count before the PR, which the 0.6.6 rule reproduces within 3 blocks."""
     mxfp4_marlin_on_hopper: bool
     """An MXFP4 MoE checkpoint runs on the Marlin kernel on Hopper (SM 9.0) as on Ampere and Ada: 0.10.0-0.10.1.
     `Mxfp4MoEMethod._should_use_marlin` (`[0.10.1] vllm/model_executor/layers/quantization/mxfp4.py:123-135`)
@@ -625,6 +635,7 @@ def _rules_for_tuple(text: str, v: Version) -> VllmRules:
         else "process"
         if v < (0, 9, 1)
         else "communicators",
+        v0_charges_process=(0, 2, 5) <= v < (0, 3, 1) or (0, 6, 4) <= v < (0, 6, 5),
     )
 
 
