@@ -372,6 +372,7 @@ TRIE_MIN_ANCHORS = 8
 class _Scanner:
     def __init__(self, cat: Catalogue) -> None:
         self.cat = cat
+        self.told_only = told_only_keys(cat)
         self.failure_keys = (
             frozenset(
                 key for sig in cat.signatures if sig.kind in ("failure", "consequence") for key in sig.keys
@@ -462,7 +463,7 @@ class _Scanner:
             keys = self._key_finder(raw) if self._key_finder is not None else None
             if keys is None:
                 keys = frozenset(m.group().decode() for m in self.cat.key_regex.finditer(raw))
-        if keys or self._inventory_budget <= 0:
+        if (keys and not keys <= self.told_only) or self._inventory_budget <= 0:
             return keys
         if raw is None:
             raw = data[start : min(end, start + 65536)]
@@ -470,7 +471,8 @@ class _Scanner:
         # a log with a million keyless `Error` lines stops asking after INVENTORY_LOOKUPS of them)
         self._inventory_budget -= 1
         if _inventory_gate(raw):
-            return INVENTORY_KEYS
+            # a report's failure words alone (`Failed to CUDA host alloc …`) leave the line to the inventory as before
+            return INVENTORY_KEYS | keys if keys else INVENTORY_KEYS
         return keys
 
     def _make(self, data: bytes, start: int, end: int, number: int, keys: frozenset[str]) -> Hit:
@@ -912,7 +914,7 @@ class _Analyser:
         self.inventory_index = next(
             (i for i, sig in enumerate(cat.signatures) if sig.id == INVENTORY_SIGNATURE), None
         )
-        self.told_only_keys = _told_only_keys(cat, self)
+        self.told_only_keys = told_only_keys(cat)
 
     # -- per hit
     def feed(self, hit: Hit) -> None:
@@ -921,13 +923,17 @@ class _Analyser:
         text = line.text
         short = text[:MAX_KEPT_TEXT]  # what is kept for evidence: bounded, whatever the line length
         cat = self.cat
-        if hit.keys <= self.told_only_keys:
-            # only a report's failure words (`words_failed`): a hint for the title lines, nothing else (the line is
-            # not a hit of any signature, marker or setting, and casts no engine vote)
+        told = hit.keys & self.told_only_keys
+        if told:
+            # a report's failure words (`words_failed`) that nothing else uses: a hint for the title lines, and the
+            # line is read as if they were not there (no signature, marker or engine word; the inventory as before)
             if number <= TOLD_FAILURE_LINES and TOLD_FAILURE_HINT not in self.global_hints:
                 self.global_hints[TOLD_FAILURE_HINT] = number
                 self.global_hint_text[TOLD_FAILURE_HINT] = short
-            return
+            rest = hit.keys - told
+            if not rest:
+                return
+            hit = Hit(line, INVENTORY_KEYS if rest == INVENTORY_KEYS else rest, hit.following)
         self._engine(line.raw)
         # a line naming two versions (`sglang==0.1.17, vllm==0.4.3`): the first named wins (the line's keys are a set,
         # whose order changes from run to run). Looked up in the text, not among the line's keys: the key scan keeps
@@ -1166,10 +1172,12 @@ def _same_facts(a: Mapping[str, FactValue], b: Mapping[str, FactValue]) -> bool:
     }
 
 
-def _told_only_keys(cat: Catalogue, an: _Analyser) -> frozenset[str]:
-    """The `words_failed` phrases that nothing else in the catalogue uses (a line holding only these is not a hit)."""
-    used = set(cat.keys_to_signatures) | set(an.hint_keys) | set(an.marker_keys) | set(an.version_keys)
-    used |= an.settings_keys | an.method_keys
+def told_only_keys(cat: Catalogue) -> frozenset[str]:
+    """The `words_failed` phrases that nothing else in the catalogue uses: a line is read as if they were not there
+    (only the title hint is taken from them), so adding them changes no other answer."""
+    used = set(cat.keys_to_signatures) | set(cat.marker_phrases) | set(cat.settings_keys) | set(cat.method_keys)
+    used |= {key for version in cat.versions for key in version.keys}
+    used |= {word for words in cat.hints.values() for word in words}
     used |= {word for name, words in cat.global_hints.items() if name != TOLD_FAILURE_HINT for word in words}
     return frozenset(cat.global_hints.get(TOLD_FAILURE_HINT, ())) - used
 
