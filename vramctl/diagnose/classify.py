@@ -69,7 +69,7 @@ TOLD_FAILURE_LINES = 3
 """A report's title and first lines: failure words there describe the incident the report is about."""
 _NOT_AN_INCIDENT_RE = re.compile(
     r"\?\s*$|^\W*(?:what|why|how|which|if|whether)\b|"
-    r"\b(?:no|without|never|not|n't|didn't|doesn't|won't)\s+(?:an?\s+|any\s+)?(?:errors?|fail\w*|crash\w*|exceptions?)\b|"
+    r"\b(?:no|nothing|without|never|not|n't|didn't|doesn't|won't)\s+(?:an?\s+|any\s+)?(?:errors?|fail\w*|crash\w*|exceptions?)\b|"
     r"\b(?:if|in case|when)\b[^.]{0,60}\b(?:fails?|errors?|crash(?:es)?)\b",
     re.IGNORECASE,
 )
@@ -927,9 +927,7 @@ class _Analyser:
         if told:
             # a report's failure words (`words_failed`) that nothing else uses: a hint for the title lines, and the
             # line is read as if they were not there (no signature, marker or engine word; the inventory as before)
-            if number <= TOLD_FAILURE_LINES and TOLD_FAILURE_HINT not in self.global_hints:
-                self.global_hints[TOLD_FAILURE_HINT] = number
-                self.global_hint_text[TOLD_FAILURE_HINT] = short
+            self._told_hint(number, line.raw, text)
             rest = hit.keys - told
             if not rest:
                 return
@@ -983,7 +981,9 @@ class _Analyser:
             if hint is not None:
                 self._context(_Context(number, "hint", hint, text=short))
             ghint = self.global_hint_keys.get(key)
-            if ghint is not None and ghint not in self.global_hints:
+            if ghint == TOLD_FAILURE_HINT:
+                self._told_hint(number, line.raw, text)
+            elif ghint is not None and ghint not in self.global_hints:
                 self.global_hints[ghint] = number
                 self.global_hint_text[ghint] = short
             mark = self.marker_keys.get(key)
@@ -1037,6 +1037,13 @@ class _Analyser:
             inv_facts = _inventory_facts(text)
             if inv_facts is not None:
                 self._event(Event(self.inventory_index, number, short, inv_facts))
+
+    def _told_hint(self, number: int, raw: str, text: str) -> None:
+        """A report's failure words on its first lines (`words_failed`); a log record below ERROR is not a report."""
+        if number > TOLD_FAILURE_LINES or TOLD_FAILURE_HINT in self.global_hints or _logged_below_error(raw, text):
+            return
+        self.global_hints[TOLD_FAILURE_HINT] = number
+        self.global_hint_text[TOLD_FAILURE_HINT] = text[:MAX_KEPT_TEXT]
 
     def _engine(self, raw: str) -> None:
         if self._engine_batch is not None:
