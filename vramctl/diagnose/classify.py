@@ -70,10 +70,11 @@ TOLD_FAILURE_LINES = 3
 _NOT_AN_INCIDENT_RE = re.compile(
     r"\?\s*$|^\W*(?:what|why|how|which|if|whether)\b|"
     r"\b(?:no|nothing|without|never|not|n't|didn't|doesn't|won't)\s+(?:an?\s+|any\s+)?(?:errors?|fail\w*|crash\w*|exceptions?)\b|"
-    r"\b(?:if|in case|when)\b[^.]{0,60}\b(?:fails?|errors?|crash(?:es)?)\b",
+    r"\b(?:if|in case|when)\b[^.]{0,60}\b(?:fails?|errors?|crash(?:es)?)\b|"
+    r"\b(?:errors?|fail(?:ures|ed|s)?|crash(?:es)?|exceptions?)\s*[:=]\s*0\b",
     re.IGNORECASE,
 )
-"""A question, a denial or advice on the line that holds the failure words: no incident stated."""
+"""A question, a denial, advice or a zero count (`Errors: 0`) on the line that holds the failure words: no incident."""
 _AT_ERROR_RE = re.compile(r"(?<![\w-])(?:ERROR|CRITICAL|FATAL)(?![\w-])")
 """A logging level of ERROR or above in a line's prefix."""
 _TRACEBACK_STARTS = ('File "', "Traceback (most recent call last)")
