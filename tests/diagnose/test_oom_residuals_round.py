@@ -162,3 +162,32 @@ def test_told_only_keys_are_used_by_nothing_else() -> None:
     assert "fail" in only and "crash" in only
     assert not only & set(cat.keys_to_signatures)
     assert not only & {word for words in cat.hints.values() for word in words}
+
+
+# --------------------------------------------------------------------------------------------------------------
+# 6. Weights the model's name states that fill nine tenths of the budget leave nothing for activations and a KV cache
+
+
+def _named_log(tmp_path: Path, billions: int) -> Path:
+    log = tmp_path / f"named{billions}.log"
+    log.write_text(
+        f"[Bug]: Foo-{billions}B OOM on 2 A100 80G\n- GPU type: NVIDIA A100-SXM4-80GB\n- vLLM version: 0.8.4\n"
+        f"vllm serve /models/Org/Foo-{billions}B --tensor-parallel-size 2 --gpu-memory-utilization 0.95 "
+        "--max-model-len 4096\n"
+        "INFO 04-17 09:40:27 [__init__.py:239] Automatically detected platform cuda.\n"
+    )
+    return log
+
+
+def test_named_weights_filling_the_budget_do_not_fit(tmp_path: Path) -> None:
+    from vramctl.diagnose.classify import diagnose
+
+    result = diagnose(_named_log(tmp_path, 75))  # 75 GB per rank of a 0.95 x 79 GiB budget
+    assert result.cause == "weights-do-not-fit" and result.confidence == "low"
+    assert any(f.flag == "--tensor-parallel-size" and f.value for f in result.fixes)
+
+
+def test_named_weights_with_room_left_keep_the_wordings_answer(tmp_path: Path) -> None:
+    from vramctl.diagnose.classify import diagnose
+
+    assert diagnose(_named_log(tmp_path, 65)).cause == "activation-spike"  # 81 % of the budget: a close call
