@@ -191,3 +191,36 @@ def test_named_weights_with_room_left_keep_the_wordings_answer(tmp_path: Path) -
     from vramctl.diagnose.classify import diagnose
 
     assert diagnose(_named_log(tmp_path, 65)).cause == "activation-spike"  # 81 % of the budget: a close call
+
+
+# --------------------------------------------------------------------------------------------------------------
+# 7. torch's warning that this build ignores expandable segments: the fragmentation fix it does read
+
+_FRAGMENTED = (
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 23.99 GiB "
+    "of which 1.00 GiB is free. Of the allocated memory 16.00 GiB is allocated by PyTorch, and 5.00 GiB is reserved by "
+    "PyTorch but unallocated. If reserved but unallocated memory is large try setting "
+    "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.\n"
+)
+
+
+def test_fragmentation_on_a_build_without_expandable_segments() -> None:
+    warning = (
+        "[W1001 01:18:06.108184462 CUDAAllocatorConfig.h:28] Warning: expandable_segments not supported on this "
+        "platform (function operator())\n"
+    )
+    result = diagnose_text(warning + _FRAGMENTED)
+    assert result.cause == "allocator-fragmentation"
+    assert result.fixes[0].value == "max_split_size_mb:128"
+    assert all(f.value != "expandable_segments:True" for f in result.fixes)
+
+
+def test_fragmentation_keeps_expandable_segments_without_the_warning() -> None:
+    result = diagnose_text(_FRAGMENTED)
+    assert result.cause == "allocator-fragmentation"
+    assert result.fixes[0].value == "expandable_segments:True"
+
+
+def test_the_warning_alone_is_no_failure() -> None:
+    text = "[W1001 01:18:06.108184462 CUDAAllocatorConfig.h:28] Warning: expandable_segments not supported on this platform\n"
+    assert diagnose_text(text).cause == "no-failure"
