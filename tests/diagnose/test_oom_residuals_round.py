@@ -28,6 +28,9 @@ from vramctl.diagnose.classify import diagnose_text
         "the local model cannot start in the cluster manager, it stays pending\n"
         "vllm serve works by hand with the same flags\n",
         "Server crashes right after the first request\nlogs:\nINFO 01-01 10:00:00 [api_server.py:1] Started\n",
+        # slowness is a failure that is not memory (the labels' `not-oom`), not "no failure"
+        "Inference is very slow with tensor parallel 2\nthroughput drops to 3 tokens/s\n",
+        "tp>=2 时推理速度很慢\n## 环境\n",
     ],
 )
 def test_title_failure_words_are_an_incident(text: str) -> None:
@@ -45,6 +48,7 @@ def test_title_failure_words_are_an_incident(text: str) -> None:
         "What happens when the KV cache fails to hold a request?\nI am wondering how preemption works.\n",
         "The server runs without any error, only slowly\nINFO 01-01 10:00:00 [api_server.py:1] Started\n",
         "If the download fails, retry with a token\nsome notes\n",
+        "Why is the first request slow?\nI see 2 s of latency\n",
         # failure words in a log's own records below ERROR (a harmless retry) and further down a report
         "INFO 01-01 10:00:00 [loader.py:1] Failed to import an optional kernel, falling back\n",
         "LMCache not offloading to CPU\nline two\nline three\nthe earlier attempt failed for another reason\n",

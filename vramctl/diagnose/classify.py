@@ -1869,7 +1869,7 @@ def _told_other_failure(an: _Analyser, stats: ScanStats, warnings: list[str], so
     (`no error`, `without failing`) or advice (`if it fails, …`) on that line states no incident and stays "no
     failure"; so do failure words further down (a log's own INFO lines say `failed` for retried, harmless steps).
     """
-    for hint in (TOLD_FAILURE_HINT, "words_start_died"):
+    for hint in (TOLD_FAILURE_HINT, "words_start_died", "words_stall"):
         line = an.global_hints.get(hint)
         if line is None or line > TOLD_FAILURE_LINES:
             continue
