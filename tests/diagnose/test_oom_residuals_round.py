@@ -31,6 +31,9 @@ from vramctl.diagnose.classify import diagnose_text
         # slowness is a failure that is not memory (the labels' `not-oom`), not "no failure"
         "Inference is very slow with tensor parallel 2\nthroughput drops to 3 tokens/s\n",
         "tp>=2 时推理速度很慢\n## 环境\n",
+        # an error's own idiom in a title (a duplicate, a missing or unsupported thing, a mismatch)
+        "[Bug]: prefix cache: request id already exists\nINFO 01-01 10:00:00 [metrics.py:1] Running: 4 reqs\n",
+        "Model architecture FooForCausalLM not supported\nvllm serve /models/foo\n",
     ],
 )
 def test_title_failure_words_are_an_incident(text: str) -> None:
@@ -49,6 +52,7 @@ def test_title_failure_words_are_an_incident(text: str) -> None:
         "The server runs without any error, only slowly\nINFO 01-01 10:00:00 [api_server.py:1] Started\n",
         "If the download fails, retry with a token\nsome notes\n",
         "Why is the first request slow?\nI see 2 s of latency\n",
+        "Is FooForCausalLM not supported yet?\nthanks\n",
         # failure words in a log's own records below ERROR (a harmless retry) and further down a report
         "INFO 01-01 10:00:00 [loader.py:1] Failed to import an optional kernel, falling back\n",
         "LMCache not offloading to CPU\nline two\nline three\nthe earlier attempt failed for another reason\n",
