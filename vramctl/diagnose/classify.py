@@ -63,6 +63,23 @@ _BELOW_ERROR_RE = re.compile(r"(?<![\w-])(?:WARNING|WARN|INFO|DEBUG|TRACE)(?![\w
 warning, e.g. vLLM 0.32's chat-template warm-up `Tokenizer not available when skip_tokenizer_init=True`) never
 outranks a failure logged as an error or printed bare."""
 """Failure events at most this many lines apart belong to one incident (one traceback, one crash)."""
+ERROR_LINE_SIGNATURE = "error-log-line"
+TOLD_FAILURE_HINT = "words_failed"
+TOLD_FAILURE_LINES = 3
+"""A report's title and first lines: failure words there describe the incident the report is about."""
+_NOT_AN_INCIDENT_RE = re.compile(
+    r"\?\s*$|^\W*(?:what|why|how|which|if|whether)\b|"
+    r"\b(?:no|nothing|without|never|not|n't|didn't|doesn't|won't)\s+(?:an?\s+|any\s+)?(?:errors?|fail\w*|crash\w*|exceptions?)\b|"
+    r"\b(?:if|in case|when)\b[^.]{0,60}\b(?:fails?|errors?|crash(?:es)?)\b|"
+    r"\b(?:errors?|fail(?:ures|ed|s)?|crash(?:es)?|exceptions?)\s*[:=]\s*0\b",
+    re.IGNORECASE,
+)
+"""A question, a denial, advice or a zero count (`Errors: 0`) on the line that holds the failure words: no incident."""
+_AT_ERROR_RE = re.compile(r"(?<![\w-])(?:ERROR|CRITICAL|FATAL)(?![\w-])")
+"""A logging level of ERROR or above in a line's prefix."""
+_TRACEBACK_STARTS = ('File "', "Traceback (most recent call last)")
+_BARE_ERROR_RE = re.compile(r"(?:ERROR|CRITICAL)(?::[\w.]*:|:? +)\S|FAILED \S+::\S")
+"""Python logging's default format (`ERROR:root:msg`) and pytest's failed test line (`FAILED tests/x.py::test_a`)."""
 CONTEXT_BEFORE_LINES = 200
 """Frames and hints this many lines before an incident's first event belong to it."""
 TITLE_LINES = 2
@@ -356,6 +373,7 @@ TRIE_MIN_ANCHORS = 8
 class _Scanner:
     def __init__(self, cat: Catalogue) -> None:
         self.cat = cat
+        self.told_only = told_only_keys(cat)
         self.failure_keys = (
             frozenset(
                 key for sig in cat.signatures if sig.kind in ("failure", "consequence") for key in sig.keys
@@ -446,7 +464,7 @@ class _Scanner:
             keys = self._key_finder(raw) if self._key_finder is not None else None
             if keys is None:
                 keys = frozenset(m.group().decode() for m in self.cat.key_regex.finditer(raw))
-        if keys or self._inventory_budget <= 0:
+        if (keys and not keys <= self.told_only) or self._inventory_budget <= 0:
             return keys
         if raw is None:
             raw = data[start : min(end, start + 65536)]
@@ -454,7 +472,8 @@ class _Scanner:
         # a log with a million keyless `Error` lines stops asking after INVENTORY_LOOKUPS of them)
         self._inventory_budget -= 1
         if _inventory_gate(raw):
-            return INVENTORY_KEYS
+            # a report's failure words alone (`Failed to CUDA host alloc …`) leave the line to the inventory as before
+            return INVENTORY_KEYS | keys if keys else INVENTORY_KEYS
         return keys
 
     def _make(self, data: bytes, start: int, end: int, number: int, keys: frozenset[str]) -> Hit:
@@ -896,6 +915,7 @@ class _Analyser:
         self.inventory_index = next(
             (i for i, sig in enumerate(cat.signatures) if sig.id == INVENTORY_SIGNATURE), None
         )
+        self.told_only_keys = told_only_keys(cat)
 
     # -- per hit
     def feed(self, hit: Hit) -> None:
@@ -904,6 +924,15 @@ class _Analyser:
         text = line.text
         short = text[:MAX_KEPT_TEXT]  # what is kept for evidence: bounded, whatever the line length
         cat = self.cat
+        told = hit.keys & self.told_only_keys
+        if told:
+            # a report's failure words (`words_failed`) that nothing else uses: a hint for the title lines, and the
+            # line is read as if they were not there (no signature, marker or engine word; the inventory as before)
+            self._told_hint(number, line.raw, text)
+            rest = hit.keys - told
+            if not rest:
+                return
+            hit = Hit(line, INVENTORY_KEYS if rest == INVENTORY_KEYS else rest, hit.following)
         self._engine(line.raw)
         # a line naming two versions (`sglang==0.1.17, vllm==0.4.3`): the first named wins (the line's keys are a set,
         # whose order changes from run to run). Looked up in the text, not among the line's keys: the key scan keeps
@@ -953,7 +982,9 @@ class _Analyser:
             if hint is not None:
                 self._context(_Context(number, "hint", hint, text=short))
             ghint = self.global_hint_keys.get(key)
-            if ghint is not None and ghint not in self.global_hints:
+            if ghint == TOLD_FAILURE_HINT:
+                self._told_hint(number, line.raw, text)
+            elif ghint is not None and ghint not in self.global_hints:
                 self.global_hints[ghint] = number
                 self.global_hint_text[ghint] = short
             mark = self.marker_keys.get(key)
@@ -982,6 +1013,8 @@ class _Analyser:
                 continue
             if sig.when is not None and not evaluate(sig.when, facts):
                 continue
+            if sig.id == ERROR_LINE_SIGNATURE and not _logged_at_error(line.raw, text):
+                continue
             if sig.kind == "facts":
                 for name, value in facts.items():
                     self.global_facts[name] = (number, value)
@@ -1005,6 +1038,13 @@ class _Analyser:
             inv_facts = _inventory_facts(text)
             if inv_facts is not None:
                 self._event(Event(self.inventory_index, number, short, inv_facts))
+
+    def _told_hint(self, number: int, raw: str, text: str) -> None:
+        """A report's failure words on its first lines (`words_failed`); a log record below ERROR is not a report."""
+        if number > TOLD_FAILURE_LINES or TOLD_FAILURE_HINT in self.global_hints or _logged_below_error(raw, text):
+            return
+        self.global_hints[TOLD_FAILURE_HINT] = number
+        self.global_hint_text[TOLD_FAILURE_HINT] = text[:MAX_KEPT_TEXT]
 
     def _engine(self, raw: str) -> None:
         if self._engine_batch is not None:
@@ -1121,8 +1161,10 @@ class _Analyser:
             if top is not None:
                 extra.append((self.fallback, top))
         if root is None:
-            told = _startup_death(self, stats, warnings, source) or _impossible_utilization(
-                self, stats, warnings, source
+            told = (
+                _startup_death(self, stats, warnings, source)
+                or _impossible_utilization(self, stats, warnings, source)
+                or _told_other_failure(self, stats, warnings, source)
             )
             return told if told is not None else _no_failure(self, stats, warnings, source)
         return _decide(self, root, extra + self.other, stats, warnings, source)
@@ -1136,6 +1178,29 @@ def _same_facts(a: Mapping[str, FactValue], b: Mapping[str, FactValue]) -> bool:
     return {k: v for k, v in a.items() if k not in _PID_FACTS} == {
         k: v for k, v in b.items() if k not in _PID_FACTS
     }
+
+
+def told_only_keys(cat: Catalogue) -> frozenset[str]:
+    """The `words_failed` phrases that nothing else in the catalogue uses: a line is read as if they were not there
+    (only the title hint is taken from them), so adding them changes no other answer."""
+    used = set(cat.keys_to_signatures) | set(cat.marker_phrases) | set(cat.settings_keys) | set(cat.method_keys)
+    used |= {key for version in cat.versions for key in version.keys}
+    used |= {word for words in cat.hints.values() for word in words}
+    used |= {word for name, words in cat.global_hints.items() if name != TOLD_FAILURE_HINT for word in words}
+    return frozenset(cat.global_hints.get(TOLD_FAILURE_HINT, ())) - used
+
+
+def _logged_at_error(raw: str, text: str) -> bool:
+    """The line is a record logged at level ERROR / CRITICAL / FATAL (the level in the prefix the reader peeled off, or
+    at the start of the message: Python logging's `ERROR:name:msg`, `[… TP0] ERROR …`), or a failed test (pytest's
+    `FAILED path::test`)."""
+    if not text or text.startswith(_TRACEBACK_STARTS) or not text.strip("^~ "):
+        return False  # a traceback logged line by line: its frames and its exception line speak for it
+    cut = raw.find(text)
+    prefix = raw[:cut] if cut > 0 else ""
+    if prefix and _AT_ERROR_RE.search(prefix) is not None:
+        return True
+    return _BARE_ERROR_RE.match(text) is not None
 
 
 def _logged_below_error(raw: str, text: str) -> bool:
@@ -1793,6 +1858,35 @@ def _impossible_utilization(
     )
 
 
+def _told_other_failure(an: _Analyser, stats: ScanStats, warnings: list[str], source: str) -> Diagnosis | None:
+    """A report whose title or first lines say something failed, in a log with no failure line: `not-oom`, low.
+
+    A title such as `CUDA Graph Capture Fail on H200`, `memory registration failed` or `cannot start the model` states
+    an incident even when the excerpt below it holds no engine message (a paste of the command, the settings, the
+    progress lines); nothing in the log names memory running out (every memory wording, a person's included, is a
+    failure signature and would have decided), so it is a failure that is not an allocation failure, never "no
+    failure" (issue 9: exit 3 only when the log holds no incident). A question (`what happens if … fails?`), a denial
+    (`no error`, `without failing`) or advice (`if it fails, …`) on that line states no incident and stays "no
+    failure"; so do failure words further down (a log's own INFO lines say `failed` for retried, harmless steps).
+    """
+    for hint in (TOLD_FAILURE_HINT, "words_start_died", "words_stall"):
+        line = an.global_hints.get(hint)
+        if line is None or line > TOLD_FAILURE_LINES:
+            continue
+        text = an.global_hint_text.get(hint, "")
+        if _NOT_AN_INCIDENT_RE.search(text) is not None:
+            continue
+        why = (
+            f"the report's first lines say something failed (line {line}: {text[:120]!r}) and no line of the log "
+            "names memory running out: a failure that is not an allocation failure"
+        )
+        return _told_failure(
+            an, stats, warnings, source, "not-oom", "unknown", why, None, "told-failure-words", hint=hint,
+            what="a failure told in the report's words that names no memory shortage",
+        )
+    return None
+
+
 def _sized_after_warmup(version: str) -> bool:
     """Whether this vLLM release sizes its KV cache after warm-up by default (the extensible KV cache, 0.34 →:
     `VllmRules.extensible_kv_cache`), so that it skips the start-up free-memory check."""
@@ -1814,6 +1908,9 @@ def _told_failure(
     why: str,
     marker: _Context | None,
     signature: str,
+    *,
+    hint: str = "words_start_died",
+    what: str | None = None,
 ) -> Diagnosis:
     """A failure that no line of the log prints, decided from the report's words and the log's facts (`low`)."""
     cat = an.cat
@@ -1830,8 +1927,8 @@ def _told_failure(
             if advice is not None and len(fixes) < 5:
                 fixes.append(advice)
     fixes = _completed_fixes(cause, phase, names, engine, fixes, _vllm_release(an.engine_version))
-    words_line = an.global_hints["words_start_died"]
-    evidence = [Evidence(words_line, an.global_hint_text.get("words_start_died", "")[:300])]
+    words_line = an.global_hints[hint]
+    evidence = [Evidence(words_line, an.global_hint_text.get(hint, "")[:300])]
     if marker is not None and marker.line != words_line:
         evidence.append(Evidence(marker.line, (marker.text or "")[:300]))
     facts = {k: v for k, v in names.items() if isinstance(v, (int, float, str)) and not isinstance(v, bool)}
@@ -1849,6 +1946,7 @@ def _told_failure(
         engine=engine,
         engine_version=version,
         signature=signature,
+        what=what,
         phase_inferred=True,
         lines_read=stats.lines,
         bytes_read=stats.bytes_read,

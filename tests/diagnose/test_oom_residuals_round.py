@@ -1,0 +1,234 @@
+"""Session 9, development residuals: a log that holds an incident is never "no failure" (issue 9).
+
+Each mechanism has a test that failed before this round and a counterpart whose answer must not change. Texts are
+synthesised in the engines' and tools' formats (no third-party log text).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from vramctl.cli.main import main
+from vramctl.diagnose.catalogue import load_catalogue
+from vramctl.diagnose.classify import diagnose_text
+
+# --------------------------------------------------------------------------------------------------------------
+# 1. A report's title says something failed, and nothing in the log names memory: not-oom (low), exit 0
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "[Bug] CUDA graph capture fails on a B200\nThe newest image still shows it:\n"
+        "python3 -m sglang.launch_server --model /models/m --tp 8 --mem-fraction-static 0.8\n",
+        "[Bug] Transfer engine memory registration failed\n"
+        "I0101 10:00:00.000001  1234 rdma_context.cpp:125] RDMA device: mlx5_0, LID: 1\n",
+        "the local model cannot start in the cluster manager, it stays pending\n"
+        "vllm serve works by hand with the same flags\n",
+        "Server crashes right after the first request\nlogs:\nINFO 01-01 10:00:00 [api_server.py:1] Started\n",
+        # slowness is a failure that is not memory (the labels' `not-oom`), not "no failure"
+        "Inference is very slow with tensor parallel 2\nthroughput drops to 3 tokens/s\n",
+        "tp>=2 时推理速度很慢\n## 环境\n",
+        # an error's own idiom in a title (a duplicate, a missing or unsupported thing, a mismatch)
+        "[Bug]: prefix cache: request id already exists\nINFO 01-01 10:00:00 [metrics.py:1] Running: 4 reqs\n",
+        "Model architecture FooForCausalLM not supported\nvllm serve /models/foo\n",
+    ],
+)
+def test_title_failure_words_are_an_incident(text: str) -> None:
+    result = diagnose_text(text)
+    assert result.cause == "not-oom"
+    assert result.confidence == "low"
+    assert result.signature == "told-failure-words"
+    assert result.what
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # a question, a denial, advice: no incident stated
+        "What happens when the KV cache fails to hold a request?\nI am wondering how preemption works.\n",
+        "The server runs without any error, only slowly\nINFO 01-01 10:00:00 [api_server.py:1] Started\n",
+        "If the download fails, retry with a token\nsome notes\n",
+        "Why is the first request slow?\nI see 2 s of latency\n",
+        "Is FooForCausalLM not supported yet?\nthanks\n",
+        # failure words in a log's own records below ERROR (a harmless retry) and further down a report
+        "INFO 01-01 10:00:00 [loader.py:1] Failed to import an optional kernel, falling back\n",
+        "LMCache not offloading to CPU\nline two\nline three\nthe earlier attempt failed for another reason\n",
+    ],
+)
+def test_no_incident_stays_no_failure(text: str) -> None:
+    assert diagnose_text(text).cause == "no-failure"
+
+
+def test_cli_exits_0_for_a_failure_told_in_a_title(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    told = tmp_path / "told.log"
+    told.write_text("[Bug]: speculative decoding fails with a draft model\nvllm serve m --speculative-config x\n")
+    clean = tmp_path / "clean.log"
+    clean.write_text("INFO 01-01 10:00:00 [api_server.py:1] Application startup complete.\n")
+    assert main(["explain-oom", str(told)]) == 0
+    assert main(["explain-oom", str(clean)]) == 3
+    capsys.readouterr()
+
+
+# --------------------------------------------------------------------------------------------------------------
+# 2. A record logged at ERROR (or a failed test) whose message no signature reads: not-oom, the weakest of all
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "INFO 01-01 10:00:00 [api_server.py:1] starting\n"
+        "ERROR 01-01 10:00:01 [serving_chat.py:2] the frobnicator could not be reached\n",
+        "ERROR:root:could not reach the scheduler\n",
+        "[2025-01-01 10:00:00 TP0] ERROR the router lost its connection\n",
+        "collected 3 items\nFAILED tests/test_engine.py::test_generate - AssertionError\n",
+    ],
+)
+def test_error_records_are_an_incident(text: str) -> None:
+    result = diagnose_text(text)
+    assert result.cause == "not-oom"
+    assert result.signature == "error-log-line"
+
+
+def test_an_error_word_inside_an_info_record_is_no_incident() -> None:
+    text = "INFO 01-01 10:00:00 [metrics.py:1] ERROR_RATE is 0 over the last minute\n"
+    assert diagnose_text(text).cause == "no-failure"
+
+
+def test_a_traceback_logged_at_error_is_still_read_from_its_frames() -> None:
+    prefix = "(Worker_TP0 pid=9) ERROR 01-01 10:00:00 [multiproc_executor.py:1] "
+    frames = [
+        "WorkerProc hit an exception.",
+        "Traceback (most recent call last):",
+        '  File "/usr/lib/python3/site-packages/vllm/v1/executor/multiproc_executor.py", line 9, in worker_busy_loop',
+        "    output = func(*args, **kwargs)",
+        '  File "/usr/lib/python3/site-packages/vllm/v1/worker/gpu_worker.py", line 500, in compile_or_warm_up_model',
+        "    self.model_runner.capture_model()",
+        '  File "/usr/lib/python3/site-packages/vllm/v1/worker/gpu_model_runner.py", line 3000, in capture_model',
+        "    self._capture_cudagraphs(",
+    ]
+    result = diagnose_text("".join(prefix + line + "\n" for line in frames))
+    assert result.cause == "cuda-graph-capture-oom"
+    assert result.signature != "error-log-line"
+
+
+def test_an_error_record_never_outranks_a_memory_failure() -> None:
+    text = (
+        "ERROR 01-01 10:00:00 [core.py:1] the health check timed out\n"
+        + "INFO 01-01 10:00:01 [core.py:1] step\n" * 200
+        + "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
+        "79.19 GiB of which 1.00 GiB is free.\n"
+    )
+    assert diagnose_text(text).cause != "not-oom"
+
+
+# --------------------------------------------------------------------------------------------------------------
+# 3. A bare `Exception: …` / `Error: …` line is an exception
+
+
+@pytest.mark.parametrize(
+    "text", ["Exception: Connection refused while contacting the server\n", "Error: could not find config.json\n"]
+)
+def test_bare_exception_lines(text: str) -> None:
+    result = diagnose_text(text)
+    assert result.cause == "not-oom" and result.signature == "python-exception"
+
+
+def test_a_counter_named_errors_is_no_exception() -> None:
+    assert diagnose_text("Requests: 10, Errors: 0\n").cause == "no-failure"
+
+
+# --------------------------------------------------------------------------------------------------------------
+# 4. A title's kill with its subject left out is a host kill
+
+
+def test_kill_in_a_title_without_its_subject() -> None:
+    result = diagnose_text("always be killed when building the engine\nI tried two models, same thing\n")
+    assert result.cause == "host-oom-killer"
+
+
+def test_a_kill_that_may_happen_is_advice() -> None:
+    assert diagnose_text("the process may be killed when the host is busy\nnotes\n").cause == "no-failure"
+
+
+# --------------------------------------------------------------------------------------------------------------
+# 5. The failure words change no other answer: a keyless line still goes to the source inventory
+
+
+def test_failure_words_do_not_hide_the_inventory() -> None:
+    assert diagnose_text("NCCL WARN Failed to CUDA host alloc 33554432 bytes\n").cause != "not-oom"
+    assert diagnose_text("NCCL WARN Failed to CUDA host alloc 33554432 bytes\n").found_failure
+
+
+def test_told_only_keys_are_used_by_nothing_else() -> None:
+    from vramctl.diagnose.classify import told_only_keys
+
+    cat = load_catalogue()
+    only = told_only_keys(cat)
+    assert "fail" in only and "crash" in only
+    assert not only & set(cat.keys_to_signatures)
+    assert not only & {word for words in cat.hints.values() for word in words}
+
+
+# --------------------------------------------------------------------------------------------------------------
+# 6. Weights the model's name states that fill nine tenths of the budget leave nothing for activations and a KV cache
+
+
+def _named_log(tmp_path: Path, billions: int) -> Path:
+    log = tmp_path / f"named{billions}.log"
+    log.write_text(
+        f"[Bug]: Foo-{billions}B OOM on 2 A100 80G\n- GPU type: NVIDIA A100-SXM4-80GB\n- vLLM version: 0.8.4\n"
+        f"vllm serve /models/Org/Foo-{billions}B --tensor-parallel-size 2 --gpu-memory-utilization 0.95 "
+        "--max-model-len 4096\n"
+        "INFO 04-17 09:40:27 [__init__.py:239] Automatically detected platform cuda.\n"
+    )
+    return log
+
+
+def test_named_weights_filling_the_budget_do_not_fit(tmp_path: Path) -> None:
+    from vramctl.diagnose.classify import diagnose
+
+    result = diagnose(_named_log(tmp_path, 75))  # 75 GB per rank of a 0.95 x 79 GiB budget
+    assert result.cause == "weights-do-not-fit" and result.confidence == "low"
+    assert any(f.flag == "--tensor-parallel-size" and f.value for f in result.fixes)
+
+
+def test_named_weights_with_room_left_keep_the_wordings_answer(tmp_path: Path) -> None:
+    from vramctl.diagnose.classify import diagnose
+
+    assert diagnose(_named_log(tmp_path, 65)).cause == "activation-spike"  # 81 % of the budget: a close call
+
+
+# --------------------------------------------------------------------------------------------------------------
+# 7. torch's warning that this build ignores expandable segments: the fragmentation fix it does read
+
+_FRAGMENTED = (
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 23.99 GiB "
+    "of which 1.00 GiB is free. Of the allocated memory 16.00 GiB is allocated by PyTorch, and 5.00 GiB is reserved by "
+    "PyTorch but unallocated. If reserved but unallocated memory is large try setting "
+    "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.\n"
+)
+
+
+def test_fragmentation_on_a_build_without_expandable_segments() -> None:
+    warning = (
+        "[W1001 01:18:06.108184462 CUDAAllocatorConfig.h:28] Warning: expandable_segments not supported on this "
+        "platform (function operator())\n"
+    )
+    result = diagnose_text(warning + _FRAGMENTED)
+    assert result.cause == "allocator-fragmentation"
+    assert result.fixes[0].value == "max_split_size_mb:128"
+    assert all(f.value != "expandable_segments:True" for f in result.fixes)
+
+
+def test_fragmentation_keeps_expandable_segments_without_the_warning() -> None:
+    result = diagnose_text(_FRAGMENTED)
+    assert result.cause == "allocator-fragmentation"
+    assert result.fixes[0].value == "expandable_segments:True"
+
+
+def test_the_warning_alone_is_no_failure() -> None:
+    text = "[W1001 01:18:06.108184462 CUDAAllocatorConfig.h:28] Warning: expandable_segments not supported on this platform\n"
+    assert diagnose_text(text).cause == "no-failure"
