@@ -17,7 +17,7 @@ Run it with a Python that has vLLM, transformers and torch installed (vLLM is on
     python scripts/arch_audit.py --check    # compare with the stored fixtures, write nothing
 
 The defaults are kept as they are (layer count included: layer patterns depend on it); the only changes are
-`architectures`, which a default config leaves empty, and the FIXUPS below for the two default configs transformers
+`architectures`, which a default config leaves empty, and the FIXUPS below for the default configs transformers
 itself cannot build a model from.
 """
 
@@ -34,7 +34,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "tests" / "fixtures" / "arch_audit"
-_TEXT_PREFIXES = ("model.language_model.", "language_model.", "lm_head.")
+_TEXT_PREFIXES = ("model.language_model.", "language_model.", "model.text_model.", "lm_head.")
 
 
 FIXUPS: dict[str, dict[str, Any]] = {
@@ -44,6 +44,21 @@ FIXUPS: dict[str, dict[str, Any]] = {
     },  # NemotronConfig leaves it null ("defaults to num_attention_heads",
     # 48) and NemotronAttention divides by it
     "dbrx": {"attn_config": {"rope_theta": 10000.0}},  # DbrxAttentionConfig has no rope_theta default
+    # Idefics3Config / SmolVLMConfig default pad_token_id 128002 into a 32,000-row Llama text_config
+    "idefics3": {"text_config": {"model_type": "llama", "pad_token_id": 0}},
+    "smolvlm": {"text_config": {"model_type": "llama", "pad_token_id": 0}},
+    # Granite4VisionConfig defaults a Llama text_config (vLLM 0.32 granite4_vision.py builds GraniteForCausalLM) and
+    # no deepstack_layer_map (its model builds one downsampler per entry); one entry, as ibm-granite's checkpoints
+    "granite4_vision": {"text_config": {"model_type": "granite"}, "deepstack_layer_map": [[-19, 0]], "downsample_rate": "4/8"},
+    # CohereCompassTextConfig's default rope_parameters is {} but its attention reads one per layer type
+    "cohere_compass": {
+        "text_config": {
+            "rope_parameters": {
+                "full_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+            }
+        }
+    },
 }
 
 

@@ -89,12 +89,28 @@ _UNGATED_MLP = {"apertus", "cosmos3_edge_text", "nemotron"}
 cosmos3_edge.py:369 Cosmos3EdgeTextModel builds NemotronH's relu² MLP layers, transformers' fc1 / fc2; nemotron.py:149-156
 NemotronMLP up_proj / down_proj, whose LayerNorm1P norms also carry a bias, nemotron.py:82-91)."""
 _LAYERNORM_BIAS = {"nemotron"}
+_GEMMA4_NOT_MODELLED = (
+    "Gemma-4's per-layer attention shapes (global layers' global_head_dim and num_global_key_value_heads, K = V "
+    "on attention_k_eq_v layers), the KV its last num_kv_shared_layers layers reuse, per-layer input embeddings "
+    "(hidden_size_per_layer_input), the MoE block beside the dense MLP (enable_moe_block) and its vision / audio "
+    "towers (vLLM 0.32 gemma4.py Gemma4DecoderLayer, gemma4_mm.py) are not modelled"
+)
 _LAYOUT_REFUSED = {
     "hrm_text": "its two recurrent stacks (num_layers_per_stack layers run H_cycles × (L_cycles + 1) times, one KV "
     "cache per step; vLLM hrm_text.py) are not modelled",
     "gemma3n_text": "Gemma-3n's per-layer input embeddings (vocab_size_per_layer_input × layers × "
     "hidden_size_per_layer_input), AltUp / LAuReL blocks, per-layer MLP widths and the KV its last "
     "num_kv_shared_layers layers share (vLLM gemma3n.py) are not modelled",
+    "gemma4_text": _GEMMA4_NOT_MODELLED,
+    "gemma4_unified_text": _GEMMA4_NOT_MODELLED,
+    "diffusion_gemma_text": "DiffusionGemma's block-diffusion decoder (vLLM 0.32 diffusion_gemma.py) is a Gemma-4 text "
+    "model: " + _GEMMA4_NOT_MODELLED,
+    "cohere_asr": "Cohere-ASR is an encoder-decoder speech model: its audio encoder (encoder_config) and the "
+    "cross-attention KV of every decoder layer (vLLM 0.32 cohere_asr.py) are not modelled",
+    "whisper": "Whisper is an encoder-decoder speech model: its audio encoder (encoder_layers) and the "
+    "cross-attention KV of every decoder layer (vLLM 0.32 whisper.py) are not modelled",
+    "qwen2_5_omni": "Qwen2.5-Omni's thinker (a Qwen2 decoder under thinker_config.text_config) is served with its "
+    "audio encoder and vision tower (vLLM qwen2_5_omni_thinker.py), whose weights vramctl does not count",
     "qwen3_omni_moe": "Qwen3-Omni's thinker (a Qwen3-MoE decoder under thinker_config.text_config) is served with "
     "its audio encoder and vision tower (vLLM qwen3_omni_moe_thinker.py), whose weights vramctl does not count",
 }
@@ -1375,6 +1391,11 @@ def _lfm2_pattern(
     `MambaStateShapeCalculator.short_conv_state_shape(tp, conv_dim, conv_L_cache)`: one conv state (conv_dim / tp,
     conv_L_cache − 1) in the model dtype (`short_conv_state_dtype`), no SSM state."""
     raw = config.get("layer_types")
+    if raw is None and config.get("model_type") == "lfm2_moe":  # vLLM 0.32 lfm2_moe.py:433 indexes layer_types
+        raise BadInputError(
+            f"{where}: LFM2-MoE needs 'layer_types' (one 'conv' / 'full_attention' per layer): vLLM's "
+            "Lfm2MoeModel reads it and Lfm2MoeConfig has no default"
+        )
     if raw is None:
         idxs = config.get("full_attn_idxs")
         full = set(idxs) if isinstance(idxs, list) else set(range(layers))
