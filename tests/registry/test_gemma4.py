@@ -131,3 +131,19 @@ def test_lfm2_moe_without_layer_types_is_refused_not_planned_all_attention() -> 
     }
     with pytest.raises(BadInputError, match="layer_types"):
         spec_from_config(config, where="config.json", name="lfm2-moe")
+
+
+REAL_12B = Path(__file__).resolve().parents[1] / "fixtures" / "gemma4" / "gemma-4-12B" / "config.json"
+"""google/gemma-4-12B's config.json (revision 56820d7d8cbe8e47975a53325439ed272e91cff2) as a public GitHub repository's
+agent log quotes it in full (the towers' id2label / label2id boilerplate left out). transformers 5.19 builds its
+language model (Gemma4UnifiedForCausalLM) on the meta device with 11,907,350,272 parameters: 40 sliding layers of
+head size 256 with 8 KV heads, 8 global layers of head size 512 with 1 KV head and no v_proj (attention_k_eq_v),
+MLPs of 15,360, a tied 262,144-row embedding. vLLM 0.32 loads the K weights of those 8 layers into a V slot too
+(gemma4.py:86-123 `_get_qkv_shards`, :421-430), 15,728,640 more."""
+
+
+def test_the_published_gemma4_12b_config_is_refused_in_one_line() -> None:
+    config = json.loads(REAL_12B.read_text())
+    with pytest.raises(BadInputError) as info:
+        spec_from_config(config, where="gemma-4-12B config.json", name="google/gemma-4-12B")
+    assert "gemma4_unified_text" in str(info.value) and "\n" not in str(info.value)
