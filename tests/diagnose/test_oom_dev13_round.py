@@ -41,6 +41,22 @@ def test_a_large_tensor_of_a_multimodal_model_in_training_words_stays_multimodal
     assert d.cause != "activation-spike"
 
 
+OLD_WORDING = (
+    "RuntimeError: CUDA out of memory. Tried to allocate 3.00 GiB (GPU 0; 10.76 GiB total capacity; 6.00 GiB already "
+    "allocated; 2.40 GiB free; 6.20 GiB reserved in total by PyTorch)\n"
+)
+
+
+def test_a_large_tensor_in_torch_pre_2_1_wording_is_an_activation_spike() -> None:
+    d = diagnose_text("why does this happen on my desktop card?\n" + OLD_WORDING)
+    assert d.cause == "activation-spike"
+
+
+def test_a_large_tensor_in_torch_pre_2_1_wording_of_a_multimodal_model_stays_multimodal() -> None:
+    d = diagnose_text("llava-hf/llava-1.5-7b-hf image inputs\n" + OLD_WORDING)
+    assert d.cause != "activation-spike"
+
+
 # ---------------------------------------------------------------- vLLM's single-request KV check, cut
 
 
