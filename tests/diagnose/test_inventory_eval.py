@@ -287,3 +287,44 @@ def test_an_odd_numbered_label_file_is_a_valid_development_set(name: str) -> Non
         if path.name != name:
             others |= {c["source"]["url"] for c in yaml.safe_load(path.read_text())["cases"]}
     assert not others & set(urls)
+
+
+def test_dev13_is_a_valid_web_page_development_set() -> None:
+    """dev13: labels and sources of web pages other than GitHub threads (a development set), at most three pages per
+    site, one log per page; no page and no mirrored thread is cited by any other label file (held-out sets included)."""
+    from collections import Counter
+    from urllib.parse import urlparse
+
+    from vramctl.diagnose.inventory import LABELS, PHASES
+
+    folder = ROOT / "tests" / "fixtures" / "oom_eval"
+    cases = yaml.safe_load((folder / "dev13.yaml").read_text())["cases"]
+    assert len(cases) >= 30
+    urls = [case["source"]["url"] for case in cases]
+    assert len(set(urls)) == len(urls), "one log per page"
+    sites: Counter[str] = Counter()
+    mirrored: set[str] = set()
+    for case in cases:
+        assert set(case) <= {"id", "source", "engine", "phase", "root_cause", "confidence"}, case["id"]
+        assert case["root_cause"] in (*LABELS, "no-failure"), case["id"]
+        assert case["phase"] in PHASES, case["id"]
+        assert case["confidence"] in ("high", "medium", "low"), case["id"]
+        source = case["source"]
+        assert source["kind"] == "page", case["id"]
+        host = urlparse(source["url"]).hostname or ""
+        assert host and not host.endswith("github.com"), case["id"]
+        assert host.removeprefix("www.") == source["site"].removeprefix("www."), case["id"]
+        sites[source["site"]] += 1
+        if "mirrors" in source:
+            repo, _, number = str(source["mirrors"]).partition("#")
+            mirrored.add(f"https://github.com/{repo}/issues/{int(number)}")
+    assert max(sites.values()) <= 3, "at most three pages per site"
+    others: set[str] = set()
+    for path in folder.glob("*.yaml"):
+        if path.name != "dev13.yaml":
+            for c in yaml.safe_load(path.read_text())["cases"]:
+                others.add(c["source"]["url"])
+                if "mirrors" in c["source"]:
+                    repo, _, number = str(c["source"]["mirrors"]).partition("#")
+                    others.add(f"https://github.com/{repo}/issues/{int(number)}")
+    assert not others & (set(urls) | mirrored)
