@@ -299,6 +299,12 @@ def plan_sglang(
             f"--engine sglang: {model.name} has no attention layer (pure Mamba); vramctl plans SGLang's mamba pool "
             "only beside a token pool (hybrids); plan it with --engine vllm"
         )
+    if model.gemma4 is not None:
+        raise BadInputError(
+            f"--engine sglang: {model.name} is Gemma-4, whose per-layer head sizes and KV-shared layers vramctl sizes "
+            "only as vLLM allocates them (docs/models-and-gpus.md#gemma-4); SGLang's Gemma-4 pool is not modelled: "
+            "plan it with --engine vllm"
+        )
     if model.dsv4 is not None:
         raise BadInputError(
             f"--engine sglang: {model.name} is DeepSeek-V4, whose compressed caches vramctl sizes only as vLLM "

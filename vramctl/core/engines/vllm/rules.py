@@ -82,6 +82,15 @@ not replay: it says so for a version before 0.32."""
 DEEPSEEK_V4_SOURCE_VLLM: tuple[int, int, int] = (0, 32, 0)
 """The vLLM whose DeepSeek-V4 source vramctl's layout is read from."""
 
+GEMMA4_MIN_VLLM: tuple[int, int, int] = (0, 19, 0)
+"""The first vLLM that serves Gemma 4 (`Gemma4ForCausalLM`, `Gemma4ForConditionalGeneration`): the v0.19.0 release
+notes, "Gemma 4 support: Full Google Gemma 4 architecture support including MoE, multimodal, reasoning, and
+tool-use capabilities (#38826, #38847)" (github.com/vllm-project/vllm/releases/tag/v0.19.0). vramctl sizes its
+weights and KV cache from vLLM 0.32.0's source (model_executor/models/gemma4.py, v1/core/kv_cache_utils.py,
+vramctl.core.gemma4_cache); the plan says so for a version before 0.32."""
+GEMMA4_SOURCE_VLLM: tuple[int, int, int] = (0, 32, 0)
+"""The vLLM whose Gemma-4 source vramctl's layout is read from."""
+
 REMOVED_HYBRID_ARCHITECTURES: dict[str, tuple[int, int, int]] = {
     "BambaForCausalLM": (0, 23, 0),
     "MiniMaxText01ForCausalLM": (0, 23, 0),
@@ -832,6 +841,39 @@ def check_deepseek_v4_supported(model_name: str, version: str, compute_capabilit
             f"--pipeline-parallel-size {pp}: DeepSeek-V4's packed KV groups are not modelled per pipeline stage; "
             "plan it with tensor (and expert) parallelism"
         )
+
+
+def check_gemma4_supported(model_name: str, version: str, pp: int) -> None:
+    """Refuse Gemma-4 on a vLLM before `GEMMA4_MIN_VLLM`, and with pipeline parallelism (its unified pages and
+    groups are not split per stage here)."""
+    if parse_version(version) < GEMMA4_MIN_VLLM:
+        first = ".".join(map(str, GEMMA4_MIN_VLLM))
+        raise BadInputError(
+            f"--engine-version {version}: {model_name} is Gemma-4, which vLLM serves from {first} (earlier versions "
+            f"stop with: Model architectures ['Gemma4ForConditionalGeneration'] are not supported); use "
+            f"--engine-version {first} or later"
+        )
+    if pp > 1:
+        raise BadInputError(
+            f"--pipeline-parallel-size {pp}: Gemma-4's unified KV groups are not modelled per pipeline stage; plan it "
+            "with tensor parallelism"
+        )
+
+
+def gemma4_note(version: str) -> str:
+    """The plan's note on a Gemma-4 model: where its layout comes from, and what it leaves out."""
+    source = ".".join(map(str, GEMMA4_SOURCE_VLLM))
+    older = (
+        f"; vLLM {version} predates that source: the layout is {source}'s, not replayed"
+        if parse_version(version) < GEMMA4_SOURCE_VLLM
+        else ""
+    )
+    return (
+        "Gemma-4: per-layer head sizes and KV heads, K = V global layers (vLLM loads K into the V slot too), "
+        "KV-shared layers without a cache; sliding and full pages unified to the larger page (the smaller page's "
+        f"block size raised) and grouped by vLLM {source}'s hybrid allocator (docs/models-and-gpus.md#gemma-4)"
+        + older
+    )
 
 
 def deepseek_v4_note(version: str) -> str:
