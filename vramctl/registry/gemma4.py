@@ -40,12 +40,16 @@ def _per_layer(cfg: Mapping[str, Any], kinds: tuple[str, ...], where: str) -> tu
     if cfg.get("attention_k_eq_v", False) and global_kv is not None:
         overrides["num_key_value_heads"] = get_int(cfg, "num_global_key_value_heads", where)
     explicit = cfg.get("per_layer_config")
+    by_layer: dict[int, Mapping[str, Any]] = {}
+    if isinstance(explicit, Mapping):  # to_dict() writes zero-padded string keys ("05")
+        try:
+            by_layer = {int(k): v for k, v in explicit.items() if isinstance(v, Mapping)}
+        except ValueError:
+            raise BadInputError(f"{where}: per_layer_config keys must be layer indices") from None
     dims, heads = [], []
     for i, kind in enumerate(kinds):
-        entry: Mapping[str, Any] = {}
-        if isinstance(explicit, Mapping):
-            entry = explicit.get(str(i)) or explicit.get(i) or {}  # type: ignore[call-overload]
-        elif kind == FULL:
+        entry: Mapping[str, Any] = by_layer.get(i, {})
+        if not isinstance(explicit, Mapping) and kind == FULL:
             entry = overrides
         dims.append(int(entry.get("head_dim", head_dim)))
         heads.append(int(entry.get("num_key_value_heads", kv)))
