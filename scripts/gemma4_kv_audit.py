@@ -63,7 +63,7 @@ def audit(types, sw, full, window, shared, tp, block, dtype, lengths) -> dict[st
     vcfg = NS(cache_config=cache_config, kv_transfer_config=None)
     try:
         layout = AU.resolve_kv_cache_layout(vcfg, [[m.name for m in supported]], spec.values())
-    except Exception as exc:  # noqa: BLE001 - the record says which step failed
+    except Exception as exc:
         return {"error": f"layout: {exc!r}"}
 
     def config(length: int, in_flight: int) -> NS:

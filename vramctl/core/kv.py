@@ -26,10 +26,10 @@ import math
 from dataclasses import dataclass
 
 from vramctl.core.dsv4_cache import dsv4_cache
-from vramctl.core.gemma4_cache import gemma4_cache
 from vramctl.core.engines.vllm.rules import HYBRID_MIN_VLLM as HYBRID_MIN_VLLM
 from vramctl.core.engines.vllm.rules import rules_for
 from vramctl.core.errors import BadInputError
+from vramctl.core.gemma4_cache import gemma4_cache
 from vramctl.core.specs import (
     FULL_ATTENTION,
     SLIDING_ATTENTION,

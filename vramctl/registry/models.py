@@ -14,11 +14,11 @@ from typing import Any
 
 from vramctl.core.dsv4 import parameter_count as dsv4_parameter_count
 from vramctl.core.dsv4 import weight_bytes as dsv4_weight_bytes
+from vramctl.core.engines import vllm_yarn
+from vramctl.core.errors import BadInputError
 from vramctl.core.gemma4 import SLIDING as GEMMA4_SLIDING
 from vramctl.core.gemma4 import parameter_count as gemma4_parameter_count
 from vramctl.core.gemma4 import weight_bytes as gemma4_weight_bytes
-from vramctl.core.engines import vllm_yarn
-from vramctl.core.errors import BadInputError
 from vramctl.core.params import (
     attention_params_per_layer,
     bnb_double_quant_saving,

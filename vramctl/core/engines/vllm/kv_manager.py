@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING
 from vramctl.core import kv as kvmath
 from vramctl.core import lora, mamba_cache
 from vramctl.core.dsv4_cache import Dsv4Cache, dsv4_cache
-from vramctl.core.gemma4_cache import Gemma4Cache, gemma4_cache
 from vramctl.core.engines import vllm_speculative as SP
 from vramctl.core.engines.vllm import rules as V
 from vramctl.core.errors import BadInputError
+from vramctl.core.gemma4_cache import Gemma4Cache, gemma4_cache
 from vramctl.core.settings import ServeSettings, parse_version
 from vramctl.core.specs import FULL_ATTENTION, STATE_KINDS, GpuSpec, ModelSpec, dtype_bytes
 from vramctl.core.weights import stage_rank_weight_bytes
