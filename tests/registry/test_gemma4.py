@@ -264,6 +264,15 @@ MLPs of 15,360, a tied 262,144-row embedding. vLLM 0.32 loads the K weights of t
 (gemma4.py:86-123 `_get_qkv_shards`, :421-430), 15,728,640 more."""
 
 
+def test_the_unified_wrapper_is_refused_before_the_source_it_was_read_from(capsys: pytest.CaptureFixture[str]) -> None:
+    """Gemma4UnifiedForConditionalGeneration came with vLLM PR #44429 (first release not pinned): planned from 0.32.0;
+    the dense wrappers from 0.19.0 (the release notes' "Gemma 4 support")."""
+    assert main(["plan", "--model", str(REAL_12B), "--gpu", "h200", "--engine-version", "0.31.0"]) == 2
+    err = capsys.readouterr().err
+    assert "0.32.0" in err and len(err.strip().splitlines()) == 1
+    assert main(["plan", "--model", str(REAL_12B), "--gpu", "h200", "--engine-version", "0.32.0"]) == 0
+
+
 def test_the_published_gemma4_12b_is_transformers_count_plus_the_v_slots_exactly() -> None:
     """Before: refused. Now 11,907,350,272 (transformers 5.19, meta device) + 15,728,640 (8 layers × 512 × 3840)."""
     config = json.loads(REAL_12B.read_text())

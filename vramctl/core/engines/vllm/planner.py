@@ -96,7 +96,7 @@ def resolve_vllm(model: ModelSpec, gpu: GpuSpec, settings: ServeSettings) -> Vll
                 "compressed caches and weights) is not modelled; plan without speculative decoding"
             )
     if model.gemma4 is not None:
-        V.check_gemma4_supported(model.name, version, settings.pipeline_parallel_size)
+        V.check_gemma4_supported(model.name, model.architecture, version, settings.pipeline_parallel_size)
         tp, heads = settings.tensor_parallel_size, model.gemma4.num_attention_heads
         if heads % tp:
             raise BadInputError(
