@@ -283,3 +283,18 @@ def test_the_published_gemma4_12b_is_transformers_count_plus_the_v_slots_exactly
     assert spec.param_count == 11_907_350_272 + 15_728_640
     assert spec.weight_bytes == 2 * spec.param_count
     assert any(key == "vision_params" for key, _ in spec.sources)
+
+
+def test_the_12b_plan_divides_the_pool_by_the_unified_block(capsys: pytest.CaptureFixture[str]) -> None:
+    """H200, vLLM 0.32.0, 131,072 tokens: num_blocks = the KV bytes // 1 MiB (6 groups × 8 layers × 131,072 B); one
+    request takes 2,048 blocks of the full group (64 tokens each) and 5 × (cdiv(1,023 + 16,384 in flight, 16) + 1)
+    of the sliding groups: 7,493; KV tokens = num_blocks / 7,493 × 131,072 (`get_max_concurrency_for_kv_cache_config`).
+    Before: refused."""
+    code = main(["plan", "--model", str(REAL_12B), "--gpu", "h200", "--engine-version", "0.32.0",
+                 "--max-model-len", "131072", "--json"])
+    plan = json.loads(capsys.readouterr().out)
+    assert code == 0
+    assert plan["bytes_per_block"] == 1_048_576 and plan["kv_bytes_per_token"] == 16_384
+    assert plan["num_blocks"] == plan["kv_cache_bytes"] // 1_048_576
+    assert plan["blocks_per_request"] == 2048 + 5 * (-(-(1023 + 16_384) // 16) + 1) == 7493
+    assert plan["kv_tokens"] == int(plan["num_blocks"] / 7493 * 131_072)
