@@ -29,6 +29,7 @@ from vramctl.core.dsv4_cache import dsv4_cache
 from vramctl.core.engines.vllm.rules import HYBRID_MIN_VLLM as HYBRID_MIN_VLLM
 from vramctl.core.engines.vllm.rules import rules_for
 from vramctl.core.errors import BadInputError
+from vramctl.core.gemma4_cache import gemma4_cache
 from vramctl.core.specs import (
     FULL_ATTENTION,
     SLIDING_ATTENTION,
@@ -322,6 +323,8 @@ def kv_bytes_per_token(
         return 0
     if model.dsv4 is not None:  # the packed pool's block over its 256 tokens (vramctl.core.dsv4_cache)
         return dsv4_cache(model.dsv4, kv_cache_dtype=kv_cache_dtype).bytes_per_token()
+    if model.gemma4 is not None:  # unified pages over the full groups' tokens (vramctl.core.gemma4_cache)
+        return gemma4_cache(model.gemma4, tp=tp, kv_cache_dtype=kv_cache_dtype).bytes_per_token()
     per_layer = token_bytes_per_layer(model, kv_cache_dtype=kv_cache_dtype, tp=tp, model_dtype=model_dtype)
     worst = 0
     for kinds in stage_layer_kinds(model, pp):
@@ -347,6 +350,8 @@ def bytes_per_block(
     """
     if model.dsv4 is not None:
         return dsv4_cache(model.dsv4, block_size=block_size, kv_cache_dtype=kv_cache_dtype).bytes_per_block
+    if model.gemma4 is not None:
+        return gemma4_cache(model.gemma4, block_size=block_size, tp=tp, kv_cache_dtype=kv_cache_dtype).bytes_per_block
     page = page_size_bytes(
         model, block_size=block_size, kv_cache_dtype=kv_cache_dtype, tp=tp, model_dtype=model_dtype
     )

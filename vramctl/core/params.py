@@ -36,6 +36,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from vramctl.core.dsv4 import rank_parts as dsv4_rank_parts
+from vramctl.core.gemma4 import rank_parts as gemma4_rank_parts
 from vramctl.core.specs import ModelSpec
 
 FP8_BLOCK = 128
@@ -494,6 +495,9 @@ def rank_weight_bytes(spec: ModelSpec, tp: int = 1, *, pad_vocab: bool = False, 
         raise ValueError(f"tp and ep must be >= 1, got {tp} and {ep}")
     if spec.dsv4 is not None:  # DeepSeek-V4: module by module (vramctl.core.dsv4)
         emb, head, layers, final = dsv4_rank_parts(spec.dsv4, tp, pad_vocab=pad_vocab, ep=ep)
+        return RankWeights(embedding=emb, lm_head=head, layers=layers, final_norm=final)
+    if spec.gemma4 is not None:  # Gemma-4: layer by layer (vramctl.core.gemma4)
+        emb, head, layers, final = gemma4_rank_parts(spec.gemma4, tp, pad_vocab=pad_vocab, ep=ep)
         return RankWeights(embedding=emb, lm_head=head, layers=layers, final_norm=final)
     result = _rank_bytes(spec, tp, pad_vocab, ep)
     formula_total = _rank_bytes(spec, 1, False).total

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from vramctl.core.dsv4 import Dsv4Shape
+from vramctl.core.gemma4 import Gemma4Shape
 
 # Per-layer attention kinds, as config.json `layer_types` names them (HF transformers convention).
 FULL_ATTENTION = "full_attention"
@@ -354,6 +355,9 @@ class ModelSpec:
     dsv4: Dsv4Shape | None = field(default=None, compare=False)
     """DeepSeek-V4 (compressed sparse attention): the shape its weights and five-kind KV cache are sized from
     (vramctl.core.dsv4, vramctl.core.dsv4_cache); None for every other model."""
+    gemma4: Gemma4Shape | None = field(default=None, compare=False)
+    """Gemma-4 (per-layer head sizes and KV heads, K = V, KV-shared layers): the shape its weights and two-page KV
+    cache are sized from (vramctl.core.gemma4, vramctl.core.gemma4_cache); None for every other model."""
     derived: DerivedCheckpoint | None = field(default=None, compare=False)
     """Set when the spec is a bundled base with a quantisation inferred from a checkpoint's name (its own config was
     unavailable): the plan says so and widens the weights band (`vramctl.registry.derived`)."""

@@ -16,6 +16,9 @@ from vramctl.core.dsv4 import parameter_count as dsv4_parameter_count
 from vramctl.core.dsv4 import weight_bytes as dsv4_weight_bytes
 from vramctl.core.engines import vllm_yarn
 from vramctl.core.errors import BadInputError
+from vramctl.core.gemma4 import SLIDING as GEMMA4_SLIDING
+from vramctl.core.gemma4 import parameter_count as gemma4_parameter_count
+from vramctl.core.gemma4 import weight_bytes as gemma4_weight_bytes
 from vramctl.core.params import (
     attention_params_per_layer,
     bnb_double_quant_saving,
@@ -56,6 +59,7 @@ from vramctl.registry.ct_groups import main_weights as ct_main_weights
 from vramctl.registry.ct_groups import override_delta
 from vramctl.registry.ct_groups import scheme as ct_scheme
 from vramctl.registry.deepseek_v4 import dsv4_shape
+from vramctl.registry.gemma4 import gemma4_shape
 from vramctl.registry.hybrid_quant import STATE_MIXERS, gated_delta_net_bytes
 from vramctl.registry.modelopt_mixed import mixed_saving_bytes, read_mixed_layers
 from vramctl.registry.vision_towers import vision_tower_params, vision_tower_shape
@@ -89,22 +93,14 @@ _UNGATED_MLP = {"apertus", "cosmos3_edge_text", "nemotron"}
 cosmos3_edge.py:369 Cosmos3EdgeTextModel builds NemotronH's relu² MLP layers, transformers' fc1 / fc2; nemotron.py:149-156
 NemotronMLP up_proj / down_proj, whose LayerNorm1P norms also carry a bias, nemotron.py:82-91)."""
 _LAYERNORM_BIAS = {"nemotron"}
-_GEMMA4_NOT_MODELLED = (
-    "Gemma-4's per-layer attention shapes (global layers' global_head_dim and num_global_key_value_heads, K = V "
-    "on attention_k_eq_v layers), the KV its last num_kv_shared_layers layers reuse, per-layer input embeddings "
-    "(hidden_size_per_layer_input), the MoE block beside the dense MLP (enable_moe_block) and its vision / audio "
-    "towers (vLLM 0.32 gemma4.py Gemma4DecoderLayer, gemma4_mm.py) are not modelled"
-)
 _LAYOUT_REFUSED = {
     "hrm_text": "its two recurrent stacks (num_layers_per_stack layers run H_cycles × (L_cycles + 1) times, one KV "
     "cache per step; vLLM hrm_text.py) are not modelled",
     "gemma3n_text": "Gemma-3n's per-layer input embeddings (vocab_size_per_layer_input × layers × "
     "hidden_size_per_layer_input), AltUp / LAuReL blocks, per-layer MLP widths and the KV its last "
     "num_kv_shared_layers layers share (vLLM gemma3n.py) are not modelled",
-    "gemma4_text": _GEMMA4_NOT_MODELLED,
-    "gemma4_unified_text": _GEMMA4_NOT_MODELLED,
-    "diffusion_gemma_text": "DiffusionGemma's block-diffusion decoder (vLLM 0.32 diffusion_gemma.py) is a Gemma-4 text "
-    "model: " + _GEMMA4_NOT_MODELLED,
+    "diffusion_gemma_text": "DiffusionGemma's block-diffusion decoder (vLLM 0.32 diffusion_gemma.py: non-causal "
+    "canvas blocks, its own drafter loop and cache use) is not modelled; vramctl plans the causal Gemma-4 models",
     "cohere_asr": "Cohere-ASR is an encoder-decoder speech model: its audio encoder (encoder_config) and the "
     "cross-attention KV of every decoder layer (vLLM 0.32 cohere_asr.py) are not modelled",
     "whisper": "Whisper is an encoder-decoder speech model: its audio encoder (encoder_layers) and the "
@@ -1864,6 +1860,58 @@ def _deepseek_v4_spec(
     )
 
 
+_GEMMA4_TEXT = {"gemma4_text", "gemma4_unified_text"}
+
+
+def _gemma4_spec(
+    cfg: Mapping[str, Any],
+    config: Mapping[str, Any],
+    *,
+    where: str,
+    name: str,
+    aliases: Sequence[str],
+    sources: Sequence[tuple[str, str]],
+    param_count: int | None,
+    weight_bytes: int | None,
+) -> ModelSpec:
+    """Gemma-4's language model (vramctl.registry.gemma4 → vramctl.core.gemma4 / gemma4_cache): weights and KV
+    cache layer by layer as vLLM 0.32.0 builds them; the plain fields (the sliding layers' head size and KV heads)
+    feed the activation and graph estimates. A wrapper's vision / audio towers are not counted (the note says so)."""
+    shape = gemma4_shape(cfg, where)
+    max_pos, max_len_note, vllm_max_pos = _max_len(cfg, "gemma4_text", where)
+    count = param_count if param_count is not None else gemma4_parameter_count(shape)
+    notes = [("layout", "Gemma-4: weights and KV cache from vLLM 0.32.0's modules (vramctl/core/gemma4*.py)")]
+    towers = [k for k in ("vision_config", "audio_config") if isinstance(config.get(k), Mapping)]
+    if towers:
+        notes.append(("vision_params", f"the wrapper's {' and '.join(towers)} towers are not counted"))
+    if max_len_note:
+        notes.append(("max_position_embeddings", max_len_note))
+    architectures = get_str_list(cfg, "architectures", where)
+    first_sliding = shape.layer_types.index(GEMMA4_SLIDING) if GEMMA4_SLIDING in shape.layer_types else 0
+    return ModelSpec(
+        name=name,
+        architecture=architectures[0] if architectures else "Gemma4ForCausalLM",
+        hidden_size=shape.hidden_size,
+        intermediate_size=shape.intermediate_size,
+        num_hidden_layers=shape.num_layers,
+        num_attention_heads=shape.num_attention_heads,
+        num_key_value_heads=shape.kv_heads[first_sliding],
+        head_dim=shape.head_dims[first_sliding],
+        vocab_size=shape.vocab_size,
+        max_position_embeddings=max_pos,
+        vllm_max_position_embeddings=vllm_max_pos,
+        torch_dtype="bfloat16" if _dtype(cfg, where) == "float32" else _dtype(cfg, where),
+        param_count=count,
+        weight_bytes=weight_bytes if weight_bytes is not None else gemma4_weight_bytes(shape),
+        tie_word_embeddings=shape.tie_word_embeddings,
+        layer_types=shape.layer_types,
+        sliding_window=shape.sliding_window,
+        aliases=tuple(aliases),
+        sources=(*sources, *notes),
+        gemma4=shape,
+    )
+
+
 def spec_from_config(
     config: Mapping[str, Any],
     *,
@@ -1886,6 +1934,11 @@ def spec_from_config(
     if model_type == "deepseek_v4":  # compressed sparse attention: its own weights and cache (core/dsv4*.py)
         return _deepseek_v4_spec(
             cfg, where=where, name=name, aliases=aliases, sources=sources, param_count=param_count,
+            weight_bytes=weight_bytes,
+        )
+    if model_type in _GEMMA4_TEXT:  # per-layer head sizes, K = V, KV sharing: its own weights and cache
+        return _gemma4_spec(
+            cfg, config, where=where, name=name, aliases=aliases, sources=sources, param_count=param_count,
             weight_bytes=weight_bytes,
         )
     if str(cfg.get("model_type") or "") in _LAYOUT_REFUSED:  # a wrapper refused as a whole (Qwen3-Omni)

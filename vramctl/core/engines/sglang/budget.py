@@ -283,6 +283,22 @@ class _Pool:
     mamba: MambaPool | None
 
 
+def _refuse_own_layouts(model: ModelSpec) -> None:
+    """Models whose caches vramctl sizes only as vLLM allocates them (Gemma-4, DeepSeek-V4)."""
+    if model.gemma4 is not None:
+        raise BadInputError(
+            f"--engine sglang: {model.name} is Gemma-4, whose per-layer head sizes and KV-shared layers vramctl sizes "
+            "only as vLLM allocates them (docs/models-and-gpus.md#gemma-4); SGLang's Gemma-4 pool is not modelled: "
+            "plan it with --engine vllm"
+        )
+    if model.dsv4 is not None:
+        raise BadInputError(
+            f"--engine sglang: {model.name} is DeepSeek-V4, whose compressed caches vramctl sizes only as vLLM "
+            "allocates them (docs/hybrid.md#deepseek-v4); SGLang's DeepSeek-V4 pool is not modelled: plan it with "
+            "--engine vllm"
+        )
+
+
 def plan_sglang(
     model: ModelSpec, gpu: GpuSpec, settings: ServeSettings, *, options: SglangOptions | None = None
 ) -> SglangPlan:
@@ -299,12 +315,7 @@ def plan_sglang(
             f"--engine sglang: {model.name} has no attention layer (pure Mamba); vramctl plans SGLang's mamba pool "
             "only beside a token pool (hybrids); plan it with --engine vllm"
         )
-    if model.dsv4 is not None:
-        raise BadInputError(
-            f"--engine sglang: {model.name} is DeepSeek-V4, whose compressed caches vramctl sizes only as vLLM "
-            "allocates them (docs/hybrid.md#deepseek-v4); SGLang's DeepSeek-V4 pool is not modelled: plan it with "
-            "--engine vllm"
-        )
+    _refuse_own_layouts(model)
     if settings.max_model_len is not None and settings.max_model_len > model.max_position_embeddings:
         raise BadInputError(
             f"--context-length {settings.max_model_len}: above the model's max_position_embeddings "

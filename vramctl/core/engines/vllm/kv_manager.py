@@ -12,6 +12,7 @@ from vramctl.core.dsv4_cache import Dsv4Cache, dsv4_cache
 from vramctl.core.engines import vllm_speculative as SP
 from vramctl.core.engines.vllm import rules as V
 from vramctl.core.errors import BadInputError
+from vramctl.core.gemma4_cache import Gemma4Cache, gemma4_cache
 from vramctl.core.settings import ServeSettings, parse_version
 from vramctl.core.specs import FULL_ATTENTION, STATE_KINDS, GpuSpec, ModelSpec, dtype_bytes
 from vramctl.core.weights import stage_rank_weight_bytes
@@ -86,8 +87,13 @@ def stage_weight_bytes(model: ModelSpec, *, tp: int, pp: int, dtype: str, ep: in
 
 
 
-def dsv4_cache_of(kv_model: ModelSpec, s: VllmSettings) -> Dsv4Cache | None:
-    """DeepSeek-V4's packed pool for these flags (vramctl.core.dsv4_cache); None for any other model."""
+def dsv4_cache_of(kv_model: ModelSpec, s: VllmSettings) -> Dsv4Cache | Gemma4Cache | None:
+    """The pool of a model with its own cache layout for these flags: DeepSeek-V4's packed pool
+    (vramctl.core.dsv4_cache) or Gemma-4's unified pages (vramctl.core.gemma4_cache); None for any other model."""
+    if kv_model.gemma4 is not None:
+        return gemma4_cache(
+            kv_model.gemma4, block_size=s.block_size, tp=s.tensor_parallel_size, kv_cache_dtype=s.kv_cache_dtype
+        )
     if kv_model.dsv4 is None:
         return None
     return dsv4_cache(kv_model.dsv4, block_size=s.block_size, kv_cache_dtype=s.kv_cache_dtype)

@@ -95,6 +95,19 @@ def resolve_vllm(model: ModelSpec, gpu: GpuSpec, settings: ServeSettings) -> Vll
                 f"--speculative-config {settings.speculative_method}: DeepSeek-V4's MTP / DSpark drafter (its own "
                 "compressed caches and weights) is not modelled; plan without speculative decoding"
             )
+    if model.gemma4 is not None:
+        V.check_gemma4_supported(model.name, model.architecture, version, settings.pipeline_parallel_size)
+        tp, heads = settings.tensor_parallel_size, model.gemma4.num_attention_heads
+        if heads % tp:
+            raise BadInputError(
+                f"--tensor-parallel-size {tp}: Gemma-4 splits its {heads} heads over the ranks (gemma4.py:386 asserts "
+                "heads % tp == 0); use a TP size that divides them"
+            )
+        if settings.speculative_method:
+            raise BadInputError(
+                f"--speculative-config {settings.speculative_method}: Gemma-4's MTP / DSpark drafters (gemma4_mtp.py, "
+                "gemma4_dspark.py: their own layers and caches) are not modelled; plan without speculative decoding"
+            )
     fallback = RT.v1_fallback_reason(
         version,
         compute_capability=gpu.compute_capability,
@@ -154,6 +167,8 @@ def plan_vllm(
         notes.insert(0, auto_note)
     if model.dsv4 is not None:
         notes.append(V.deepseek_v4_note(version))
+    if model.gemma4 is not None:
+        notes.append(V.gemma4_note(version))
     if kv_from_checkpoint:
         notes.append(
             f"--kv-cache-dtype auto → {kv_from_checkpoint}: the checkpoint's quantisation config declares its KV cache "

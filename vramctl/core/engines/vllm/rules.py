@@ -82,6 +82,20 @@ not replay: it says so for a version before 0.32."""
 DEEPSEEK_V4_SOURCE_VLLM: tuple[int, int, int] = (0, 32, 0)
 """The vLLM whose DeepSeek-V4 source vramctl's layout is read from."""
 
+GEMMA4_MIN_VLLM: tuple[int, int, int] = (0, 19, 0)
+"""The first vLLM that serves Gemma 4 (`Gemma4ForCausalLM`, `Gemma4ForConditionalGeneration`): the v0.19.0 release
+notes, "Gemma 4 support: Full Google Gemma 4 architecture support including MoE, multimodal, reasoning, and
+tool-use capabilities (#38826, #38847)" (github.com/vllm-project/vllm/releases/tag/v0.19.0). vramctl sizes its
+weights and KV cache from vLLM 0.32.0's source (model_executor/models/gemma4.py, v1/core/kv_cache_utils.py,
+vramctl.core.gemma4_cache); the plan says so for a version before 0.32."""
+GEMMA4_UNIFIED_MIN_VLLM: tuple[int, int, int] = (0, 32, 0)
+"""`Gemma4UnifiedForConditionalGeneration` (gemma-4-12B, encoder-free; vllm/model_executor/models/gemma4_unified.py)
+came later, with vLLM PR #44429 (merged 2026-06; vllm-project/vllm#46967 reports it absent from an earlier image).
+The first release that carries it is not pinned here, so vramctl plans it from 0.32.0, whose source it was read from,
+and refuses earlier versions rather than guess."""
+GEMMA4_SOURCE_VLLM: tuple[int, int, int] = (0, 32, 0)
+"""The vLLM whose Gemma-4 source vramctl's layout is read from."""
+
 REMOVED_HYBRID_ARCHITECTURES: dict[str, tuple[int, int, int]] = {
     "BambaForCausalLM": (0, 23, 0),
     "MiniMaxText01ForCausalLM": (0, 23, 0),
@@ -832,6 +846,45 @@ def check_deepseek_v4_supported(model_name: str, version: str, compute_capabilit
             f"--pipeline-parallel-size {pp}: DeepSeek-V4's packed KV groups are not modelled per pipeline stage; "
             "plan it with tensor (and expert) parallelism"
         )
+
+
+def check_gemma4_supported(model_name: str, architecture: str, version: str, pp: int) -> None:
+    """Refuse Gemma-4 on a vLLM before `GEMMA4_MIN_VLLM` (the unified wrapper before `GEMMA4_UNIFIED_MIN_VLLM`),
+    and with pipeline parallelism (its unified pages and groups are not split per stage here)."""
+    unified = architecture.startswith("Gemma4Unified")
+    floor = GEMMA4_UNIFIED_MIN_VLLM if unified else GEMMA4_MIN_VLLM
+    if parse_version(version) < floor:
+        first = ".".join(map(str, floor))
+        why = (
+            "the first release with vLLM PR #44429 is not pinned; vramctl plans it from the source it was read from"
+            if unified
+            else "earlier versions stop with: Model architectures ['Gemma4ForConditionalGeneration'] are not supported"
+        )
+        raise BadInputError(
+            f"--engine-version {version}: {model_name} is {architecture}, which vramctl plans for vLLM {first} and "
+            f"later ({why}); use --engine-version {first} or later"
+        )
+    if pp > 1:
+        raise BadInputError(
+            f"--pipeline-parallel-size {pp}: Gemma-4's unified KV groups are not modelled per pipeline stage; plan it "
+            "with tensor parallelism"
+        )
+
+
+def gemma4_note(version: str) -> str:
+    """The plan's note on a Gemma-4 model: where its layout comes from, and what it leaves out."""
+    source = ".".join(map(str, GEMMA4_SOURCE_VLLM))
+    older = (
+        f"; vLLM {version} predates that source: the layout is {source}'s, not replayed"
+        if parse_version(version) < GEMMA4_SOURCE_VLLM
+        else ""
+    )
+    return (
+        "Gemma-4: per-layer head sizes and KV heads, K = V global layers (vLLM loads K into the V slot too), "
+        "KV-shared layers without a cache; sliding and full pages unified to the larger page (the smaller page's "
+        f"block size raised) and grouped by vLLM {source}'s hybrid allocator (docs/models-and-gpus.md#gemma-4)"
+        + older
+    )
 
 
 def deepseek_v4_note(version: str) -> str:
