@@ -1398,6 +1398,18 @@ def _apply_fix(fix: Fix, names: Mapping[str, Any], engine: str | None) -> FixAdv
     return FixAdvice(action=action, flag=flag, value=value_text, reason=reason)
 
 
+def _filled_what(template: str | None, names: Mapping[str, Any]) -> str | None:
+    """A signature's `what` with its placeholders filled from the matched line; a placeholder the line did not fill
+    is dropped with its parentheses (`({error_message})` never reaches the user)."""
+    if not template:
+        return template
+    filled = fill(template, names)
+    if filled is not None:
+        return filled
+    return re.sub(r"\s*\(\{[^}]*\}\)|\{[^}]*\}", "", template).strip()
+
+
+
 def _decide(
     an: _Analyser,
     incident: _Incident,
@@ -1585,7 +1597,7 @@ def _decide(
     if an.other_count > len(an.other):
         warnings.append(f"{an.other_count - len(an.other)} more later failures not listed")
 
-    what = sig.what if cause == "not-oom" else None
+    what = _filled_what(sig.what, names) if cause == "not-oom" else None
     if cause == "not-oom" and not what:
         what = why[0] if why else "a failure that is not a memory allocation failure"
     if cause == "not-oom" and sig.id == "python-exception":
