@@ -28,4 +28,3 @@ def test_what_is_filled_from_the_line(name: str, tmp_path: Path, capsys: pytest.
     answer = json.loads(capsys.readouterr().out)
     assert answer["cause"] == "not-oom"
     assert said in answer["what"] and "{" not in answer["what"]
-
