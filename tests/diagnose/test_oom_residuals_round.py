@@ -232,3 +232,34 @@ def test_fragmentation_keeps_expandable_segments_without_the_warning() -> None:
 def test_the_warning_alone_is_no_failure() -> None:
     text = "[W1001 01:18:06.108184462 CUDAAllocatorConfig.h:28] Warning: expandable_segments not supported on this platform\n"
     assert diagnose_text(text).cause == "no-failure"
+
+
+_STARTED = (
+    "INFO 01-01 10:00:01 [core.py:71] Initializing a V1 LLM engine (v0.10.0) with config: model='m'\n"
+    "INFO 01-01 10:00:30 [gpu_model_runner.py:1800] Model loading took 15.6 GiB and 20.1 seconds\n"
+    "INFO 01-01 10:01:00 [api_server.py:1400] Starting vLLM API server on http://0.0.0.0:8000\n"
+)
+
+
+@pytest.mark.parametrize(
+    "first",
+    [
+        # a program's own first lines, whose failure words state no failure (review of session 9)
+        "Using a slow image processor as `use_fast` is unset and a slow processor was saved with this model.\n",
+        "/usr/lib/python3/site-packages/torch/cuda/__init__.py:230: UserWarning: TF32 is not supported here\n"
+        "  warnings.warn(\n",
+        "$ vllm serve m --uvicorn-log-level error --max-model-len 8192\n",
+        "export VLLM_LOGGING_LEVEL=ERROR\n",
+        "Successful requests: 100, Failed requests: 0\n",
+    ],
+)
+def test_a_programs_first_lines_are_no_report(first: str) -> None:
+    """A clean start whose first lines are a program's (a warning, a command's log level, a zero count) holds no
+    incident: "no failure", exit 3, as before the words_failed rule."""
+    assert diagnose_text(first + _STARTED).cause == "no-failure"
+
+
+def test_a_report_after_a_programs_line_is_still_read() -> None:
+    """The program's line leaves the title hint free for a person's words on the next lines."""
+    text = "Using a slow image processor as `use_fast` is unset\nServer crashes right after the first request\n"
+    assert diagnose_text(text).signature == "told-failure-words"

@@ -75,6 +75,15 @@ _NOT_AN_INCIDENT_RE = re.compile(
     re.IGNORECASE,
 )
 """A question, a denial, advice or a zero count (`Errors: 0`) on the line that holds the failure words: no incident."""
+_PROGRAM_OUTPUT_RE = re.compile(
+    r"\b(?:[A-Z][A-Za-z]*)?Warning\b|"
+    r"\bslow (?:image |video )?(?:processor|tokenizer)s?\b|"
+    r"(?i:log(?:ging)?[_-]?level)\s*[= ]\s*['\"]?(?i:error|critical)\b|"
+    r"\b(?i:errors?|fail(?:ures|ed|s)?|crash(?:es)?|exceptions?)\b[\w ]{0,24}[:=]\s*0\b"
+)
+"""A program's own line whose failure words state no failure: a Python warning (`…: UserWarning: … not supported`,
+torch's `Warning: …`), transformers' `Using a slow image processor`, a logging level set to error
+(`--uvicorn-log-level error`, `VLLM_LOGGING_LEVEL=ERROR`), a zero count (`Failed requests: 0`)."""
 _AT_ERROR_RE = re.compile(r"(?<![\w-])(?:ERROR|CRITICAL|FATAL)(?![\w-])")
 """A logging level of ERROR or above in a line's prefix."""
 _TRACEBACK_STARTS = ('File "', "Traceback (most recent call last)")
@@ -1043,6 +1052,8 @@ class _Analyser:
         """A report's failure words on its first lines (`words_failed`); a log record below ERROR is not a report."""
         if number > TOLD_FAILURE_LINES or TOLD_FAILURE_HINT in self.global_hints or _logged_below_error(raw, text):
             return
+        if _PROGRAM_OUTPUT_RE.search(text) is not None:
+            return  # a program's line, not a report's words: a later first line may still tell the failure
         self.global_hints[TOLD_FAILURE_HINT] = number
         self.global_hint_text[TOLD_FAILURE_HINT] = text[:MAX_KEPT_TEXT]
 
