@@ -263,3 +263,12 @@ def test_a_report_after_a_programs_line_is_still_read() -> None:
     """The program's line leaves the title hint free for a person's words on the next lines."""
     text = "Using a slow image processor as `use_fast` is unset\nServer crashes right after the first request\n"
     assert diagnose_text(text).signature == "told-failure-words"
+
+
+@pytest.mark.parametrize("kind", ["shape", "size", "dimension", "dtype"])
+def test_a_shape_check_in_a_title_is_an_incident(kind: str) -> None:
+    """dev12's shape-check words (`not_memory_words`: `shape mismatch`, …) must not hide the `mismatch` of this
+    round's title words: the key scan takes the longest phrase at each place (review of session 9)."""
+    result = diagnose_text(f"[Bug] {kind} mismatch when loading the checkpoint\nvllm serve m --tp 2\n")
+    assert result.cause == "not-oom"
+    assert result.signature == "told-failure-words"
