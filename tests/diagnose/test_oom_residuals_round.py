@@ -272,3 +272,22 @@ def test_a_shape_check_in_a_title_is_an_incident(kind: str) -> None:
     result = diagnose_text(f"[Bug] {kind} mismatch when loading the checkpoint\nvllm serve m --tp 2\n")
     assert result.cause == "not-oom"
     assert result.signature == "told-failure-words"
+
+
+def test_no_catalogue_phrase_hides_a_title_word() -> None:
+    """A hint or marker phrase that holds a title failure word (`Failed to load`, `Cuda error`, `EngineCore
+    encountered a fatal error`) is taken whole by the key scan: in a title it must still state an incident, like the
+    word alone. Denials and torch's expandable-segments warning state none (review of session 9)."""
+    cat = load_catalogue()
+    words = cat.global_hints["words_failed"]
+    phrases = set(cat.marker_phrases) | set(cat.settings_keys) | set(cat.method_keys)
+    phrases |= {key for version in cat.versions for key in version.keys}
+    phrases |= {word for name, group in (*cat.hints.items(), *cat.global_hints.items()) for word in group
+                if name != "words_failed"}
+    no_incident = {"no error message", "without any error", "expandable_segments not supported"}
+    hidden = []
+    for phrase in sorted(phrases - set(cat.keys_to_signatures) - set(words) - no_incident):
+        title = f"[Bug] {phrase} when loading\nvllm serve m --tp 2\n"
+        if any(word in phrase for word in words) and diagnose_text(title).cause == "no-failure":
+            hidden.append(phrase)
+    assert hidden == []
