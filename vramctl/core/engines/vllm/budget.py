@@ -37,6 +37,7 @@ from vramctl.core.engines.vllm.kv_manager import (
     _request_kv_bytes,
     _stage_bytes_per_block,
     blocks_per_request_of,
+    dsv4_cache_of,
     kv_view_of_model,
     lora_slots_of,
 )
@@ -500,7 +501,12 @@ def _core(
     binding = min(stages, key=lambda st: (st.num_blocks, st.kv_bytes - st.bytes_per_block))
     num_blocks = binding.num_blocks
     bpr = blocks_per_request_of(kv_model, s, version)
-    groups = max(1, len(kvmath.stage_layout(kvmath.stage_layer_kinds(kv_model, pp)[binding.index]).groups))
+    dsv4 = dsv4_cache_of(kv_model, s)  # DeepSeek-V4: its packed groups are vLLM's kv_cache_groups
+    groups = (
+        len(dsv4.groups)
+        if dsv4 is not None
+        else max(1, len(kvmath.stage_layout(kvmath.stage_layer_kinds(kv_model, pp)[binding.index]).groups))
+    )
     concurrency = num_blocks / bpr if bpr else 0.0
     if rules.tokens_from_concurrency:
         kv_tokens = int(concurrency * s.max_model_len)
