@@ -81,6 +81,20 @@ def test_growth_without_a_bound_in_words_is_a_leak() -> None:
     assert d.cause == "memory-leak"
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        "The pod was OOMKilled while loading the 70B checkpoint.\nThis is not a memory leak: the node has 64 GB.\n",
+        "The pod was OOMKilled while loading the 70B checkpoint.\nIts memory limit is unbounded (no limits set).\n",
+    ],
+)
+def test_a_host_kill_next_to_denied_growth_is_no_leak(text: str) -> None:
+    """A denial (`not a memory leak`) or an unbounded limit is no growth: the kill stays the host's OOM killer
+    (review of session 9)."""
+    d = diagnose_text(text)
+    assert d.cause == "host-oom-killer"
+
+
 def test_a_host_kill_without_growth_words_keeps_the_old_answer() -> None:
     d = diagnose_text("gateway container is OOMKilled while loading the checkpoint shards")
     assert d.cause == "host-oom-killer"

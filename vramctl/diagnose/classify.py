@@ -84,6 +84,13 @@ _PROGRAM_OUTPUT_RE = re.compile(
 """A program's own line whose failure words state no failure: a Python warning (`…: UserWarning: … not supported`,
 torch's `Warning: …`), transformers' `Using a slow image processor`, a logging level set to error
 (`--uvicorn-log-level error`, `VLLM_LOGGING_LEVEL=ERROR`), a zero count (`Failed requests: 0`)."""
+GROWTH_HINT = "words_growth"
+_NO_GROWTH_RE = re.compile(
+    r"(?i:\b(?:not|no|isn't|wasn't|without)\s+(?:an?\s+|any\s+)?(?:(?:gpu|host|cpu)\s+)?memory[ -]leak|"
+    r"\blimits?\b[^.;]{0,30}\bunbounded\b|\bunbounded\b[^.;]{0,12}\bno (?:memory )?limits?\b)"
+)
+"""A line that denies the growth (`not a memory leak`) or says unbounded of a limit (`memory limit is unbounded (no
+limits set)`): no `words_growth` hint from it."""
 _AT_ERROR_RE = re.compile(r"(?<![\w-])(?:ERROR|CRITICAL|FATAL)(?![\w-])")
 """A logging level of ERROR or above in a line's prefix."""
 _TRACEBACK_STARTS = ('File "', "Traceback (most recent call last)")
@@ -988,7 +995,7 @@ class _Analyser:
                     break
         for key in hit.keys:
             hint = self.hint_keys.get(key)
-            if hint is not None:
+            if hint is not None and not (hint == GROWTH_HINT and _NO_GROWTH_RE.search(text) is not None):
                 self._context(_Context(number, "hint", hint, text=short))
             ghint = self.global_hint_keys.get(key)
             if ghint == TOLD_FAILURE_HINT:
