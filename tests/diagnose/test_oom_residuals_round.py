@@ -291,3 +291,20 @@ def test_no_catalogue_phrase_hides_a_title_word() -> None:
         if any(word in phrase for word in words) and diagnose_text(title).cause == "no-failure":
             hidden.append(phrase)
     assert hidden == []
+
+
+@pytest.mark.parametrize(
+    "first",
+    [
+        # torch c10's glog-style warning at a multi-GPU start (` hang` is a stall word)
+        "[rank0]:[W1203 10:00:00.000000 ProcessGroupNCCL.cpp:4561] [PG ID 0 PG GUID 0 Rank 0] using GPU 0 to perform "
+        "barrier as devices used by this process are currently unknown. This can potentially cause a hang if this "
+        "rank to GPU mapping is incorrect.\n",
+        "WARNING 01-01 10:00:00 [utils.py:1] The server may hang if the frontend runs in the engine's process\n",
+        "INFO 01-01 10:00:00 [utils.py:1] Cannot load the optional kernel; using the fallback\n",
+    ],
+)
+def test_start_and_stall_words_in_a_log_record_are_no_report(first: str) -> None:
+    """Start-up and stall words (`words_start_died`, `words_stall`) in a log's own record below ERROR, glog's `[W…]`
+    included, are no report's words: a clean start stays "no failure" (review of session 9)."""
+    assert diagnose_text(first + _STARTED).cause == "no-failure"
