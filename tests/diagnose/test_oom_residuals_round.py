@@ -308,3 +308,15 @@ def test_start_and_stall_words_in_a_log_record_are_no_report(first: str) -> None
     """Start-up and stall words (`words_start_died`, `words_stall`) in a log's own record below ERROR, glog's `[W…]`
     included, are no report's words: a clean start stays "no failure" (review of session 9)."""
     assert diagnose_text(first + _STARTED).cause == "no-failure"
+
+
+@pytest.mark.parametrize(
+    "title", ["the server is stuck after start", "Server hangs after the first request", "the UI freezes on load"]
+)
+def test_stall_words_in_a_title_are_an_incident(title: str) -> None:
+    """`words-kv-cache-stall`'s keys (` stuck`, ` hangs`, ` freez`) are taken whole at the space before the word: the
+    stall words of `words_stall` list them too, so a stall told without a full KV cache is still an incident
+    (`not-oom`, low), as docs/explain-oom.md says (review of session 9)."""
+    result = diagnose_text(title + "\n" + _STARTED)
+    assert result.cause == "not-oom"
+    assert result.signature == "told-failure-words"
