@@ -320,3 +320,16 @@ def test_stall_words_in_a_title_are_an_incident(title: str) -> None:
     result = diagnose_text(title + "\n" + _STARTED)
     assert result.cause == "not-oom"
     assert result.signature == "told-failure-words"
+
+
+def test_a_gguf_block_type_in_the_name_is_not_sized_at_16_bits(tmp_path: Path) -> None:
+    """`Foo-75B-Q4_K_M` is a ~4.8-bit GGUF file, not 16-bit weights: the name sizes nothing (review of session 9; the
+    nine-tenths rule read it as 69.85 GiB per rank)."""
+    from vramctl.diagnose.classify import diagnose
+    from vramctl.diagnose.namedsize import bytes_per_param
+
+    for name in ("Org/Foo-75B-Q4_K_M", "Org/Foo-75B-Q8_0", "Org/Foo-7B-IQ4_XS.gguf"):
+        assert bytes_per_param(name) is None, name
+    log = _named_log(tmp_path, 75)
+    log.write_text(log.read_text().replace("Foo-75B", "Foo-75B-Q4_K_M"))
+    assert diagnose(log).cause != "weights-do-not-fit"
