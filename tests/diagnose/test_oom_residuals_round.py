@@ -251,6 +251,10 @@ _STARTED = (
         "$ vllm serve m --uvicorn-log-level error --max-model-len 8192\n",
         "export VLLM_LOGGING_LEVEL=ERROR\n",
         "Successful requests: 100, Failed requests: 0\n",
+        # an engine's settings dump: SGLang's ServerArgs field `crash_dump_folder`, vLLM's Namespace / non-default args
+        "[2025-07-01 10:00:00] server_args=ServerArgs(model_path='m', watchdog_timeout=300, crash_dump_folder=None)\n",
+        "INFO 01-01 10:00:00 [utils.py:1] non-default args: {'model': 'm', 'fail_on_unknown': True}\n",
+        "Namespace(model='m', crash_on_error=False)\n",
     ],
 )
 def test_a_programs_first_lines_are_no_report(first: str) -> None:

@@ -81,11 +81,14 @@ _PROGRAM_OUTPUT_RE = re.compile(
     r"\b(?:[A-Z][A-Za-z]*)?Warning\b|"
     r"\bslow (?:image |video )?(?:processor|tokenizer)s?\b|"
     r"(?i:log(?:ging)?[_-]?level)\s*[= ]\s*['\"]?(?i:error|critical)\b|"
-    r"\b(?i:errors?|fail(?:ures|ed|s)?|crash(?:es)?|exceptions?)\b[\w ]{0,24}[:=]\s*0\b"
+    r"\b(?i:errors?|fail(?:ures|ed|s)?|crash(?:es)?|exceptions?)\b[\w ]{0,24}[:=]\s*0\b|"
+    r"\b(?:server_args=|[A-Z]\w*Args\(|Namespace\()|non-default args|with config:"
 )
 """A program's own line whose failure words state no failure: a Python warning (`…: UserWarning: … not supported`,
 torch's `Warning: …`), transformers' `Using a slow image processor`, a logging level set to error
-(`--uvicorn-log-level error`, `VLLM_LOGGING_LEVEL=ERROR`), a zero count (`Failed requests: 0`)."""
+(`--uvicorn-log-level error`, `VLLM_LOGGING_LEVEL=ERROR`), a zero count (`Failed requests: 0`), an engine's dump of
+its settings (SGLang's `server_args=ServerArgs(…, crash_dump_folder=None, …)`, vLLM's `Namespace(…)`, `non-default
+args:`, `… with config: …`), whose field names hold the failure words."""
 GROWTH_HINT = "words_growth"
 _NO_GROWTH_RE = re.compile(
     r"(?i:\b(?:not|no|isn't|wasn't|without)\s+(?:an?\s+|any\s+)?(?:(?:gpu|host|cpu)\s+)?memory[ -]leak|"
