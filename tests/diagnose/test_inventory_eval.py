@@ -178,6 +178,16 @@ HELD_OUT = (
 )
 
 
+def _assert_label_fields(case: dict[str, Any]) -> None:
+    """One case of a label file: labels and sources only, with known cause labels, phases and confidences."""
+    from vramctl.diagnose.inventory import LABELS, PHASES
+
+    assert set(case) <= {"id", "source", "engine", "phase", "root_cause", "confidence"}, case["id"]
+    assert case["root_cause"] in (*LABELS, "no-failure"), case["id"]
+    assert case["phase"] in PHASES, case["id"]
+    assert case["confidence"] in ("high", "medium", "low"), case["id"]
+
+
 @pytest.mark.parametrize(
     ("name", "min_cases", "min_failures", "even_only"),
     [
@@ -194,8 +204,6 @@ HELD_OUT = (
 )
 def test_held_out_label_file_is_valid(name: str, min_cases: int, min_failures: int, even_only: bool) -> None:
     """A held-out label file: known cause labels and phases, labels and sources only, one thread per case."""
-    from vramctl.diagnose.inventory import LABELS, PHASES
-
     cases = yaml.safe_load((ROOT / "tests" / "fixtures" / "oom_eval" / name).read_text())["cases"]
     assert len(cases) >= min_cases
     ids = [str(case["id"]) for case in cases]
@@ -203,10 +211,7 @@ def test_held_out_label_file_is_valid(name: str, min_cases: int, min_failures: i
     urls = [case["source"]["url"] for case in cases]
     assert len(set(urls)) == len(urls), "one log per thread"
     for case in cases:
-        assert set(case) <= {"id", "source", "engine", "phase", "root_cause", "confidence"}, case["id"]
-        assert case["root_cause"] in (*LABELS, "no-failure"), case["id"]
-        assert case["phase"] in PHASES, case["id"]
-        assert case["confidence"] in ("high", "medium", "low"), case["id"]
+        _assert_label_fields(case)
         source = case["source"]
         kind = {"issue": "issues", "pull": "pull"}[source["kind"]]
         assert source["url"] == f"https://github.com/{source['repo']}/{kind}/{source['number']}", case["id"]
@@ -222,8 +227,6 @@ def test_held_out_web_page_label_file_is_valid() -> None:
     from collections import Counter
     from urllib.parse import urlparse
 
-    from vramctl.diagnose.inventory import LABELS, PHASES
-
     cases = yaml.safe_load((ROOT / "tests" / "fixtures" / "oom_eval" / "fresh12.yaml").read_text())["cases"]
     assert len(cases) >= 28
     ids = [str(case["id"]) for case in cases]
@@ -233,10 +236,7 @@ def test_held_out_web_page_label_file_is_valid() -> None:
     sites: Counter[str] = Counter()
     mirrored: set[str] = set()
     for case in cases:
-        assert set(case) <= {"id", "source", "engine", "phase", "root_cause", "confidence"}, case["id"]
-        assert case["root_cause"] in (*LABELS, "no-failure"), case["id"]
-        assert case["phase"] in PHASES, case["id"]
-        assert case["confidence"] in ("high", "medium", "low"), case["id"]
+        _assert_label_fields(case)
         source = case["source"]
         assert source["kind"] == "page", case["id"]
         host = urlparse(source["url"]).hostname or ""
@@ -269,18 +269,13 @@ def test_held_out_sets_are_disjoint() -> None:
 @pytest.mark.parametrize("name", ["dev6.yaml", "dev7.yaml", "dev8.yaml", "dev9.yaml", "dev10.yaml", "dev11.yaml", "dev12.yaml"])
 def test_an_odd_numbered_label_file_is_a_valid_development_set(name: str) -> None:
     """dev6 - dev12: known labels and phases, labels and sources only, odd thread numbers, no thread of any other file."""
-    from vramctl.diagnose.inventory import LABELS, PHASES
-
     folder = ROOT / "tests" / "fixtures" / "oom_eval"
     cases = yaml.safe_load((folder / name).read_text())["cases"]
     assert len(cases) >= 30
     urls = [case["source"]["url"] for case in cases]
     assert len(set(urls)) == len(urls), "one log per thread"
     for case in cases:
-        assert set(case) <= {"id", "source", "engine", "phase", "root_cause", "confidence"}, case["id"]
-        assert case["root_cause"] in (*LABELS, "no-failure"), case["id"]
-        assert case["phase"] in PHASES, case["id"]
-        assert case["confidence"] in ("high", "medium", "low"), case["id"]
+        _assert_label_fields(case)
         assert case["source"]["number"] % 2 == 1, "even thread numbers belong to held-out sets"
     others: set[str] = set()
     for path in folder.glob("*.yaml"):

@@ -81,6 +81,20 @@ def test_growth_without_a_bound_in_words_is_a_leak() -> None:
     assert d.cause == "memory-leak"
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        "The pod was OOMKilled while loading the 70B checkpoint.\nThis is not a memory leak: the node has 64 GB.\n",
+        "The pod was OOMKilled while loading the 70B checkpoint.\nIts memory limit is unbounded (no limits set).\n",
+    ],
+)
+def test_a_host_kill_next_to_denied_growth_is_no_leak(text: str) -> None:
+    """A denial (`not a memory leak`) or an unbounded limit is no growth: the kill stays the host's OOM killer
+    (review of session 9)."""
+    d = diagnose_text(text)
+    assert d.cause == "host-oom-killer"
+
+
 def test_a_host_kill_without_growth_words_keeps_the_old_answer() -> None:
     d = diagnose_text("gateway container is OOMKilled while loading the checkpoint shards")
     assert d.cause == "host-oom-killer"
@@ -185,6 +199,9 @@ def test_an_adjective_between_the_words_still_names_a_memory_failure(text: str) 
     [
         "startup done: plenty of available memory left for the KV cache",
         "If you do not have enough GPU memory, lower the utilisation.",
+        # a condition before the hypothetical (review of session 9): advice, not an incident
+        "Note: if the model is large you may not have enough memory; use more GPUs",
+        "If the context is long, the card might not have enough memory for it.",
     ],
 )
 def test_memory_words_that_report_no_failure_stay_no_failure(text: str) -> None:

@@ -232,3 +232,108 @@ def test_fragmentation_keeps_expandable_segments_without_the_warning() -> None:
 def test_the_warning_alone_is_no_failure() -> None:
     text = "[W1001 01:18:06.108184462 CUDAAllocatorConfig.h:28] Warning: expandable_segments not supported on this platform\n"
     assert diagnose_text(text).cause == "no-failure"
+
+
+_STARTED = (
+    "INFO 01-01 10:00:01 [core.py:71] Initializing a V1 LLM engine (v0.10.0) with config: model='m'\n"
+    "INFO 01-01 10:00:30 [gpu_model_runner.py:1800] Model loading took 15.6 GiB and 20.1 seconds\n"
+    "INFO 01-01 10:01:00 [api_server.py:1400] Starting vLLM API server on http://0.0.0.0:8000\n"
+)
+
+
+@pytest.mark.parametrize(
+    "first",
+    [
+        # a program's own first lines, whose failure words state no failure (review of session 9)
+        "Using a slow image processor as `use_fast` is unset and a slow processor was saved with this model.\n",
+        "/usr/lib/python3/site-packages/torch/cuda/__init__.py:230: UserWarning: TF32 is not supported here\n"
+        "  warnings.warn(\n",
+        "$ vllm serve m --uvicorn-log-level error --max-model-len 8192\n",
+        "export VLLM_LOGGING_LEVEL=ERROR\n",
+        "Successful requests: 100, Failed requests: 0\n",
+        # an engine's settings dump: SGLang's ServerArgs field `crash_dump_folder`, vLLM's Namespace / non-default args
+        "[2025-07-01 10:00:00] server_args=ServerArgs(model_path='m', watchdog_timeout=300, crash_dump_folder=None)\n",
+        "INFO 01-01 10:00:00 [utils.py:1] non-default args: {'model': 'm', 'fail_on_unknown': True}\n",
+        "Namespace(model='m', crash_on_error=False)\n",
+    ],
+)
+def test_a_programs_first_lines_are_no_report(first: str) -> None:
+    """A clean start whose first lines are a program's (a warning, a command's log level, a zero count) holds no
+    incident: "no failure", exit 3, as before the words_failed rule."""
+    assert diagnose_text(first + _STARTED).cause == "no-failure"
+
+
+def test_a_report_after_a_programs_line_is_still_read() -> None:
+    """The program's line leaves the title hint free for a person's words on the next lines."""
+    text = "Using a slow image processor as `use_fast` is unset\nServer crashes right after the first request\n"
+    assert diagnose_text(text).signature == "told-failure-words"
+
+
+@pytest.mark.parametrize("kind", ["shape", "size", "dimension", "dtype"])
+def test_a_shape_check_in_a_title_is_an_incident(kind: str) -> None:
+    """dev12's shape-check words (`not_memory_words`: `shape mismatch`, …) must not hide the `mismatch` of this
+    round's title words: the key scan takes the longest phrase at each place (review of session 9)."""
+    result = diagnose_text(f"[Bug] {kind} mismatch when loading the checkpoint\nvllm serve m --tp 2\n")
+    assert result.cause == "not-oom"
+    assert result.signature == "told-failure-words"
+
+
+def test_no_catalogue_phrase_hides_a_title_word() -> None:
+    """A hint or marker phrase that holds a title failure word (`Failed to load`, `Cuda error`, `EngineCore
+    encountered a fatal error`) is taken whole by the key scan: in a title it must still state an incident, like the
+    word alone. Denials and torch's expandable-segments warning state none (review of session 9)."""
+    cat = load_catalogue()
+    words = cat.global_hints["words_failed"]
+    phrases = set(cat.marker_phrases) | set(cat.settings_keys) | set(cat.method_keys)
+    phrases |= {key for version in cat.versions for key in version.keys}
+    phrases |= {word for name, group in (*cat.hints.items(), *cat.global_hints.items()) for word in group
+                if name != "words_failed"}
+    no_incident = {"no error message", "without any error", "expandable_segments not supported"}
+    hidden = []
+    for phrase in sorted(phrases - set(cat.keys_to_signatures) - set(words) - no_incident):
+        title = f"[Bug] {phrase} when loading\nvllm serve m --tp 2\n"
+        if any(word in phrase for word in words) and diagnose_text(title).cause == "no-failure":
+            hidden.append(phrase)
+    assert hidden == []
+
+
+@pytest.mark.parametrize(
+    "first",
+    [
+        # torch c10's glog-style warning at a multi-GPU start (` hang` is a stall word)
+        "[rank0]:[W1203 10:00:00.000000 ProcessGroupNCCL.cpp:4561] [PG ID 0 PG GUID 0 Rank 0] using GPU 0 to perform "
+        "barrier as devices used by this process are currently unknown. This can potentially cause a hang if this "
+        "rank to GPU mapping is incorrect.\n",
+        "WARNING 01-01 10:00:00 [utils.py:1] The server may hang if the frontend runs in the engine's process\n",
+        "INFO 01-01 10:00:00 [utils.py:1] Cannot load the optional kernel; using the fallback\n",
+    ],
+)
+def test_start_and_stall_words_in_a_log_record_are_no_report(first: str) -> None:
+    """Start-up and stall words (`words_start_died`, `words_stall`) in a log's own record below ERROR, glog's `[W…]`
+    included, are no report's words: a clean start stays "no failure" (review of session 9)."""
+    assert diagnose_text(first + _STARTED).cause == "no-failure"
+
+
+@pytest.mark.parametrize(
+    "title", ["the server is stuck after start", "Server hangs after the first request", "the UI freezes on load"]
+)
+def test_stall_words_in_a_title_are_an_incident(title: str) -> None:
+    """`words-kv-cache-stall`'s keys (` stuck`, ` hangs`, ` freez`) are taken whole at the space before the word: the
+    stall words of `words_stall` list them too, so a stall told without a full KV cache is still an incident
+    (`not-oom`, low), as docs/explain-oom.md says (review of session 9)."""
+    result = diagnose_text(title + "\n" + _STARTED)
+    assert result.cause == "not-oom"
+    assert result.signature == "told-failure-words"
+
+
+def test_a_gguf_block_type_in_the_name_is_not_sized_at_16_bits(tmp_path: Path) -> None:
+    """`Foo-75B-Q4_K_M` is a ~4.8-bit GGUF file, not 16-bit weights: the name sizes nothing (review of session 9; the
+    nine-tenths rule read it as 69.85 GiB per rank)."""
+    from vramctl.diagnose.classify import diagnose
+    from vramctl.diagnose.namedsize import bytes_per_param
+
+    for name in ("Org/Foo-75B-Q4_K_M", "Org/Foo-75B-Q8_0", "Org/Foo-7B-IQ4_XS.gguf"):
+        assert bytes_per_param(name) is None, name
+    log = _named_log(tmp_path, 75)
+    log.write_text(log.read_text().replace("Foo-75B", "Foo-75B-Q4_K_M"))
+    assert diagnose(log).cause != "weights-do-not-fit"

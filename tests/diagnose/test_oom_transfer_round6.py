@@ -121,10 +121,12 @@ def test_advice_and_negations_stay_no_failure() -> None:
     # the counterpart: advice, a negation and a question about fitting are not failures
     for line in (
         "If the model does not fit in GPU memory, use tensor parallelism.",
-        "It is not OOM, the server hangs.",
         "INFO: the KV cache fits; 12.00 GiB free",
     ):
         assert diagnose_text(line).cause == "no-failure", line
+    # a hang told as not OOM is a failure that is not memory (the session-9 rule for stall words on a report's first
+    # lines), never a memory cause
+    assert diagnose_text("It is not OOM, the server hangs.").cause == "not-oom"
 
 
 # ---------------------------------------------------------------- calibration of "no failure"

@@ -180,6 +180,24 @@ def test_plan_flash_on_two_h200(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert data["kv_tokens"] == int(data["num_blocks"] / 10_778 * 1_048_576)
     assert any("DeepSeek-V4: KV pool packed from five caches" in note for note in data["explanations"])
     assert "DSA indexer top-k buffer 16 MiB" in data["terms"]["weights"]["formula"]  # 8,192 × 512 int32
+    # docs/hybrid.md states this plan's blocks (after the top-k buffer was booked with the weights: 17 blocks fewer)
+    hybrid_md = (Path(__file__).resolve().parents[2] / "docs" / "hybrid.md").read_text()
+    assert f"and {data['num_blocks']:,} blocks: {data['num_blocks'] / 10_778:.1f} requests of 1M tokens" in hybrid_md
+
+
+def test_kv_tokens_on_0_20_0_count_the_packed_groups(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Before 0.20.1 vLLM logs num_blocks // len(kv_cache_groups) × block_size (`VllmRules.tokens_from_concurrency`):
+    DeepSeek-V4's groups are its packed ones, not one group of the plain layout (review of session 9: 0.20.0 printed
+    2.6 × the tokens of 0.20.1 for the same pool)."""
+    folder = _folder(tmp_path, FLASH)
+    code, data, err = _plan(
+        capsys, "--model", folder, "--gpu", "h200", "--tensor-parallel-size", "2", "--engine-version", "0.20.0",
+        "--json",
+    )
+    assert code == 0 and data is not None, err
+    groups = len(dsv4_cache(flash_spec().dsv4).groups)
+    assert groups > 1
+    assert data["kv_tokens"] == data["num_blocks"] // groups * 256
 
 
 @pytest.mark.parametrize(

@@ -66,3 +66,15 @@ def test_pipeline_parallel_refused(tmp_path: Path, capsys: pytest.CaptureFixture
                  "--pipeline-parallel-size", "2"])
     err = capsys.readouterr().err
     assert code == 2 and "LongCat-Flash" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("experts", [0, None])
+def test_no_routed_experts_is_bad_input(experts: int | None, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Every LongCat-Flash layer ends in a MoE: a config without routed experts is refused in one line (exit 2),
+    not an internal AssertionError."""
+    cfg = {**CONFIG, "n_routed_experts": experts}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    assert main(["plan", "--model", str(path), "--gpu", "h200", "-tp", "8"]) == 2
+    err = capsys.readouterr().err
+    assert "n_routed_experts" in err and "internal error" not in err

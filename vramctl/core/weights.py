@@ -106,7 +106,7 @@ def mxfp4_backend(
       LoRA, `triton` (get_mxfp4_backend_with_lora);
     - AMD: `rocm` (no load-time change modelled). None when the capability is unknown.
 
-    `marlin_on_hopper`: the version runs Marlin on SM 9.0 too (vLLM 0.10.0-0.10.1, torch 2.7.1:
+    `marlin_on_hopper`: the version runs Marlin on SM 9.0 too (vLLM 0.10.1, torch 2.7.1:
     `VllmRules.mxfp4_marlin_on_hopper`). `marlin_below_hopper` False (before 0.10.1: the gpt-oss launch build): SM 8.x
     and 12.x run triton_kernels with strided layouts, `triton_strided` (`VllmRules.mxfp4_marlin_below_hopper`).
     """

@@ -66,6 +66,8 @@ outranks a failure logged as an error or printed bare."""
 ERROR_LINE_SIGNATURE = "error-log-line"
 TOLD_FAILURE_HINT = "words_failed"
 TOLD_FAILURE_LINES = 3
+_TOLD_HINTS = ("words_start_died", "words_stall")
+"""The start-up and stall words that, on a report's first lines, tell a failure too (`_told_other_failure`)."""
 """A report's title and first lines: failure words there describe the incident the report is about."""
 _NOT_AN_INCIDENT_RE = re.compile(
     r"\?\s*$|^\W*(?:what|why|how|which|if|whether)\b|"
@@ -75,6 +77,25 @@ _NOT_AN_INCIDENT_RE = re.compile(
     re.IGNORECASE,
 )
 """A question, a denial, advice or a zero count (`Errors: 0`) on the line that holds the failure words: no incident."""
+_PROGRAM_OUTPUT_RE = re.compile(
+    r"\b(?:[A-Z][A-Za-z]*)?Warning\b|"
+    r"\bslow (?:image |video )?(?:processor|tokenizer)s?\b|"
+    r"(?i:log(?:ging)?[_-]?level)\s*[= ]\s*['\"]?(?i:error|critical)\b|"
+    r"\b(?i:errors?|fail(?:ures|ed|s)?|crash(?:es)?|exceptions?)\b[\w ]{0,24}[:=]\s*0\b|"
+    r"\b(?:server_args=|[A-Z]\w*Args\(|Namespace\()|non-default args|with config:"
+)
+"""A program's own line whose failure words state no failure: a Python warning (`…: UserWarning: … not supported`,
+torch's `Warning: …`), transformers' `Using a slow image processor`, a logging level set to error
+(`--uvicorn-log-level error`, `VLLM_LOGGING_LEVEL=ERROR`), a zero count (`Failed requests: 0`), an engine's dump of
+its settings (SGLang's `server_args=ServerArgs(…, crash_dump_folder=None, …)`, vLLM's `Namespace(…)`, `non-default
+args:`, `… with config: …`), whose field names hold the failure words."""
+GROWTH_HINT = "words_growth"
+_NO_GROWTH_RE = re.compile(
+    r"(?i:\b(?:not|no|isn't|wasn't|without)\s+(?:an?\s+|any\s+)?(?:(?:gpu|host|cpu)\s+)?memory[ -]leak|"
+    r"\blimits?\b[^.;]{0,30}\bunbounded\b|\bunbounded\b[^.;]{0,12}\bno (?:memory )?limits?\b)"
+)
+"""A line that denies the growth (`not a memory leak`) or says unbounded of a limit (`memory limit is unbounded (no
+limits set)`): no `words_growth` hint from it."""
 _AT_ERROR_RE = re.compile(r"(?<![\w-])(?:ERROR|CRITICAL|FATAL)(?![\w-])")
 """A logging level of ERROR or above in a line's prefix."""
 _TRACEBACK_STARTS = ('File "', "Traceback (most recent call last)")
@@ -902,6 +923,7 @@ class _Analyser:
         self.global_hint_keys = {word: name for name, words in cat.global_hints.items() for word in words}
         self.global_hints: dict[str, int] = {}  # hint -> first line
         self.global_hint_text: dict[str, str] = {}  # hint -> its first line's text
+        self.told_below_error: set[str] = set()  # start / stall hints first seen in a record below ERROR
         self.marker_keys = {key: m for key, (m, _) in cat.marker_phrases.items()}
         self.marker_rank = {key: rank for key, (_, rank) in cat.marker_phrases.items()}
         self.version_keys = {key: v for v in cat.versions for key in v.keys}
@@ -979,7 +1001,7 @@ class _Analyser:
                     break
         for key in hit.keys:
             hint = self.hint_keys.get(key)
-            if hint is not None:
+            if hint is not None and not (hint == GROWTH_HINT and _NO_GROWTH_RE.search(text) is not None):
                 self._context(_Context(number, "hint", hint, text=short))
             ghint = self.global_hint_keys.get(key)
             if ghint == TOLD_FAILURE_HINT:
@@ -987,6 +1009,8 @@ class _Analyser:
             elif ghint is not None and ghint not in self.global_hints:
                 self.global_hints[ghint] = number
                 self.global_hint_text[ghint] = short
+                if ghint in _TOLD_HINTS and _record_below_error(line.raw, text):
+                    self.told_below_error.add(ghint)  # a log's own record, not a report's words
             mark = self.marker_keys.get(key)
             if mark is not None:
                 marker = _Context(number, "marker", key, phase=mark.phase, text=short, done=mark.done)
@@ -1041,8 +1065,10 @@ class _Analyser:
 
     def _told_hint(self, number: int, raw: str, text: str) -> None:
         """A report's failure words on its first lines (`words_failed`); a log record below ERROR is not a report."""
-        if number > TOLD_FAILURE_LINES or TOLD_FAILURE_HINT in self.global_hints or _logged_below_error(raw, text):
+        if number > TOLD_FAILURE_LINES or TOLD_FAILURE_HINT in self.global_hints or _record_below_error(raw, text):
             return
+        if _PROGRAM_OUTPUT_RE.search(text) is not None:
+            return  # a program's line, not a report's words: a later first line may still tell the failure
         self.global_hints[TOLD_FAILURE_HINT] = number
         self.global_hint_text[TOLD_FAILURE_HINT] = text[:MAX_KEPT_TEXT]
 
@@ -1201,6 +1227,15 @@ def _logged_at_error(raw: str, text: str) -> bool:
     if prefix and _AT_ERROR_RE.search(prefix) is not None:
         return True
     return _BARE_ERROR_RE.match(text) is not None
+
+
+_GLOG_BELOW_ERROR_RE = re.compile(r"(?:^|[\[:\s])[IW]\d{4} \d\d:\d\d:\d\d")
+"""glog / torch c10's INFO and WARNING prefix (`[rank0]:[W1203 10:00:00.000000 ProcessGroupNCCL.cpp:4561] …`)."""
+
+
+def _record_below_error(raw: str, text: str) -> bool:
+    """A log record below ERROR: a level word in its prefix (`_logged_below_error`) or glog's `I` / `W` prefix."""
+    return _logged_below_error(raw, text) or _GLOG_BELOW_ERROR_RE.search(raw[:80]) is not None
 
 
 def _logged_below_error(raw: str, text: str) -> bool:
@@ -1881,9 +1916,9 @@ def _told_other_failure(an: _Analyser, stats: ScanStats, warnings: list[str], so
     (`no error`, `without failing`) or advice (`if it fails, …`) on that line states no incident and stays "no
     failure"; so do failure words further down (a log's own INFO lines say `failed` for retried, harmless steps).
     """
-    for hint in (TOLD_FAILURE_HINT, "words_start_died", "words_stall"):
+    for hint in (TOLD_FAILURE_HINT, *_TOLD_HINTS):
         line = an.global_hints.get(hint)
-        if line is None or line > TOLD_FAILURE_LINES:
+        if line is None or line > TOLD_FAILURE_LINES or hint in an.told_below_error:
             continue
         text = an.global_hint_text.get(hint, "")
         if _NOT_AN_INCIDENT_RE.search(text) is not None:

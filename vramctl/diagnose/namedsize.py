@@ -14,7 +14,8 @@ logged tensor- and pipeline-parallel ranks, are the weights one rank holds:
   planner's own `vramctl.core.params.linear_bytes` (4 bits + a 16-bit scale and packed zeros per group of 128 for
   AWQ / GPTQ: ~0.52 bytes; FP8 ~1 byte). Embeddings and lm_head stay 16-bit in every recipe, so the estimate is low
   for a quantised name: it never overstates;
-- a marker naming no single method the registry knows (`gguf`, `exl2`, `w4a8`, two methods): no estimate.
+- a marker naming no single method the registry knows (`gguf`, `exl2`, `w4a8`, two methods) or a GGUF block type
+  (`Q4_K_M`, `Q8_0`, `IQ4_XS`): no estimate.
 
 The facts (`named_params`, `named_bytes_per_param`, `named_weights_per_rank_bytes`, `named_tp`, `named_budget_bytes`,
 `named_model`, with `device_total_bytes`) feed the `planned-deployment` table, which decides `weights-do-not-fit`
@@ -45,6 +46,8 @@ NAMED_MARGIN = 1.05
 _MAX_TP = 8
 _SIZE_RE = re.compile(r"^(?:(?P<experts>\d{1,3})x)?(?P<num>\d+(?:\.\d+)?)(?P<unit>[bm])$")
 _WORD_RE = re.compile(r"[a-z0-9.]+")
+_GGUF_TYPE_RE = re.compile(r"(?<![a-z0-9])i?q[1-8]_(?:k|0|1|xs|xxs|s|m|nl)(?:_[a-z]+)?(?![a-z0-9])")
+"""llama.cpp's GGUF quantisation types in a file or repository name (`Q4_K_M`, `Q8_0`, `IQ4_XS`)."""
 
 
 def params_of_name(name: str) -> int | None:
@@ -90,6 +93,8 @@ def bytes_per_param(name: str, logged_quantization: str | None = None) -> tuple[
     from vramctl.registry.derived import _GROUP, MARKER_WORDS
     from vramctl.registry.names import quant_tags
 
+    if _GGUF_TYPE_RE.search(name.lower().rsplit("/", 1)[-1]) is not None:
+        return None  # a GGUF block type (Q4_K_M, Q8_0, IQ4_XS): a format the registry does not cost from a name
     words = _WORD_RE.findall(name.lower().rsplit("/", 1)[-1].replace("_", "-"))
     markers = frozenset(w for w in words if w in MARKER_WORDS)
     groups = [int(a or b) for w in words for a, b in _GROUP.findall(w)]

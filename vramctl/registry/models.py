@@ -234,6 +234,7 @@ def _longcat_names(config: dict[str, Any], where: str) -> dict[str, Any]:
         return config
     out = dict(config)
     layers = get_int(config, "num_layers", where, maximum=MAX_LAYERS)
+    get_int(config, "n_routed_experts", where)  # every layer's MoE (LongcatMoe): required, positive
     out["num_hidden_layers"] = 2 * layers
     for name, alias in (
         ("intermediate_size", "ffn_hidden_size"),

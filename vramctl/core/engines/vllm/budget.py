@@ -501,9 +501,11 @@ def _core(
     binding = min(stages, key=lambda st: (st.num_blocks, st.kv_bytes - st.bytes_per_block))
     num_blocks = binding.num_blocks
     bpr = blocks_per_request_of(kv_model, s, version)
-    own = dsv4_cache_of(kv_model, s) if kv_model.gemma4 is not None else None  # Gemma-4: its own groups
-    groups = len(own.groups) if own is not None else max(
-        1, len(kvmath.stage_layout(kvmath.stage_layer_kinds(kv_model, pp)[binding.index]).groups)
+    own = dsv4_cache_of(kv_model, s)  # DeepSeek-V4's packed groups / Gemma-4's unified groups: vLLM's kv_cache_groups
+    groups = (
+        len(own.groups)
+        if own is not None
+        else max(1, len(kvmath.stage_layout(kvmath.stage_layer_kinds(kv_model, pp)[binding.index]).groups))
     )
     concurrency = num_blocks / bpr if bpr else 0.0
     if rules.tokens_from_concurrency:

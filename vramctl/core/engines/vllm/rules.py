@@ -435,7 +435,8 @@ class VllmRules:
     0.3.1; 0.3.0 not read). The 0.2.5 start-up of the PR's own thread (s01 of tests/fixtures/startup_eval) logs 95
     blocks (0.74 GiB) fewer than the count before the PR, which the 0.6.6 rule reproduces within 3 blocks."""
     mxfp4_marlin_on_hopper: bool
-    """An MXFP4 MoE checkpoint runs on the Marlin kernel on Hopper (SM 9.0) as on Ampere and Ada: 0.10.0-0.10.1.
+    """An MXFP4 MoE checkpoint runs on the Marlin kernel on Hopper (SM 9.0) as on Ampere and Ada: 0.10.1
+    (not the `+gptoss` launch build, nor 0.10.0, which predate the Marlin path: `mxfp4_marlin_below_hopper`).
     `Mxfp4MoEMethod._should_use_marlin` (`[0.10.1] vllm/model_executor/layers/quantization/mxfp4.py:123-135`)
     picks Marlin on every CUDA GPU but SM 10.0 unless `is_torch_equal_or_newer("2.8.0")`, and the 0.10.1 wheel
     pins torch==2.7.1 (its METADATA); `create_weights` then pads the experts for Marlin (`:156-167`). From 0.10.2
