@@ -108,3 +108,11 @@ def test_a_memory_size_never_resolves_to_another_board() -> None:
     assert load_gpu("RTX 3060 12GB").name == "rtx-3060"
     assert load_gpu("RTX 3060 Ti 8GB").name == "rtx-3060-ti"
     assert load_gpu("h100 94gb").name == load_gpu("H100 NVL").name
+
+
+def test_the_runtime_name_without_its_vendor_word() -> None:
+    """`GeForce RTX 4090` (nvidia-smi's name less `NVIDIA`, as some tools print it) is the RTX 4090."""
+    assert load_gpu("GeForce RTX 4090").name == "rtx-4090"
+    assert load_gpu("Tesla V100-SXM2-32GB").name == load_gpu("NVIDIA Tesla V100-SXM2-32GB").name
+    with pytest.raises(Exception, match="unknown GPU 'GeForce RTX 9999'"):
+        load_gpu("GeForce RTX 9999")

@@ -127,6 +127,9 @@ def _non_cuda(name: str) -> str | None:
     return None
 
 
+_VENDOR_PREFIX = re.compile(r"^\s*(?:nvidia|amd)\b", re.IGNORECASE)
+
+
 def load_gpu(name: str) -> GpuSpec:
     """A bundled GPU by id, alias, or its torch / nvidia-smi name (`NVIDIA H100 80GB HBM3`), any case.
 
@@ -141,6 +144,9 @@ def load_gpu(name: str) -> GpuSpec:
             "or your engine's log reports on that board (and --free-memory with what is free)"
         )
     path = GPUS.find(name)
+    if path is None and _VENDOR_PREFIX.match(name) is None:
+        # `GeForce RTX 4090`, `Tesla V100-SXM2-32GB`: the runtime's name without its vendor word
+        path = GPUS.find(f"NVIDIA {name.strip()}")
     if path is None:
         path = _find_by_memory_size(name)
     if path is None and (what := _non_cuda(name)) is not None:
