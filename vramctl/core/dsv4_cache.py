@@ -33,6 +33,7 @@ Pure: no torch. Sizes are int bytes.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import Counter
 from dataclasses import dataclass
@@ -237,6 +238,7 @@ class Dsv4Cache:
         return out
 
 
+@functools.lru_cache(maxsize=64)  # frozen shape in, frozen pool out: a plan asks hundreds of times
 def dsv4_cache(
     attn: Dsv4Shape, *, block_size: int | None = None, kv_cache_dtype: str = "auto", indexer_fp4: bool = False
 ) -> Dsv4Cache:

@@ -28,6 +28,7 @@ Pure: no torch. Sizes are int bytes.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -146,6 +147,7 @@ class Gemma4Cache:
         return out
 
 
+@functools.lru_cache(maxsize=64)  # frozen shape in, frozen pool out: a plan asks hundreds of times
 def gemma4_cache(
     shape: Gemma4Shape, *, block_size: int = 16, tp: int = 1, kv_cache_dtype: str = "auto"
 ) -> Gemma4Cache:

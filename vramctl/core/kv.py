@@ -25,11 +25,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from vramctl.core.dsv4_cache import dsv4_cache
+from vramctl.core.dsv4_cache import Dsv4Cache, dsv4_cache
 from vramctl.core.engines.vllm.rules import HYBRID_MIN_VLLM as HYBRID_MIN_VLLM
 from vramctl.core.engines.vllm.rules import rules_for
 from vramctl.core.errors import BadInputError
-from vramctl.core.gemma4_cache import gemma4_cache
+from vramctl.core.gemma4_cache import Gemma4Cache, gemma4_cache
 from vramctl.core.specs import (
     FULL_ATTENTION,
     SLIDING_ATTENTION,
@@ -305,6 +305,21 @@ def stage_layout(kinds: tuple[str, ...]) -> StageLayout:
     return StageLayout(n_full, n_sw, tuple(groups), n_state)
 
 
+def own_layout_cache(
+    model: ModelSpec, *, block_size: int | None = None, tp: int = 1, kv_cache_dtype: str = "auto"
+) -> Dsv4Cache | Gemma4Cache | None:
+    """The pool of a model whose cache layout vramctl sizes from its own module: DeepSeek-V4's packed pool
+    (vramctl.core.dsv4_cache, replicated over TP) or Gemma-4's unified pages (vramctl.core.gemma4_cache); None for
+    every other model. block_size None: the builder's default (DeepSeek-V4 256, Gemma-4 16)."""
+    if model.dsv4 is not None:
+        return dsv4_cache(model.dsv4, block_size=block_size, kv_cache_dtype=kv_cache_dtype)
+    if model.gemma4 is not None:
+        if block_size is None:
+            return gemma4_cache(model.gemma4, tp=tp, kv_cache_dtype=kv_cache_dtype)
+        return gemma4_cache(model.gemma4, block_size=block_size, tp=tp, kv_cache_dtype=kv_cache_dtype)
+    return None
+
+
 def kv_bytes_per_token(
     model: ModelSpec,
     *,
@@ -321,10 +336,9 @@ def kv_bytes_per_token(
     """
     if model.is_state_only:  # a fixed state per request, nothing per token
         return 0
-    if model.dsv4 is not None:  # the packed pool's block over its 256 tokens (vramctl.core.dsv4_cache)
-        return dsv4_cache(model.dsv4, kv_cache_dtype=kv_cache_dtype).bytes_per_token()
-    if model.gemma4 is not None:  # unified pages over the full groups' tokens (vramctl.core.gemma4_cache)
-        return gemma4_cache(model.gemma4, tp=tp, kv_cache_dtype=kv_cache_dtype).bytes_per_token()
+    own = own_layout_cache(model, tp=tp, kv_cache_dtype=kv_cache_dtype)
+    if own is not None:  # the pool's block over the tokens it holds (DeepSeek-V4: 256; Gemma-4: its full groups')
+        return own.bytes_per_token()
     per_layer = token_bytes_per_layer(model, kv_cache_dtype=kv_cache_dtype, tp=tp, model_dtype=model_dtype)
     worst = 0
     for kinds in stage_layer_kinds(model, pp):
@@ -348,10 +362,9 @@ def bytes_per_block(
     For a dense model this is num_layers_of_the_stage × page (Llama-3-8B, block 16: 32 × 65,536 = 2 MiB).
     DeepSeek-V4: the largest of its packed groups (vramctl.core.dsv4_cache; the same on every rank).
     """
-    if model.dsv4 is not None:
-        return dsv4_cache(model.dsv4, block_size=block_size, kv_cache_dtype=kv_cache_dtype).bytes_per_block
-    if model.gemma4 is not None:
-        return gemma4_cache(model.gemma4, block_size=block_size, tp=tp, kv_cache_dtype=kv_cache_dtype).bytes_per_block
+    own = own_layout_cache(model, block_size=block_size, tp=tp, kv_cache_dtype=kv_cache_dtype)
+    if own is not None:
+        return own.bytes_per_block
     page = page_size_bytes(
         model, block_size=block_size, kv_cache_dtype=kv_cache_dtype, tp=tp, model_dtype=model_dtype
     )

@@ -37,9 +37,9 @@ from vramctl.core.engines.vllm.kv_manager import (
     _request_kv_bytes,
     _stage_bytes_per_block,
     blocks_per_request_of,
-    dsv4_cache_of,
     kv_view_of_model,
     lora_slots_of,
+    own_cache_of,
 )
 from vramctl.core.engines.vllm.multimodal import MM_ENCODER_REL_BAND
 from vramctl.core.errors import BadInputError
@@ -501,7 +501,7 @@ def _core(
     binding = min(stages, key=lambda st: (st.num_blocks, st.kv_bytes - st.bytes_per_block))
     num_blocks = binding.num_blocks
     bpr = blocks_per_request_of(kv_model, s, version)
-    own = dsv4_cache_of(kv_model, s)  # DeepSeek-V4's packed groups / Gemma-4's unified groups: vLLM's kv_cache_groups
+    own = own_cache_of(kv_model, s)  # DeepSeek-V4's packed groups / Gemma-4's unified groups: vLLM's kv_cache_groups
     groups = (
         len(own.groups)
         if own is not None

@@ -8,11 +8,11 @@ from typing import TYPE_CHECKING
 
 from vramctl.core import kv as kvmath
 from vramctl.core import lora, mamba_cache
-from vramctl.core.dsv4_cache import Dsv4Cache, dsv4_cache
+from vramctl.core.dsv4_cache import Dsv4Cache
 from vramctl.core.engines import vllm_speculative as SP
 from vramctl.core.engines.vllm import rules as V
 from vramctl.core.errors import BadInputError
-from vramctl.core.gemma4_cache import Gemma4Cache, gemma4_cache
+from vramctl.core.gemma4_cache import Gemma4Cache
 from vramctl.core.settings import ServeSettings, parse_version
 from vramctl.core.specs import FULL_ATTENTION, STATE_KINDS, GpuSpec, ModelSpec, dtype_bytes
 from vramctl.core.weights import stage_rank_weight_bytes
@@ -87,16 +87,12 @@ def stage_weight_bytes(model: ModelSpec, *, tp: int, pp: int, dtype: str, ep: in
 
 
 
-def dsv4_cache_of(kv_model: ModelSpec, s: VllmSettings) -> Dsv4Cache | Gemma4Cache | None:
-    """The pool of a model with its own cache layout for these flags: DeepSeek-V4's packed pool
-    (vramctl.core.dsv4_cache) or Gemma-4's unified pages (vramctl.core.gemma4_cache); None for any other model."""
-    if kv_model.gemma4 is not None:
-        return gemma4_cache(
-            kv_model.gemma4, block_size=s.block_size, tp=s.tensor_parallel_size, kv_cache_dtype=s.kv_cache_dtype
-        )
-    if kv_model.dsv4 is None:
-        return None
-    return dsv4_cache(kv_model.dsv4, block_size=s.block_size, kv_cache_dtype=s.kv_cache_dtype)
+def own_cache_of(kv_model: ModelSpec, s: VllmSettings) -> Dsv4Cache | Gemma4Cache | None:
+    """The pool of a model with its own cache layout for these flags (`kvmath.own_layout_cache`: DeepSeek-V4,
+    Gemma-4); None for any other model."""
+    return kvmath.own_layout_cache(
+        kv_model, block_size=s.block_size, tp=s.tensor_parallel_size, kv_cache_dtype=s.kv_cache_dtype
+    )
 
 
 def in_flight_tokens(s: VllmSettings, version: tuple[int, ...]) -> int:
@@ -109,7 +105,7 @@ def in_flight_tokens(s: VllmSettings, version: tuple[int, ...]) -> int:
 def blocks_per_request_of(kv_model: ModelSpec, s: VllmSettings, version: tuple[int, ...]) -> int:
     """Block ids one max_model_len request takes from the shared pool on the binding stage
     (`kvmath.blocks_per_request`; DeepSeek-V4: Σ over its packed groups, `Dsv4Cache.blocks_per_request`)."""
-    cache = dsv4_cache_of(kv_model, s)
+    cache = own_cache_of(kv_model, s)
     if cache is not None:
         return cache.blocks_per_request(s.max_model_len, in_flight_tokens(s, version))
     return kvmath.blocks_per_request(
@@ -125,7 +121,7 @@ def blocks_per_request_of(kv_model: ModelSpec, s: VllmSettings, version: tuple[i
 
 
 def _stage_bytes_per_block(kv_model: ModelSpec, s: VllmSettings, stage: int) -> int:
-    cache = dsv4_cache_of(kv_model, s)
+    cache = own_cache_of(kv_model, s)
     if cache is not None:  # every rank holds the whole packed pool (max_tp_shards=1)
         return cache.bytes_per_block
     kinds = kvmath.stage_layer_kinds(kv_model, s.pipeline_parallel_size)[stage]
@@ -145,7 +141,7 @@ def _request_kv_bytes(kv_model: ModelSpec, s: VllmSettings, length: int, version
     """One request's KV at `length` tokens on one rank (`vramctl.core.kv.per_request_kv_bytes`); a model without
     attention layers holds its state whatever the length (`MambaSpec.max_memory_usage_bytes`: the page × the state
     blocks of the mode)."""
-    cache = dsv4_cache_of(kv_model, s)
+    cache = own_cache_of(kv_model, s)
     if cache is not None:  # `_max_memory_usage_bytes_from_groups`: bytes_per_block × Σ groups' pages
         return cache.request_bytes(length, in_flight_tokens(s, version))
     if s.state_page_bytes:
