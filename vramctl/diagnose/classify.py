@@ -58,17 +58,17 @@ from vramctl.diagnose.reader import (
 STRONG_WEIGHT = 30
 """A failure event at least this heavy can be a root ahead of earlier weak ones (generic exceptions)."""
 INCIDENT_GAP_LINES = 150
+"""Failure events at most this many lines apart belong to one incident (one traceback, one crash)."""
 _BELOW_ERROR_RE = re.compile(r"(?<![\w-])(?:WARNING|WARN|INFO|DEBUG|TRACE)(?![\w-])")
 """A logging level below ERROR in a line's prefix: a weak failure there (an exception a component caught and logged as a
 warning, e.g. vLLM 0.32's chat-template warm-up `Tokenizer not available when skip_tokenizer_init=True`) never
 outranks a failure logged as an error or printed bare."""
-"""Failure events at most this many lines apart belong to one incident (one traceback, one crash)."""
 ERROR_LINE_SIGNATURE = "error-log-line"
 TOLD_FAILURE_HINT = "words_failed"
 TOLD_FAILURE_LINES = 3
+"""A report's title and first lines: failure words there describe the incident the report is about."""
 _TOLD_HINTS = ("words_start_died", "words_stall")
 """The start-up and stall words that, on a report's first lines, tell a failure too (`_told_other_failure`)."""
-"""A report's title and first lines: failure words there describe the incident the report is about."""
 _NOT_AN_INCIDENT_RE = re.compile(
     r"\?\s*$|^\W*(?:what|why|how|which|if|whether)\b|"
     r"\b(?:no|nothing|without|never|not|n't|didn't|doesn't|won't)\s+(?:an?\s+|any\s+)?(?:errors?|fail\w*|crash\w*|exceptions?)\b|"
@@ -1442,7 +1442,6 @@ def _filled_what(template: str | None, names: Mapping[str, Any]) -> str | None:
     if filled is not None:
         return filled
     return re.sub(r"\s*\(\{[^}]*\}\)|\{[^}]*\}", "", template).strip()
-
 
 
 def _decide(
