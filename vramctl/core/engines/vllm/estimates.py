@@ -274,10 +274,6 @@ def non_torch_charged(
         else:
             nccl, what = 0, ""
         formula = f"{base / GiB:.2f} GiB workspaces" + what
-        if pre_snapshot_charge == "process":
-            # `VllmRules.v0_charges_process`: the device's whole non-torch use is charged, the CUDA context too
-            base += cal.cuda_context_bytes
-            formula += f" + {cal.cuda_context_bytes / GiB:.2f} GiB CUDA context and cuBLAS (charged: used − torch allocated)"
     else:
         base = cal.consumed_extra_v1_bytes if version_kind == "consumed" else cal.non_torch_v1_bytes
         nccl = cal.nccl_lazy_bytes if tp > 1 else 0
@@ -286,15 +282,15 @@ def non_torch_charged(
             f" + {nccl / GiB:.2f} GiB NCCL buffers first used in the profile run (TP {tp})" if nccl else ""
         )
         if pre_snapshot_charge != "none":
-            pre = dict(pre_snapshot_overhead(tp=tp, v0=False, cal=cal).parts)
-            comm = pre["nccl"]
-            ctx = pre["cuda_context"] if pre_snapshot_charge == "process" else 0
+            comm = dict(pre_snapshot_overhead(tp=tp, v0=False, cal=cal).parts)["nccl"]
             if comm:
                 formula += f" + {comm / GiB:.2f} GiB NCCL / custom all-reduce communicators (created after the snapshot)"
-            if ctx:
-                formula += f" + {ctx / GiB:.2f} GiB CUDA context and cuBLAS (charged: used − torch allocated)"
             nccl += comm
-            base += ctx
+    if pre_snapshot_charge == "process":
+        # V1 0.8.0-0.9.0 and `VllmRules.v0_charges_process`: the device's whole non-torch use is charged, the CUDA
+        # context and cuBLAS too (what `pre_snapshot_overhead` leaves out for this charge)
+        base += cal.cuda_context_bytes
+        formula += f" + {cal.cuda_context_bytes / GiB:.2f} GiB CUDA context and cuBLAS (charged: used − torch allocated)"
     total = base + nccl
     formula += "; " + accuracy_note(cal.non_torch_median_error, cal.non_torch_rel_band)
     return Estimate(
