@@ -40,12 +40,12 @@ from vramctl.core.engines.sglang.pool import (
     cell_size,
     context_estimate_bytes,
     dsa_defaults,
-    fp4_kv_refusal,
     is_dsa,
     is_hybrid_swa,
     is_scaled_kv,
     layers_per_stage,
     mamba_pool,
+    scaled_kv_refusal,
     stage_layout,
 )
 from vramctl.core.engines.sglang.reserve import (
@@ -337,7 +337,7 @@ def plan_sglang(
         opts = opts.with_changes(dsa_decode_backend=dsa.decode_backend)
         trace.branch.append(dsa.words)
     if is_scaled_kv(settings) and (
-        refusal := fp4_kv_refusal(model, opts, rules, settings.kv_cache_dtype, version)
+        refusal := scaled_kv_refusal(model, opts, rules, settings.kv_cache_dtype, version)
     ) is not None:
         raise BadInputError(refusal)
     resolved = _resolve(model, settings, opts, rules, gpu_mem, trace)

@@ -99,7 +99,7 @@ def is_scaled_kv(settings: ServeSettings) -> bool:
     return is_fp4_kv(settings) or settings.kv_cache_dtype.strip().lower() == MXFP8_KV_DTYPE
 
 
-def fp4_kv_refusal(
+def scaled_kv_refusal(
     model: ModelSpec, options: SglangOptions, rules: str, kv_cache_dtype: str = FP4_KV_DTYPE, version: str | None = None
 ) -> str | None:
     """Why vramctl cannot size this block-scaled `--kv-cache-dtype` (fp4_e2m1, nvfp4, fp4_mx_block16, mxfp8) for
